@@ -1,0 +1,9 @@
+"""trainfabric: plan, simulate and schedule the networks of large AI-training clusters.
+
+Pillars: :mod:`trainfabric.ocs` (optical circuit switch wiring), :mod:`trainfabric.fabric`
+(multiplane Ethernet fabrics), :mod:`trainfabric.diloco` (workload-aware DiLoCo), on the shared
+substrate :mod:`trainfabric.workloads` (jobs -> task DAGs and traffic) and
+:mod:`trainfabric.experiments` (sweeps, run directories, reports).
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,54 @@
+"""Typed configs: pydantic models loaded from TOML; validation errors become ConfigErrors.
+
+Every config model derives from :class:`Config` (extra fields are rejected, so a typo in a
+TOML key is reported by name instead of being silently ignored).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from trainfabric.errors import ConfigError
+
+C = TypeVar("C", bound=BaseModel)
+
+
+class Config(BaseModel):
+    """Base of all trainfabric configs: strict about unknown keys, immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def field_path(loc: tuple[Any, ...]) -> str:
+    """Dotted field path of a pydantic error location, e.g. ``model.layers``."""
+    return ".".join(str(p) for p in loc) or "<root>"
+
+
+def validate(model: type[C], data: Any, prefix: str = "") -> C:
+    """Validate ``data`` into ``model``; the first error becomes a ConfigError naming its field."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        path = field_path(tuple(err["loc"]))
+        raise ConfigError(f"{prefix}{path}" if prefix else path, err["msg"]) from None
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    """Parse a TOML file; a missing file or a syntax error is a ConfigError naming the file."""
+    path = Path(path)
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError("config", f"file not found: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("config", f"{path}: invalid TOML ({exc})") from None
+
+
+def load_toml(path: str | Path, model: type[C]) -> C:
+    """Read ``path`` and validate it into ``model``."""
+    return validate(model, read_toml(path))

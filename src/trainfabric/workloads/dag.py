@@ -1,0 +1,289 @@
+"""Task DAGs as compact arrays.
+
+A :class:`TaskDAG` has three node kinds:
+
+* ``COMPUTE`` on pod ``pod`` for ``duration_s`` seconds (intra-pod work, including tensor
+  parallelism and intra-pod collectives: the scale-up domain is not on the inter-pod network);
+* ``COMM`` moving ``bytes`` from pod ``pod`` (source) to pod ``dst`` (``pod != dst``), taking
+  ``latency_s + bytes / rate`` once a rate is given (one-hop model of the OCS spec, §1.4);
+* ``BARRIER`` of zero duration: the entry/exit joins of a communication *phase* (the comm
+  nodes of one concurrent step of a collective sit in parallel between them, so the phase
+  lasts as long as its slowest pod pair).
+
+Invariant: nodes are numbered in a topological order (every edge goes from a lower to a
+higher index), so a longest-path sweep is one pass over the nodes. Successors are stored as
+CSR (``indptr``, ``indices``). Comm nodes and phase barriers carry the index of their phase
+in ``phase`` (-1 elsewhere); ``phases`` names them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import networkx as nx
+import numba
+import numpy as np
+import scipy.sparse as sp
+
+from trainfabric.errors import FormatError
+
+COMPUTE, COMM, BARRIER = 0, 1, 2
+KIND_NAMES = ("compute", "comm", "barrier")
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One concurrent communication step: ``kind`` (e.g. ``pp_fwd``), a unique ``name``, and
+    the bytes of the step that stayed inside pods (not on the inter-pod network)."""
+
+    kind: str
+    name: str
+    intra_pod_bytes: float = 0.0
+
+
+@dataclass(frozen=True, eq=False)
+class TaskDAG:
+    """A training iteration as a node-weighted DAG over ``n_pods`` pods (see module doc)."""
+
+    n_pods: int
+    kind: np.ndarray  # int8 [N]
+    pod: np.ndarray  # int32 [N], compute pod or comm source, -1 for barriers
+    dst: np.ndarray  # int32 [N], comm destination, -1 elsewhere
+    duration_s: np.ndarray  # float64 [N], compute time (0 elsewhere)
+    bytes: np.ndarray  # float64 [N], comm bytes (0 elsewhere)
+    latency_s: np.ndarray  # float64 [N], comm start-up latency (0 elsewhere)
+    phase: np.ndarray  # int32 [N], phase index of comm nodes and phase barriers, else -1
+    indptr: np.ndarray  # int64 [N+1], successor CSR
+    indices: np.ndarray  # int32 [E]
+    phases: tuple[Phase, ...] = ()
+    names: tuple[str, ...] = field(default=(), repr=False)
+
+    @property
+    def n_nodes(self) -> int:
+        return int(self.kind.size)
+
+    @property
+    def n_edges(self) -> int:
+        return int(self.indices.size)
+
+    @cached_property
+    def edges(self) -> np.ndarray:
+        """Edge list ``[E, 2]`` (from, to)."""
+        src = np.repeat(np.arange(self.n_nodes, dtype=np.int32), np.diff(self.indptr))
+        return np.stack([src, self.indices], axis=1)
+
+    @cached_property
+    def comm_nodes(self) -> np.ndarray:
+        return np.flatnonzero(self.kind == COMM)
+
+    def comm_bytes(self) -> float:
+        """Total bytes on the inter-pod network in one iteration."""
+        return float(self.bytes.sum())
+
+    def durations(self, rate_bps: float | np.ndarray) -> np.ndarray:
+        """Node durations (s) with every comm node at ``rate_bps`` (a scalar, or per node)."""
+        rate = np.broadcast_to(np.asarray(rate_bps, dtype=float), self.kind.shape)
+        t = self.duration_s.copy()
+        m = self.kind == COMM
+        t[m] = self.latency_s[m] + 8.0 * self.bytes[m] / rate[m]
+        return t
+
+    def critical_path(self, durations_s: np.ndarray) -> float:
+        """Length (s) of the longest source-to-sink path under the given node durations."""
+        return float(_longest_finish(self.indptr, self.indices, durations_s).max(initial=0.0))
+
+    def critical_path_at(self, rate_bps: float) -> float:
+        """Hard critical path (s) with every pod pair at the uniform rate ``rate_bps``."""
+        return self.critical_path(self.durations(rate_bps))
+
+    def compute_time(self) -> float:
+        """Critical path (s) with infinitely fast communication (comm latency kept)."""
+        return self.critical_path(self.durations(np.inf))
+
+    def phase_nodes(self) -> list[np.ndarray]:
+        """For each phase, the indices of its comm nodes."""
+        comm = self.comm_nodes
+        order = np.argsort(self.phase[comm], kind="stable")
+        split = np.searchsorted(self.phase[comm][order], np.arange(1, len(self.phases)))
+        return np.split(comm[order], split)
+
+    def to_networkx(self) -> nx.DiGraph:
+        """The DAG as a networkx DiGraph with node attributes (for inspection and tests)."""
+        g = nx.DiGraph()
+        for i in range(self.n_nodes):
+            attrs = {"kind": KIND_NAMES[self.kind[i]], "phase": int(self.phase[i])}
+            if self.kind[i] == COMPUTE:
+                attrs.update(pod=int(self.pod[i]), duration_s=float(self.duration_s[i]))
+            elif self.kind[i] == COMM:
+                attrs.update(
+                    src=int(self.pod[i]), dst=int(self.dst[i]), bytes=float(self.bytes[i]),
+                    latency_s=float(self.latency_s[i]),
+                )
+            if self.names:
+                attrs["name"] = self.names[i]
+            g.add_node(i, **attrs)
+        g.add_edges_from(map(tuple, self.edges.tolist()))
+        return g
+
+
+@numba.njit(cache=True)
+def _longest_finish(indptr, indices, dur):  # pragma: no cover - compiled
+    n = dur.size
+    start = np.zeros(n)
+    finish = np.empty(n)
+    for i in range(n):
+        finish[i] = start[i] + dur[i]
+        for k in range(indptr[i], indptr[i + 1]):
+            j = indices[k]
+            if finish[i] > start[j]:
+                start[j] = finish[i]
+    return finish
+
+
+class DagBuilder:
+    """Accumulates nodes, edges and phases in any order; :meth:`build` sorts them topologically."""
+
+    def __init__(self, n_pods: int):
+        self.n_pods = n_pods
+        self._cols: dict[str, list] = {k: [] for k in ("kind", "pod", "dst", "dur", "bytes", "lat", "phase")}
+        self._names: list[str] = []
+        self._src: list[int] = []
+        self._dst: list[int] = []
+        self.phases: list[Phase] = []
+
+    def _node(self, kind, pod, dst, dur, nbytes, lat, phase, name) -> int:
+        c = self._cols
+        for key, val in zip(c, (kind, pod, dst, dur, nbytes, lat, phase), strict=True):
+            c[key].append(val)
+        self._names.append(name)
+        return len(self._names) - 1
+
+    def compute(self, pod: int, duration_s: float, name: str = "") -> int:
+        return self._node(COMPUTE, pod, -1, duration_s, 0.0, 0.0, -1, name)
+
+    def barrier(self, phase: int = -1, name: str = "") -> int:
+        return self._node(BARRIER, -1, -1, 0.0, 0.0, 0.0, phase, name)
+
+    def comm(self, src: int, dst: int, nbytes: float, latency_s: float, phase: int, name: str = "") -> int:
+        return self._node(COMM, src, dst, 0.0, nbytes, latency_s, phase, name)
+
+    def edge(self, u: int, v: int) -> None:
+        self._src.append(u)
+        self._dst.append(v)
+
+    def edges(self, us, v: int) -> None:
+        for u in us:
+            self.edge(u, v)
+
+    def phase(
+        self, kind: str, name: str, pair_src, pair_dst, pair_bytes, latency_s: float,
+        intra_pod_bytes: float, preds=(), succs=(),
+    ) -> tuple[int, int]:
+        """Add a phase of directed pod-pair transfers after ``preds`` and before ``succs``.
+
+        No pair: one barrier; one pair: one comm node; more: entry barrier -> comm nodes in
+        parallel -> exit barrier. Returns the phase's (entry, exit) nodes.
+        """
+        k = len(self.phases)
+        self.phases.append(Phase(kind, name, float(intra_pod_bytes)))
+        comms = [
+            self.comm(int(u), int(v), float(b), latency_s, k, f"{name} {u}->{v}")
+            for u, v, b in zip(pair_src, pair_dst, pair_bytes, strict=True)
+        ]
+        if len(comms) == 1:
+            entry = exit_ = comms[0]
+        else:
+            entry = exit_ = self.barrier(k, f"{name} join")
+            if comms:
+                exit_ = self.barrier(k, f"{name} exit")
+                for c in comms:
+                    self.edge(entry, c)
+                    self.edge(c, exit_)
+        self.edges(preds, entry)
+        for s in succs:
+            self.edge(exit_, s)
+        return entry, exit_
+
+    def build(self) -> TaskDAG:
+        """Freeze into a :class:`TaskDAG` numbered in topological order."""
+        c = self._cols
+        n = len(self._names)
+        src = np.asarray(self._src, dtype=np.int64)
+        dst = np.asarray(self._dst, dtype=np.int64)
+        return from_arrays(
+            self.n_pods,
+            kind=np.asarray(c["kind"], dtype=np.int8).reshape(n),
+            pod=np.asarray(c["pod"], dtype=np.int32).reshape(n),
+            dst=np.asarray(c["dst"], dtype=np.int32).reshape(n),
+            duration_s=np.asarray(c["dur"], dtype=float).reshape(n),
+            nbytes=np.asarray(c["bytes"], dtype=float).reshape(n),
+            latency_s=np.asarray(c["lat"], dtype=float).reshape(n),
+            phase=np.asarray(c["phase"], dtype=np.int32).reshape(n),
+            edge_src=src, edge_dst=dst, phases=tuple(self.phases), names=tuple(self._names),
+        )
+
+
+def topological_order(n: int, edge_src: np.ndarray, edge_dst: np.ndarray, names=()) -> np.ndarray:
+    """Kahn's order of ``n`` nodes (stable: ties by index); a cycle raises FormatError naming a node."""
+    order = _kahn(n, edge_src.astype(np.int64), edge_dst.astype(np.int64))
+    if order.size < n:
+        seen = np.zeros(n, dtype=bool)
+        seen[order] = True
+        bad = int(np.flatnonzero(~seen)[0])
+        label = names[bad] if names else bad
+        raise FormatError(f"nodes[{label}]", "is on a cycle: a task DAG must be acyclic")
+    return order
+
+
+@numba.njit(cache=True)
+def _kahn(n, src, dst):  # pragma: no cover - compiled
+    indeg = np.zeros(n, dtype=np.int64)
+    for k in range(src.size):
+        indeg[dst[k]] += 1
+    order_e = np.argsort(src, kind="mergesort")
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    for k in range(src.size):
+        ptr[src[k] + 1] += 1
+    for i in range(n):
+        ptr[i + 1] += ptr[i]
+    queue = np.empty(n, dtype=np.int64)
+    head = 0
+    tail = 0
+    for i in range(n):
+        if indeg[i] == 0:
+            queue[tail] = i
+            tail += 1
+    while head < tail:
+        i = queue[head]
+        head += 1
+        for k in range(ptr[i], ptr[i + 1]):
+            j = dst[order_e[k]]
+            indeg[j] -= 1
+            if indeg[j] == 0:
+                queue[tail] = j
+                tail += 1
+    return queue[:tail]
+
+
+def from_arrays(
+    n_pods: int, *, kind, pod, dst, duration_s, nbytes, latency_s, phase, edge_src, edge_dst,
+    phases=(), names=(),
+) -> TaskDAG:
+    """Build a TaskDAG from unordered arrays: renumber topologically, drop duplicate edges."""
+    n = kind.size
+    order = topological_order(n, edge_src, edge_dst, names)
+    new_id = np.empty(n, dtype=np.int64)
+    new_id[order] = np.arange(n)
+    adj = sp.coo_matrix(
+        (np.ones(edge_src.size, dtype=np.int8), (new_id[edge_src], new_id[edge_dst])), shape=(n, n)
+    ).tocsr()
+    adj.sum_duplicates()
+    adj.sort_indices()
+    return TaskDAG(
+        n_pods=n_pods,
+        kind=kind[order], pod=pod[order], dst=dst[order], duration_s=duration_s[order],
+        bytes=nbytes[order], latency_s=latency_s[order], phase=phase[order],
+        indptr=adj.indptr.astype(np.int64), indices=adj.indices.astype(np.int32),
+        phases=tuple(phases), names=tuple(names[i] for i in order) if names else (),
+    )

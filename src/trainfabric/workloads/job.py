@@ -1,0 +1,224 @@
+"""Job descriptions: model, parallelism, placement, compute — pydantic, loadable from TOML.
+
+Parameter counts (documented formulas, bf16 unless ``dtype_bytes`` says otherwise):
+
+* attention per layer: ``2 h^2 + 2 h (kv_heads * h / heads)`` (Q and O are ``h x h``; K and V
+  are ``h x kv_heads*head_dim``); multi-head attention (``kv_heads == heads``) gives ``4 h^2``.
+  DeepSeek's MLA is approximated by MHA of the same width (within 10% of its real count).
+* FFN per layer: ``3 h f`` when gated (SwiGLU: gate, up, down), ``2 h f`` otherwise (GPT-3).
+* MoE layer: ``(E + E_shared) * 3 h f_moe`` expert weights plus ``h E`` for the router;
+  active per token: ``(k + E_shared) * 3 h f_moe``.
+* embeddings: ``vocab * h``, doubled when the output head is untied.
+
+Compute time follows the usual ``6 x active params x tokens`` rule per iteration (2 forward,
+4 backward), at ``gpu_flops * mfu`` per GPU; attention's quadratic term is ignored.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from trainfabric.config import Config, validate
+from trainfabric.errors import ConfigError
+
+
+class ModelSpec(Config):
+    """Transformer shape. Sizes are counts; ``dtype_bytes`` is bytes per activation element."""
+
+    name: str = "model"
+    layers: int = Field(ge=1)
+    hidden: int = Field(ge=1)
+    seq_len: int = Field(ge=1)
+    vocab: int = Field(ge=1)
+    heads: int = Field(default=1, ge=1)
+    kv_heads: int | None = Field(default=None, ge=1)
+    ffn_hidden: int | None = Field(default=None, ge=1)
+    gated_ffn: bool = False
+    tied_embeddings: bool = True
+    moe_experts: int = Field(default=0, ge=0)
+    moe_shared_experts: int = Field(default=0, ge=0)
+    moe_top_k: int = Field(default=0, ge=0)
+    moe_ffn_hidden: int | None = Field(default=None, ge=1)
+    first_dense_layers: int = Field(default=0, ge=0)
+    dtype_bytes: int = Field(default=2, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelSpec:
+        if self.hidden % self.heads:
+            raise ValueError("hidden must be a multiple of heads")
+        if self.kv_heads is not None and self.heads % self.kv_heads:
+            raise ValueError("heads must be a multiple of kv_heads")
+        if self.is_moe and not 1 <= self.moe_top_k <= self.moe_experts:
+            raise ValueError("moe_top_k must be in [1, moe_experts]")
+        if self.moe_top_k and not self.moe_experts:
+            raise ValueError("moe_top_k > 0 needs moe_experts > 0")
+        if self.first_dense_layers > self.layers:
+            raise ValueError("first_dense_layers exceeds layers")
+        return self
+
+    @property
+    def is_moe(self) -> bool:
+        return self.moe_experts > 0
+
+    @property
+    def ffn(self) -> int:
+        return self.ffn_hidden or 4 * self.hidden
+
+    @property
+    def moe_ffn(self) -> int:
+        return self.moe_ffn_hidden or self.ffn
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether 0-based ``layer`` is an MoE layer (the first ``first_dense_layers`` are dense)."""
+        return self.is_moe and layer >= self.first_dense_layers
+
+    @property
+    def attention_params(self) -> int:
+        h = self.hidden
+        kv = (self.kv_heads or self.heads) * (h // self.heads)
+        return 2 * h * h + 2 * h * kv
+
+    @property
+    def dense_ffn_params(self) -> int:
+        return (3 if self.gated_ffn else 2) * self.hidden * self.ffn
+
+    @property
+    def expert_params(self) -> int:
+        """Weights of one expert (always gated, as in Mixtral and DeepSeek)."""
+        return 3 * self.hidden * self.moe_ffn
+
+    @property
+    def embedding_params(self) -> int:
+        return self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+
+    def layer_params(self, layer: int, active: bool = False) -> int:
+        """Parameters of one layer; ``active`` counts only the experts a token visits."""
+        if not self.is_moe_layer(layer):
+            return self.attention_params + self.dense_ffn_params
+        experts = (self.moe_top_k if active else self.moe_experts) + self.moe_shared_experts
+        return self.attention_params + experts * self.expert_params + self.hidden * self.moe_experts
+
+    def params(self, active: bool = False) -> int:
+        """Total (or active-per-token) parameter count."""
+        return self.embedding_params + sum(self.layer_params(i, active) for i in range(self.layers))
+
+
+class ParallelismSpec(Config):
+    """Degrees of tensor (TP), pipeline (PP), data (DP) and expert (EP) parallelism.
+
+    EP groups are carved out of the DP dimension (Megatron's convention): ``ep`` must divide
+    ``dp`` and the expert count. ``dp_collective`` picks the gradient all-reduce algorithm.
+    """
+
+    tp: int = Field(default=1, ge=1)
+    pp: int = Field(default=1, ge=1)
+    dp: int = Field(default=1, ge=1)
+    ep: int = Field(default=1, ge=1)
+    micro_batches: int = Field(default=4, ge=1)
+    micro_batch_size: int = Field(default=1, ge=1)
+    schedule: Literal["gpipe", "1f1b"] = "1f1b"
+    dp_collective: Literal["ring", "halving_doubling"] = "ring"
+    distributed_optimizer: bool = True
+    grad_dtype_bytes: int = Field(default=4, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> ParallelismSpec:
+        if self.dp % self.ep:
+            raise ValueError("ep must divide dp")
+        if self.dp_collective == "halving_doubling" and self.dp & (self.dp - 1):
+            raise ValueError("halving_doubling needs dp to be a power of two")
+        return self
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+
+class PlacementSpec(Config):
+    """GPUs per pod (the scale-up domain that the inter-pod network does not see) and pods."""
+
+    gpus_per_pod: int = Field(default=8, ge=1)
+    pods: int = Field(ge=1)
+
+
+class ComputeSpec(Config):
+    """GPU throughput: ``gpu_flops`` (FLOP/s, dense bf16) at model-FLOPs utilisation ``mfu``."""
+
+    gpu_flops: float = Field(default=989e12, gt=0)
+    mfu: float = Field(default=0.4, gt=0, le=1)
+    latency_s: float = Field(default=5e-6, ge=0)
+
+    @property
+    def flops_per_s(self) -> float:
+        return self.gpu_flops * self.mfu
+
+
+class Job(Config):
+    """A training job: what runs, how it is split, where it sits.
+
+    Rank layout (Megatron order): ``rank = t + tp * (d + dp * p)`` for TP rank ``t``, DP rank
+    ``d``, PP stage ``p``; pod of a rank = ``rank // gpus_per_pod``. A TP group must sit inside
+    one pod (``gpus_per_pod % tp == 0``): tensor parallelism stays on the scale-up domain.
+    """
+
+    name: str = "job"
+    model: ModelSpec
+    parallelism: ParallelismSpec = ParallelismSpec()
+    placement: PlacementSpec
+    compute: ComputeSpec = ComputeSpec()
+    moe_skew_gini: float = Field(default=0.2, ge=0, lt=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> Job:
+        par, pl, m = self.parallelism, self.placement, self.model
+        if par.gpus != pl.gpus_per_pod * pl.pods:
+            raise ValueError(
+                f"tp*pp*dp = {par.gpus} GPUs but placement has "
+                f"{pl.gpus_per_pod}*{pl.pods} = {pl.gpus_per_pod * pl.pods}"
+            )
+        if pl.gpus_per_pod % par.tp:
+            raise ValueError("gpus_per_pod must be a multiple of tp (TP stays inside a pod)")
+        if par.pp > m.layers:
+            raise ValueError("pp exceeds the number of layers")
+        if m.is_moe and m.moe_experts % par.ep:
+            raise ValueError("ep must divide moe_experts")
+        if not m.is_moe and par.ep != 1:
+            raise ValueError("ep > 1 needs an MoE model")
+        return self
+
+    def stage_layers(self, stage: int) -> range:
+        """Layers of pipeline ``stage``: as even as possible, earlier stages take the remainder."""
+        base, extra = divmod(self.model.layers, self.parallelism.pp)
+        start = stage * base + min(stage, extra)
+        return range(start, start + base + (stage < extra))
+
+    def rank(self, t: int, d: int, p: int) -> int:
+        par = self.parallelism
+        return t + par.tp * (d + par.dp * p)
+
+    def pod_of(self, rank: int) -> int:
+        return rank // self.placement.gpus_per_pod
+
+
+def remap_onto_pods(job: Job, pods: int, absorb: Literal["dp", "pp"] = "dp") -> Job:
+    """The same job on ``pods`` pods: the ``absorb`` dimension (DP or PP) takes up the change.
+
+    EP follows DP when it spanned all of DP. Degrees that do not divide raise a ConfigError
+    naming ``pods``.
+    """
+    par, pl = job.parallelism, job.placement
+    gpus = pods * pl.gpus_per_pod
+    other = par.tp * (par.pp if absorb == "dp" else par.dp)
+    if gpus % other:
+        raise ConfigError("pods", f"{gpus} GPUs are not a multiple of the fixed degrees ({other})")
+    new = gpus // other
+    updates: dict[str, int] = {absorb: new}
+    if absorb == "dp" and par.ep == par.dp and job.model.is_moe:
+        updates["ep"] = math.gcd(new, job.model.moe_experts)
+    data = job.model_dump()
+    data["parallelism"].update(updates)
+    data["placement"]["pods"] = pods
+    return validate(Job, data, prefix="pods -> ")

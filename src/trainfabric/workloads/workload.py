@@ -1,0 +1,102 @@
+"""A workload is a preset name, a job TOML, or an interchange JSON file (DAG or traffic).
+
+:func:`load_workload` resolves any of them to a :class:`Workload` with both views of the
+traffic: the task DAG and the phase traffic matrices. :func:`summarize` is what
+``trainfabric workloads show`` prints.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from trainfabric.config import load_toml
+from trainfabric.errors import ConfigError
+from trainfabric.workloads import interchange
+from trainfabric.workloads.build import build_dag
+from trainfabric.workloads.dag import BARRIER, COMM, COMPUTE, TaskDAG
+from trainfabric.workloads.job import Job, remap_onto_pods
+from trainfabric.workloads.presets import PRESETS, get_preset
+from trainfabric.workloads.traffic import PhaseTraffic, dag_from_traffic, traffic_from_dag
+
+
+@dataclass(eq=False)
+class Workload:
+    """Both views of one iteration's traffic; ``job`` is None for workloads read from JSON."""
+
+    name: str
+    dag: TaskDAG
+    job: Job | None = None
+    _traffic: PhaseTraffic | None = field(default=None, repr=False)
+
+    @cached_property
+    def traffic(self) -> PhaseTraffic:
+        return self._traffic if self._traffic is not None else traffic_from_dag(self.dag)
+
+
+def is_file_spec(spec: str) -> bool:
+    """A workload argument names a file when it exists or ends in .json / .toml."""
+    return Path(spec).exists() or spec.endswith((".json", ".toml"))
+
+
+def load_workload(spec: str, pods: int | None = None, seed: int = 0) -> Workload:
+    """Resolve a preset name or a file into a Workload (``pods`` re-maps presets and jobs)."""
+    if not is_file_spec(spec):
+        return Workload(spec, build_dag(get_preset(spec, pods), seed), get_preset(spec, pods))
+    path = Path(spec)
+    if path.suffix == ".toml":
+        job = load_toml(path, Job)
+        if pods is not None and pods != job.placement.pods:
+            job = remap_onto_pods(job, pods)
+        return Workload(job.name, build_dag(job, seed), job)
+    obj = interchange.load(path)
+    n = obj.n_pods
+    if pods is not None and pods != n:
+        raise ConfigError("pods", f"{path} describes {n} pods; a file cannot be re-mapped")
+    if isinstance(obj, PhaseTraffic):
+        return Workload(path.stem, dag_from_traffic(obj), None, obj)
+    return Workload(path.stem, obj)
+
+
+def summarize(w: Workload, rate_bps: float) -> dict[str, Any]:
+    """Counts, bytes per phase kind and the critical path at a uniform pod-pair rate."""
+    dag, tr = w.dag, w.traffic
+    kinds: dict[str, dict[str, float]] = {}
+    per_phase = tr.phase_bytes()
+    for ph, nbytes in zip(tr.phases, per_phase, strict=True):
+        row = kinds.setdefault(ph.kind, {"count": 0, "bytes": 0.0, "intra_pod_bytes": 0.0})
+        row["count"] += 1
+        row["bytes"] += float(nbytes)
+        row["intra_pod_bytes"] += ph.intra_pod_bytes
+    out: dict[str, Any] = {
+        "workload": w.name,
+        "pods": dag.n_pods,
+        "nodes": dag.n_nodes,
+        "edges": dag.n_edges,
+        "compute_nodes": int(np.sum(dag.kind == COMPUTE)),
+        "comm_nodes": int(np.sum(dag.kind == COMM)),
+        "barrier_nodes": int(np.sum(dag.kind == BARRIER)),
+        "comm_bytes": dag.comm_bytes(),
+        "phases": len(tr),
+        "phase_kinds": kinds,
+        "rate_bps": rate_bps,
+        "critical_path_s": dag.critical_path_at(rate_bps),
+        "compute_only_s": dag.compute_time(),
+    }
+    if w.job is not None:
+        m, par = w.job.model, w.job.parallelism
+        out["job"] = {
+            "model": m.name, "params": m.params(), "active_params": m.params(active=True),
+            "tp": par.tp, "pp": par.pp, "dp": par.dp, "ep": par.ep,
+            "micro_batches": par.micro_batches, "schedule": par.schedule,
+            "gpus": par.gpus, "gpus_per_pod": w.job.placement.gpus_per_pod,
+        }
+    return out
+
+
+def workload_names() -> list[str]:
+    return list(PRESETS)
