@@ -1,0 +1,206 @@
+"""The ``trainfabric`` command: one sub-command group per pillar, a thin layer over the API.
+
+Conventions: ``--json`` prints exactly one JSON object on stdout; tables and progress go to
+stderr/stdout for people; ``--config FILE.toml`` supplies option values (keys are the option
+names, ``-`` or ``_``); user errors print one line and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from typer._click.exceptions import NoArgsIsHelpError
+from rich.console import Console
+from rich.table import Table
+
+from trainfabric.config import read_toml
+from trainfabric.errors import ConfigError, TrainfabricError
+
+app = typer.Typer(
+    help="Plan, simulate and schedule the networks of large AI-training clusters.",
+    no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False,
+)
+workloads_app = typer.Typer(help="Training jobs -> task DAGs and traffic matrices.", no_args_is_help=True)
+ocs_app = typer.Typer(help="Optical circuit switch wiring (commands land with the OCS issues).")
+fabric_app = typer.Typer(help="Multiplane Ethernet fabric simulation (commands land with the fabric issues).")
+diloco_app = typer.Typer(help="Workload-aware DiLoCo sync policies (commands land with the DiLoCo issues).")
+app.add_typer(workloads_app, name="workloads")
+app.add_typer(ocs_app, name="ocs")
+app.add_typer(fabric_app, name="fabric")
+app.add_typer(diloco_app, name="diloco")
+
+out = Console()
+err = Console(stderr=True)
+
+
+def _load_config(ctx: typer.Context, _param: typer.CallbackParam, value: str | None) -> str | None:
+    """Eager ``--config`` callback: TOML keys become the command's option defaults."""
+    if value is None:
+        return value
+    data = {k.replace("-", "_"): v for k, v in read_toml(value).items()}
+    known = {p.name for p in ctx.command.params if p.name != "config"}
+    for key in data:
+        if key not in known:
+            raise ConfigError(f"config.{key}", f"unknown option; known: {', '.join(sorted(known))}")
+    ctx.default_map = {**(ctx.default_map or {}), **data}
+    return value
+
+
+ConfigOpt = Annotated[
+    str | None,
+    typer.Option("--config", help="TOML file of option values.", callback=_load_config, is_eager=True),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
+
+
+def _emit_json(obj: Any) -> None:
+    sys.stdout.write(json.dumps(obj, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o)) + "\n")
+
+
+# -- workloads --------------------------------------------------------------------------------
+@workloads_app.command("list")
+def workloads_list(config: ConfigOpt = None, json_out: JsonOpt = False) -> None:
+    """List the built-in presets."""
+    from trainfabric.workloads.presets import PRESETS
+
+    rows = {name: p.description for name, p in PRESETS.items()}
+    if json_out:
+        return _emit_json({"presets": rows})
+    table = Table("preset", "description")
+    for name, desc in rows.items():
+        table.add_row(name, desc)
+    out.print(table)
+
+
+@workloads_app.command("show")
+def workloads_show(
+    workload: Annotated[str, typer.Argument(help="Preset name or a .json/.toml file.")],
+    pods: Annotated[int | None, typer.Option(help="Re-map the job onto this many pods.")] = None,
+    rate_gbps: Annotated[float, typer.Option(help="Uniform pod-pair rate for the critical path (Gb/s).")] = 100.0,
+    seed: Annotated[int, typer.Option(help="Seed of the MoE expert-load draw.")] = 0,
+    config: ConfigOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Summarise a workload: nodes, edges, bytes per phase, critical path at a uniform rate."""
+    from trainfabric.workloads import load_workload, summarize
+
+    if rate_gbps <= 0:
+        raise ConfigError("rate_gbps", "must be > 0")
+    s = summarize(load_workload(workload, pods, seed), rate_gbps * 1e9)
+    if json_out:
+        return _emit_json(s)
+    head = Table("quantity", "value", title=f"workload {s['workload']}")
+    for key in ("pods", "nodes", "edges", "compute_nodes", "comm_nodes", "barrier_nodes", "phases"):
+        head.add_row(key, f"{s[key]:,}")
+    head.add_row("inter-pod bytes / iteration", f"{s['comm_bytes'] / 1e9:,.3f} GB")
+    head.add_row(f"critical path @ {rate_gbps:g} Gb/s per pod pair", f"{s['critical_path_s']:.4f} s")
+    head.add_row("critical path, communication free", f"{s['compute_only_s']:.4f} s")
+    for key, val in (s.get("job") or {}).items():
+        head.add_row(f"job.{key}", f"{val:,}" if isinstance(val, int) else str(val))
+    out.print(head)
+    phases = Table("phase kind", "phases", "inter-pod GB", "intra-pod GB")
+    for kind, row in s["phase_kinds"].items():
+        phases.add_row(kind, str(row["count"]), f"{row['bytes'] / 1e9:,.3f}", f"{row['intra_pod_bytes'] / 1e9:,.3f}")
+    out.print(phases)
+
+
+@workloads_app.command("export")
+def workloads_export(
+    workload: Annotated[str, typer.Argument(help="Preset name or a .json/.toml file.")],
+    file: Annotated[Path, typer.Argument(help="Output JSON file.")],
+    traffic: Annotated[bool, typer.Option(help="Write the traffic-matrix sequence instead of the DAG.")] = False,
+    pods: Annotated[int | None, typer.Option(help="Re-map the job onto this many pods.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the MoE expert-load draw.")] = 0,
+    config: ConfigOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Write a workload in the versioned JSON interchange format (task DAG or traffic)."""
+    from trainfabric.workloads import interchange, load_workload
+
+    w = load_workload(workload, pods, seed)
+    path = interchange.save(w.traffic if traffic else w.dag, file)
+    info = {"path": str(path), "format": interchange.TRAFFIC_FORMAT if traffic else interchange.DAG_FORMAT,
+            "nodes": w.dag.n_nodes, "phases": len(w.traffic)}
+    if json_out:
+        return _emit_json(info)
+    err.print(f"wrote {info['format']} v{interchange.VERSION} to {path}")
+
+
+# -- sweeps and reports -----------------------------------------------------------------------
+@app.command("sweep")
+def sweep(
+    file: Annotated[Path, typer.Argument(help="Sweep TOML: experiment, seeds, [base], [grid].")],
+    executor: Annotated[str, typer.Option(help="local (process pool), ray, or serial.")] = "local",
+    address: Annotated[str | None, typer.Option(help="Ray cluster address (default: a local Ray).")] = None,
+    workers: Annotated[int | None, typer.Option(help="Local worker processes (default: CPU count).")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Run directory (default runs/<name>).")] = None,
+    config: ConfigOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Run a parameter grid x seeds; re-running the same command resumes finished cells."""
+    from trainfabric.experiments import load_sweep, run_sweep
+
+    spec = load_sweep(file)
+    res = run_sweep(spec, out_dir, executor=executor, workers=workers, address=address)
+    info = {"run_dir": str(res.run_dir), "cells": len(res.computed) + len(res.skipped),
+            "computed": len(res.computed), "skipped": len(res.skipped), "rows": len(res.results)}
+    if json_out:
+        return _emit_json(info)
+    err.print(f"{info['computed']} cells computed, {info['skipped']} resumed -> {res.run_dir}")
+
+
+@app.command("report")
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory.")],
+    config: ConfigOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Render RUN_DIR/report.html (tables and figures) from any run directory."""
+    from trainfabric.experiments import render_report
+
+    path = render_report(run_dir)
+    if json_out:
+        return _emit_json({"report": str(path)})
+    err.print(f"report: {path}")
+
+
+@app.command("demo")
+def demo(
+    out_dir: Annotated[Path, typer.Option("--out", help="Where the demo writes its run directory.")] = Path("runs/demo"),
+    config: ConfigOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """The main job on embedded defaults: every pillar's small scenario, then one report."""
+    from trainfabric.demo import run_demo
+
+    result = run_demo(out_dir, console=err if json_out else out)
+    if json_out:
+        return _emit_json(result)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: user errors become one line on stderr and exit code 2."""
+    try:
+        app(args=argv, standalone_mode=False)
+    except TrainfabricError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        raise SystemExit(2) from None
+    except typer.Exit as exc:
+        raise SystemExit(exc.exit_code) from None
+    except NoArgsIsHelpError as exc:
+        exc.show()
+        raise SystemExit(exc.exit_code) from None
+    except typer.TyperException as exc:
+        sys.stderr.write(f"error: {exc.format_message()}\n")
+        raise SystemExit(2) from None
+    except typer.Abort:
+        sys.stderr.write("aborted\n")
+        raise SystemExit(130) from None
+
+
+if __name__ == "__main__":
+    main()
