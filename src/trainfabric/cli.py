@@ -13,21 +13,29 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from typer._click.exceptions import NoArgsIsHelpError
 from rich.console import Console
 from rich.table import Table
+from typer._click.exceptions import NoArgsIsHelpError
 
 from trainfabric.config import read_toml
 from trainfabric.errors import ConfigError, TrainfabricError
 
 app = typer.Typer(
     help="Plan, simulate and schedule the networks of large AI-training clusters.",
-    no_args_is_help=True, pretty_exceptions_enable=False, add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
 )
-workloads_app = typer.Typer(help="Training jobs -> task DAGs and traffic matrices.", no_args_is_help=True)
+workloads_app = typer.Typer(
+    help="Training jobs -> task DAGs and traffic matrices.", no_args_is_help=True
+)
 ocs_app = typer.Typer(help="Optical circuit switch wiring (commands land with the OCS issues).")
-fabric_app = typer.Typer(help="Multiplane Ethernet fabric simulation (commands land with the fabric issues).")
-diloco_app = typer.Typer(help="Workload-aware DiLoCo sync policies (commands land with the DiLoCo issues).")
+fabric_app = typer.Typer(
+    help="Multiplane Ethernet fabric simulation (commands land with the fabric issues)."
+)
+diloco_app = typer.Typer(
+    help="Workload-aware DiLoCo sync policies (commands land with the DiLoCo issues)."
+)
 app.add_typer(workloads_app, name="workloads")
 app.add_typer(ocs_app, name="ocs")
 app.add_typer(fabric_app, name="fabric")
@@ -52,13 +60,17 @@ def _load_config(ctx: typer.Context, _param: typer.CallbackParam, value: str | N
 
 ConfigOpt = Annotated[
     str | None,
-    typer.Option("--config", help="TOML file of option values.", callback=_load_config, is_eager=True),
+    typer.Option(
+        "--config", help="TOML file of option values.", callback=_load_config, is_eager=True
+    ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
 
 
 def _emit_json(obj: Any) -> None:
-    sys.stdout.write(json.dumps(obj, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o)) + "\n")
+    sys.stdout.write(
+        json.dumps(obj, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o)) + "\n"
+    )
 
 
 # -- workloads --------------------------------------------------------------------------------
@@ -80,7 +92,9 @@ def workloads_list(config: ConfigOpt = None, json_out: JsonOpt = False) -> None:
 def workloads_show(
     workload: Annotated[str, typer.Argument(help="Preset name or a .json/.toml file.")],
     pods: Annotated[int | None, typer.Option(help="Re-map the job onto this many pods.")] = None,
-    rate_gbps: Annotated[float, typer.Option(help="Uniform pod-pair rate for the critical path (Gb/s).")] = 100.0,
+    rate_gbps: Annotated[
+        float, typer.Option(help="Uniform pod-pair rate for the critical path (Gb/s).")
+    ] = 100.0,
     seed: Annotated[int, typer.Option(help="Seed of the MoE expert-load draw.")] = 0,
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
@@ -97,14 +111,21 @@ def workloads_show(
     for key in ("pods", "nodes", "edges", "compute_nodes", "comm_nodes", "barrier_nodes", "phases"):
         head.add_row(key, f"{s[key]:,}")
     head.add_row("inter-pod bytes / iteration", f"{s['comm_bytes'] / 1e9:,.3f} GB")
-    head.add_row(f"critical path @ {rate_gbps:g} Gb/s per pod pair", f"{s['critical_path_s']:.4f} s")
+    head.add_row(
+        f"critical path @ {rate_gbps:g} Gb/s per pod pair", f"{s['critical_path_s']:.4f} s"
+    )
     head.add_row("critical path, communication free", f"{s['compute_only_s']:.4f} s")
     for key, val in (s.get("job") or {}).items():
         head.add_row(f"job.{key}", f"{val:,}" if isinstance(val, int) else str(val))
     out.print(head)
     phases = Table("phase kind", "phases", "inter-pod GB", "intra-pod GB")
     for kind, row in s["phase_kinds"].items():
-        phases.add_row(kind, str(row["count"]), f"{row['bytes'] / 1e9:,.3f}", f"{row['intra_pod_bytes'] / 1e9:,.3f}")
+        phases.add_row(
+            kind,
+            str(row["count"]),
+            f"{row['bytes'] / 1e9:,.3f}",
+            f"{row['intra_pod_bytes'] / 1e9:,.3f}",
+        )
     out.print(phases)
 
 
@@ -112,7 +133,9 @@ def workloads_show(
 def workloads_export(
     workload: Annotated[str, typer.Argument(help="Preset name or a .json/.toml file.")],
     file: Annotated[Path, typer.Argument(help="Output JSON file.")],
-    traffic: Annotated[bool, typer.Option(help="Write the traffic-matrix sequence instead of the DAG.")] = False,
+    traffic: Annotated[
+        bool, typer.Option(help="Write the traffic-matrix sequence instead of the DAG.")
+    ] = False,
     pods: Annotated[int | None, typer.Option(help="Re-map the job onto this many pods.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the MoE expert-load draw.")] = 0,
     config: ConfigOpt = None,
@@ -123,8 +146,12 @@ def workloads_export(
 
     w = load_workload(workload, pods, seed)
     path = interchange.save(w.traffic if traffic else w.dag, file)
-    info = {"path": str(path), "format": interchange.TRAFFIC_FORMAT if traffic else interchange.DAG_FORMAT,
-            "nodes": w.dag.n_nodes, "phases": len(w.traffic)}
+    info = {
+        "path": str(path),
+        "format": interchange.TRAFFIC_FORMAT if traffic else interchange.DAG_FORMAT,
+        "nodes": w.dag.n_nodes,
+        "phases": len(w.traffic),
+    }
     if json_out:
         return _emit_json(info)
     err.print(f"wrote {info['format']} v{interchange.VERSION} to {path}")
@@ -135,9 +162,15 @@ def workloads_export(
 def sweep(
     file: Annotated[Path, typer.Argument(help="Sweep TOML: experiment, seeds, [base], [grid].")],
     executor: Annotated[str, typer.Option(help="local (process pool), ray, or serial.")] = "local",
-    address: Annotated[str | None, typer.Option(help="Ray cluster address (default: a local Ray).")] = None,
-    workers: Annotated[int | None, typer.Option(help="Local worker processes (default: CPU count).")] = None,
-    out_dir: Annotated[Path | None, typer.Option("--out", help="Run directory (default runs/<name>).")] = None,
+    address: Annotated[
+        str | None, typer.Option(help="Ray cluster address (default: a local Ray).")
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option(help="Local worker processes (default: CPU count).")
+    ] = None,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="Run directory (default runs/<name>).")
+    ] = None,
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -146,8 +179,13 @@ def sweep(
 
     spec = load_sweep(file)
     res = run_sweep(spec, out_dir, executor=executor, workers=workers, address=address)
-    info = {"run_dir": str(res.run_dir), "cells": len(res.computed) + len(res.skipped),
-            "computed": len(res.computed), "skipped": len(res.skipped), "rows": len(res.results)}
+    info = {
+        "run_dir": str(res.run_dir),
+        "cells": len(res.computed) + len(res.skipped),
+        "computed": len(res.computed),
+        "skipped": len(res.skipped),
+        "rows": len(res.results),
+    }
     if json_out:
         return _emit_json(info)
     err.print(f"{info['computed']} cells computed, {info['skipped']} resumed -> {res.run_dir}")
@@ -170,7 +208,9 @@ def report(
 
 @app.command("demo")
 def demo(
-    out_dir: Annotated[Path, typer.Option("--out", help="Where the demo writes its run directory.")] = Path("runs/demo"),
+    out_dir: Annotated[
+        Path, typer.Option("--out", help="Where the demo writes its run directory.")
+    ] = Path("runs/demo"),
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:

@@ -33,7 +33,9 @@ def test_export_then_show_file_agrees(capsys, tmp_path):
     t = tmp_path / "pipe_tm.json"
     assert run(capsys, "workloads", "export", "pipeline", str(t), "--traffic")[0] == 0
     c = json.loads(run(capsys, "workloads", "show", str(t), "--json")[1])
-    assert c["comm_bytes"] == pytest.approx(json.loads(run(capsys, "workloads", "show", "pipeline", "--json")[1])["comm_bytes"])
+    assert c["comm_bytes"] == pytest.approx(
+        json.loads(run(capsys, "workloads", "show", "pipeline", "--json")[1])["comm_bytes"]
+    )
 
 
 @pytest.mark.parametrize(

@@ -29,25 +29,39 @@ def jobs(draw):
     gpus = tp * pp * dp
     gpp = draw(st.sampled_from([g for g in (1, 2, 4, 8, 16) if g % tp == 0 and gpus % g == 0]))
     model = dict(
-        layers=layers, hidden=draw(st.sampled_from([64, 128])), heads=4,
-        seq_len=draw(st.sampled_from([16, 64])), vocab=draw(st.integers(50, 500)),
-        gated_ffn=draw(st.booleans()), tied_embeddings=draw(st.booleans()),
+        layers=layers,
+        hidden=draw(st.sampled_from([64, 128])),
+        heads=4,
+        seq_len=draw(st.sampled_from([16, 64])),
+        vocab=draw(st.integers(50, 500)),
+        gated_ffn=draw(st.booleans()),
+        tied_embeddings=draw(st.booleans()),
     )
     if moe:
         model.update(
-            moe_experts=ep * draw(st.integers(1, 3)), moe_shared_experts=draw(st.integers(0, 1)),
+            moe_experts=ep * draw(st.integers(1, 3)),
+            moe_shared_experts=draw(st.integers(0, 1)),
             first_dense_layers=draw(st.integers(0, layers)),
         )
         model["moe_top_k"] = draw(st.integers(1, model["moe_experts"]))
     par = dict(
-        tp=tp, pp=pp, dp=dp, ep=ep, micro_batches=draw(st.integers(1, 4)),
-        micro_batch_size=draw(st.integers(1, 2)), schedule=draw(st.sampled_from(["gpipe", "1f1b"])),
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        ep=ep,
+        micro_batches=draw(st.integers(1, 4)),
+        micro_batch_size=draw(st.integers(1, 2)),
+        schedule=draw(st.sampled_from(["gpipe", "1f1b"])),
         dp_collective=draw(st.sampled_from(["ring", "halving_doubling"])),
         distributed_optimizer=draw(st.booleans()),
     )
     return Job.model_validate(
-        dict(model=model, parallelism=par, placement=dict(gpus_per_pod=gpp, pods=gpus // gpp),
-             moe_skew_gini=draw(st.floats(0, 0.4)))
+        dict(
+            model=model,
+            parallelism=par,
+            placement=dict(gpus_per_pod=gpp, pods=gpus // gpp),
+            moe_skew_gini=draw(st.floats(0, 0.4)),
+        )
     )
 
 
@@ -117,7 +131,9 @@ def test_compute_flops_and_critical_path(job, seed):
     dag = build_dag(job, seed)
     if job.placement.gpus_per_pod == job.parallelism.tp:  # one shard per pod node: durations add up
         gpu_seconds = dag.duration_s.sum() * job.parallelism.tp
-        assert gpu_seconds * job.compute.flops_per_s == pytest.approx(iteration_flops(job), rel=1e-9)
+        assert gpu_seconds * job.compute.flops_per_s == pytest.approx(
+            iteration_flops(job), rel=1e-9
+        )
     for rate in (1e9, 1e11):
         dur = dag.durations(rate)
         assert dag.critical_path(dur) == pytest.approx(reference_longest_path(dag, dur), rel=1e-12)
@@ -128,7 +144,9 @@ def test_compute_flops_and_critical_path(job, seed):
 def test_schedule_is_a_valid_pipeline_order(stages, micro, kind):
     for p in range(stages):
         ops = schedule(stages, micro, p, kind)
-        assert sorted(ops) == sorted([("F", j) for j in range(micro)] + [("B", j) for j in range(micro)])
+        assert sorted(ops) == sorted(
+            [("F", j) for j in range(micro)] + [("B", j) for j in range(micro)]
+        )
         pos = {op: i for i, op in enumerate(ops)}
         assert all(pos["F", j] < pos["B", j] for j in range(micro))
         assert [j for d, j in ops if d == "F"] == list(range(micro))

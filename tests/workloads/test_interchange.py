@@ -7,7 +7,13 @@ import numpy as np
 import pytest
 
 from trainfabric.errors import FormatError
-from trainfabric.workloads import get_preset, build_dag, dag_from_traffic, load_workload, traffic_from_dag
+from trainfabric.workloads import (
+    build_dag,
+    dag_from_traffic,
+    get_preset,
+    load_workload,
+    traffic_from_dag,
+)
 from trainfabric.workloads import interchange as ix
 
 
@@ -19,7 +25,17 @@ def hybrid():
 def test_dag_round_trip(tmp_path, hybrid):
     path = ix.save(hybrid, tmp_path / "h.json")
     back = ix.load(path)
-    for f in ("kind", "pod", "dst", "duration_s", "bytes", "latency_s", "phase", "indptr", "indices"):
+    for f in (
+        "kind",
+        "pod",
+        "dst",
+        "duration_s",
+        "bytes",
+        "latency_s",
+        "phase",
+        "indptr",
+        "indices",
+    ):
         np.testing.assert_array_equal(getattr(back, f), getattr(hybrid, f), err_msg=f)
     assert back.phases == hybrid.phases
     assert back.critical_path_at(1e11) == hybrid.critical_path_at(1e11)
@@ -42,7 +58,9 @@ def test_traffic_round_trip_and_dag_of_phases(tmp_path, hybrid):
 
 def tiny():
     return {
-        "format": "trainfabric.taskdag", "version": 1, "pods": 2,
+        "format": "trainfabric.taskdag",
+        "version": 1,
+        "pods": 2,
         "nodes": [
             {"id": "a", "kind": "compute", "pod": 0, "duration_s": 1.0},
             {"id": "x", "kind": "comm", "src": 0, "dst": 1, "bytes": 1e9, "latency_s": 0.5},

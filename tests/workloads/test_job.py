@@ -48,7 +48,8 @@ def test_stage_layers_uneven_split():
 def _job_dict(**par):
     return dict(
         model=dict(layers=4, hidden=64, seq_len=32, vocab=100, moe_experts=8, moe_top_k=2),
-        parallelism=par, placement=dict(gpus_per_pod=4, pods=2),
+        parallelism=par,
+        placement=dict(gpus_per_pod=4, pods=2),
     )
 
 
@@ -58,7 +59,10 @@ def _job_dict(**par):
         (dict(tp=2, dp=2), "<root>"),  # 4 GPUs but 8 in the placement
         (dict(tp=2, dp=4, ep=3), "parallelism"),  # ep does not divide dp
         (dict(tp=8, dp=1), "<root>"),  # TP group larger than a pod
-        (dict(dp=8, dp_collective="halving_doubling", ep=8, micro_batches=0), "parallelism.micro_batches"),
+        (
+            dict(dp=8, dp_collective="halving_doubling", ep=8, micro_batches=0),
+            "parallelism.micro_batches",
+        ),
     ],
 )
 def test_bad_jobs_name_the_field(par, field):

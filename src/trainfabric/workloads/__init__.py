@@ -14,7 +14,24 @@ from trainfabric.workloads.traffic import PhaseTraffic, dag_from_traffic, traffi
 from trainfabric.workloads.workload import Workload, load_workload, summarize
 
 __all__ = [
-    "BARRIER", "COMM", "COMPUTE", "ComputeSpec", "Job", "ModelSpec", "PRESETS", "ParallelismSpec",
-    "Phase", "PhaseTraffic", "PlacementSpec", "TaskDAG", "Workload", "build_dag",
-    "dag_from_traffic", "get_preset", "load_workload", "schedule", "summarize", "traffic_from_dag",
+    "BARRIER",
+    "COMM",
+    "COMPUTE",
+    "ComputeSpec",
+    "Job",
+    "ModelSpec",
+    "PRESETS",
+    "ParallelismSpec",
+    "Phase",
+    "PhaseTraffic",
+    "PlacementSpec",
+    "TaskDAG",
+    "Workload",
+    "build_dag",
+    "dag_from_traffic",
+    "get_preset",
+    "load_workload",
+    "schedule",
+    "summarize",
+    "traffic_from_dag",
 ]

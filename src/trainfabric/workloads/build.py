@@ -81,7 +81,8 @@ class _Builder:
     def add_phase(self, kind, name, src_ranks, dst_ranks, nbytes, preds=(), succs=()):
         """Aggregate GPU flows to directed pod pairs and add them as one phase."""
         su, sv, w = (
-            a.ravel() for a in np.broadcast_arrays(
+            a.ravel()
+            for a in np.broadcast_arrays(
                 self.pod(src_ranks), self.pod(dst_ranks), np.asarray(nbytes, dtype=float)
             )
         )
@@ -91,8 +92,15 @@ class _Builder:
         keys, inv = np.unique(key, return_inverse=True)
         agg = np.bincount(inv, weights=w[inter], minlength=keys.size)
         return self.b.phase(
-            kind, name, keys // n, keys % n, agg, self.job.compute.latency_s,
-            float(w[~inter].sum()), preds, succs,
+            kind,
+            name,
+            keys // n,
+            keys % n,
+            agg,
+            self.job.compute.latency_s,
+            float(w[~inter].sum()),
+            preds,
+            succs,
         )
 
     def steps_phases(self, kind, name, groups_steps, preds):
@@ -115,8 +123,12 @@ class _Builder:
         for layer in job.stage_layers(p):
             flops += sizes.dense_flops_per_token(job, layer)
             if m.is_moe_layer(layer):
-                segs += [("compute", flops), ("moe", "dispatch", layer), ("expert", layer, 1.0),
-                         ("moe", "combine", layer)]
+                segs += [
+                    ("compute", flops),
+                    ("moe", "dispatch", layer),
+                    ("expert", layer, 1.0),
+                    ("moe", "combine", layer),
+                ]
                 flops = 0.0
         if p == self.par.pp - 1:
             flops += sizes.head_flops_per_token(job)
@@ -126,7 +138,10 @@ class _Builder:
             return segs
         back = {"dispatch": "combine_bwd", "combine": "dispatch_bwd"}
         return [
-            (s[0], back[s[1]], s[2]) if s[0] == "moe" else (s[0], 2.0 * s[1]) if s[0] == "compute"
+            (s[0], back[s[1]], s[2])
+            if s[0] == "moe"
+            else (s[0], 2.0 * s[1])
+            if s[0] == "compute"
             else (s[0], s[1], 2.0)
             for s in reversed(segs)
         ]
@@ -163,8 +178,9 @@ class _Builder:
         tag = f"{direction}{j} s{p}"
         for seg in self.segments(p, direction):
             if seg[0] == "moe":
-                e, x = self.moe_phase(p, seg[1], seg[2], f"moe_{seg[1]} L{seg[2]} {tag}",
-                                      list(last.values()))
+                e, x = self.moe_phase(
+                    p, seg[1], seg[2], f"moe_{seg[1]} L{seg[2]} {tag}", list(last.values())
+                )
                 for pod in pods:
                     entry.setdefault(pod, e)
                     last[pod] = x
@@ -207,8 +223,11 @@ class _Builder:
                 for kind, a, c in (("pp_fwd", p, p + 1), ("pp_bwd", p + 1, p)):
                     direction = "F" if kind == "pp_fwd" else "B"
                     self.add_phase(
-                        kind, f"{kind} s{a}->s{c} mb{j}",
-                        self.ranks(t, d, a), self.ranks(t, d, c), nb,
+                        kind,
+                        f"{kind} s{a}->s{c} mb{j}",
+                        self.ranks(t, d, a),
+                        self.ranks(t, d, c),
+                        nb,
                         preds=[x for _, x in ops[a, direction, j].values()],
                         succs=[e for e, _ in ops[c, direction, j].values()],
                     )
@@ -218,16 +237,21 @@ class _Builder:
         w = sizes.stage_weights(job, p)
         plan = (
             [("reduce_scatter", par.grad_dtype_bytes), ("all_gather", job.model.dtype_bytes)]
-            if par.distributed_optimizer else [("all_reduce", par.grad_dtype_bytes)]
+            if par.distributed_optimizer
+            else [("all_reduce", par.grad_dtype_bytes)]
         )
         algo = par.dp_collective
-        table = {"reduce_scatter": collectives.REDUCE_SCATTER, "all_gather": collectives.ALL_GATHER,
-                 "all_reduce": collectives.ALL_REDUCE}
+        table = {
+            "reduce_scatter": collectives.REDUCE_SCATTER,
+            "all_gather": collectives.ALL_GATHER,
+            "all_reduce": collectives.ALL_REDUCE,
+        }
         d = np.arange(par.dp)
         dense_groups = [self.ranks(t, d, p) for t in range(par.tp)]
         expert_groups = [
             self.ranks(t, np.arange(a, par.dp, par.ep), p)
-            for t in range(par.tp) for a in range(par.ep)
+            for t in range(par.tp)
+            for a in range(par.ep)
         ]
         last = preds
         for label, groups, weights, denom in (

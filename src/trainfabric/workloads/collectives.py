@@ -78,7 +78,7 @@ def _check_power_of_two(n: int) -> None:
 
 
 def halving_doubling_reduce_scatter(ranks, size: float) -> list[Step]:
-    """Recursive halving: ``log2 n`` steps, step ``j`` sends ``size/2^{j+1}`` to ``i XOR n/2^{j+1}``."""
+    """Recursive halving: step ``j`` sends ``size/2^{j+1}`` to partner ``i XOR n/2^{j+1}``."""
     r = _ranks(ranks)
     n = r.size
     _check_power_of_two(n)
@@ -123,7 +123,9 @@ def all_to_all(ranks, size: float | None = None, matrix=None, stepped: bool = Fa
         return steps
     if not steps:
         return [Step(r[:0], r[:0], np.zeros(0))]
-    return [Step(*(np.concatenate([getattr(s, f) for s in steps]) for f in ("src", "dst", "bytes")))]
+    return [
+        Step(*(np.concatenate([getattr(s, f) for s in steps]) for f in ("src", "dst", "bytes")))
+    ]
 
 
 def point_to_point(src: int, dst: int, size: float) -> list[Step]:

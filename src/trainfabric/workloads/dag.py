@@ -117,7 +117,9 @@ class TaskDAG:
                 attrs.update(pod=int(self.pod[i]), duration_s=float(self.duration_s[i]))
             elif self.kind[i] == COMM:
                 attrs.update(
-                    src=int(self.pod[i]), dst=int(self.dst[i]), bytes=float(self.bytes[i]),
+                    src=int(self.pod[i]),
+                    dst=int(self.dst[i]),
+                    bytes=float(self.bytes[i]),
                     latency_s=float(self.latency_s[i]),
                 )
             if self.names:
@@ -146,7 +148,9 @@ class DagBuilder:
 
     def __init__(self, n_pods: int):
         self.n_pods = n_pods
-        self._cols: dict[str, list] = {k: [] for k in ("kind", "pod", "dst", "dur", "bytes", "lat", "phase")}
+        self._cols: dict[str, list] = {
+            k: [] for k in ("kind", "pod", "dst", "dur", "bytes", "lat", "phase")
+        }
         self._names: list[str] = []
         self._src: list[int] = []
         self._dst: list[int] = []
@@ -165,7 +169,9 @@ class DagBuilder:
     def barrier(self, phase: int = -1, name: str = "") -> int:
         return self._node(BARRIER, -1, -1, 0.0, 0.0, 0.0, phase, name)
 
-    def comm(self, src: int, dst: int, nbytes: float, latency_s: float, phase: int, name: str = "") -> int:
+    def comm(
+        self, src: int, dst: int, nbytes: float, latency_s: float, phase: int, name: str = ""
+    ) -> int:
         return self._node(COMM, src, dst, 0.0, nbytes, latency_s, phase, name)
 
     def edge(self, u: int, v: int) -> None:
@@ -177,8 +183,16 @@ class DagBuilder:
             self.edge(u, v)
 
     def phase(
-        self, kind: str, name: str, pair_src, pair_dst, pair_bytes, latency_s: float,
-        intra_pod_bytes: float, preds=(), succs=(),
+        self,
+        kind: str,
+        name: str,
+        pair_src,
+        pair_dst,
+        pair_bytes,
+        latency_s: float,
+        intra_pod_bytes: float,
+        preds=(),
+        succs=(),
     ) -> tuple[int, int]:
         """Add a phase of directed pod-pair transfers after ``preds`` and before ``succs``.
 
@@ -220,12 +234,15 @@ class DagBuilder:
             nbytes=np.asarray(c["bytes"], dtype=float).reshape(n),
             latency_s=np.asarray(c["lat"], dtype=float).reshape(n),
             phase=np.asarray(c["phase"], dtype=np.int32).reshape(n),
-            edge_src=src, edge_dst=dst, phases=tuple(self.phases), names=tuple(self._names),
+            edge_src=src,
+            edge_dst=dst,
+            phases=tuple(self.phases),
+            names=tuple(self._names),
         )
 
 
 def topological_order(n: int, edge_src: np.ndarray, edge_dst: np.ndarray, names=()) -> np.ndarray:
-    """Kahn's order of ``n`` nodes (stable: ties by index); a cycle raises FormatError naming a node."""
+    """Kahn's order of ``n`` nodes (ties by index); a cycle raises FormatError naming a node."""
     order = _kahn(n, edge_src.astype(np.int64), edge_dst.astype(np.int64))
     if order.size < n:
         seen = np.zeros(n, dtype=bool)
@@ -267,8 +284,19 @@ def _kahn(n, src, dst):  # pragma: no cover - compiled
 
 
 def from_arrays(
-    n_pods: int, *, kind, pod, dst, duration_s, nbytes, latency_s, phase, edge_src, edge_dst,
-    phases=(), names=(),
+    n_pods: int,
+    *,
+    kind,
+    pod,
+    dst,
+    duration_s,
+    nbytes,
+    latency_s,
+    phase,
+    edge_src,
+    edge_dst,
+    phases=(),
+    names=(),
 ) -> TaskDAG:
     """Build a TaskDAG from unordered arrays: renumber topologically, drop duplicate edges."""
     n = kind.size
@@ -282,8 +310,15 @@ def from_arrays(
     adj.sort_indices()
     return TaskDAG(
         n_pods=n_pods,
-        kind=kind[order], pod=pod[order], dst=dst[order], duration_s=duration_s[order],
-        bytes=nbytes[order], latency_s=latency_s[order], phase=phase[order],
-        indptr=adj.indptr.astype(np.int64), indices=adj.indices.astype(np.int32),
-        phases=tuple(phases), names=tuple(names[i] for i in order) if names else (),
+        kind=kind[order],
+        pod=pod[order],
+        dst=dst[order],
+        duration_s=duration_s[order],
+        bytes=nbytes[order],
+        latency_s=latency_s[order],
+        phase=phase[order],
+        indptr=adj.indptr.astype(np.int64),
+        indices=adj.indices.astype(np.int32),
+        phases=tuple(phases),
+        names=tuple(names[i] for i in order) if names else (),
     )

@@ -98,7 +98,9 @@ def _header(doc: Any, fmt: str) -> int:
     if doc.get("format") != fmt:
         raise FormatError("format", f"must be '{fmt}', got {doc.get('format')!r}")
     if doc.get("version") != VERSION:
-        raise FormatError("version", f"unsupported version {doc.get('version')!r} (this reads {VERSION})")
+        raise FormatError(
+            "version", f"unsupported version {doc.get('version')!r} (this reads {VERSION})"
+        )
     pods = doc.get("pods")
     if not isinstance(pods, int) or isinstance(pods, bool) or pods < 1:
         raise FormatError("pods", "must be an integer >= 1")
@@ -111,7 +113,9 @@ def _read_json(path: Path) -> Any:
     except FileNotFoundError:
         raise FormatError("workload", f"file not found: {path}") from None
     except json.JSONDecodeError as exc:
-        raise FormatError("workload", f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
+        raise FormatError(
+            "workload", f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}"
+        ) from None
 
 
 # -- task DAG ---------------------------------------------------------------------------------
@@ -124,17 +128,25 @@ def dag_to_dict(dag: TaskDAG) -> dict[str, Any]:
         if k == COMPUTE:
             node.update(pod=int(dag.pod[i]), duration_s=float(dag.duration_s[i]))
         elif k == COMM:
-            node.update(src=int(dag.pod[i]), dst=int(dag.dst[i]), bytes=float(dag.bytes[i]),
-                        latency_s=float(dag.latency_s[i]))
+            node.update(
+                src=int(dag.pod[i]),
+                dst=int(dag.dst[i]),
+                bytes=float(dag.bytes[i]),
+                latency_s=float(dag.latency_s[i]),
+            )
         if k != COMPUTE and dag.phase[i] >= 0:
             node["phase"] = dag.phases[dag.phase[i]].name
         if dag.names:
             node["name"] = dag.names[i]
         nodes.append(node)
     return {
-        "format": DAG_FORMAT, "version": VERSION, "pods": dag.n_pods,
-        "phases": [{"name": p.name, "kind": p.kind, "intra_pod_bytes": p.intra_pod_bytes}
-                   for p in dag.phases],
+        "format": DAG_FORMAT,
+        "version": VERSION,
+        "pods": dag.n_pods,
+        "phases": [
+            {"name": p.name, "kind": p.kind, "intra_pod_bytes": p.intra_pod_bytes}
+            for p in dag.phases
+        ],
         "nodes": nodes,
         "edges": dag.edges.tolist(),
     }
@@ -183,9 +195,15 @@ def dag_from_dict(doc: Any) -> TaskDAG:
                 if getattr(node, fld) >= pods:
                     raise FormatError(f"{where}.{fld}", f"must be < pods ({pods})")
             if node.src == node.dst:
-                raise FormatError(f"{where}.dst", "must differ from src (intra-pod traffic is not a comm node)")
+                raise FormatError(
+                    f"{where}.dst", "must differ from src (intra-pod traffic is not a comm node)"
+                )
             pod[i], dst[i], nbytes[i], lat[i] = node.src, node.dst, node.bytes, node.latency_s
-        pname = node.phase if node.phase is not None else (f"node {node.id}" if kind[i] == COMM else None)
+        pname = (
+            node.phase
+            if node.phase is not None
+            else (f"node {node.id}" if kind[i] == COMM else None)
+        )
         if pname is not None:
             if pname not in phase_id:
                 phase_id[pname] = len(phases)
@@ -193,8 +211,18 @@ def dag_from_dict(doc: Any) -> TaskDAG:
             phase[i] = phase_id[pname]
     src, tgt = _edges(doc.get("edges"), index)
     return from_arrays(
-        pods, kind=kind, pod=pod, dst=dst, duration_s=dur, nbytes=nbytes, latency_s=lat,
-        phase=phase, edge_src=src, edge_dst=tgt, phases=tuple(phases), names=tuple(names),
+        pods,
+        kind=kind,
+        pod=pod,
+        dst=dst,
+        duration_s=dur,
+        nbytes=nbytes,
+        latency_s=lat,
+        phase=phase,
+        edge_src=src,
+        edge_dst=tgt,
+        phases=tuple(phases),
+        names=tuple(names),
     )
 
 
@@ -221,10 +249,14 @@ def traffic_to_dict(traffic: PhaseTraffic) -> dict[str, Any]:
     phases = []
     for k, ph in enumerate(traffic.phases):
         s, d, b = traffic.flows(k)
-        phases.append({
-            "name": ph.name, "kind": ph.kind, "intra_pod_bytes": ph.intra_pod_bytes,
-            "flows": [[int(u), int(v), float(x)] for u, v, x in zip(s, d, b, strict=True)],
-        })
+        phases.append(
+            {
+                "name": ph.name,
+                "kind": ph.kind,
+                "intra_pod_bytes": ph.intra_pod_bytes,
+                "flows": [[int(u), int(v), float(x)] for u, v, x in zip(s, d, b, strict=True)],
+            }
+        )
     return {"format": TRAFFIC_FORMAT, "version": VERSION, "pods": traffic.n_pods, "phases": phases}
 
 
@@ -270,8 +302,11 @@ def traffic_from_dict(doc: Any) -> PhaseTraffic:
         nbs.append(b)
         offsets.append(offsets[-1] + s.size)
     return PhaseTraffic(
-        pods, tuple(phases), np.asarray(offsets, np.int64),
-        np.concatenate(srcs).astype(np.int32), np.concatenate(dsts).astype(np.int32),
+        pods,
+        tuple(phases),
+        np.asarray(offsets, np.int64),
+        np.concatenate(srcs).astype(np.int32),
+        np.concatenate(dsts).astype(np.int32),
         np.concatenate(nbs).astype(float),
     )
 
@@ -292,4 +327,3 @@ def load(path: str | Path) -> TaskDAG | PhaseTraffic:
     if fmt == DAG_FORMAT:
         return dag_from_dict(doc)
     raise FormatError("format", f"must be '{DAG_FORMAT}' or '{TRAFFIC_FORMAT}', got {fmt!r}")
-

@@ -72,7 +72,7 @@ class ModelSpec(Config):
         return self.moe_ffn_hidden or self.ffn
 
     def is_moe_layer(self, layer: int) -> bool:
-        """Whether 0-based ``layer`` is an MoE layer (the first ``first_dense_layers`` are dense)."""
+        """Whether 0-based ``layer`` is MoE (the first ``first_dense_layers`` are dense)."""
         return self.is_moe and layer >= self.first_dense_layers
 
     @property

@@ -55,7 +55,9 @@ def expert_popularity(experts: int, target_gini: float, rng: np.random.Generator
         while gini(_lognormal_quantiles(sigma_hi, experts)) < target_gini:
             sigma_hi *= 2
         sigma = brentq(
-            lambda s: gini(_lognormal_quantiles(s, experts)) - target_gini, 0.0, sigma_hi,
+            lambda s: gini(_lognormal_quantiles(s, experts)) - target_gini,
+            0.0,
+            sigma_hi,
             xtol=1e-14,
         )
         p = _lognormal_quantiles(sigma, experts)

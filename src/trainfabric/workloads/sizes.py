@@ -31,7 +31,7 @@ def tokens_per_micro_batch(job: Job) -> int:
 
 
 def pp_send_bytes(job: Job) -> float:
-    """Activation (or its gradient) crossing one stage boundary for one micro-batch: ``dt·b·s·h``."""
+    """Activation (or its gradient) crossing a stage boundary per micro-batch: ``dt·b·s·h``."""
     return float(job.model.dtype_bytes * tokens_per_micro_batch(job) * job.model.hidden)
 
 
@@ -69,11 +69,16 @@ def stage_weights(job: Job, stage: int) -> StageWeights:
 
 
 def dense_flops_per_token(job: Job, layer: int) -> float:
-    """Forward FLOPs per token of a layer's non-routed part (attention, dense FFN or shared experts + router)."""
+    """Forward FLOPs per token of a layer's non-routed part.
+
+    That is attention plus the dense FFN, or plus the shared experts and the router.
+    """
     m = job.model
     if not m.is_moe_layer(layer):
         return 2.0 * m.layer_params(layer)
-    return 2.0 * (m.attention_params + m.moe_shared_experts * m.expert_params + m.hidden * m.moe_experts)
+    return 2.0 * (
+        m.attention_params + m.moe_shared_experts * m.expert_params + m.hidden * m.moe_experts
+    )
 
 
 def expert_flops_per_token(job: Job) -> float:

@@ -46,7 +46,11 @@ class PhaseTraffic:
         return m
 
     def phase_bytes(self) -> np.ndarray:
-        return np.add.reduceat(self.bytes, self.offsets[:-1]) if self.bytes.size else np.zeros(len(self))
+        return (
+            np.add.reduceat(self.bytes, self.offsets[:-1])
+            if self.bytes.size
+            else np.zeros(len(self))
+        )
 
 
 def traffic_from_dag(dag: TaskDAG) -> PhaseTraffic:
@@ -68,4 +72,3 @@ def dag_from_traffic(traffic: PhaseTraffic, latency_s: float = 5e-6) -> TaskDAG:
         _, exit_ = b.phase(ph.kind, ph.name, s, d, nb, latency_s, ph.intra_pod_bytes, preds=last)
         last = [exit_]
     return b.build()
-

@@ -90,10 +90,17 @@ def summarize(w: Workload, rate_bps: float) -> dict[str, Any]:
     if w.job is not None:
         m, par = w.job.model, w.job.parallelism
         out["job"] = {
-            "model": m.name, "params": m.params(), "active_params": m.params(active=True),
-            "tp": par.tp, "pp": par.pp, "dp": par.dp, "ep": par.ep,
-            "micro_batches": par.micro_batches, "schedule": par.schedule,
-            "gpus": par.gpus, "gpus_per_pod": w.job.placement.gpus_per_pod,
+            "model": m.name,
+            "params": m.params(),
+            "active_params": m.params(active=True),
+            "tp": par.tp,
+            "pp": par.pp,
+            "dp": par.dp,
+            "ep": par.ep,
+            "micro_batches": par.micro_batches,
+            "schedule": par.schedule,
+            "gpus": par.gpus,
+            "gpus_per_pod": w.job.placement.gpus_per_pod,
         }
     return out
 
