@@ -19,6 +19,9 @@ class ConfigError(TrainfabricError):
         self.message = message
         super().__init__(f"{field}: {message}")
 
+    def __reduce__(self):
+        return (type(self), (self.field, self.message))
+
 
 class FormatError(ConfigError):
     """A file in one of the interchange formats is malformed (names the node, edge or line)."""

@@ -1,0 +1,104 @@
+"""The experiment registry: a named function of a typed config and a seed returning a table.
+
+An experiment is registered with :func:`register`::
+
+    @register("moe_skew", MoeSkewConfig)
+    def moe_skew(config: MoeSkewConfig, seed: int) -> pandas.DataFrame: ...
+
+The built-in experiments live in :mod:`trainfabric.experiments.library` (and the modules it
+imports). :func:`get` and :func:`names` import that module on first use, so a freshly spawned
+worker process (process pool, Ray) that only knows an experiment's *name* finds it too.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pandas as pd
+
+from trainfabric.config import Config
+from trainfabric.errors import ConfigError
+
+LIBRARY = "trainfabric.experiments.library"
+
+ExperimentFn = Callable[[Config, int], pd.DataFrame]
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A registered experiment.
+
+    ``function(config, seed)`` must be deterministic in ``(config, seed)``: it draws every
+    random number from ``numpy.random.default_rng(seed)`` (or generators derived from it) and
+    returns a tidy :class:`pandas.DataFrame`, one row per observation. ``keys`` names the
+    table's identifier columns (e.g. a shard index): reports do not treat them as results.
+    """
+
+    name: str
+    config_model: type[Config]
+    function: ExperimentFn
+    description: str
+    keys: tuple[str, ...] = ()
+
+
+_REGISTRY: dict[str, Experiment] = {}
+
+
+def register(
+    name: str,
+    config_model: type[Config],
+    description: str | None = None,
+    keys: tuple[str, ...] = (),
+) -> Callable[[ExperimentFn], ExperimentFn]:
+    """Decorator registering ``function(config, seed) -> DataFrame`` as experiment ``name``.
+
+    ``keys`` names identifier columns of the table (see :class:`Experiment`). ``description``
+    defaults to the first line of the function's docstring. Registering a
+    different function under a name already taken is a programming error (``ValueError``).
+    """
+    if not (isinstance(config_model, type) and issubclass(config_model, Config)):
+        raise TypeError(f"config model of {name!r} must subclass trainfabric.config.Config")
+
+    def decorator(function: ExperimentFn) -> ExperimentFn:
+        previous = _REGISTRY.get(name)
+        if previous is not None and _qualname(previous.function) != _qualname(function):
+            raise ValueError(
+                f"experiment {name!r} is already registered by {_qualname(previous.function)}"
+            )
+        doc = (function.__doc__ or "").strip().splitlines()
+        _REGISTRY[name] = Experiment(
+            name=name,
+            config_model=config_model,
+            function=function,
+            description=description if description is not None else (doc[0] if doc else ""),
+            keys=tuple(keys),
+        )
+        return function
+
+    return decorator
+
+
+def get(name: str) -> Experiment:
+    """The experiment called ``name``; an unknown name is a ConfigError listing the known ones."""
+    _load_library()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        known = ", ".join(names()) or "none"
+        raise ConfigError("experiment", f"unknown experiment {name!r}; known: {known}") from None
+
+
+def names() -> list[str]:
+    """Sorted names of all registered experiments."""
+    _load_library()
+    return sorted(_REGISTRY)
+
+
+def _load_library() -> None:
+    importlib.import_module(LIBRARY)
+
+
+def _qualname(function: Callable[..., object]) -> str:
+    return f"{function.__module__}.{function.__qualname__}"

@@ -1,0 +1,70 @@
+"""The critical_path experiment and the demo end to end."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from trainfabric.config import validate
+from trainfabric.errors import ConfigError
+from trainfabric.experiments import SweepSpec, expand, get, run_sweep
+from trainfabric.experiments.workload_studies import CriticalPathConfig, critical_path_figures
+from trainfabric.workloads import build_dag, get_preset
+
+
+def test_critical_path_row_matches_the_dag():
+    cfg = validate(
+        CriticalPathConfig, {"workload": "hybrid", "rate_gbps": 50, "moe_skew_gini": 0.3}
+    )
+    row = get("critical_path").function(cfg, 4).iloc[0]
+    dag = build_dag(get_preset("hybrid").model_copy(update={"moe_skew_gini": 0.3}), 4)
+    assert row["critical_path_s"] == dag.critical_path_at(50e9)
+    assert row["exposed_comm_fraction"] == pytest.approx(
+        1 - dag.compute_time() / row["critical_path_s"]
+    )
+
+
+def test_critical_path_reads_files(tmp_path):
+    from trainfabric.workloads import interchange
+
+    path = interchange.save(build_dag(get_preset("pipeline", pods=4)), tmp_path / "p.json")
+    cfg = validate(CriticalPathConfig, {"workload": str(path), "rate_gbps": 100})
+    row = get("critical_path").function(cfg, 0).iloc[0]
+    assert row["nodes"] == build_dag(get_preset("pipeline", pods=4)).n_nodes
+
+
+def test_unknown_workload_in_grid_is_named():
+    spec = SweepSpec(experiment="critical_path", grid={"workload": ["moe", "bogus"]})
+    with pytest.raises(ConfigError) as exc:
+        expand(spec)
+    assert exc.value.field == "grid.workload[1]"
+
+
+def test_sweep_figure_has_one_line_per_workload(tmp_path):
+    spec = SweepSpec(
+        experiment="critical_path",
+        grid={"workload": ["pipeline", "moe"], "rate_gbps": [50.0, 200.0]},
+    )
+    res = run_sweep(spec, tmp_path / "run", executor="serial", progress=False)
+    (fig,) = critical_path_figures(res.results)
+    assert len(fig.axes[0].lines) == 2
+    assert critical_path_figures(res.results[res.results.rate_gbps == 50.0]) == []
+
+
+def test_demo_writes_a_report_and_resumes(tmp_path, capsys):
+    from trainfabric.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["demo", "--out", str(tmp_path / "demo"), "--json"])
+        raise SystemExit(0)
+    assert exc.value.code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (tmp_path / "demo" / "report.html").stat().st_size > 10_000
+    assert out["steps"]["sweep"]["computed"] == out["steps"]["sweep"]["cells"] == 60
+    presets = pd.read_parquet(tmp_path / "demo" / "presets.parquet")
+    assert set(presets.preset) >= {"gpt3-175b", "llama3-70b", "deepseek-v3", "mixtral-8x7b"}
+    with pytest.raises(SystemExit):
+        main(["demo", "--out", str(tmp_path / "demo"), "--json"])
+        raise SystemExit(0)
+    again = json.loads(capsys.readouterr().out)
+    assert again["steps"]["sweep"]["computed"] == 0  # resumed, nothing recomputed
