@@ -82,7 +82,7 @@ def register(
 
 def get(name: str) -> Experiment:
     """The experiment called ``name``; an unknown name is a ConfigError listing the known ones."""
-    _load_library()
+    load_library()
     try:
         return _REGISTRY[name]
     except KeyError:
@@ -92,11 +92,11 @@ def get(name: str) -> Experiment:
 
 def names() -> list[str]:
     """Sorted names of all registered experiments."""
-    _load_library()
+    load_library()
     return sorted(_REGISTRY)
 
 
-def _load_library() -> None:
+def load_library() -> None:
     importlib.import_module(LIBRARY)
 
 

@@ -11,10 +11,11 @@ over any swept parameters beyond the first two) with min-max bars, against the f
 swept parameter (numeric preferred), one line per value of the next; a histogram when nothing
 is swept.
 
-An experiment can supply its own figures: ``FIGURES[name] = fn`` where ``fn(table)`` returns a
-list of :class:`matplotlib.figure.Figure` (build them with ``Figure()``, not pyplot). It is
-consulted first for every table of a run directory whose manifest names that experiment; an
-empty list falls back to the generic figures.
+A table can have its own figures: ``FIGURES[key] = fn`` where ``fn(table)`` returns a list of
+:class:`matplotlib.figure.Figure` (build them with ``Figure()``, not pyplot). ``key`` is the
+table's file stem (e.g. ``ocs_compare`` for ``ocs_compare.parquet``) or, for
+``results.parquet``, the experiment named by the manifest. An empty list falls back to the
+generic figures.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import pandas as pd
 
 from trainfabric import io
 from trainfabric.errors import ConfigError
+from trainfabric.experiments import registry
 from trainfabric.experiments.store import RunDir
 
 if TYPE_CHECKING:
@@ -67,6 +69,7 @@ def render_report(run_dir: str | Path) -> Path:
         hint = " (an unfinished sweep? re-run it to finish)" if store.cells_dir.is_dir() else ""
         raise ConfigError("run_dir", f"no Parquet tables in {store.path}{hint}")
     manifest = store.read_manifest() or {}
+    registry.load_library()  # tables' own figures register on import
     title = f"trainfabric report: {manifest.get('spec', {}).get('name') or store.path.name}"
     sections = [_manifest_section(manifest)]
     sections += [_table_section(p.stem, _read_table(p), manifest) for p in paths]
@@ -141,7 +144,8 @@ def _table_section(name: str, table: pd.DataFrame, manifest: dict[str, Any]) -> 
     shown = min(len(table), MAX_ROWS)
     parts.append(f"<h3>Rows</h3>\n<p class='note'>First {shown} of {len(table)} rows.</p>\n")
     parts.append(_html_table(table.head(MAX_ROWS)))
-    figures, note = _figures(table, manifest.get("experiment"), swept, values)
+    key = manifest.get("experiment") if name == "results" else name
+    figures, note = _figures(table, key, swept, values)
     parts += [f'<img src="data:image/png;base64,{_png(fig)}" alt="figure">\n' for fig in figures]
     if note:
         parts.append(f"<p class='note'>{_esc(note)}</p>\n")
@@ -149,10 +153,10 @@ def _table_section(name: str, table: pd.DataFrame, manifest: dict[str, Any]) -> 
 
 
 def _figures(
-    table: pd.DataFrame, experiment: str | None, swept: list[str], values: list[str]
+    table: pd.DataFrame, key: str | None, swept: list[str], values: list[str]
 ) -> tuple[list[Figure], str]:
-    """The experiment's own figures if it registered any, else the generic ones; and a note."""
-    hook = FIGURES.get(experiment) if experiment else None
+    """The table's own figures if any were registered, else the generic ones; and a note."""
+    hook = FIGURES.get(key) if key else None
     if hook is not None:
         own = hook(table)
         if own:

@@ -8,6 +8,7 @@ The seed draws the MoE expert popularity (which experts are hot).
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullFormatter
@@ -96,3 +97,21 @@ def critical_path_figures(table: pd.DataFrame) -> list[Figure]:
 
 
 FIGURES["critical_path"] = critical_path_figures
+
+
+def presets_figures(table: pd.DataFrame) -> list[Figure]:
+    """Critical path at the demo rate beside the communication-free path, per preset (log y)."""
+    if not {"preset", "critical_path_s", "compute_only_s"} <= set(table.columns):
+        return []
+    fig = Figure(figsize=(9, 4.2), layout="constrained")
+    ax = fig.subplots()
+    idx = np.arange(len(table))
+    ax.bar(idx - 0.2, table["critical_path_s"], 0.4, label="critical path, 100 Gb/s per pod pair")
+    ax.bar(idx + 0.2, table["compute_only_s"], 0.4, label="communication-free")
+    ax.set_xticks(idx, table["preset"], rotation=30, ha="right")
+    ax.set(yscale="log", ylabel="one iteration (s)", title="Workload presets: iteration time")
+    ax.legend(fontsize="small")
+    return [fig]
+
+
+FIGURES["presets"] = presets_figures
