@@ -1,0 +1,289 @@
+"""Smoothed and hard critical path of a task DAG as functions of the pair circuits (spec §1.5).
+
+Node durations (seconds) under the wiring ``x`` (circuits per unordered pod pair ``e``)::
+
+    t_i(x) = p_i                                   compute node (fixed), barrier: 0
+    t_m(x) = a_m + 8 b_m / (B x_e(m) + B0)         comm node m of b_m bytes on pair e(m)
+
+with ``B`` the circuit rate and ``B0 > 0`` the fallback rate (bits/s). Paths ``π ∈ Π`` run from
+a root (no predecessor) to a leaf (no successor) — a super-source before every root and a
+super-sink after every leaf, both of zero duration; ``L(π) = Σ_{i∈π} t_i``. The smoothed
+critical path at inverse temperature ``b2`` (1/s) is the log-sum-exp over all paths::
+
+    U(x) = (1/b2) · log Σ_{π∈Π} exp(b2 · L(π)),      max_π L ≤ U ≤ max_π L + log|Π| / b2,
+
+computed without enumerating paths by two sweeps over the topological numbering
+(``α``: soft-longest path ending at ``i``; ``γ``: soft-longest path after ``i``):
+
+* forward   ``α_i = t_i + (1/b2)·LSE_{j∈pred(i)}(b2 α_j)`` (roots: ``α_i = t_i``),
+  ``U = (1/b2)·LSE_{i leaf}(b2 α_i)``;
+* backward  ``γ_i = (1/b2)·LSE_{k∈succ(i)}(b2 (t_k + γ_k))`` (leaves: ``γ_i = 0``).
+
+``μ_i = exp(b2 (α_i + γ_i − U))`` is the probability that a path drawn from the Gibbs law
+``P(π) ∝ exp(b2 L(π))`` visits node ``i``; ``∂U/∂t_i = μ_i`` and, by the chain rule,
+
+    ∂U/∂x_e = − Σ_{m : e(m)=e} μ_m · 8 b_m B / (B x_e + B0)^2        (seconds per circuit).
+
+The backward sweep is run in its adjoint form, which gives the same ``μ``: the Gibbs path is
+drawn backwards from the super-sink (leaf ``i`` with probability ``exp(b2 (α_i − U))``, then
+predecessor ``j`` of ``i`` with ``P(j|i) = exp(b2 α_j − LSE_{pred(i)} b2 α)``), so
+``μ_j = [j leaf]·exp(b2 (α_j − U)) + Σ_{i∈succ(j)} μ_i P(j|i)``. Its local probabilities sum
+to 1 to a few ulps at every node, so ``μ`` conserves flow (``Σ_leaves μ = 1``, a phase's
+transfers carry exactly its barrier's mass) whatever the size of ``b2 U``, where evaluating
+``exp(b2 (α + γ − U))`` would lose ~ eps·b2·U.
+
+A communication phase (entry barrier → parallel comm nodes → exit barrier) is one LSE over the
+exit node's predecessors, so one value-and-gradient costs ``O(N + E)``: two compiled passes
+over the predecessor CSR with a running-max (online) log-sum-exp, plus vectorised numpy for
+the durations and the scatter onto pairs. Everything independent of ``x`` is built once.
+``U`` is convex in ``x`` (each ``t_m`` is convex and decreasing, LSE is convex and
+non-decreasing in every argument).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import scipy.sparse as sp
+
+from trainfabric.errors import ConfigError
+from trainfabric.ocs.model import OcsModel
+from trainfabric.ocs.prior import uniform_prior
+from trainfabric.workloads.dag import COMM, TaskDAG, _longest_finish
+
+
+class PathCost:
+    """Smoothed (log-sum-exp over all DAG paths) and hard critical path of a TaskDAG as
+    functions of pair circuits ``x`` [P].
+
+    Attributes: ``comm_nodes`` (node ids of the comm nodes, int64 [n_comm]), ``comm_pair``
+    (pair index of every comm node, int64 [n_comm]), ``leaves`` (nodes without successors).
+    """
+
+    def __init__(self, dag: TaskDAG, model: OcsModel):
+        if dag.n_pods != model.n:
+            raise ConfigError("pods", f"the DAG has {dag.n_pods} pods, the OCS model {model.n}")
+        if dag.n_nodes == 0:
+            raise ConfigError("workload", "the task DAG has no nodes")
+        self.dag = dag
+        self.model = model
+        n = dag.n_nodes
+        self.comm_nodes = np.flatnonzero(dag.kind == COMM).astype(np.int64)
+        src, dst = dag.pod[self.comm_nodes], dag.dst[self.comm_nodes]
+        invalid = (src < 0) | (dst < 0) | (src >= model.n) | (dst >= model.n) | (src == dst)
+        if invalid.any():
+            bad = int(self.comm_nodes[np.flatnonzero(invalid)[0]])
+            raise ConfigError("workload", f"comm node {bad} needs two distinct pods in range")
+        self.comm_pair = model.pair_index(src, dst).astype(np.int64)
+        self._comm_bits = 8.0 * dag.bytes[self.comm_nodes]
+        self._comm_latency = dag.latency_s[self.comm_nodes].astype(float)
+        self._base = dag.duration_s.astype(float).copy()
+        self._base[self.comm_nodes] = 0.0
+        self._indptr = dag.indptr.astype(np.int64)
+        self._indices = dag.indices.astype(np.int64)
+        adj = sp.csr_matrix(
+            (np.ones(self._indices.size, dtype=np.int8), self._indices, self._indptr), shape=(n, n)
+        )
+        pred = adj.T.tocsr()
+        pred.sort_indices()
+        self._pindptr = pred.indptr.astype(np.int64)
+        self._pindices = pred.indices.astype(np.int64)
+        self.leaves = np.flatnonzero(np.diff(self._indptr) == 0).astype(np.int64)
+        self._log_paths = float(
+            _forward_value(self._pindptr, self._pindices, self.leaves, np.zeros(n))
+        )
+
+    # -- durations ------------------------------------------------------------------------
+
+    def _check_x(self, x) -> np.ndarray:
+        x = np.asarray(x, dtype=float)
+        if x.shape != (self.model.n_pairs,):
+            raise ConfigError("x", f"has shape {x.shape}, expected ({self.model.n_pairs},)")
+        return x
+
+    def _durations_and_rates(self, x) -> tuple[np.ndarray, np.ndarray]:
+        x = self._check_x(x)
+        rate = self.model.rate_bps * x[self.comm_pair] + self.model.fallback_bps
+        t = self._base.copy()
+        t[self.comm_nodes] = self._comm_latency + self._comm_bits / rate
+        return t, rate
+
+    def durations(self, x) -> np.ndarray:
+        """Node durations ``t(x)`` [N] in seconds (comm: latency + 8·bytes / (B x_e + B0))."""
+        return self._durations_and_rates(x)[0]
+
+    # -- hard critical path ---------------------------------------------------------------
+
+    def hard(self, x) -> float:
+        """Exact critical path ``max_π L(π)`` (s): one longest-path sweep."""
+        return float(_longest_finish(self._indptr, self._indices, self.durations(x)).max())
+
+    def critical_nodes(self, x, rtol: float = 1e-12) -> np.ndarray:
+        """Bool [N]: nodes on at least one hard critical path.
+
+        Node ``i`` is critical when its slack ``CP − (f_i + τ_i)`` is at most ``rtol·CP``, with
+        ``f_i`` the earliest finish (longest path from a root ending at ``i``) and ``τ_i`` the
+        longest tail after ``i`` to a leaf.
+        """
+        t = self.durations(x)
+        finish = _longest_finish(self._indptr, self._indices, t)
+        tail = _longest_tail(self._indptr, self._indices, t)
+        cp = finish.max()
+        return finish + tail >= cp - rtol * abs(cp)
+
+    def log_paths(self) -> float:
+        """``log|Π|``: the number of root-to-leaf paths, exact by the counting DP in log space
+        (``log c_i = LSE_{j∈pred(i)} log c_j``, roots ``c = 1``, ``|Π| = Σ_leaves c_i``)."""
+        return self._log_paths
+
+    # -- smoothed critical path -----------------------------------------------------------
+
+    @staticmethod
+    def _check_b2(b2) -> float:
+        b2 = float(b2)
+        if not (b2 > 0 and np.isfinite(b2)):
+            raise ConfigError("b2", f"inverse temperature must be finite and > 0, got {b2}")
+        return b2
+
+    def smoothed(self, x, b2: float) -> float:
+        """``U(x)`` in seconds at inverse temperature ``b2`` (1/s): forward sweep only."""
+        b2 = self._check_b2(b2)
+        bt = b2 * self.durations(x)
+        return float(_forward_value(self._pindptr, self._pindices, self.leaves, bt)) / b2
+
+    def marginals(self, x, b2: float) -> np.ndarray:
+        """Gibbs node marginals ``μ = ∂U/∂t`` [N]: each in [0, 1], summing to 1 over the
+        leaves and over the roots."""
+        b2 = self._check_b2(b2)
+        return self._sweeps(b2 * self.durations(x))[1]
+
+    def value_and_grad(self, x, b2: float) -> tuple[float, np.ndarray]:
+        """``U(x)`` (s) and ``∂U/∂x`` [P] (s per circuit) by the forward-backward sweeps."""
+        b2 = self._check_b2(b2)
+        t, rate = self._durations_and_rates(x)
+        u_scaled, mu = self._sweeps(b2 * t)
+        dt_dx = -self._comm_bits * self.model.rate_bps / (rate * rate)
+        grad = np.bincount(
+            self.comm_pair, weights=mu[self.comm_nodes] * dt_dx, minlength=self.model.n_pairs
+        )
+        return u_scaled / b2, grad
+
+    def _sweeps(self, bt: np.ndarray) -> tuple[float, np.ndarray]:
+        return _forward_backward(self._pindptr, self._pindices, self.leaves, bt)
+
+
+def temperatures(
+    cost: PathCost, model: OcsModel, b1_rel: float = 1.0, b2_rel: float = 50.0
+) -> tuple[float, float, float]:
+    """Absolute inverse temperatures from dimensionless knobs: ``(b1, b2, cp0)``.
+
+    ``cost``: a PathCost or any cost with ``hard(x)`` and ``log_paths()`` (e.g. the
+    traffic-matrix cost of :mod:`.baselines`).
+
+    ``cp0`` (s) is the hard critical path of the fractional uniform mesh ``x = M q``
+    (``q = prior.uniform_prior(model)``); ``b2 = b2_rel · log|Π| / cp0`` (1/s), so that the
+    smoothing excess ``U − CP ≤ log|Π| / b2 = cp0 / b2_rel``; ``b1 = b1_rel / cp0`` (1/s). A DAG
+    with a single path (``log|Π| = 0``, where ``U = CP`` for every ``b2``) uses ``log|Π| := 1``.
+    """
+    if not (b1_rel > 0 and b2_rel > 0):
+        raise ConfigError("b1_rel" if not b1_rel > 0 else "b2_rel", "must be > 0")
+    cp0 = cost.hard(model.total_circuits * uniform_prior(model))
+    if not cp0 > 0:
+        raise ConfigError("workload", "the critical path of the uniform mesh is zero")
+    b2 = b2_rel * max(cost.log_paths(), 1.0) / cp0
+    return b1_rel / cp0, b2, cp0
+
+
+# -- compiled sweeps (all arguments in scaled units bt = b2 · t) ------------------------------
+
+
+@numba.njit(cache=True)
+def _forward(pindptr, pindices, bt):  # pragma: no cover - compiled
+    """``β_i = b2 α_i = bt_i + LSE_{j∈pred(i)} β_j`` (roots: ``β_i = bt_i``) by a running-max
+    LSE. Also returns each node's shift ``m_i = max_{j∈pred(i)} β_j`` and partition sum
+    ``s_i = Σ_{j∈pred(i)} exp(β_j − m_i)`` (roots: 0 and 1)."""
+    n = bt.size
+    beta = np.empty(n)
+    shift = np.zeros(n)
+    total = np.ones(n)
+    for i in range(n):
+        lo = pindptr[i]
+        hi = pindptr[i + 1]
+        if lo == hi:
+            beta[i] = bt[i]
+            continue
+        m = beta[pindices[lo]]
+        z = 1.0
+        for k in range(lo + 1, hi):
+            v = beta[pindices[k]]
+            if v > m:
+                z = z * np.exp(m - v) + 1.0
+                m = v
+            else:
+                z += np.exp(v - m)
+        beta[i] = bt[i] + m + np.log(z)
+        shift[i] = m
+        total[i] = z
+    return beta, shift, total
+
+
+@numba.njit(cache=True)
+def _lse_at(values, idx):  # pragma: no cover - compiled
+    """``(LSE_k values[idx_k], max, Σ exp(values[idx] − max))``."""
+    m = -np.inf
+    for k in range(idx.size):
+        m = max(m, values[idx[k]])
+    z = 0.0
+    for k in range(idx.size):
+        z += np.exp(values[idx[k]] - m)
+    return m + np.log(z), m, z
+
+
+@numba.njit(cache=True)
+def _forward_value(pindptr, pindices, leaves, bt):  # pragma: no cover - compiled
+    """``b2 U = LSE_{i leaf} β_i``."""
+    return _lse_at(_forward(pindptr, pindices, bt)[0], leaves)[0]
+
+
+@numba.njit(cache=True)
+def _forward_backward(pindptr, pindices, leaves, bt):  # pragma: no cover - compiled
+    """``(b2 U, μ)`` with ``μ = ∂(b2 U)/∂(bt)`` by one reverse sweep (the adjoint of the
+    forward one): the super-sink picks leaf ``i`` with probability ``exp(β_i − b2 U)`` and node
+    ``i`` picks predecessor ``j`` with ``P(j|i) = exp(β_j − m_i) / s_i``, so
+    ``μ_j = [j leaf]·exp(β_j − b2 U) + Σ_{i∈succ(j)} μ_i P(j|i)``.
+
+    This equals ``exp(β_j + b2 γ_j − b2 U)`` with the backward recursion γ of the module doc,
+    but the probabilities are formed from differences of sibling values against the same
+    shift, so they sum to 1 at every node to a few ulps whatever the magnitude of ``b2 U``
+    (the closed form ``exp(β + b2 γ − b2 U)`` loses ~ eps·b2·U absolutely).
+    """
+    beta, shift, total = _forward(pindptr, pindices, bt)
+    u, m_sink, z_sink = _lse_at(beta, leaves)
+    mu = np.zeros(bt.size)
+    for k in range(leaves.size):
+        mu[leaves[k]] = np.exp(beta[leaves[k]] - m_sink) / z_sink
+    for i in range(bt.size - 1, -1, -1):
+        lo = pindptr[i]
+        hi = pindptr[i + 1]
+        if lo == hi:
+            continue
+        w = mu[i] / total[i]
+        m = shift[i]
+        for k in range(lo, hi):
+            j = pindices[k]
+            mu[j] += w * np.exp(beta[j] - m)
+    return u, mu
+
+
+@numba.njit(cache=True)
+def _longest_tail(indptr, indices, dur):  # pragma: no cover - compiled
+    """``τ_i = max_{k∈succ(i)} (t_k + τ_k)``, leaves 0: the longest path after node ``i``."""
+    n = dur.size
+    tail = np.zeros(n)
+    for i in range(n - 1, -1, -1):
+        best = 0.0
+        for k in range(indptr[i], indptr[i + 1]):
+            j = indices[k]
+            best = max(best, dur[j] + tail[j])
+        tail[i] = best
+    return tail

@@ -1,0 +1,473 @@
+"""KL projection of a positive pair vector onto the degree slice ``W`` (spec §1.7).
+
+Problem, for ``y > 0`` over the unordered pairs ``e = (u < v)`` (``triu_indices`` order) and
+``r_v = d_v / M``::
+
+    w = argmin_{w ≥ 0, Σ_u w_uv = r_v ∀v}  Σ_e w_e log(w_e / y_e) − w_e + y_e .
+
+Its Lagrangian dual is ``n``-dimensional: ``w_uv = y_uv · exp(−λ_u − λ_v)`` where ``λ``
+minimises the convex
+
+    ψ(λ) = Σ_{u<v} y_uv e^{−λ_u−λ_v} + Σ_v r_v λ_v ,
+    ∇ψ = r − S(λ),   ∇²ψ = diag(S) + W,   S_v = Σ_u w_uv (row sums of the current w).
+
+Both solvers work on ``ℓ = log y`` (pass ``log=True``), so kernels whose entries span more
+than the float64 range are fine: only ``w`` itself may underflow, ``log w`` is exact.
+
+* ``"sinkhorn"`` — symmetric Sinkhorn ``a ← sqrt(a ⊙ r ⊘ (Y a))`` with ``a = e^{−λ}``, i.e.
+  ``λ ← λ + ½ (log S − log r)``; one sweep is one compiled ``Y a`` mat-vec over the ``P``
+  pairs (no exponentials while ``ℓ`` spans less than ~600). The geometric-mean damping makes
+  the symmetric iteration converge (the undamped one oscillates along the global scale), but
+  it also halves every other error component (rate ≈ 1/2 even for a uniform kernel). So once
+  the residual is ≤ 1/4 the solver takes the undamped step with the global scale fixed
+  exactly, ``λ ← λ + log(S/r) − ½ log Σ_e w_e``: linearised, its error map is ``−D^{-1}W``
+  restricted off the constant direction, whose spectral radius is ≈ 1/(n−1) for a nearly
+  uniform kernel. If a fast step ever increases the residual it is reverted and the solver
+  keeps the damped step from then on.
+* ``"newton"`` — Newton on ``ψ`` with Armijo backtracking. The Hessian system is solved by a
+  Cholesky factorisation of the Jacobi-scaled matrix up to ``n = 512`` pods and by
+  Jacobi-preconditioned conjugate gradients (``O(P)`` mat-vec) above. Quadratic convergence,
+  robust when ``y`` is very skewed.
+* ``"auto"`` — Sinkhorn, switching to Newton (warm-started at Sinkhorn's duals) when the
+  residual's contraction over three sweeps predicts more remaining sweeps than a Newton finish
+  costs: ``D^{-1}W`` has eigenvalues near ±1 (weight concentrated on few pairs, a ring, a
+  nearly bipartite support).
+
+Convergence: the relative degree residual ``max_v |S_v − r_v| / r_v ≤ tol`` of the returned
+``w``. For ``n = 2`` there is one pair and ``W = {1}``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+import scipy.linalg as sla
+import scipy.sparse.linalg as spla
+
+from trainfabric.errors import ConfigError
+from trainfabric.ocs.model import OcsModel
+
+METHODS = ("auto", "sinkhorn", "newton")
+_DENSE_NEWTON_MAX_N = 512
+_FAST_SINKHORN_BELOW = 0.25
+_STALL_WINDOW = 3
+_FULL_NEWTON_STEP = 0.1
+_ARMIJO = 1e-4
+_SAFE_EXP = 600.0  # log-range within which exp-values and their products stay in float64
+_DEFAULT_MAX_ITER = {"sinkhorn": 10_000, "newton": 100, "auto": 10_000}
+
+
+@dataclass
+class ProjectionResult:
+    """Outcome of :func:`project`.
+
+    ``w`` [P] and ``log_w`` [P]: the projection and its logarithm (exact even where ``w``
+    underflows); ``duals`` [n]: ``λ`` with ``w_uv = y_uv · exp(−λ_u − λ_v)`` (the scaling
+    ``a = exp(−λ)`` is :attr:`scaling`; pass ``duals`` back as ``warm``); ``iterations``:
+    Sinkhorn sweeps plus Newton steps; ``residual``: ``max_v |Σ_u w_uv − r_v| / r_v`` of the
+    returned ``w``; ``method``: ``"sinkhorn"``, ``"newton"`` or ``"sinkhorn+newton"`` (auto
+    after switching); ``converged``: ``residual ≤ tol``.
+    """
+
+    w: np.ndarray
+    log_w: np.ndarray
+    duals: np.ndarray
+    iterations: int
+    residual: float
+    method: str
+    converged: bool
+
+    @property
+    def scaling(self) -> np.ndarray:
+        """``a = exp(−λ)`` [n] (may under/overflow for extreme kernels; ``duals`` never do)."""
+        return np.exp(-self.duals)
+
+
+# -- compiled kernels over the pairs in triu order (row u holds v = u+1..n-1) -----------------
+
+
+@numba.njit(cache=True)
+def _rowsums_product(y, a):  # pragma: no cover - compiled
+    """``S = a ⊙ (Y a)``: the row sums of ``w_uv = y_uv a_u a_v`` without forming ``w``."""
+    n = a.size
+    ya = np.zeros(n)
+    e = 0
+    for u in range(n - 1):
+        au = a[u]
+        acc = 0.0
+        for v in range(u + 1, n):
+            acc += y[e] * a[v]
+            ya[v] += y[e] * au
+            e += 1
+        ya[u] += acc
+    return a * ya
+
+
+@numba.njit(cache=True)
+def _fill_product(y, a, w):  # pragma: no cover - compiled
+    """``w_uv = y_uv a_u a_v``; returns the row sums."""
+    n = a.size
+    s = np.zeros(n)
+    e = 0
+    for u in range(n - 1):
+        au = a[u]
+        acc = 0.0
+        for v in range(u + 1, n):
+            x = y[e] * au * a[v]
+            w[e] = x
+            acc += x
+            s[v] += x
+            e += 1
+        s[u] += acc
+    return s
+
+
+@numba.njit(cache=True)
+def _fill_both_product(y, a, logy, lam, log_w, w):  # pragma: no cover - compiled
+    """``w_uv = y_uv a_u a_v`` and ``log_w = ℓ_uv − λ_u − λ_v``; returns the row sums of ``w``."""
+    n = a.size
+    s = np.zeros(n)
+    e = 0
+    for u in range(n - 1):
+        au = a[u]
+        lu = lam[u]
+        acc = 0.0
+        for v in range(u + 1, n):
+            x = y[e] * au * a[v]
+            w[e] = x
+            log_w[e] = logy[e] - lu - lam[v]
+            acc += x
+            s[v] += x
+            e += 1
+        s[u] += acc
+    return s
+
+
+@numba.njit(cache=True)
+def _fill_log(logy, lam, log_w, w):  # pragma: no cover - compiled
+    """``log_w = ℓ_uv − λ_u − λ_v``, ``w = exp(log_w)``; returns the row sums and
+    ``max log_w``."""
+    n = lam.size
+    s = np.zeros(n)
+    zmax = -np.inf
+    e = 0
+    for u in range(n - 1):
+        lu = lam[u]
+        acc = 0.0
+        for v in range(u + 1, n):
+            z = logy[e] - lu - lam[v]
+            log_w[e] = z
+            zmax = max(zmax, z)
+            x = np.exp(z)
+            w[e] = x
+            acc += x
+            s[v] += x
+            e += 1
+        s[u] += acc
+    return s, zmax
+
+
+@numba.njit(cache=True)
+def _log_rowsums(log_w, n):  # pragma: no cover - compiled
+    """``log S_v = LSE_u log w_uv`` without underflow (two passes: per-pod max, then sum)."""
+    m = np.full(n, -np.inf)
+    e = 0
+    for u in range(n - 1):
+        for v in range(u + 1, n):
+            z = log_w[e]
+            m[u] = max(m[u], z)
+            m[v] = max(m[v], z)
+            e += 1
+    s = np.zeros(n)
+    e = 0
+    for u in range(n - 1):
+        for v in range(u + 1, n):
+            z = log_w[e]
+            s[u] += np.exp(z - m[u])
+            s[v] += np.exp(z - m[v])
+            e += 1
+    return m + np.log(s)
+
+
+@numba.njit(cache=True)
+def _pair_matvec(w, x):  # pragma: no cover - compiled
+    """``(W x)_v = Σ_u w_uv x_u`` for the symmetric matrix ``W`` given by its pairs."""
+    n = x.size
+    out = np.zeros(n)
+    e = 0
+    for u in range(n - 1):
+        xu = x[u]
+        acc = 0.0
+        for v in range(u + 1, n):
+            acc += w[e] * x[v]
+            out[v] += w[e] * xu
+            e += 1
+        out[u] += acc
+    return out
+
+
+@numba.njit(cache=True)
+def _scaled_hessian(w, s, ridge):  # pragma: no cover - compiled
+    """``D^{-1/2} (diag(S) + W) D^{-1/2} + ridge·I`` with ``D = diag(S)``, dense [n, n]."""
+    n = s.size
+    h = np.empty((n, n))
+    d = 1.0 / np.sqrt(s)
+    e = 0
+    for u in range(n):
+        h[u, u] = 1.0 + ridge
+        for v in range(u + 1, n):
+            x = w[e] * d[u] * d[v]
+            h[u, v] = x
+            h[v, u] = x
+            e += 1
+    return h
+
+
+def _lse(x: np.ndarray) -> float:
+    m = float(x.max())
+    return m + float(np.log(np.exp(x - m).sum()))
+
+
+class _Kernel:
+    """``ℓ = log y``, ``r`` and the work buffers shared by the solvers.
+
+    While ``ℓ`` spans less than ``_SAFE_EXP``, row sums come from the product form
+    ``S = a ⊙ (Y a)`` with ``Y = exp(ℓ − max ℓ)`` computed once (one multiply-add pass per
+    sweep); otherwise, or when the scalings ``a`` leave the safe range, from the log form
+    ``w = exp(ℓ − λ_u − λ_v)``.
+    """
+
+    def __init__(self, logy: np.ndarray, model: OcsModel):
+        self.n = model.n
+        self.logy = logy
+        self.r = model.r
+        self.log_r = np.log(self.r)
+        self.shift = float(logy.max())
+        self.y = np.exp(logy - self.shift) if self.shift - logy.min() < _SAFE_EXP else None
+        self.log_w = np.empty_like(logy)
+        self.w = np.empty_like(logy)
+
+    def _scaling(self, lam: np.ndarray) -> np.ndarray | None:
+        """``a = exp(shift/2 − λ)`` if the product form is safe at ``λ``, else None."""
+        if self.y is None:
+            return None
+        log_a = 0.5 * self.shift - lam
+        if np.abs(log_a).max() > 0.5 * _SAFE_EXP:
+            return None
+        return np.exp(log_a)
+
+    def rowsums(self, lam: np.ndarray) -> np.ndarray:
+        """``S(λ)`` (the buffer ``w`` may be left stale)."""
+        a = self._scaling(lam)
+        if a is not None:
+            return _rowsums_product(self.y, a)
+        return self.fill(lam)
+
+    def fill(self, lam: np.ndarray) -> np.ndarray:
+        """Write ``w(λ)`` and return its row sums; in the log form ``λ`` is first shifted in
+        place by a constant if ``w`` would overflow."""
+        a = self._scaling(lam)
+        if a is not None:
+            return _fill_product(self.y, a, self.w)
+        s, zmax = _fill_log(self.logy, lam, self.log_w, self.w)
+        if zmax > _SAFE_EXP:
+            lam += 0.5 * zmax
+            s, _ = _fill_log(self.logy, lam, self.log_w, self.w)
+        return s
+
+    def psi(self, lam: np.ndarray) -> float:
+        """Dual objective ``ψ(λ) = Σ_e w_e + r·λ`` (``inf`` where ``w`` overflows)."""
+        a = self._scaling(lam)
+        if a is not None:
+            s = _rowsums_product(self.y, a)
+        else:
+            s, _ = _fill_log(self.logy, lam, self.log_w, self.w)
+        return 0.5 * float(s.sum()) + float(self.r @ lam)
+
+    def finish(self, lam: np.ndarray) -> float:
+        """Materialise ``w`` and ``log_w`` at ``λ``; return the residual of that ``w``."""
+        a = self._scaling(lam)
+        if a is not None:
+            s = _fill_both_product(self.y, a, self.logy, lam, self.log_w, self.w)
+        else:
+            s, _ = _fill_log(self.logy, lam, self.log_w, self.w)
+        return self.residual(s)
+
+    def log_rowsums(self, s: np.ndarray, lam: np.ndarray) -> np.ndarray:
+        """``log S(λ)``, exact also for pods whose row sum underflows."""
+        if s.min() > 1e-250:
+            return np.log(s)
+        _fill_log(self.logy, lam, self.log_w, self.w)
+        return _log_rowsums(self.log_w, self.n)
+
+    def residual(self, s: np.ndarray) -> float:
+        return float(np.max(np.abs(s - self.r) / self.r))
+
+    def hessian_solve(self, s: np.ndarray, rhs: np.ndarray, rtol: float) -> np.ndarray:
+        """Solve ``(diag(S) + W) δ = rhs`` with ``w`` filled at the current ``λ``.
+
+        Dense for ``n ≤ 512``: Cholesky of the Jacobi-scaled matrix ``I + D^{-1/2}WD^{-1/2}``
+        (eigenvalues in ``(0, 2]``; a tiny ridge if it is numerically singular, i.e. the weight
+        sits on a nearly bipartite support). Above: Jacobi-preconditioned CG.
+        """
+        n = self.n
+        if n <= _DENSE_NEWTON_MAX_N:
+            d = 1.0 / np.sqrt(s)
+            for ridge in (0.0, 1e-12, 1e-8):
+                try:
+                    factor = sla.cho_factor(
+                        _scaled_hessian(self.w, s, ridge), overwrite_a=True, check_finite=False
+                    )
+                except np.linalg.LinAlgError:
+                    continue
+                return d * sla.cho_solve(factor, d * rhs, check_finite=False)
+            raise np.linalg.LinAlgError("the Hessian of the dual is not positive definite")
+        w = self.w
+        op = spla.LinearOperator((n, n), matvec=lambda x: s * x + _pair_matvec(w, x), dtype=float)
+        jacobi = spla.LinearOperator((n, n), matvec=lambda x: x / s, dtype=float)
+        delta, _ = spla.cg(op, rhs, rtol=rtol, maxiter=10 * n, M=jacobi)
+        return delta
+
+
+# -- solvers -----------------------------------------------------------------------------------
+
+
+def _newton_cost_in_sweeps(n: int) -> float:
+    """Rough price of a Newton finish in Sinkhorn sweeps: ~4 steps, each a fill plus a dense
+    factorisation (≈ n/25 sweeps of the same size, measured at n = 64..512) or, above, a CG
+    solve of a few tens of mat-vecs."""
+    return 4.0 * (3.0 + min(n / 25.0, 40.0))
+
+
+def _sinkhorn(k: _Kernel, lam, tol, max_iter, stall: bool):
+    """Symmetric Sinkhorn sweeps. Returns ``(λ, sweeps, stalled)``.
+
+    With ``stall``, stops early (``stalled``) once the contraction of the residual over the
+    last three sweeps predicts more remaining sweeps than a Newton finish costs.
+    """
+    fast_ok = True
+    history: list[float] = []
+    prev = None  # (λ, S, residual) before a fast step, to revert it
+    newton_cost = _newton_cost_in_sweeps(k.n)
+    for it in range(max_iter):
+        s = k.rowsums(lam)
+        res = k.residual(s)
+        if prev is not None and res > prev[2]:
+            fast_ok = False
+            lam, s, res = prev
+            history.pop()
+        if res <= tol:
+            return lam, it, False
+        history.append(res)
+        if stall and len(history) > _STALL_WINDOW:
+            rate = (res / history[-1 - _STALL_WINDOW]) ** (1.0 / _STALL_WINDOW)
+            if rate >= 1.0 or np.log(res / tol) > -np.log(rate) * newton_cost:
+                return lam, it, True
+        log_s = k.log_rowsums(s, lam)
+        if fast_ok and res <= _FAST_SINKHORN_BELOW:
+            prev = (lam.copy(), s, res)
+            lam = lam + (log_s - k.log_r) - 0.5 * (_lse(log_s) - np.log(2.0))
+        else:
+            prev = None
+            lam = lam + 0.5 * (log_s - k.log_r)
+    if prev is not None and k.residual(k.rowsums(lam)) > prev[2]:
+        lam = prev[0]
+    return lam, max_iter, False
+
+
+def _newton(k: _Kernel, lam, tol, max_iter):
+    """Damped Newton on ``ψ``. Returns ``(λ, steps)``.
+
+    Along ``λ + tδ``, ``|d³ψ/dt³| ≤ 2|δ|_∞ e^{2|δ|_∞} d²ψ/dt²`` (``ψ`` is a sum of
+    exponentials of ``λ_u + λ_v``), so every ``t`` with ``t|δ|_∞ ≤ 0.1`` satisfies the Armijo
+    condition for the Newton direction: such steps are taken without comparing values of
+    ``ψ``, which near the solution differ by less than their rounding error.
+    """
+    s = k.fill(lam)
+    res = k.residual(s)
+    it = 0
+    while res > tol and it < max_iter:
+        it += 1
+        if s.min() < 1e-200 * k.r.min():
+            # Some pod has (numerically) no weight left, so the Hessian is singular there: one
+            # damped Sinkhorn sweep brings every row sum back to the order of r.
+            lam = lam + 0.5 * (k.log_rowsums(s, lam) - k.log_r)
+        else:
+            grad = k.r - s
+            delta = k.hessian_solve(s, -grad, rtol=min(0.1, res))
+            step = float(np.abs(delta).max())
+            t = 1.0
+            if step > _FULL_NEWTON_STEP:
+                psi = 0.5 * float(s.sum()) + float(k.r @ lam)
+                slope = float(grad @ delta)
+                while t * step > _FULL_NEWTON_STEP:
+                    if k.psi(lam + t * delta) <= psi + _ARMIJO * t * slope:
+                        break
+                    t *= 0.5
+            lam = lam + t * delta
+        s = k.fill(lam)
+        res = k.residual(s)
+    return lam, it
+
+
+def project(
+    y,
+    model: OcsModel,
+    method: str = "auto",
+    warm=None,
+    tol: float = 1e-12,
+    max_iter: int | None = None,
+    log: bool = False,
+) -> ProjectionResult:
+    """KL projection of ``y > 0`` [P] onto ``W = {w ≥ 0 : Σ_u w_uv = r_v}`` (see module doc).
+
+    Parameters: ``y`` [P], positive pair weights in ``triu_indices`` order (``log y`` when
+    ``log=True``: any finite values); ``method`` ``"auto"``, ``"sinkhorn"`` or ``"newton"``;
+    ``warm`` [n], the ``duals`` of an earlier projection; ``tol``, bound on the relative degree
+    residual; ``max_iter``, sweeps (Sinkhorn, auto) or steps (Newton), default 10,000 / 100.
+    The result may have ``converged = False`` when ``max_iter`` runs out.
+    """
+    if method not in METHODS:
+        raise ConfigError("method", f"must be one of {METHODS}, got {method!r}")
+    if not tol > 0:
+        raise ConfigError("tol", "must be > 0")
+    y = np.asarray(y, dtype=float)
+    if y.shape != (model.n_pairs,):
+        raise ConfigError("y", f"has shape {y.shape}, expected ({model.n_pairs},)")
+    if log:
+        if not np.isfinite(y).all():
+            raise ConfigError("y", "log-weights must be finite")
+        logy = y
+    else:
+        if not (np.isfinite(y).all() and (y > 0).all()):
+            raise ConfigError("y", "weights must be finite and > 0")
+        logy = np.log(y)
+    if max_iter is None:
+        max_iter = _DEFAULT_MAX_ITER[method]
+    k = _Kernel(logy, model)
+    if model.n == 2:
+        lam = np.full(2, 0.5 * logy[0])
+        return ProjectionResult(k.w, k.log_w, lam, 0, k.finish(lam), method, True)
+    if warm is None:
+        lam = np.full(model.n, 0.5 * _lse(logy))
+    else:
+        lam = np.array(warm, dtype=float)
+        if lam.shape != (model.n,) or not np.isfinite(lam).all():
+            raise ConfigError("warm", f"must be finite duals of shape ({model.n},)")
+    # The sweeps' row sums (product form) and those of the materialised w differ by rounding:
+    # aim at half the tolerance so that the returned w meets it.
+    target = 0.5 * tol
+    if method == "newton":
+        lam, it = _newton(k, lam, target, max_iter)
+        used = "newton"
+    else:
+        lam, it, stalled = _sinkhorn(k, lam, target, max_iter, stall=method == "auto")
+        used = "sinkhorn"
+        if stalled:
+            lam, it_newton = _newton(k, lam, target, _DEFAULT_MAX_ITER["newton"])
+            it += it_newton
+            used = "sinkhorn+newton"
+    res = k.finish(lam)
+    return ProjectionResult(k.w, k.log_w, lam, it, res, used, res <= tol)
