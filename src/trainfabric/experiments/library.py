@@ -63,4 +63,4 @@ def moe_skew(config: MoeSkewConfig, seed: int) -> pd.DataFrame:
 
 
 # Experiments defined in other modules register on import; keep them reachable from here.
-from trainfabric.experiments import workload_studies  # noqa: E402, F401
+from trainfabric.experiments import ocs_studies, workload_studies  # noqa: E402, F401

@@ -121,7 +121,7 @@ class OcsModel:
         return self.rate_bps * np.asarray(x, dtype=float) + self.fallback_bps
 
     def check_wiring(self, x: np.ndarray) -> None:
-        """Raise InfeasibleError unless ``x`` is a non-negative integer wiring with exact degrees."""
+        """Raise InfeasibleError unless ``x`` is a non-negative integer wiring, exact degrees."""
         x = np.asarray(x)
         if x.shape != (self.n_pairs,):
             raise InfeasibleError(f"wiring has shape {x.shape}, expected ({self.n_pairs},)")

@@ -16,14 +16,15 @@ than the float64 range are fine: only ``w`` itself may underflow, ``log w`` is e
 
 * ``"sinkhorn"`` — symmetric Sinkhorn ``a ← sqrt(a ⊙ r ⊘ (Y a))`` with ``a = e^{−λ}``, i.e.
   ``λ ← λ + ½ (log S − log r)``; one sweep is one compiled ``Y a`` mat-vec over the ``P``
-  pairs (no exponentials while ``ℓ`` spans less than ~600). The geometric-mean damping makes
-  the symmetric iteration converge (the undamped one oscillates along the global scale), but
-  it also halves every other error component (rate ≈ 1/2 even for a uniform kernel). So once
-  the residual is ≤ 1/4 the solver takes the undamped step with the global scale fixed
-  exactly, ``λ ← λ + log(S/r) − ½ log Σ_e w_e``: linearised, its error map is ``−D^{-1}W``
-  restricted off the constant direction, whose spectral radius is ≈ 1/(n−1) for a nearly
-  uniform kernel. If a fast step ever increases the residual it is reverted and the solver
-  keeps the damped step from then on.
+  pairs, without exponentials (the kernel is stabilised by absorbing the duals, see
+  ``_Kernel``). The geometric-mean damping makes the symmetric iteration converge (the
+  undamped one oscillates along the global scale), but it also halves every other error
+  component (rate ≈ 1/2 even for a uniform kernel). So once the residual is ≤ 1/4 the solver
+  takes the undamped step with the global scale fixed exactly,
+  ``λ ← λ + log(S/r) − ½ log Σ_e w_e``: linearised, its error map is ``−D^{-1}W`` restricted
+  off the constant direction, whose spectral radius is ≈ 1/(n−1) for a nearly uniform
+  kernel. If a fast step ever increases the residual it is reverted and the solver keeps the
+  damped step from then on.
 * ``"newton"`` — Newton on ``ψ`` with Armijo backtracking. The Hessian system is solved by a
   Cholesky factorisation of the Jacobi-scaled matrix up to ``n = 512`` pods and by
   Jacobi-preconditioned conjugate gradients (``O(P)`` mat-vec) above. Quadratic convergence,
@@ -55,7 +56,8 @@ _FAST_SINKHORN_BELOW = 0.25
 _STALL_WINDOW = 3
 _FULL_NEWTON_STEP = 0.1
 _ARMIJO = 1e-4
-_SAFE_EXP = 600.0  # log-range within which exp-values and their products stay in float64
+_SAFE_EXP = 600.0  # largest log-weight allowed in an absorbed kernel (float64 overflows at 709)
+_ABSORB = 100.0  # |λ − μ|_∞ beyond which the duals are absorbed into the kernel
 _DEFAULT_MAX_ITER = {"sinkhorn": 10_000, "newton": 100, "auto": 10_000}
 
 
@@ -170,6 +172,22 @@ def _fill_log(logy, lam, log_w, w):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True)
+def _log_weights(logy, lam, out):  # pragma: no cover - compiled
+    """``out = ℓ_uv − λ_u − λ_v``; returns its maximum."""
+    n = lam.size
+    zmax = -np.inf
+    e = 0
+    for u in range(n - 1):
+        lu = lam[u]
+        for v in range(u + 1, n):
+            z = logy[e] - lu - lam[v]
+            out[e] = z
+            zmax = max(zmax, z)
+            e += 1
+    return zmax
+
+
+@numba.njit(cache=True)
 def _log_rowsums(log_w, n):  # pragma: no cover - compiled
     """``log S_v = LSE_u log w_uv`` without underflow (two passes: per-pod max, then sum)."""
     m = np.full(n, -np.inf)
@@ -233,66 +251,59 @@ def _lse(x: np.ndarray) -> float:
 class _Kernel:
     """``ℓ = log y``, ``r`` and the work buffers shared by the solvers.
 
-    While ``ℓ`` spans less than ``_SAFE_EXP``, row sums come from the product form
-    ``S = a ⊙ (Y a)`` with ``Y = exp(ℓ − max ℓ)`` computed once (one multiply-add pass per
-    sweep); otherwise, or when the scalings ``a`` leave the safe range, from the log form
-    ``w = exp(ℓ − λ_u − λ_v)``.
+    Row sums use the product form on an absorbed kernel (the stabilisation of log-domain
+    Sinkhorn): ``Y = exp(ℓ_uv − μ_u − μ_v)`` for reference duals ``μ`` and
+    ``a = exp(μ − λ)``, so ``w_uv = Y_uv a_u a_v`` and ``S = a ⊙ (Y a)`` is one multiply-add
+    pass, whatever the range of ``ℓ``. When ``|λ − μ|_∞`` exceeds ``_ABSORB`` the current
+    duals are absorbed (``μ ← λ``, one pass with exponentials). Entries of ``Y`` that
+    underflow are below ``e^{-745}`` at ``μ``, hence below ``e^{-745 + 2·_ABSORB}`` at any
+    ``λ`` where ``Y`` is used: negligible against row sums of order ``r``. ``log w`` is always
+    computed as ``ℓ − λ_u − λ_v`` (exact).
     """
 
-    def __init__(self, logy: np.ndarray, model: OcsModel):
+    def __init__(self, logy: np.ndarray, model: OcsModel, lam: np.ndarray):
+        """Absorb at the start duals ``lam``, first shifting them in place by a constant if
+        ``w(lam)`` would overflow."""
         self.n = model.n
         self.logy = logy
         self.r = model.r
         self.log_r = np.log(self.r)
-        self.shift = float(logy.max())
-        self.y = np.exp(logy - self.shift) if self.shift - logy.min() < _SAFE_EXP else None
         self.log_w = np.empty_like(logy)
         self.w = np.empty_like(logy)
-
-    def _scaling(self, lam: np.ndarray) -> np.ndarray | None:
-        """``a = exp(shift/2 − λ)`` if the product form is safe at ``λ``, else None."""
-        if self.y is None:
-            return None
-        log_a = 0.5 * self.shift - lam
-        if np.abs(log_a).max() > 0.5 * _SAFE_EXP:
-            return None
-        return np.exp(log_a)
-
-    def rowsums(self, lam: np.ndarray) -> np.ndarray:
-        """``S(λ)`` (the buffer ``w`` may be left stale)."""
-        a = self._scaling(lam)
-        if a is not None:
-            return _rowsums_product(self.y, a)
-        return self.fill(lam)
-
-    def fill(self, lam: np.ndarray) -> np.ndarray:
-        """Write ``w(λ)`` and return its row sums; in the log form ``λ`` is first shifted in
-        place by a constant if ``w`` would overflow."""
-        a = self._scaling(lam)
-        if a is not None:
-            return _fill_product(self.y, a, self.w)
-        s, zmax = _fill_log(self.logy, lam, self.log_w, self.w)
+        self.y = np.empty_like(logy)
+        zmax = _log_weights(logy, lam, self.y)
         if zmax > _SAFE_EXP:
             lam += 0.5 * zmax
-            s, _ = _fill_log(self.logy, lam, self.log_w, self.w)
-        return s
+            self.y -= zmax
+        np.exp(self.y, out=self.y)
+        self.mu = lam.copy()
+
+    def _scaling(self, lam: np.ndarray) -> np.ndarray:
+        """``a = exp(μ − λ)``, absorbing ``λ`` into the kernel first if it is far from ``μ``."""
+        if np.abs(lam - self.mu).max() > _ABSORB:
+            _log_weights(self.logy, lam, self.y)
+            np.exp(self.y, out=self.y)
+            self.mu = lam.copy()
+        return np.exp(self.mu - lam)
+
+    def rowsums(self, lam: np.ndarray) -> np.ndarray:
+        """``S(λ)`` (the buffer ``w`` is left as it was)."""
+        return _rowsums_product(self.y, self._scaling(lam))
+
+    def fill(self, lam: np.ndarray) -> np.ndarray:
+        """Write ``w(λ)`` and return its row sums."""
+        return _fill_product(self.y, self._scaling(lam), self.w)
 
     def psi(self, lam: np.ndarray) -> float:
-        """Dual objective ``ψ(λ) = Σ_e w_e + r·λ`` (``inf`` where ``w`` overflows)."""
-        a = self._scaling(lam)
-        if a is not None:
-            s = _rowsums_product(self.y, a)
-        else:
-            s, _ = _fill_log(self.logy, lam, self.log_w, self.w)
+        """Dual objective ``ψ(λ) = Σ_e w_e + r·λ`` at a trial point, in the log form (no
+        absorption; ``inf`` where ``w`` overflows)."""
+        s, _ = _fill_log(self.logy, lam, self.log_w, self.w)
         return 0.5 * float(s.sum()) + float(self.r @ lam)
 
     def finish(self, lam: np.ndarray) -> float:
-        """Materialise ``w`` and ``log_w`` at ``λ``; return the residual of that ``w``."""
+        """Materialise ``w`` and ``log w`` at ``λ``; return the residual of that ``w``."""
         a = self._scaling(lam)
-        if a is not None:
-            s = _fill_both_product(self.y, a, self.logy, lam, self.log_w, self.w)
-        else:
-            s, _ = _fill_log(self.logy, lam, self.log_w, self.w)
+        s = _fill_both_product(self.y, a, self.logy, lam, self.log_w, self.w)
         return self.residual(s)
 
     def log_rowsums(self, s: np.ndarray, lam: np.ndarray) -> np.ndarray:
@@ -446,9 +457,9 @@ def project(
         logy = np.log(y)
     if max_iter is None:
         max_iter = _DEFAULT_MAX_ITER[method]
-    k = _Kernel(logy, model)
     if model.n == 2:
         lam = np.full(2, 0.5 * logy[0])
+        k = _Kernel(logy, model, lam)
         return ProjectionResult(k.w, k.log_w, lam, 0, k.finish(lam), method, True)
     if warm is None:
         lam = np.full(model.n, 0.5 * _lse(logy))
@@ -456,6 +467,7 @@ def project(
         lam = np.array(warm, dtype=float)
         if lam.shape != (model.n,) or not np.isfinite(lam).all():
             raise ConfigError("warm", f"must be finite duals of shape ({model.n},)")
+    k = _Kernel(logy, model, lam)
     # The sweeps' row sums (product form) and those of the materialised w differ by rounding:
     # aim at half the tolerance so that the returned w meets it.
     target = 0.5 * tol

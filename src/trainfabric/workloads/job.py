@@ -206,8 +206,9 @@ class Job(Config):
 def remap_onto_pods(job: Job, pods: int, absorb: Literal["dp", "pp"] = "dp") -> Job:
     """The same job on ``pods`` pods: the ``absorb`` dimension (DP or PP) takes up the change.
 
-    EP follows DP when it spanned all of DP. Degrees that do not divide raise a ConfigError
-    naming ``pods``.
+    EP follows DP when it spanned all of DP (largest common divisor with the experts).
+    Degrees that do not divide, or an MoE job left without EP, raise a ConfigError naming
+    ``pods``.
     """
     par, pl = job.parallelism, job.placement
     gpus = pods * pl.gpus_per_pod
@@ -217,7 +218,13 @@ def remap_onto_pods(job: Job, pods: int, absorb: Literal["dp", "pp"] = "dp") -> 
     new = gpus // other
     updates: dict[str, int] = {absorb: new}
     if absorb == "dp" and par.ep == par.dp and job.model.is_moe:
-        updates["ep"] = math.gcd(new, job.model.moe_experts)
+        ep = math.gcd(new, job.model.moe_experts)  # the largest EP group that divides both
+        if ep == 1:
+            raise ConfigError(
+                "pods",
+                f"no EP degree > 1 divides both DP {new} and {job.model.moe_experts} experts",
+            )
+        updates["ep"] = ep
     data = job.model_dump()
     data["parallelism"].update(updates)
     data["placement"]["pods"] = pods

@@ -1,0 +1,103 @@
+"""E4: end-to-end plan (solve + round + decompose) at n in {64, 128, 256, 512, 1024} pods.
+
+Two job families at every size, d = 16 ports, s = 4 OCSes (CLARIFICATIONS' 1024-pod
+setting), 100 Gb/s circuits, 5 Gb/s fallback:
+
+* ``moe``: DeepSeek-V3-width MoE layers (2 layers, 256 experts, top-8), TP8 per pod, data
+  parallel over all pods with EP groups of 16 pods (all-to-all inside each group);
+* ``pp-dp``: GPT-3 175B as 8 pipeline stages x n/8 data-parallel replicas, 4 micro-batches.
+
+The DAG build is timed separately (it is the workload, not the plan). Wall time and the
+peak resident memory of the process are reported per run; each size runs in a fresh
+subprocess so that peak memory belongs to that size alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+from _common import emit, parser, peak_rss_gb
+
+SIZES = (64, 128, 256, 512, 1024)
+
+
+def job(family: str, n: int):
+    from trainfabric.workloads import Job
+    from trainfabric.workloads.presets import DEEPSEEK_V3, GPT3
+
+    if family == "moe":
+        model = {**DEEPSEEK_V3, "layers": 2, "first_dense_layers": 0, "name": "deepseek-v3-2l"}
+        par = dict(tp=8, dp=n, ep=16, micro_batches=2)
+    else:
+        model, par = GPT3, dict(tp=8, pp=8, dp=n // 8, micro_batches=4)
+    return Job.model_validate(
+        dict(name=family, model=model, parallelism=par, placement=dict(gpus_per_pod=8, pods=n))
+    )
+
+
+def measure(family: str, n: int) -> dict:
+    """One size in this process: build, warm up numba on a tiny instance, plan, report."""
+    from trainfabric.ocs.model import OcsModel
+    from trainfabric.ocs.planner import plan
+    from trainfabric.workloads import build_dag
+
+    plan(build_dag(job(family, 64)), OcsModel.uniform(64, 16, 4))  # compile, not timed
+    t0 = time.perf_counter()
+    dag = build_dag(job(family, n))
+    build_s = time.perf_counter() - t0
+    model = OcsModel.uniform(n, 16, 4)
+    t1 = time.perf_counter()
+    result = plan(dag, model)
+    wall = time.perf_counter() - t1
+    return {
+        "family": family,
+        "pods": n,
+        "pairs": model.n_pairs,
+        "dag_nodes": dag.n_nodes,
+        "build_s": build_s,
+        "plan_s": wall,
+        "timings_s": result.timings_s,
+        "iterations": result.iterations,
+        "peak_gb": peak_rss_gb(),
+        "improvement_vs_uniform": 1 - result.hard_critical_path_s / result.uniform_critical_path_s,
+        "split_feasible": bool(result.decomposition.feasible),
+    }
+
+
+def main() -> None:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--one", nargs=2, metavar=("FAMILY", "N"), help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.one:
+        print(json.dumps(measure(args.one[0], int(args.one[1]))))
+        return
+    rows = []
+    for n in SIZES:
+        for family in ("moe", "pp-dp"):
+            out = subprocess.run(
+                [sys.executable, __file__, "--one", family, str(n)],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+            rows.append(json.loads(out.strip().splitlines()[-1]))
+    by = {(r["family"], r["pods"]): r for r in rows}
+    emit(
+        "ocs_scale",
+        {
+            "quick": args.quick,
+            "seconds_at_1024": max(by[f, 1024]["plan_s"] for f in ("moe", "pp-dp")),
+            "peak_gb_at_1024": max(by[f, 1024]["peak_gb"] for f in ("moe", "pp-dp")),
+            "seconds_at_256": max(by[f, 256]["plan_s"] for f in ("moe", "pp-dp")),
+            "targets": {"seconds_at_1024": 10, "peak_gb_at_1024": 4, "seconds_at_256": 1},
+            "rows": rows,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()

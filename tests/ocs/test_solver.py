@@ -1,0 +1,352 @@
+"""Entropic proximal gradient on the free energy (spec §1.6-1.7, tests T5-T7, convergence).
+
+References: scipy's SLSQP on a separable convex cost (exact optimum with the degree
+constraints), the first-order optimality structure (``∇F(w*)`` in the degree span ``c_u + c_v``,
+fitted by least squares), group symmetry of all-to-all and ring DAGs (T5), the monotonicity of
+``U(w*)`` and ``KL(w*||q)`` along ``b1`` (T6), the Jeffreys adaptation bounds (T7), and the
+per-step contraction ``KL(w*||w^{k+1}) ≤ θ_k KL(w*||w^k)`` of the three-point argument.
+"""
+
+import time
+
+import numpy as np
+import pytest
+from scipy.optimize import minimize
+from scipy.special import kl_div
+
+from trainfabric.errors import ConfigError
+from trainfabric.ocs.cost import PathCost, temperatures
+from trainfabric.ocs.model import OcsModel
+from trainfabric.ocs.prior import kl, uniform_prior
+from trainfabric.ocs.solver import solve
+from trainfabric.workloads.dag import DagBuilder
+
+
+class SeparableCost:
+    """``U(x) = Σ_e c_e / (x_e + c0)``: convex, decreasing, smooth; ``b2`` is ignored."""
+
+    def __init__(self, c: np.ndarray, c0: float = 0.5):
+        self.c = c
+        self.c0 = c0
+
+    def smoothed(self, x, b2):
+        return float(np.sum(self.c / (x + self.c0)))
+
+    hard = smoothed
+
+    def value_and_grad(self, x, b2):
+        return self.smoothed(x, b2), -self.c / (x + self.c0) ** 2
+
+
+def incidence(model: OcsModel) -> np.ndarray:
+    iu, iv = model.pairs
+    a = np.zeros((model.n_pairs, model.n))
+    a[np.arange(model.n_pairs), iu] = 1.0
+    a[np.arange(model.n_pairs), iv] = 1.0
+    return a
+
+
+def additive_misfit(model: OcsModel, z: np.ndarray) -> float:
+    """``min_c ||z − (c_u + c_v)||_∞`` (0 iff ``z`` lies in the span of the degree rows)."""
+    a = incidence(model)
+    c, *_ = np.linalg.lstsq(a, z, rcond=None)
+    return float(np.abs(a @ c - z).max())
+
+
+def grad_w(cost, model: OcsModel, w: np.ndarray, b2: float) -> np.ndarray:
+    """``∇_w U = M ∇_x U`` at ``x = M w``."""
+    m = model.total_circuits
+    return m * cost.value_and_grad(m * w, b2)[1]
+
+
+def free_energy(cost, model, w, q, b1, b2) -> float:
+    return cost.smoothed(model.total_circuits * w, b2) + kl(w, q) / b1
+
+
+def phases_dag(n, phases, compute_s=1e-3, latency_s=5e-6):
+    """Compute on every pod, then each phase ``(src, dst, bytes)`` in series, with compute
+    between phases."""
+    b = DagBuilder(n)
+    prev = [b.compute(v, compute_s) for v in range(n)]
+    for k, (src, dst, nbytes) in enumerate(phases):
+        _, exit_ = b.phase("p", f"p{k}", src, dst, nbytes, latency_s, 0.0, preds=prev)
+        prev = [b.compute(v, compute_s) for v in range(n)]
+        for c in prev:
+            b.edge(exit_, c)
+    return b.build()
+
+
+def all_to_all(n, nbytes):
+    u, v = np.nonzero(~np.eye(n, dtype=bool))
+    return u, v, np.full(u.size, float(nbytes))
+
+
+def ring(n, nbytes):
+    u = np.arange(n)
+    return u, (u + 1) % n, np.full(n, float(nbytes))
+
+
+def random_phases(rng, n, k):
+    out = []
+    for _ in range(k):
+        u, v = np.nonzero(~np.eye(n, dtype=bool))
+        keep = rng.random(u.size) < 0.5
+        keep[rng.integers(u.size)] = True
+        out.append((u[keep], v[keep], 10 ** rng.uniform(8, 9, keep.sum())))
+    return out
+
+
+# -- exact reference on a separable cost ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_separable_cost_matches_slsqp(seed):
+    rng = np.random.default_rng(seed)
+    model = OcsModel(np.array([4, 2, 6, 4, 4]), ocs=2) if seed % 2 else OcsModel.uniform(5, 4, 2)
+    cost = SeparableCost(rng.uniform(0.1, 2.0, model.n_pairs))
+    q = uniform_prior(model)
+    b1 = 2.0
+    res = solve(cost, model, b1, 1.0, tol=1e-14, max_iter=5000)
+    assert res.converged
+    a = incidence(model)
+
+    def f(w):
+        return free_energy(cost, model, np.maximum(w, 1e-300), q, b1, 1.0)
+
+    def jac(w):
+        w = np.maximum(w, 1e-300)
+        return grad_w(cost, model, w, 1.0) + np.log(w / q) / b1
+
+    ref = minimize(
+        f,
+        q,
+        jac=jac,
+        method="SLSQP",
+        bounds=[(1e-12, 1.0)] * model.n_pairs,
+        constraints=[{"type": "eq", "fun": lambda w: a.T @ w - model.r, "jac": lambda w: a.T}],
+        options={"ftol": 1e-15, "maxiter": 1000},
+    )
+    assert ref.success
+    np.testing.assert_allclose(res.w, ref.x, atol=1e-6)
+    assert f(ref.x) + 1e-10 >= res.F
+    # First-order optimality on W: ∇F(w*) = c_u + c_v (to ~sqrt(tol): the stopping test is a KL,
+    # quadratic in the log-step).
+    assert additive_misfit(model, jac(res.w)) <= 1e-6
+    assert pytest.approx(f(res.w), rel=1e-12) == res.F
+    np.testing.assert_allclose(res.x, model.total_circuits * res.w)
+
+
+def test_projection_methods_and_annealing_reach_the_same_optimum():
+    rng = np.random.default_rng(7)
+    model = OcsModel.uniform(6, 4, 2)
+    cost = PathCost(phases_dag(6, random_phases(rng, 6, 3)), model)
+    b1, b2, _ = temperatures(cost, model, b1_rel=1.0, b2_rel=5.0)
+    ref = solve(cost, model, b1, b2, tol=1e-13, max_iter=5000)
+    assert ref.converged
+    for kw in ({"projection": "sinkhorn"}, {"projection": "newton"}, {"anneal": True}):
+        other = solve(cost, model, b1, b2, tol=1e-13, max_iter=5000, **kw)
+        assert other.converged, kw
+        stages = sorted({h["b2"] for h in other.history})
+        assert stages == ([b2 / 2**k for k in range(4, -1, -1)] if kw.get("anneal") else [b2])
+        np.testing.assert_allclose(other.w, ref.w, atol=1e-6, err_msg=str(kw))
+        assert pytest.approx(ref.F, rel=1e-9) == other.F
+
+
+# -- T5: symmetry principle ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n_phases", [1, 3])
+def test_uniform_all_to_all_keeps_the_uniform_mesh(n_phases):
+    n = 6
+    model = OcsModel.uniform(n, 4, 2)
+    dag = phases_dag(n, [all_to_all(n, 1e8 * (k + 1)) for k in range(n_phases)])
+    cost = PathCost(dag, model)
+    q = uniform_prior(model)
+    _, b2, cp0 = temperatures(cost, model)
+    for b1_rel in np.logspace(-2, 2, 9):
+        res = solve(cost, model, b1_rel / cp0, b2, tol=1e-12)
+        assert res.converged
+        assert np.abs(res.w - q).sum() <= 1e-8, b1_rel
+        assert res.kl <= 1e-14
+
+
+@pytest.mark.parametrize("n", [7, 8])
+def test_ring_gives_a_circulant_wiring(n):
+    model = OcsModel.uniform(n, 4, 2)
+    cost = PathCost(phases_dag(n, [ring(n, 2e8), ring(n, 1e8)]), model)
+    b1, b2, _ = temperatures(cost, model, b2_rel=5.0)
+    res = solve(cost, model, b1, b2, tol=1e-12, max_iter=3000)
+    assert res.converged
+    iu, iv = model.pairs
+    gap = np.minimum(iv - iu, n - (iv - iu))
+    for k in range(1, n // 2 + 1):
+        cls = res.w[gap == k]
+        assert cls.max() - cls.min() <= 1e-8, k
+    # Not trivially the mesh: ring neighbours get more than the uniform share.
+    assert res.w[gap == 1].min() > 1.5 / model.n_pairs
+    assert res.kl > 1e-2
+
+
+def test_first_order_test_decides_optimality_of_the_mesh():
+    """``q`` is optimal iff ``∂U/∂w(q) = c_u + c_v``: decided by least squares on 100 random
+    instances (half permutation-symmetric all-to-all DAGs, half generic, ring or
+    halving-doubling-like ones) and checked against where the solver goes."""
+    rng = np.random.default_rng(11)
+    decided, truth = [], []
+    for i in range(100):
+        n = int(rng.integers(4, 7))
+        model = OcsModel.uniform(n, 4, 2)
+        k = int(rng.integers(1, 4))
+        if i % 2 == 0:
+            phases = [all_to_all(n, 10 ** rng.uniform(8, 9)) for _ in range(k)]
+        elif i % 6 == 1:
+            phases = [ring(n, 10 ** rng.uniform(8, 9)) for _ in range(k)]
+        elif i % 6 == 3:
+            half = n // 2
+            u = np.arange(2 * half)
+            phases = [
+                (u, u ^ 1, np.full(u.size, 1e8)),
+                (u, (u + 2) % (2 * half), np.full(u.size, 1e8)),
+            ]
+        else:
+            phases = random_phases(rng, n, k)
+        cost = PathCost(phases_dag(n, phases, compute_s=10 ** rng.uniform(-4, -2)), model)
+        q = uniform_prior(model)
+        b1, b2, _ = temperatures(cost, model, b2_rel=5.0)
+        g = grad_w(cost, model, q, b2)
+        decided.append(additive_misfit(model, g) <= 1e-9 * np.abs(g).max())
+        res = solve(cost, model, b1, b2, max_iter=20, tol=1e-12)
+        truth.append(np.abs(res.w - q).sum() <= 1e-9)
+    assert decided == truth
+    assert 40 <= sum(truth) <= 60
+
+
+# -- T6: monotonicity in b1 ----------------------------------------------------------------------
+
+
+def test_monotone_in_b1():
+    rng = np.random.default_rng(2)
+    n = 5
+    model = OcsModel.uniform(n, 4, 2)
+    cost = PathCost(phases_dag(n, random_phases(rng, n, 3)), model)
+    _, b2, cp0 = temperatures(cost, model, b2_rel=5.0)
+    us, kls = [], []
+    w = None
+    for b1_rel in np.logspace(-2, 2, 30):
+        res = solve(cost, model, b1_rel / cp0, b2, w0=w, tol=1e-12, max_iter=20_000)
+        assert res.converged, b1_rel
+        us.append(res.U)
+        kls.append(res.kl)
+        w = res.w
+    us, kls = np.array(us), np.array(kls)
+    assert np.all(np.diff(us) <= 1e-9 * us[:-1])
+    assert np.all(np.diff(kls) >= -1e-9)
+    assert us[-1] < 0.98 * us[0] and kls[-1] > 100 * kls[0]  # the sweep really moves
+
+
+# -- T7: Jeffreys adaptation bound ---------------------------------------------------------------
+
+
+def test_jeffreys_adaptation_bound():
+    """10 base DAGs x 20 byte perturbations (log-normal, 30%): with
+    ``Δ = ||∇U1(w1) − ∇U2(w1)||_∞``, ``||w1 − w2||_1 ≤ b1 Δ`` and ``F2(w1) − F2(w2) ≤ b1 Δ²``."""
+    rng = np.random.default_rng(5)
+    n = 4
+    model = OcsModel.uniform(n, 4, 2)
+    q = uniform_prior(model)
+    moved, checked = 0, 0
+    for _ in range(10):
+        base = random_phases(rng, n, 2)
+        cost1 = PathCost(phases_dag(n, base), model)
+        b1, b2, _ = temperatures(cost1, model, b2_rel=5.0)
+        r1 = solve(cost1, model, b1, b2, tol=1e-13, max_iter=5000)
+        assert r1.converged
+        for _ in range(20):
+            pert = [(u, v, b * np.exp(0.3 * rng.normal(size=b.size))) for u, v, b in base]
+            cost2 = PathCost(phases_dag(n, pert), model)
+            r2 = solve(cost2, model, b1, b2, w0=r1.w, tol=1e-13, max_iter=5000)
+            assert r2.converged
+            delta = np.abs(grad_w(cost1, model, r1.w, b2) - grad_w(cost2, model, r1.w, b2)).max()
+            dist = np.abs(r1.w - r2.w).sum()
+            gap = free_energy(cost2, model, r1.w, q, b1, b2) - r2.F
+            assert dist <= b1 * delta * (1 + 1e-9) + 1e-12
+            assert gap <= b1 * delta**2 * (1 + 1e-9) + 1e-12 * r2.F
+            moved += dist > 1e-4
+            checked += 1
+    assert checked == 200
+    assert moved > 150  # the bound is exercised, not met by standing still
+
+
+# -- convergence -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["separable", "dag"])
+def test_linear_contraction_and_monotone_free_energy(kind):
+    """``KL(w*||w^{k+1}) ≤ θ_k KL(w*||w^k)`` with ``θ_k = b1/(b1+η_k)`` at every step, and F
+    never increases."""
+    rng = np.random.default_rng(4)
+    model = OcsModel.uniform(6, 4, 2)
+    if kind == "separable":
+        cost, b1, b2 = SeparableCost(rng.uniform(0.1, 2.0, model.n_pairs)), 20.0, 1.0
+    else:
+        cost = PathCost(phases_dag(6, random_phases(rng, 6, 3)), model)
+        b1, b2, _ = temperatures(cost, model, b1_rel=3.0, b2_rel=5.0)
+    star = solve(cost, model, b1, b2, tol=1e-15, max_iter=20_000).w
+    iterates = []
+    res = solve(cost, model, b1, b2, tol=1e-11, callback=lambda k, w: iterates.append(w.copy()))
+    assert len(iterates) == res.iterations == len(res.history)
+    assert len(res.contraction) == res.iterations - 1
+    q = uniform_prior(model)
+    dist = [kl(star, q)] + [kl(star, w) for w in iterates]
+    thetas = [h["theta"] for h in res.history]
+    steps = 0
+    for k, theta in enumerate(thetas):
+        if dist[k] > 1e-9:
+            assert dist[k + 1] <= theta * dist[k] * (1 + 1e-6), k
+            steps += 1
+    assert steps >= 3
+    f = np.array([free_energy(cost, model, q, q, b1, b2)] + [h["F"] for h in res.history])
+    assert np.all(np.diff(f) <= 1e-12 * np.abs(f[:-1]))
+    assert all(h["residual"] <= 1e-10 for h in res.history)
+
+
+def test_two_pods_converge_at_once():
+    model = OcsModel.uniform(2, 4, 2)
+    res = solve(SeparableCost(np.array([1.0])), model, 1.0, 1.0)
+    assert res.converged and res.iterations == 1
+    np.testing.assert_allclose(res.w, [1.0])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"b1": 0.0}, "b1"),
+        ({"b2": -1.0}, "b2"),
+        ({"prior": np.ones(3)}, "prior"),
+        ({"w0": np.r_[0.0, np.ones(5)]}, "w0"),
+        ({"projection": "ipf"}, "projection"),
+        ({"tol": np.nan}, "tol"),
+        ({"max_iter": -1}, "max_iter"),
+    ],
+)
+def test_bad_input_names_the_field(kwargs, field):
+    model = OcsModel.uniform(4, 2, 1)
+    args = {"b1": 1.0, "b2": 1.0} | kwargs
+    with pytest.raises(ConfigError) as err:
+        solve(SeparableCost(np.ones(6)), model, **args)
+    assert err.value.field == field
+
+
+@pytest.mark.slow
+def test_iterations_are_cheap_at_1024_pods():
+    """1024 pods (523,776 pairs), separable cost: one iteration = one value_and_grad plus a
+    warm-started projection, milliseconds to tens of ms."""
+    model = OcsModel.uniform(1024, 16, 4)
+    cost = SeparableCost(np.random.default_rng(0).uniform(0.1, 2.0, model.n_pairs))
+    solve(SeparableCost(np.ones(28)), OcsModel.uniform(8, 4, 2), 1.0, 1.0, max_iter=2)  # compile
+    t = time.perf_counter()
+    res = solve(cost, model, 50.0, 1.0, max_iter=30, tol=1e-12)
+    per_iter = (time.perf_counter() - t) / res.iterations
+    assert all(h["residual"] <= 1e-10 for h in res.history)
+    assert per_iter < 0.1
+    assert kl_div(res.w, uniform_prior(model)).sum() > 0
