@@ -323,8 +323,9 @@ def decompose_churn_aware(
     remainder with the ports left on every OCS by the exact integer program (small: only the
     changed circuits). A remainder that does not fit (e.g. a 2-swap whose two removed circuits
     sat on different OCSes) releases the kept circuits at the pods where it got stuck and is
-    placed again, up to 32 rounds; then a fresh :func:`decompose`. Kept circuits keep their
-    exact cross-connects (``tables``), new ones take the lowest free ports.
+    placed again (wider each time nothing new can be freed), up to 32 rounds or 4,000
+    variables; then a fresh :func:`decompose`. Every circuit that ends up on its old OCS keeps
+    its exact cross-connect (``tables``), new ones take the lowest free ports.
     """
     x = _check(model, x)
     s = model.ocs
@@ -345,6 +346,8 @@ def decompose_churn_aware(
     for _ in range(_RELEASE_ROUNDS):
         caps = p[None, :] - np.stack([_degrees(model, kk) for kk in keep])
         rest = x - keep.sum(axis=0)
+        if s * np.count_nonzero(rest) > _MAX_REST_VARS:
+            break
         y = _split_ip(model, rest, caps, None, min(time_limit_s, _ROUND_LIMIT_S))
         if y is None:
             break
@@ -362,23 +365,35 @@ def decompose_churn_aware(
                 pods = np.zeros(model.n, dtype=bool)
                 pods[b_end[free[k, a_end] > 0]] = True
                 release[k] |= pods[iu] | pods[iv]
-        if not release.any():  # no free port next to a stuck circuit: release its pods
+        if not (release & (keep > 0)).any():
+            # nothing new to free next to the stuck circuits: release every kept circuit at
+            # their pods and at the pods they are wired to (a wider neighbourhood each time)
             pods = np.zeros(model.n, dtype=bool)
             pods[iu[stuck]] = pods[iv[stuck]] = True
+            near = (x > 0) & (pods[iu] | pods[iv])
+            pods[iu[near]] = pods[iv[near]] = True
             release[:] = pods[iu] | pods[iv]
         keep[release] = 0
         y = None
-    if y is None:
-        return decompose(model, x, time_limit_s)
+    method = "churn"
+    if y is None:  # local repair failed: a fresh split, still keeping the ports it can
+        fresh = decompose(model, x, time_limit_s)
+        if not fresh.feasible:
+            return fresh
+        y = np.stack([model.from_matrix(c) for c in fresh.configs])
+        method = fresh.method
+    # every circuit that ended up on its old OCS (kept or placed back) keeps its old ports
+    stay = np.minimum(y, prev)
     tables = [
-        _assign_ports(model, model.to_matrix(y[k]), _kept_ports(model, old_tables[k], keep[k]))
+        _assign_ports(model, model.to_matrix(y[k]), _kept_ports(model, old_tables[k], stay[k]))
         for k in range(s)
     ]
-    return _result(model, x, y, "churn", tables=tables, kept=int(keep.sum()))
+    return _result(model, x, y, method, tables=tables, kept=int(stay.sum()))
 
 
 _RELEASE_ROUNDS = 32  # rounds of releasing kept circuits around pods where the rest did not fit
 _ROUND_LIMIT_S = 1.0  # per round: an incumbent is enough to see where the rest got stuck
+_MAX_REST_VARS = 4_000  # beyond this the local repair has failed: split afresh
 
 
 def _degrees(model: OcsModel, x: np.ndarray) -> np.ndarray:

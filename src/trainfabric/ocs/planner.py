@@ -83,8 +83,13 @@ def plan(
     seed: int = 0,
     anneal: bool = True,
     max_iter: int = 300,
+    round_budget_s: float | None = 5.0,
 ) -> Plan:
-    """Plan the wiring of ``dag`` on ``model`` (see module doc); timings per stage in seconds."""
+    """Plan the wiring of ``dag`` on ``model`` (see module doc); timings per stage in seconds.
+
+    ``max_iter`` bounds the solver's iterations per annealing stage; ``round_budget_s`` bounds
+    the swap polishing (small instances reach a local optimum long before it).
+    """
     t0 = time.perf_counter()
     cost = PathCost(dag, model)
     b1, b2, _ = temperatures(cost, model, b1_rel, b2_rel)
@@ -92,7 +97,9 @@ def plan(
     t1 = time.perf_counter()
     res = solver.solve(cost, model, b1, b2, prior=q, anneal=anneal, max_iter=max_iter)
     t2 = time.perf_counter()
-    rounded = rounding.round_wiring(cost, model, res.x, b2=b2, seed=seed)
+    rounded = rounding.round_wiring(
+        cost, model, res.x, b2=b2, seed=seed, time_budget_s=round_budget_s
+    )
     t3 = time.perf_counter()
     dec = decompose.decompose(model, rounded.x)
     tables = decompose.cross_connects(model, dec)

@@ -1,15 +1,12 @@
 """Fractional wiring -> integer wiring with exact degrees (spec §1.8, step R).
 
-Two functions:
-
 * :func:`round_to_degrees` — ``x = floor(x_frac) + y`` where the residual ``y`` is a
-  maximum-weight degree-constrained b-matching: ``Σ_u y_uv = ρ_v = d_v − Σ_u floor(x_frac)_uv``.
-  Solved exactly as a small integer program (HiGHS) on the pairs between pods that still have
-  free ports.
-* :func:`round_wiring` — cost-aware rounding (residual weights = the exact integer gain of one
-  more circuit on the *hard* critical path's dual, i.e. the marginal decrease of ``U``), then
-  degree-preserving 2-swap polishing of the hard critical path, with candidate moves evaluated
-  by a compiled incremental longest-path kernel.
+  maximum-weight degree-constrained b-matching: ``Σ_u y_uv = ρ_v = d_v − Σ_u floor(x_frac)_uv``
+  (exact integer program with HiGHS up to 5,000 candidate pairs, greedy + augmenting paths
+  above); used by the baselines too.
+* :func:`round_wiring` — cost-aware rounding (free ports by the marginal decrease of the
+  smoothed critical path ``U``), then degree-preserving 2-swaps on the *hard* critical path,
+  every candidate evaluated exactly by compiled incremental sweeps over a reduced DAG.
 """
 
 from __future__ import annotations
