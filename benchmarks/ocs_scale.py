@@ -8,9 +8,10 @@ setting), 100 Gb/s circuits, 5 Gb/s fallback:
 * ``pp-dp``: GPT-3 175B as 8 pipeline stages x n/8 data-parallel replicas, 4 micro-batches.
 
 The solver runs at most ``MAX_ITER`` iterations per annealing stage and the swap polishing
-at most ``ROUND_BUDGET_S`` (both recorded in the output). The DAG build is timed separately (it is the workload, not the plan). Wall time and the
-peak resident memory of the process are reported per run; each size runs in a fresh
-subprocess so that peak memory belongs to that size alone.
+at most ``ROUND_BUDGET_S`` (both recorded in the output). The DAG build is timed
+separately (it is the workload, not the plan). Wall time and the peak resident memory of the
+process are reported per run; each size runs in a fresh subprocess so that peak memory
+belongs to that size alone.
 """
 
 from __future__ import annotations
