@@ -17,6 +17,7 @@ import numpy as np
 from scipy.special import logsumexp, softmax
 
 from trainfabric.errors import ConfigError
+from trainfabric.ocs.cost import check_b2
 from trainfabric.ocs.model import OcsModel
 from trainfabric.ocs.prior import uniform_prior
 from trainfabric.ocs.rounding import round_to_degrees
@@ -123,13 +124,6 @@ class TrafficMatrixCost:
             raise ConfigError("x", f"has shape {x.shape}, expected ({self.model.n_pairs},)")
         return x
 
-    @staticmethod
-    def _check_b2(b2) -> float:
-        b2 = float(b2)
-        if not (b2 > 0 and np.isfinite(b2)):
-            raise ConfigError("b2", f"inverse temperature must be finite and > 0, got {b2}")
-        return b2
-
     def pair_times(self, x) -> np.ndarray:
         """``τ_e(x)`` (s) on the active pairs ``self.active``."""
         rate = self.model.pair_rate_bps(self._check_x(x)[self.active])
@@ -141,12 +135,12 @@ class TrafficMatrixCost:
 
     def smoothed(self, x, b2: float) -> float:
         """``(1/b2)·LSE(b2·τ(x))`` (s); ``b2`` in 1/s."""
-        b2 = self._check_b2(b2)
+        b2 = check_b2(b2)
         return float(logsumexp(b2 * self.pair_times(x))) / b2
 
     def value_and_grad(self, x, b2: float) -> tuple[float, np.ndarray]:
         """Smoothed value (s) and its exact gradient ``∂U/∂x`` [P] (s per circuit)."""
-        b2 = self._check_b2(b2)
+        b2 = check_b2(b2)
         x = self._check_x(x)
         rate = self.model.pair_rate_bps(x[self.active])
         tau = self._bits / rate

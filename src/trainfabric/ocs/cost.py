@@ -52,6 +52,14 @@ from trainfabric.ocs.prior import uniform_prior
 from trainfabric.workloads.dag import COMM, TaskDAG, _longest_finish
 
 
+def check_b2(b2) -> float:
+    """The inverse temperature ``b2`` (1/s) as a float; ConfigError unless finite and > 0."""
+    b2 = float(b2)
+    if not (b2 > 0 and np.isfinite(b2)):
+        raise ConfigError("b2", f"inverse temperature must be finite and > 0, got {b2}")
+    return b2
+
+
 class PathCost:
     """Smoothed (log-sum-exp over all DAG paths) and hard critical path of a TaskDAG as
     functions of pair circuits ``x`` [P].
@@ -138,28 +146,21 @@ class PathCost:
 
     # -- smoothed critical path -----------------------------------------------------------
 
-    @staticmethod
-    def _check_b2(b2) -> float:
-        b2 = float(b2)
-        if not (b2 > 0 and np.isfinite(b2)):
-            raise ConfigError("b2", f"inverse temperature must be finite and > 0, got {b2}")
-        return b2
-
     def smoothed(self, x, b2: float) -> float:
         """``U(x)`` in seconds at inverse temperature ``b2`` (1/s): forward sweep only."""
-        b2 = self._check_b2(b2)
+        b2 = check_b2(b2)
         bt = b2 * self.durations(x)
         return float(_forward_value(self._pindptr, self._pindices, self.leaves, bt)) / b2
 
     def marginals(self, x, b2: float) -> np.ndarray:
         """Gibbs node marginals ``μ = ∂U/∂t`` [N]: each in [0, 1], summing to 1 over the
         leaves and over the roots."""
-        b2 = self._check_b2(b2)
+        b2 = check_b2(b2)
         return self._sweeps(b2 * self.durations(x))[1]
 
     def value_and_grad(self, x, b2: float) -> tuple[float, np.ndarray]:
         """``U(x)`` (s) and ``∂U/∂x`` [P] (s per circuit) by the forward-backward sweeps."""
-        b2 = self._check_b2(b2)
+        b2 = check_b2(b2)
         t, rate = self._durations_and_rates(x)
         u_scaled, mu = self._sweeps(b2 * t)
         dt_dx = -self._comm_bits * self.model.rate_bps / (rate * rate)

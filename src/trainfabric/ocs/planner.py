@@ -23,7 +23,8 @@ from trainfabric.ocs import baselines, decompose, rounding, solver
 from trainfabric.ocs.cost import PathCost, temperatures
 from trainfabric.ocs.model import OcsModel
 from trainfabric.ocs.prior import kl, uniform_prior
-from trainfabric.workloads.dag import TaskDAG
+from trainfabric.workloads.dag import Phase, TaskDAG
+from trainfabric.workloads.traffic import PhaseTraffic, dag_from_traffic, traffic_from_dag
 
 
 @dataclass
@@ -152,18 +153,30 @@ def write_plan(out_dir, model: OcsModel, result: Plan, summary: dict[str, Any]) 
     return path
 
 
+def aggregated_dag(dag: TaskDAG) -> TaskDAG:
+    """One phase carrying the iteration's aggregated traffic matrix (directed pod pairs).
+
+    Its hard critical path is the max over pairs of ``8 · bytes_uv / (B x_e + B0)``: the max
+    pair utilisation objective of traffic-matrix planners, as a DAG."""
+    tot = traffic_from_dag(dag).total()
+    src, dst = np.nonzero(tot)
+    one = PhaseTraffic(
+        dag.n_pods,
+        (Phase("aggregate", "aggregate"),),
+        np.array([0, src.size]),
+        src,
+        dst,
+        tot[src, dst],
+    )
+    return dag_from_traffic(one, latency_s=0.0)
+
+
 def plan_traffic_only(
     dag: TaskDAG, model: OcsModel, b2_rel: float = 50.0, b1_rel: float = 1.0, seed: int = 0
 ) -> np.ndarray:
-    """Ablation E11: the same solver and rounding on the aggregated traffic matrix's max pair
-    time (:class:`~trainfabric.ocs.baselines.TrafficMatrixCost`) instead of the DAG."""
-    tm = baselines.TrafficMatrixCost(dag, model)
-    q = uniform_prior(model)
-    x_q = model.total_circuits * q
-    t0 = tm.hard(x_q)
-    b2 = b2_rel * np.log(model.n_pairs) / t0
-    res = solver.solve(tm, model, b1_rel / t0, b2, prior=q, anneal=True)
-    return rounding.round_to_degrees(model, res.x)
+    """Ablation E11: the same solver, rounding and polishing on :func:`aggregated_dag` (the
+    traffic matrix alone) instead of the job's DAG; returns the integer wiring."""
+    return plan(aggregated_dag(dag), model, b1_rel, b2_rel, seed).x
 
 
 def compare(

@@ -93,18 +93,7 @@ class ProjectionResult:
 @numba.njit(cache=True)
 def _rowsums_product(y, a):  # pragma: no cover - compiled
     """``S = a ⊙ (Y a)``: the row sums of ``w_uv = y_uv a_u a_v`` without forming ``w``."""
-    n = a.size
-    ya = np.zeros(n)
-    e = 0
-    for u in range(n - 1):
-        au = a[u]
-        acc = 0.0
-        for v in range(u + 1, n):
-            acc += y[e] * a[v]
-            ya[v] += y[e] * au
-            e += 1
-        ya[u] += acc
-    return a * ya
+    return a * _pair_matvec(y, a)
 
 
 @numba.njit(cache=True)
