@@ -79,7 +79,9 @@ def ocs_compare_figures(table: pd.DataFrame) -> list[Figure]:
     for a in (ax, ax_t):
         a.set_xticks(idx + 0.4 - width / 2, workloads)
     ax.axhline(1.0, color="k", lw=0.8)
-    ax.set(ylabel="hard critical path / best", title="Wiring quality (lower is better)")
+    ax.set(
+        yscale="log", ylabel="hard critical path / best", title="Wiring quality (lower is better)"
+    )
     ax_t.set(yscale="log", ylabel="wall time (s)", title="Time to wiring")
     ax.legend(fontsize="small")
     return [fig]
