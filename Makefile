@@ -27,7 +27,7 @@ test-all: $(STAMP)
 	$(BIN)/python -m pytest -q -m ''
 
 bench: $(STAMP)
-	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b --quick || exit 1; done
+	@for b in benchmarks/[!_]*.py; do echo "== $$b"; $(BIN)/python $$b --quick || exit 1; done
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
