@@ -166,12 +166,19 @@ PortsOpt = Annotated[int, typer.Option("--ports", help="OCS-facing ports per pod
 OcsOpt = Annotated[int, typer.Option("--ocs", help="Parallel OCSes (s); must divide --ports.")]
 RateOpt = Annotated[float, typer.Option(help="Circuit rate B, Gb/s.")]
 FallbackOpt = Annotated[float, typer.Option(help="Fallback rate B0 per pod pair, Gb/s (> 0).")]
+B1Opt = Annotated[float, typer.Option(help="Prior weight b1_rel (b1 = b1_rel / CP0).")]
+B2Opt = Annotated[float, typer.Option(help="Smoothing b2_rel (b2 = b2_rel log|paths| / CP0).")]
+SeedOpt = Annotated[int, typer.Option(help="Seed (MoE expert loads, swap order).")]
 
 
-def _ocs_instance(workload, pods, ports, ocs, rate_gbps, fallback_gbps, seed):
+def _ocs_instance(workload, pods, ports, ocs, rate_gbps, fallback_gbps, seed, b1, b2):
+    """The workload and OCS model of a CLI call (temperatures checked here)."""
     from trainfabric.ocs.model import OcsModel
     from trainfabric.workloads import load_workload
 
+    for name, value in (("b1", b1), ("b2", b2)):
+        if not value > 0:
+            raise ConfigError(name, "must be > 0")
     w = load_workload(workload, pods, seed)
     model = OcsModel.uniform(
         w.dag.n_pods, ports, ocs, rate_bps=rate_gbps * 1e9, fallback_bps=fallback_gbps * 1e9
@@ -185,11 +192,9 @@ def ocs_plan(
     pods: PodsOpt = None,
     ports: PortsOpt = 8,
     ocs: OcsOpt = 4,
-    b1: Annotated[float, typer.Option(help="Prior weight b1_rel (b1 = b1_rel / CP0).")] = 1.0,
-    b2: Annotated[
-        float, typer.Option(help="Smoothing b2_rel (b2 = b2_rel log|paths| / CP0).")
-    ] = 50.0,
-    seed: Annotated[int, typer.Option(help="Seed (MoE expert loads, swap order).")] = 0,
+    b1: B1Opt = 1.0,
+    b2: B2Opt = 50.0,
+    seed: SeedOpt = 0,
     rate_gbps: RateOpt = 100.0,
     fallback_gbps: FallbackOpt = 5.0,
     out_dir: Annotated[
@@ -201,9 +206,7 @@ def ocs_plan(
     """Plan the inter-pod wiring through parallel OCSes and write per-OCS cross-connect tables."""
     from trainfabric.ocs.planner import plan, write_plan
 
-    if b1 <= 0 or b2 <= 0:
-        raise ConfigError("b1" if b1 <= 0 else "b2", "must be > 0")
-    w, model = _ocs_instance(workload, pods, ports, ocs, rate_gbps, fallback_gbps, seed)
+    w, model = _ocs_instance(workload, pods, ports, ocs, rate_gbps, fallback_gbps, seed, b1, b2)
     result = plan(w.dag, model, b1_rel=b1, b2_rel=b2, seed=seed)
     summary = {"workload": w.name, **result.summary(model)}
     summary["tables_path"] = str(write_plan(out_dir, model, result, summary))
@@ -230,9 +233,9 @@ def ocs_compare(
     pods: PodsOpt = None,
     ports: PortsOpt = 8,
     ocs: OcsOpt = 4,
-    b1: Annotated[float, typer.Option(help="Prior weight b1_rel.")] = 1.0,
-    b2: Annotated[float, typer.Option(help="Smoothing b2_rel.")] = 50.0,
-    seed: Annotated[int, typer.Option(help="Seed.")] = 0,
+    b1: B1Opt = 1.0,
+    b2: B2Opt = 50.0,
+    seed: SeedOpt = 0,
     rate_gbps: RateOpt = 100.0,
     fallback_gbps: FallbackOpt = 5.0,
     milp_time_limit_s: Annotated[float, typer.Option(help="HiGHS time limit (s).")] = 60.0,
@@ -242,7 +245,7 @@ def ocs_compare(
     """Our planner beside the MILP (HiGHS), uniform mesh, demand and TM-only wirings."""
     from trainfabric.ocs.planner import compare
 
-    w, model = _ocs_instance(workload, pods, ports, ocs, rate_gbps, fallback_gbps, seed)
+    w, model = _ocs_instance(workload, pods, ports, ocs, rate_gbps, fallback_gbps, seed, b1, b2)
     rows = compare(
         w.dag, model, b1_rel=b1, b2_rel=b2, seed=seed, milp_time_limit_s=milp_time_limit_s
     )

@@ -6,19 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from trainfabric.cli import main
 from trainfabric.ocs.cost import PathCost
 from trainfabric.ocs.model import OcsModel
 from trainfabric.ocs.planner import compare, plan, port_owner
 from trainfabric.workloads import build_dag, get_preset
-
-
-def run(capsys, *argv):
-    with pytest.raises(SystemExit) as exc:
-        main(list(argv))
-        raise SystemExit(0)
-    cap = capsys.readouterr()
-    return exc.value.code, cap.out, cap.err
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +51,8 @@ def test_compare_rows(moe8):
     assert by["milp"]["hard_critical_path_s"] <= by["uniform"]["hard_critical_path_s"] + 1e-12
 
 
-def test_cli_plan_json_keys_and_tables(capsys, tmp_path):
-    code, out, _ = run(
-        capsys,
+def test_cli_plan_json_keys_and_tables(cli, tmp_path):
+    code, out, _ = cli(
         "ocs",
         "plan",
         "--workload",
@@ -100,6 +90,6 @@ def test_cli_plan_json_keys_and_tables(capsys, tmp_path):
         (("--b1", "0"), "b1:"),
     ],
 )
-def test_cli_plan_bad_input_exits_2(capsys, argv, field):
-    code, _, err = run(capsys, "ocs", "plan", "--workload", "moe", *argv)
+def test_cli_plan_bad_input_exits_2(cli, argv, field):
+    code, _, err = cli("ocs", "plan", "--workload", "moe", *argv)
     assert code == 2 and field in err and err.count("\n") == 1

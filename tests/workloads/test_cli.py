@@ -4,37 +4,27 @@ import json
 
 import pytest
 
-from trainfabric.cli import main
 
-
-def run(capsys, *argv):
-    with pytest.raises(SystemExit) as exc:
-        main(list(argv))
-        raise SystemExit(0)
-    cap = capsys.readouterr()
-    return exc.value.code, cap.out, cap.err
-
-
-def test_show_json_has_required_keys(capsys):
-    code, out, _ = run(capsys, "workloads", "show", "gpt3-175b", "--json")
+def test_show_json_has_required_keys(cli):
+    code, out, _ = cli("workloads", "show", "gpt3-175b", "--json")
     assert code == 0
     s = json.loads(out)
     assert {"nodes", "edges", "comm_bytes", "phases"} <= set(s)
     assert s["pods"] == 64 and s["job"]["params"] == 174_563_733_504
 
 
-def test_export_then_show_file_agrees(capsys, tmp_path):
+def test_export_then_show_file_agrees(cli, tmp_path):
     f = tmp_path / "pipe.json"
-    assert run(capsys, "workloads", "export", "pipeline", str(f), "--pods", "8")[0] == 0
-    a = json.loads(run(capsys, "workloads", "show", "pipeline", "--pods", "8", "--json")[1])
-    b = json.loads(run(capsys, "workloads", "show", str(f), "--json")[1])
+    assert cli("workloads", "export", "pipeline", str(f), "--pods", "8")[0] == 0
+    a = json.loads(cli("workloads", "show", "pipeline", "--pods", "8", "--json")[1])
+    b = json.loads(cli("workloads", "show", str(f), "--json")[1])
     for key in ("nodes", "edges", "comm_bytes", "phases", "critical_path_s"):
         assert a[key] == pytest.approx(b[key]), key
     t = tmp_path / "pipe_tm.json"
-    assert run(capsys, "workloads", "export", "pipeline", str(t), "--traffic")[0] == 0
-    c = json.loads(run(capsys, "workloads", "show", str(t), "--json")[1])
+    assert cli("workloads", "export", "pipeline", str(t), "--traffic")[0] == 0
+    c = json.loads(cli("workloads", "show", str(t), "--json")[1])
     assert c["comm_bytes"] == pytest.approx(
-        json.loads(run(capsys, "workloads", "show", "pipeline", "--json")[1])["comm_bytes"]
+        json.loads(cli("workloads", "show", "pipeline", "--json")[1])["comm_bytes"]
     )
 
 
@@ -47,25 +37,25 @@ def test_export_then_show_file_agrees(capsys, tmp_path):
         (("workloads", "show", "missing.json"), "file not found"),
     ],
 )
-def test_user_errors_exit_2_with_one_line(capsys, argv, needle):
-    code, out, err = run(capsys, *argv)
+def test_user_errors_exit_2_with_one_line(cli, argv, needle):
+    code, out, err = cli(*argv)
     assert code == 2
     assert needle in err and err.count("\n") == 1 and "Traceback" not in err
 
 
-def test_config_file_supplies_options_and_rejects_unknown_keys(capsys, tmp_path):
+def test_config_file_supplies_options_and_rejects_unknown_keys(cli, tmp_path):
     good = tmp_path / "c.toml"
     good.write_text("rate-gbps = 400\npods = 8\n")
-    s = json.loads(run(capsys, "workloads", "show", "dp-ring", "--config", str(good), "--json")[1])
+    s = json.loads(cli("workloads", "show", "dp-ring", "--config", str(good), "--json")[1])
     assert s["rate_bps"] == 400e9 and s["pods"] == 8
     bad = tmp_path / "b.toml"
     bad.write_text("rate_gbs = 1\n")
-    code, _, err = run(capsys, "workloads", "show", "moe", "--config", str(bad))
+    code, _, err = cli("workloads", "show", "moe", "--config", str(bad))
     assert code == 2 and "config.rate_gbs" in err
 
 
-def test_help_lists_the_groups(capsys):
-    code, out, _ = run(capsys, "--help")
+def test_help_lists_the_groups(cli):
+    code, out, _ = cli("--help")
     assert code == 0
     for group in ("workloads", "ocs", "fabric", "diloco", "sweep", "report", "demo"):
         assert group in out
