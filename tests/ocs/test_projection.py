@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
+from pair_algebra import additive_misfit, incidence
 from scipy.optimize import minimize
 from scipy.special import kl_div
 from scipy.stats import entropy
@@ -24,24 +25,8 @@ from trainfabric.ocs.projection import project
 RESIDUAL = 1e-10  # T4
 
 
-def incidence(model: OcsModel) -> np.ndarray:
-    """Pair-pod incidence ``A`` [P, n]: ``(A λ)_uv = λ_u + λ_v``."""
-    iu, iv = model.pairs
-    a = np.zeros((model.n_pairs, model.n))
-    a[np.arange(model.n_pairs), iu] = 1.0
-    a[np.arange(model.n_pairs), iv] = 1.0
-    return a
-
-
 def degree_residual(model: OcsModel, w: np.ndarray) -> float:
     return float(np.max(np.abs(model.pod_degrees(w) - model.r) / model.r))
-
-
-def additive_misfit(model: OcsModel, z: np.ndarray) -> float:
-    """``min_c ||z − (c_u + c_v)||_∞`` by least squares (0 iff ``z`` is in the degree span)."""
-    a = incidence(model)
-    c, *_ = np.linalg.lstsq(a, z, rcond=None)
-    return float(np.abs(a @ c - z).max())
 
 
 @st.composite

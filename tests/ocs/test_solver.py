@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import pytest
+from pair_algebra import additive_misfit, incidence
 from scipy.optimize import minimize
 from scipy.special import kl_div
 
@@ -36,21 +37,6 @@ class SeparableCost:
 
     def value_and_grad(self, x, b2):
         return self.smoothed(x, b2), -self.c / (x + self.c0) ** 2
-
-
-def incidence(model: OcsModel) -> np.ndarray:
-    iu, iv = model.pairs
-    a = np.zeros((model.n_pairs, model.n))
-    a[np.arange(model.n_pairs), iu] = 1.0
-    a[np.arange(model.n_pairs), iv] = 1.0
-    return a
-
-
-def additive_misfit(model: OcsModel, z: np.ndarray) -> float:
-    """``min_c ||z − (c_u + c_v)||_∞`` (0 iff ``z`` lies in the span of the degree rows)."""
-    a = incidence(model)
-    c, *_ = np.linalg.lstsq(a, z, rcond=None)
-    return float(np.abs(a @ c - z).max())
 
 
 def grad_w(cost, model: OcsModel, w: np.ndarray, b2: float) -> np.ndarray:
