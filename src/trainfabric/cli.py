@@ -7,18 +7,19 @@ names, ``-`` or ``_``); user errors print one line and exit with code 2.
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from typer._click.exceptions import NoArgsIsHelpError
 
-from trainfabric.config import read_toml
+from trainfabric.clikit import ConfigOpt, JsonOpt, err, out
+from trainfabric.clikit import emit_json as _emit_json
+from trainfabric.diloco import cli as diloco_cli
 from trainfabric.errors import ConfigError, TrainfabricError
+from trainfabric.fabric import cli as fabric_cli
 
 app = typer.Typer(
     help="Plan, simulate and schedule the networks of large AI-training clusters.",
@@ -32,47 +33,10 @@ workloads_app = typer.Typer(
 ocs_app = typer.Typer(
     help="Optical circuit switch wiring: plan it, compare it with the MILP.", no_args_is_help=True
 )
-fabric_app = typer.Typer(
-    help="Multiplane Ethernet fabric simulation (commands land with the fabric issues)."
-)
-diloco_app = typer.Typer(
-    help="Workload-aware DiLoCo sync policies (commands land with the DiLoCo issues)."
-)
 app.add_typer(workloads_app, name="workloads")
 app.add_typer(ocs_app, name="ocs")
-app.add_typer(fabric_app, name="fabric")
-app.add_typer(diloco_app, name="diloco")
-
-out = Console()
-err = Console(stderr=True)
-
-
-def _load_config(ctx: typer.Context, _param: typer.CallbackParam, value: str | None) -> str | None:
-    """Eager ``--config`` callback: TOML keys become the command's option defaults."""
-    if value is None:
-        return value
-    data = {k.replace("-", "_"): v for k, v in read_toml(value).items()}
-    known = {p.name for p in ctx.command.params if p.name != "config"}
-    for key in data:
-        if key not in known:
-            raise ConfigError(f"config.{key}", f"unknown option; known: {', '.join(sorted(known))}")
-    ctx.default_map = {**(ctx.default_map or {}), **data}
-    return value
-
-
-ConfigOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--config", help="TOML file of option values.", callback=_load_config, is_eager=True
-    ),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
-
-
-def _emit_json(obj: Any) -> None:
-    sys.stdout.write(
-        json.dumps(obj, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o)) + "\n"
-    )
+app.add_typer(fabric_cli.app, name="fabric")
+app.add_typer(diloco_cli.app, name="diloco")
 
 
 # -- workloads --------------------------------------------------------------------------------

@@ -1,0 +1,1 @@
+"""Workload-aware DiLoCo: fleet + serving simulator, sync policies, calibration protocol."""

@@ -1,0 +1,1 @@
+"""Multiplane Ethernet fabrics (Spectrum-X style): topologies, load balancing, flow-level engine."""
