@@ -57,9 +57,13 @@ def _shift_step(r: np.ndarray, shift: int, nbytes: float) -> Step:
 
 
 def ring_reduce_scatter(ranks, size: float) -> list[Step]:
-    """``n-1`` steps; in each, rank ``i`` sends ``size/n`` to its ring successor."""
+    """``n-1`` steps; in each, rank ``i`` sends ``size/n`` to its ring successor.
+
+    The steps are one shared (immutable) :class:`Step`, so a ring over ``n`` ranks costs
+    ``O(n)`` memory, not ``O(n^2)``.
+    """
     r = _ranks(ranks)
-    return [_shift_step(r, 1, size / r.size) for _ in range(r.size - 1)]
+    return [_shift_step(r, 1, size / r.size)] * (r.size - 1)
 
 
 def ring_all_gather(ranks, size: float) -> list[Step]:

@@ -1,0 +1,132 @@
+"""Flows with dependencies: the fabric engine's input, as one structure of arrays.
+
+Flow ``f`` sends ``bytes[f]`` (payload) from host ``src[f]`` to host ``dst[f]``. It starts at
+
+    start_f = max(release_s[f], max_{d ∈ deps(f)} finish_d) + delay_s[f]
+
+where ``finish_d`` is the arrival of ``d``'s last byte at its receiver and ``deps(f)`` is the
+CSR slice ``deps[deps_ptr[f]:deps_ptr[f+1]]`` (flow ids, all ``< f``, so the table is in a
+topological order and has no cycle). ``entropy`` is the connection's 64-bit hash input
+(ECMP, plane pinning); flows of one connection share it. ``job`` tags tenants.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from trainfabric.errors import ConfigError
+
+
+@dataclass(frozen=True, eq=False)
+class FlowTable:
+    """Flows as arrays of length ``n`` (see the module doc for the start rule)."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    bytes: np.ndarray
+    entropy: np.ndarray
+    job: np.ndarray
+    deps_ptr: np.ndarray
+    deps: np.ndarray
+    release_s: np.ndarray
+    delay_s: np.ndarray
+    n: int = field(init=False)
+
+    def __post_init__(self):
+        n = np.asarray(self.src).size
+        cast = {
+            "src": np.int64,
+            "dst": np.int64,
+            "bytes": np.float64,
+            "entropy": np.uint64,
+            "job": np.int32,
+            "deps_ptr": np.int64,
+            "deps": np.int64,
+            "release_s": np.float64,
+            "delay_s": np.float64,
+        }
+        for name, dtype in cast.items():
+            object.__setattr__(self, name, np.ascontiguousarray(getattr(self, name), dtype))
+        object.__setattr__(self, "n", n)
+        self._check()
+
+    def _check(self) -> None:
+        n = self.n
+        for name in ("dst", "bytes", "entropy", "job", "release_s", "delay_s"):
+            if getattr(self, name).shape != (n,):
+                raise ConfigError(f"flows.{name}", f"must have {n} entries like src")
+        if self.deps_ptr.shape != (n + 1,) or self.deps_ptr[0] != 0:
+            raise ConfigError("flows.deps_ptr", f"must be a CSR pointer of {n + 1} entries from 0")
+        if np.any(np.diff(self.deps_ptr) < 0) or self.deps_ptr[-1] != self.deps.size:
+            raise ConfigError("flows.deps_ptr", "must be non-decreasing and end at len(deps)")
+        if np.any(self.src < 0) or np.any(self.dst < 0):
+            raise ConfigError("flows.src", "host ids must be >= 0")
+        if np.any(self.src == self.dst):
+            raise ConfigError("flows.dst", "a flow needs src != dst")
+        if not np.all(self.bytes > 0) or not np.all(np.isfinite(self.bytes)):
+            raise ConfigError("flows.bytes", "must be finite and > 0")
+        if np.any(self.release_s < 0) or np.any(self.delay_s < 0):
+            raise ConfigError("flows.release_s", "release and delay times must be >= 0")
+        owner = np.repeat(np.arange(n), np.diff(self.deps_ptr))
+        if np.any(self.deps < 0) or np.any(self.deps >= owner):
+            raise ConfigError("flows.deps", "a flow may only depend on flows with a lower id")
+
+    @classmethod
+    def simple(cls, src, dst, nbytes, *, job=0, release_s=0.0, entropy=None) -> FlowTable:
+        """Independent flows (no dependencies, no delay); entropy = flow index by default."""
+        src = np.asarray(src, np.int64)
+        n = src.size
+        return cls(
+            src=src,
+            dst=dst,
+            bytes=np.broadcast_to(np.asarray(nbytes, float), (n,)),
+            entropy=np.arange(n, dtype=np.uint64) if entropy is None else entropy,
+            job=np.broadcast_to(np.asarray(job, np.int32), (n,)),
+            deps_ptr=np.zeros(n + 1, np.int64),
+            deps=np.zeros(0, np.int64),
+            release_s=np.broadcast_to(np.asarray(release_s, float), (n,)),
+            delay_s=np.zeros(n),
+        )
+
+    @classmethod
+    def concat(cls, tables: list[FlowTable]) -> FlowTable:
+        """One table of all flows, in order; dependencies are renumbered."""
+        offsets = np.cumsum([0] + [t.n for t in tables])
+        ptr = [np.zeros(1, np.int64)]
+        for t in tables:
+            ptr.append(t.deps_ptr[1:] + ptr[-1][-1])
+        cat = {
+            name: np.concatenate([getattr(t, name) for t in tables])
+            for name in ("src", "dst", "bytes", "entropy", "job", "release_s", "delay_s")
+        }
+        deps = np.concatenate([t.deps + off for t, off in zip(tables, offsets[:-1], strict=True)])
+        return cls(deps_ptr=np.concatenate(ptr), deps=deps, **cat)
+
+    def successors(self) -> tuple[np.ndarray, np.ndarray]:
+        """CSR of the reverse dependencies: ``succ[ptr[d]:ptr[d+1]]`` are the flows waiting on
+        ``d``."""
+        owner = np.repeat(np.arange(self.n), np.diff(self.deps_ptr))
+        order = np.argsort(self.deps, kind="stable")
+        ptr = np.zeros(self.n + 1, np.int64)
+        np.cumsum(np.bincount(self.deps, minlength=self.n), out=ptr[1:])
+        return ptr, owner[order]
+
+    def check_hosts(self, n_hosts: int) -> None:
+        """ConfigError unless every endpoint is a host of a fabric with ``n_hosts`` hosts."""
+        top = max(int(self.src.max(initial=-1)), int(self.dst.max(initial=-1)))
+        if top >= n_hosts:
+            raise ConfigError("flows.dst", f"host {top} is not in the fabric ({n_hosts} hosts)")
+
+
+def mix64(*keys: np.ndarray, seed: int = 0) -> np.ndarray:
+    """SplitMix64 over the keys (vectorised, deterministic across processes; uint64)."""
+    with np.errstate(over="ignore"):
+        h = np.full(np.broadcast(*keys).shape, np.uint64(seed) ^ np.uint64(0x9E3779B97F4A7C15))
+        for k in keys:
+            h = h ^ np.asarray(k).astype(np.uint64)
+            h = (h ^ (h >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+            h = (h ^ (h >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+            h = h ^ (h >> np.uint64(31))
+    return h

@@ -1,0 +1,293 @@
+"""Max-min fair rates of multipath flows with fixed splits (progressive filling).
+
+Flow ``f`` at rate ``x_f`` loads link ``l`` with ``A[f, l] x_f`` where ``A = S · G``: ``S``
+holds the flow's slots (group, weight) and ``G`` the groups' link coefficients (see
+:mod:`trainfabric.fabric.routing`). The max-min fair allocation is the unique ``x`` such
+that every flow has a *bottleneck*: a saturated link (``Σ_f A[f,l] x_f = c_l``) on which no
+flow has a larger rate. Progressive filling computes it exactly: raise every unfrozen rate
+together; when a link saturates at level ``t`` (``t = (c_l − F_l) / W_l`` with ``F_l`` the
+frozen load and ``W_l`` the unfrozen weight on ``l``), freeze every unfrozen flow through it
+at ``t``; repeat. Links saturating within a relative ``rtol`` of the same level are
+processed together. Saturation levels live in a binary heap of lower bounds, corrected
+when they reach the top; every group is emptied at most once. The group -> flow incidence
+(:class:`Incidence`) can be built once and reused while flows only leave (completions).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from trainfabric.fabric.routing import Groups
+
+
+@dataclass(frozen=True)
+class Incidence:
+    """Flows of every group (CSR over global flow ids), built for the flows ``base``."""
+
+    ptr: np.ndarray
+    members: np.ndarray
+
+
+def build_incidence(
+    slot_group: np.ndarray, slot_weight: np.ndarray, n_groups: int, base
+) -> Incidence:
+    """The group -> flow incidence of the flows ``base`` (their slots with weight > 0)."""
+    ptr, members = _incidence(
+        np.ascontiguousarray(slot_group, np.int64),
+        np.ascontiguousarray(slot_weight, np.float64),
+        np.ascontiguousarray(base, np.int64),
+        n_groups,
+    )
+    return Incidence(ptr, members)
+
+
+def max_min_rates(
+    slot_group: np.ndarray,
+    slot_weight: np.ndarray,
+    groups: Groups,
+    capacity_bps: np.ndarray,
+    active: np.ndarray,
+    incidence: Incidence | None = None,
+    rtol: float = 1e-9,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rates (bits/s) of the flows ``active`` (indices into the slot arrays) and the
+    resulting load of every link (bits/s). ``incidence`` must cover every active flow
+    (default: built here for them).
+
+    A flow with no slot on any link is unconstrained: a ``ValueError`` (every real route
+    crosses at least its host links).
+    """
+    active = np.ascontiguousarray(active, np.int64)
+    sg = np.ascontiguousarray(slot_group, np.int64)
+    sw = np.ascontiguousarray(slot_weight, np.float64)
+    n_groups = groups.offset + groups.n
+    inc = incidence or build_incidence(sg, sw, n_groups, active)
+    rates, load, unconstrained = _fill(
+        np.ascontiguousarray(capacity_bps, np.float64),
+        sg,
+        sw,
+        active,
+        groups.offset,
+        groups.ptr,
+        groups.link,
+        groups.coef,
+        inc.ptr,
+        inc.members,
+        rtol,
+    )
+    if unconstrained:
+        raise ValueError(f"{unconstrained} active flows cross no link")
+    return rates[active], load
+
+
+@numba.njit(cache=True)
+def _incidence(sg, sw, base, n_groups):
+    K = sg.shape[1]
+    count = np.zeros(n_groups + 1, np.int64)
+    for f in base:
+        for k in range(K):
+            if sg[f, k] >= 0 and sw[f, k] > 0.0:
+                count[sg[f, k] + 1] += 1
+    for g in range(n_groups):
+        count[g + 1] += count[g]
+    members = np.empty(count[n_groups], np.int64)
+    fill = count[:-1].copy()
+    for f in base:
+        for k in range(K):
+            g = sg[f, k]
+            if g >= 0 and sw[f, k] > 0.0:
+                members[fill[g]] = f
+                fill[g] += 1
+    return count, members
+
+
+@numba.njit(cache=True)
+def _sift(hk, hl, pos, i, size):
+    """Restore the heap property around index ``i`` (up, then down)."""
+    key, link = hk[i], hl[i]
+    while i > 0:
+        parent = (i - 1) // 2
+        if hk[parent] <= key:
+            break
+        hk[i], hl[i] = hk[parent], hl[parent]
+        pos[hl[i]] = i
+        i = parent
+    while True:
+        c = 2 * i + 1
+        if c >= size:
+            break
+        if c + 1 < size and hk[c + 1] < hk[c]:
+            c += 1
+        if hk[c] >= key:
+            break
+        hk[i], hl[i] = hk[c], hl[c]
+        pos[hl[i]] = i
+        i = c
+    hk[i], hl[i] = key, link
+    pos[link] = i
+
+
+@numba.njit(cache=True)
+def _heap_set(hk, hl, pos, size, link, key):
+    """Insert ``link`` with ``key`` or change its key (indexed heap); returns the size."""
+    i = pos[link]
+    if i < 0:
+        i = size
+        size += 1
+    hk[i], hl[i] = key, link
+    pos[link] = i
+    _sift(hk, hl, pos, i, size)
+    return size
+
+
+@numba.njit(cache=True)
+def _heap_remove(hk, hl, pos, size, link):
+    """Remove ``link`` if present; returns the size."""
+    i = pos[link]
+    if i < 0:
+        return size
+    pos[link] = -1
+    size -= 1
+    if i < size:
+        hk[i], hl[i] = hk[size], hl[size]
+        pos[hl[i]] = i
+        _sift(hk, hl, pos, i, size)
+    return size
+
+
+@numba.njit(cache=True)
+def _fill(cap, sg, sw, active, g_off, g_ptr, g_link, g_coef, mptr, members, rtol):
+    """Progressive filling over a min-heap of link saturation levels.
+
+    A link's level ``(c − F)/W`` only rises as flows through it freeze, so the heap keeps a
+    lower bound per link and corrects it only when the link reaches the top. Per step:
+    take every link saturating within ``rtol`` of the smallest level, freeze every unfrozen
+    flow through them, and pass the frozen weight of spread groups to their links.
+    Returns rates per global flow id (0 outside ``active``), link loads, and the number
+    of flows left unconstrained.
+    """
+    n_links = cap.size
+    K = sg.shape[1]
+    n_spread = g_ptr.size - 1
+    n_groups = g_off + n_spread
+    state = np.zeros(sg.shape[0], np.int8)  # 0 not solved here, 1 unfrozen, 2 frozen
+    gw = np.zeros(n_groups)
+    gcount = np.zeros(n_groups, np.int64)
+    for f in active:
+        state[f] = 1
+        for k in range(K):
+            g = sg[f, k]
+            if g >= 0 and sw[f, k] > 0.0:
+                gw[g] += sw[f, k]
+                gcount[g] += 1
+    # unfrozen weight W and live-group count per link; link -> live spread groups (CSR)
+    W = np.zeros(n_links)
+    live = np.zeros(n_links, np.int64)
+    lg_ptr = np.zeros(n_links + 1, np.int64)
+    for g in range(g_off):
+        if gcount[g] > 0:
+            W[g] += gw[g]
+            live[g] += 1
+    for s in range(n_spread):
+        if gcount[g_off + s] > 0:
+            for e in range(g_ptr[s], g_ptr[s + 1]):
+                lk = g_link[e]
+                W[lk] += gw[g_off + s] * g_coef[e]
+                live[lk] += 1
+                lg_ptr[lk + 1] += 1
+    for lk in range(n_links):
+        lg_ptr[lk + 1] += lg_ptr[lk]
+    lg_grp = np.empty(lg_ptr[n_links], np.int64)
+    lg_fill = lg_ptr[:-1].copy()
+    for s in range(n_spread):
+        if gcount[g_off + s] > 0:
+            for e in range(g_ptr[s], g_ptr[s + 1]):
+                lk = g_link[e]
+                lg_grp[lg_fill[lk]] = g_off + s
+                lg_fill[lk] += 1
+    F = np.zeros(n_links)
+    hk = np.empty(n_links)
+    hl = np.empty(n_links, np.int64)
+    pos = np.full(n_links, -1, np.int64)
+    size = 0
+    for lk in range(n_links):
+        if live[lk] > 0 and W[lk] > 0.0:
+            size = _heap_set(hk, hl, pos, size, lk, cap[lk] / W[lk])
+    rate = np.zeros(sg.shape[0])
+    d_w = np.zeros(n_spread)
+    d_f = np.zeros(n_spread)
+    dirty = np.zeros(n_spread, np.bool_)
+    dirty_list = np.empty(n_spread, np.int64)
+    batch = np.empty(n_links, np.int64)
+    remaining = active.size
+    level = 0.0
+    while remaining > 0 and size > 0:
+        # the heap holds lower bounds (levels only rise as flows freeze): fix the top lazily
+        n_batch = 0
+        while size > 0:
+            lk = hl[0]
+            if live[lk] == 0 or W[lk] <= 0.0:
+                W[lk] = 0.0
+                size = _heap_remove(hk, hl, pos, size, lk)
+                continue
+            t = max((cap[lk] - F[lk]) / W[lk], level)
+            if t > hk[0] * (1.0 + 1e-12):
+                hk[0] = t
+                _sift(hk, hl, pos, 0, size)
+                continue
+            if n_batch == 0:
+                level = t
+            elif t > level * (1.0 + rtol):
+                break
+            batch[n_batch] = lk
+            n_batch += 1
+            size = _heap_remove(hk, hl, pos, size, lk)
+        n_dirty = 0
+        for b in range(n_batch):
+            lk = batch[b]
+            for e in range(lg_ptr[lk] - 1, lg_ptr[lk + 1]):
+                g = lk if e < lg_ptr[lk] else lg_grp[e]  # the link itself, then its groups
+                if gcount[g] == 0:
+                    continue
+                for m in range(mptr[g], mptr[g + 1]):
+                    f = members[m]
+                    if state[f] != 1:
+                        continue
+                    state[f] = 2
+                    rate[f] = level
+                    remaining -= 1
+                    for k in range(K):
+                        g2 = sg[f, k]
+                        w = sw[f, k]
+                        if g2 < 0 or w <= 0.0:
+                            continue
+                        gcount[g2] -= 1
+                        if g2 < g_off:
+                            W[g2] -= w
+                            F[g2] += w * level
+                            if gcount[g2] == 0:
+                                live[g2] -= 1
+                        else:
+                            s = g2 - g_off
+                            d_w[s] += w
+                            d_f[s] += w * level
+                            if not dirty[s]:
+                                dirty[s] = True
+                                dirty_list[n_dirty] = s
+                                n_dirty += 1
+        for q in range(n_dirty):
+            s = dirty_list[q]
+            empty = gcount[g_off + s] == 0
+            for e in range(g_ptr[s], g_ptr[s + 1]):
+                l2 = g_link[e]
+                W[l2] -= d_w[s] * g_coef[e]
+                F[l2] += d_f[s] * g_coef[e]
+                if empty:
+                    live[l2] -= 1
+            d_w[s] = 0.0
+            d_f[s] = 0.0
+            dirty[s] = False
+    return rate, F, remaining

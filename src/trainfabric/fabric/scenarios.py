@@ -1,0 +1,712 @@
+"""The four fabric evaluation scenarios, as typed configs and functions returning tables.
+
+A scenario file (TOML) has a ``kind`` and the fields of that kind; every kind shares
+``name``, ``seed``, ``modes`` (load-balancing modes compared) and ``[topology]``:
+
+* ``line_rate``: each collective x message size x mode on an idle fabric; busbw as a
+  fraction of the NIC rate (NCCL-tests), beside the header-only bound ``4096/4160``.
+* ``isolation``: a victim collective alone, then next to an aggressor all-to-all tenant on
+  the other hosts; placements interleave both tenants on every leaf (``scattered``), so they
+  share leaf uplinks and spines; ``isolation_ratio`` = victim solo time / victim time with the
+  aggressor (1 = perfect isolation), per mode and oversubscription.
+* ``failures``: a fraction of the leaf-spine cables down (seeded draws): the throughput of
+  random half-to-half permutations (max-min rates of each mode's routing) as a fraction of
+  the hosts' line rate, beside the max-concurrent-flow LP of the same permutation (HiGHS) and
+  the capacity-proportional ideal ``1 - f``; and the collective's completion time, with its
+  increase over no failures.
+* ``flaps``: a training-like sequence (compute gap, then the collective, ``iterations``
+  times); one run per flap (a host link or the most loaded fabric cable down at ``at_s`` for
+  ``duration_s``) and one without; the stall of an iteration (and of a collective step) is
+  its duration in the flap run minus the same iteration's in the flap-free run.
+
+Units: bytes, seconds; rates in Gb/s in files (``nic_rate_gbps``), bits/s inside.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Literal
+
+import numpy as np
+import pandas as pd
+from pydantic import Field
+
+from trainfabric.config import Config, read_toml, validate
+from trainfabric.errors import ConfigError
+
+LBMode = Literal["ecmp", "flowlet", "pinning", "spray", "adaptive"]
+ALL_MODES: tuple[str, ...] = ("ecmp", "flowlet", "pinning", "spray", "adaptive")
+MiB = 1024**2
+Fraction = Annotated[float, Field(ge=0, lt=1)]
+Positive = Annotated[float, Field(gt=0)]
+
+
+class TopologyConfig(Config):
+    """A fabric: ``multiplane`` (P planes of 2-tier leaf-spine), ``leaf_spine`` or ``fat_tree``."""
+
+    kind: Literal["multiplane", "leaf_spine", "fat_tree"] = "multiplane"
+    gpus: int = Field(64, ge=2, description="hosts (one NIC per GPU)")
+    planes: int = Field(4, ge=1, description="planes (multiplane only)")
+    switch_radix: int = Field(16, ge=4, description="ports per switch per plane")
+    nic_rate_gbps: float = Field(800.0, gt=0, description="NIC total rate, all planes")
+    oversubscription: float = Field(1.0, ge=1, description="leaf host ports : uplinks")
+    rail: bool = Field(False, description="rail-optimised host placement")
+    hop_latency_s: float = Field(1e-6, ge=0, description="propagation + switching per hop")
+
+
+class CollectiveConfig(Config):
+    """One collective: kind, algorithm, ranks and their placement, per-rank buffer."""
+
+    kind: Literal["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "permutation"] = (
+        "all_reduce"
+    )
+    algorithm: Literal["ring", "halving_doubling"] = "ring"
+    ranks: int | None = Field(None, ge=2, description="ranks (default: all available hosts)")
+    size_bytes: float = Field(256 * MiB, gt=0, description="per-rank buffer S (NCCL-tests)")
+    placement: Literal["packed", "scattered", "random"] = "random"
+    step_latency_s: float = Field(2e-6, ge=0, description="software latency per step")
+    sync: Literal["rank", "step"] = "rank"
+    channels: int = Field(1, ge=1, le=64, description="connections per rank pair")
+
+
+class _Scenario(Config):
+    name: str = ""
+    seed: int = Field(0, ge=0)
+    modes: list[LBMode] = Field(default_factory=lambda: list(ALL_MODES), min_length=1)
+    topology: TopologyConfig = TopologyConfig()
+
+
+class LineRateScenario(_Scenario):
+    """(a) Line rate per collective x message size x mode (sizes override ``size_bytes``)."""
+
+    kind: Literal["line_rate"] = "line_rate"
+    collectives: list[CollectiveConfig] = Field(
+        default_factory=lambda: [
+            CollectiveConfig(kind="all_reduce", sync="step"),
+            CollectiveConfig(kind="all_to_all"),
+        ],
+        min_length=1,
+    )
+    sizes_bytes: list[Positive] = Field(
+        default_factory=lambda: [1.0 * MiB, 16.0 * MiB, 256.0 * MiB, 4096.0 * MiB], min_length=1
+    )
+
+
+class IsolationScenario(_Scenario):
+    """(b) Victim alone vs next to an aggressor tenant (per oversubscription)."""
+
+    kind: Literal["isolation"] = "isolation"
+    victim: CollectiveConfig = CollectiveConfig(kind="all_reduce", placement="scattered")
+    aggressor: CollectiveConfig = CollectiveConfig(
+        kind="all_to_all", placement="scattered", size_bytes=1024 * MiB
+    )
+    victim_fraction: float = Field(0.5, gt=0, lt=1, description="share of hosts for the victim")
+    oversubscription: list[Annotated[float, Field(ge=1)]] = Field(
+        default_factory=lambda: [1.0, 2.0], min_length=1
+    )
+
+
+class FailuresScenario(_Scenario):
+    """(c) Fabric-link failures: permutation throughput vs LP vs 1 - f; collective time."""
+
+    kind: Literal["failures"] = "failures"
+    fractions: list[Fraction] = Field(default_factory=lambda: [0.0, 0.05, 0.1, 0.2], min_length=1)
+    draws: int = Field(3, ge=1, le=100, description="failure sets x permutations per fraction")
+    collective: CollectiveConfig = CollectiveConfig(kind="all_reduce")
+    lp: bool = Field(True, description="solve the max-concurrent-flow LP (HiGHS) per draw")
+
+
+class FlapConfig(Config):
+    """One flap: a host link (rank 0's NIC, plane 0) or a fabric cable down for a while."""
+
+    link: Literal["host", "fabric"]
+    at_s: float = Field(ge=0)
+    duration_s: float = Field(gt=0)
+
+
+class FlapsScenario(_Scenario):
+    """(d) Host and fabric link flaps during a training-like collective sequence."""
+
+    kind: Literal["flaps"] = "flaps"
+    collective: CollectiveConfig = CollectiveConfig(kind="all_reduce", ranks=16)
+    iterations: int = Field(20, ge=2, le=10_000)
+    compute_s: float = Field(0.1, ge=0, description="compute between collectives")
+    flaps: list[FlapConfig] = Field(
+        default_factory=lambda: [
+            FlapConfig(link="host", at_s=0.25, duration_s=1.5),
+            FlapConfig(link="fabric", at_s=0.25, duration_s=1.5),
+        ],
+        min_length=1,
+    )
+
+
+SCENARIOS: dict[str, type[_Scenario]] = {
+    "line_rate": LineRateScenario,
+    "isolation": IsolationScenario,
+    "failures": FailuresScenario,
+    "flaps": FlapsScenario,
+}
+Scenario = LineRateScenario | IsolationScenario | FailuresScenario | FlapsScenario
+
+
+def parse_scenario(data: dict, prefix: str = "") -> Scenario:
+    """Validate a scenario mapping; errors name the dotted field (``kind`` first)."""
+    if not isinstance(data, dict):
+        raise ConfigError(prefix.rstrip(".") or "scenario", "must be a table")
+    kind = data.get("kind")
+    if kind not in SCENARIOS:
+        raise ConfigError(f"{prefix}kind", f"must be one of {', '.join(SCENARIOS)}, got {kind!r}")
+    return validate(SCENARIOS[kind], data, prefix)
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a scenario TOML file."""
+    return parse_scenario(read_toml(path))
+
+
+# -- building blocks -------------------------------------------------------------------------------
+HEADER_BOUND = 4096 / 4160  # payload share of the wire with 64 B headers per 4096 B MTU
+
+
+def build_topology(cfg: TopologyConfig, oversubscription: float | None = None):
+    """The topology of ``cfg``; builder errors are re-labelled ``topology.<field>``."""
+    from trainfabric.fabric import topology as T
+
+    kw = dict(
+        switch_radix=cfg.switch_radix,
+        nic_rate_bps=cfg.nic_rate_gbps * 1e9,
+        oversubscription=cfg.oversubscription if oversubscription is None else oversubscription,
+        hop_latency_s=cfg.hop_latency_s,
+    )
+    try:
+        if cfg.kind == "multiplane":
+            return T.multiplane(cfg.gpus, planes=cfg.planes, rail=cfg.rail, **kw)
+        if cfg.kind == "leaf_spine":
+            return T.leaf_spine(cfg.gpus, **kw)
+        return T.fat_tree(cfg.gpus, **kw)
+    except ConfigError as exc:
+        raise ConfigError(f"topology.{exc.field}", exc.message) from None
+
+
+def _router(topo, mode: str, seed: int):
+    from trainfabric.fabric.routing import make_router
+
+    return make_router(topo, mode, seed=seed)
+
+
+def _hosts(topo, c: CollectiveConfig, seed: int, available=None, field: str = "collective"):
+    from trainfabric.fabric.collectives import place
+
+    pool = topo.n_hosts if available is None else len(available)
+    n = c.ranks or pool
+    if n > pool:
+        raise ConfigError(f"{field}.ranks", f"{n} ranks but only {pool} hosts available")
+    return place(topo.host_leaf[0], n, c.placement, seed, available)
+
+
+def _steps(c: CollectiveConfig, n: int, size_bytes: float, seed: int, field: str = "collective"):
+    from trainfabric.fabric.collectives import collective_steps
+
+    try:
+        return collective_steps(c.kind, n, size_bytes, c.algorithm, seed)
+    except ConfigError as exc:
+        raise ConfigError(f"{field}.{exc.field}", exc.message) from None
+
+
+def _flow_options(c: CollectiveConfig, seed: int, job: int = 0) -> dict:
+    return dict(
+        job=job, step_latency_s=c.step_latency_s, sync=c.sync, channels=c.channels, seed=seed
+    )
+
+
+def _kind_label(c: CollectiveConfig) -> str:
+    ring = c.kind in ("all_reduce", "reduce_scatter", "all_gather")
+    return f"{c.kind}/{c.algorithm}" if ring else c.kind
+
+
+# -- (a) line rate --------------------------------------------------------------------------------
+def run_line_rate(sc: LineRateScenario, seed: int | None = None) -> pd.DataFrame:
+    """One row per collective x size x mode: time, busbw, fraction of line rate."""
+    from trainfabric.fabric.collectives import bus_factor, ideal_time_s, run_collective
+
+    seed = sc.seed if seed is None else seed
+    topo = build_topology(sc.topology)
+    rows = []
+    for i, c in enumerate(sc.collectives):
+        hosts = _hosts(topo, c, seed + i, field=f"collectives.{i}")
+        n = hosts.size
+        for size in sc.sizes_bytes:
+            steps = _steps(c, n, size, seed + i, field=f"collectives.{i}")
+            for mode in sc.modes:
+                run = run_collective(
+                    topo, _router(topo, mode, seed), steps, hosts, **_flow_options(c, seed)
+                )
+                busbw_bps = 8 * size / run.time_s * bus_factor(c.kind, n)
+                rows.append(
+                    {
+                        "collective": _kind_label(c),
+                        "placement": c.placement,
+                        "ranks": n,
+                        "size_bytes": float(size),
+                        "mode": mode,
+                        "time_s": run.time_s,
+                        "ideal_time_s": ideal_time_s(c.kind, n, size, topo.nic_rate_bps),
+                        "busbw_gbps": busbw_bps / 1e9,
+                        "line_rate_fraction": busbw_bps / topo.nic_rate_bps,
+                        "header_bound": HEADER_BOUND,
+                        "n_steps": run.n_steps,
+                        "steps_simulated": run.steps_simulated,
+                        "ring_shortcut": run.shortcut,
+                        "n_flows": run.n_flows,
+                        "n_events": run.n_events,
+                        "sim_wall_s": run.wall_s,
+                    }
+                )
+    return pd.DataFrame(rows)
+
+
+def line_rate_summary(table: pd.DataFrame) -> dict[str, float]:
+    """Per mode: the lowest line-rate fraction over collectives at the largest size."""
+    big = table[table["size_bytes"] == table["size_bytes"].max()]
+    return big.groupby("mode", sort=False)["line_rate_fraction"].min().to_dict()
+
+
+# -- (b) isolation ---------------------------------------------------------------------------------
+def run_isolation(sc: IsolationScenario, seed: int | None = None) -> pd.DataFrame:
+    """One row per oversubscription x mode: victim solo / shared times and their ratio."""
+    from trainfabric.fabric.collectives import collective_flows
+    from trainfabric.fabric.engine import simulate
+    from trainfabric.fabric.flows import FlowTable
+
+    seed = sc.seed if seed is None else seed
+    rows = []
+    for over in sc.oversubscription:
+        topo = build_topology(sc.topology, oversubscription=over)
+        n_v = sc.victim.ranks or max(2, int(round(sc.victim_fraction * topo.n_hosts)))
+        if n_v > topo.n_hosts - 2:
+            raise ConfigError(
+                "victim.ranks", f"leaves < 2 of {topo.n_hosts} hosts to the aggressor"
+            )
+        v_hosts = _hosts(topo, sc.victim.model_copy(update={"ranks": n_v}), seed, field="victim")
+        rest = np.setdiff1d(np.arange(topo.n_hosts), v_hosts)
+        a_hosts = _hosts(topo, sc.aggressor, seed + 1, available=rest, field="aggressor")
+        victim = collective_flows(
+            _steps(sc.victim, v_hosts.size, sc.victim.size_bytes, seed, "victim"),
+            v_hosts,
+            **_flow_options(sc.victim, seed, job=0),
+        ).flows
+        aggressor = collective_flows(
+            _steps(sc.aggressor, a_hosts.size, sc.aggressor.size_bytes, seed + 1, "aggressor"),
+            a_hosts,
+            **_flow_options(sc.aggressor, seed, job=1),
+        ).flows
+        both = FlowTable.concat([victim, aggressor])
+        is_v = both.job == 0
+        for mode in sc.modes:
+            solo = simulate(topo, victim, _router(topo, mode, seed))
+            shared = simulate(topo, both, _router(topo, mode, seed))
+            solo_s = float(solo.finish_s.max())
+            shared_s = float(shared.finish_s[is_v].max())
+            aggr_s = float(shared.finish_s[~is_v].max())
+            rows.append(
+                {
+                    "oversubscription": float(over),
+                    "mode": mode,
+                    "victim": _kind_label(sc.victim),
+                    "aggressor": _kind_label(sc.aggressor),
+                    "victim_ranks": int(v_hosts.size),
+                    "aggressor_ranks": int(a_hosts.size),
+                    "victim_solo_s": solo_s,
+                    "victim_shared_s": shared_s,
+                    "aggressor_s": aggr_s,
+                    "isolation_ratio": solo_s / shared_s,
+                    "victim_slowdown": shared_s / solo_s - 1,
+                    "aggressor_covers_victim": aggr_s >= shared_s,
+                    "n_events": int(shared.n_events),
+                    "sim_wall_s": float(solo.wall_s + shared.wall_s),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def isolation_summary(table: pd.DataFrame) -> dict[str, float]:
+    """Per mode: the isolation ratio at the lowest oversubscription."""
+    low = table[table["oversubscription"] == table["oversubscription"].min()]
+    return low.groupby("mode", sort=False)["isolation_ratio"].min().to_dict()
+
+
+# -- (c) failures ----------------------------------------------------------------------------------
+def half_to_half_permutation(n_hosts: int, rng: np.random.Generator):
+    """Random halves A, B; every host of A sends to a distinct host of B and vice versa."""
+    order = rng.permutation(n_hosts)
+    a, b = order[: n_hosts // 2], order[n_hosts // 2 : 2 * (n_hosts // 2)]
+    src = np.concatenate([a, b])
+    dst = np.concatenate([rng.permutation(b), rng.permutation(a)])
+    return src.astype(np.int64), dst.astype(np.int64)
+
+
+def permutation_throughput(topo, router, src, dst, link_up) -> float:
+    """Max-min goodput of the permutation's flows / (flows x NIC rate), links in ``link_up``."""
+    from trainfabric.fabric.flows import FlowTable
+    from trainfabric.fabric.maxmin import max_min_rates
+
+    flows = FlowTable.simple(src, dst, np.full(src.size, 1e6))
+    routing = router.route(flows, link_up, link_up)
+    rates = max_min_rates(routing, topo.capacity_bps, np.ones(src.size, bool))
+    return float((rates * (1 - routing.lost)).sum() / (src.size * topo.nic_rate_bps))
+
+
+def run_failures(sc: FailuresScenario, seed: int | None = None) -> pd.DataFrame:
+    """One row per failed fraction x draw x mode."""
+    from trainfabric.fabric import topology as T
+    from trainfabric.fabric.collectives import run_collective
+
+    seed = sc.seed if seed is None else seed
+    topo = build_topology(sc.topology)
+    c = sc.collective
+    hosts = _hosts(topo, c, seed)
+    steps = _steps(c, hosts.size, c.size_bytes, seed)
+    rows = []
+    for frac in sc.fractions:
+        for d in range(sc.draws):
+            rng = np.random.default_rng([seed, d])
+            link_up = T.fail_links(topo, frac, seed=int(rng.integers(2**31)))
+            src, dst = half_to_half_permutation(topo.n_hosts, rng)
+            lp = np.nan
+            if sc.lp:
+                demand = np.full(src.size, topo.nic_rate_bps)
+                lp = float(T.max_concurrent_flow(topo, src, dst, demand, link_up))
+            for mode in sc.modes:
+                router = _router(topo, mode, seed)
+                run = run_collective(
+                    topo, router, steps, hosts, link_up=link_up, **_flow_options(c, seed)
+                )
+                rows.append(
+                    {
+                        "failed_fraction": float(frac),
+                        "draw": d,
+                        "mode": mode,
+                        "failed_links": int((~link_up).sum()),
+                        "bisection_fraction": permutation_throughput(
+                            topo, router, src, dst, link_up
+                        ),
+                        "lp_fraction": lp,
+                        "ideal_fraction": 1.0 - frac,
+                        "collective": _kind_label(c),
+                        "collective_s": run.time_s,
+                        "sim_wall_s": run.wall_s,
+                    }
+                )
+    table = pd.DataFrame(rows)
+    base = table[table["failed_fraction"] == 0].groupby("mode")["collective_s"].mean()
+    table["collective_increase"] = table["collective_s"] / table["mode"].map(base) - 1
+    return table
+
+
+def failures_summary(table: pd.DataFrame, at: float = 0.1) -> dict[str, float]:
+    """Per mode: mean bisection fraction at the failed fraction nearest to ``at``."""
+    fr = table["failed_fraction"].unique()
+    near = fr[np.argmin(np.abs(fr - at))]
+    return (
+        table[table["failed_fraction"] == near]
+        .groupby("mode", sort=False)["bisection_fraction"]
+        .mean()
+        .to_dict()
+    )
+
+
+# -- (d) flaps -------------------------------------------------------------------------------------
+def _iteration_steps(sc: FlapsScenario, n: int, seed: int):
+    """The collective's steps repeated ``iterations`` times; per-step delays (compute first)."""
+    one = _steps(sc.collective, n, sc.collective.size_bytes, seed)
+    delay = np.full(len(one), sc.collective.step_latency_s)
+    delay[0] += sc.compute_s
+    return one * sc.iterations, np.tile(delay, sc.iterations), len(one)
+
+
+def _flap_links(topo, link: str, host: int, flows, seed: int) -> np.ndarray:
+    """Both directions of the flapped cable: ``host``'s NIC link on plane 0, or the fabric
+    cable carrying the most of the job's traffic under ECMP (the same cable for every mode)."""
+    from trainfabric.fabric import topology as T
+
+    if link == "host":
+        return np.array([topo.host_up[0, host], topo.host_down[0, host]])
+    up = np.ones(topo.link_src.size, bool)
+    routing = _router(topo, "ecmp", seed).route(flows, up, up)
+    load = np.asarray(routing.coefficients().sum(axis=0)).ravel()
+    load[topo.link_tier != T.TIER_UP] = -1
+    best = int(np.argmax(load))
+    return np.array([best, int(topo.reverse[best])])
+
+
+def _ends(finish_s: np.ndarray, group: np.ndarray, n_groups: int) -> np.ndarray:
+    ends = np.zeros(n_groups)
+    np.maximum.at(ends, group, finish_s)
+    return np.maximum.accumulate(ends)
+
+
+def run_flaps(sc: FlapsScenario, seed: int | None = None, timeline: list | None = None):
+    """One row per flap x mode: iteration and step stalls against the flap-free run.
+
+    ``timeline`` (a list) receives per-job goodput timeline rows of every run.
+    """
+    from trainfabric.fabric.collectives import collective_flows
+    from trainfabric.fabric.engine import LinkEvents, simulate
+
+    seed = sc.seed if seed is None else seed
+    topo = build_topology(sc.topology)
+    hosts = _hosts(topo, sc.collective, seed)
+    steps, delay, per_iter = _iteration_steps(sc, hosts.size, seed)
+    opts = _flow_options(sc.collective, seed) | {"step_latency_s": delay}
+    cf = collective_flows(steps, hosts, **opts)
+    iteration = cf.step // per_iter
+    rows = []
+    for mode in sc.modes:
+        base = simulate(topo, cf.flows, _router(topo, mode, seed))
+        b_iter = _ends(base.finish_s, iteration, sc.iterations)
+        b_step = _ends(base.finish_s, cf.step, cf.n_steps)
+        _timeline_rows(timeline, base, mode, "none")
+        for i, flap in enumerate(sc.flaps):
+            links = _flap_links(topo, flap.link, int(hosts[0]), cf.flows, seed)
+            events = LinkEvents(
+                time_s=np.r_[[flap.at_s] * 2, [flap.at_s + flap.duration_s] * 2],
+                link=np.r_[links, links],
+                up=np.r_[False, False, True, True],
+            )
+            router = _router(topo, mode, seed)
+            res = simulate(topo, cf.flows, router, events=events)
+            f_iter = _ends(res.finish_s, iteration, sc.iterations)
+            f_step = _ends(res.finish_s, cf.step, cf.n_steps)
+            _timeline_rows(timeline, res, mode, f"{flap.link}#{i}")
+            rows.append(
+                {
+                    "flap": f"{flap.link}#{i}",
+                    "link": flap.link,
+                    "mode": mode,
+                    "at_s": flap.at_s,
+                    "duration_s": flap.duration_s,
+                    "reaction_s": float(np.max(router.reaction_s(links))),
+                    "iteration_stall_s": float(
+                        np.max(np.diff(f_iter, prepend=0) - np.diff(b_iter, prepend=0))
+                    ),
+                    "step_stall_s": float(
+                        np.max(np.diff(f_step, prepend=0) - np.diff(b_step, prepend=0))
+                    ),
+                    "extra_s": float(f_iter[-1] - b_iter[-1]),
+                    "iteration_s": float(b_iter[-1] / sc.iterations),
+                    "n_events": int(res.n_events),
+                    "sim_wall_s": float(res.wall_s),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def _timeline_rows(timeline: list | None, res, mode: str, flap: str) -> None:
+    if timeline is None:
+        return
+    t, goodput = res.job_goodput_timeline()
+    for k in range(t.size - 1):
+        timeline.append(
+            {"mode": mode, "flap": flap, "t_s": float(t[k]), "goodput_gbps": goodput[0, k] / 1e9}
+        )
+
+
+def flaps_summary(table: pd.DataFrame) -> dict[str, float]:
+    """Per mode: the worst iteration stall over the flaps."""
+    return table.groupby("mode", sort=False)["iteration_stall_s"].max().to_dict()
+
+
+# -- running scenarios into run directories -------------------------------------------------------
+STEMS = {
+    "line_rate": "fabric_line_rate",
+    "isolation": "fabric_isolation",
+    "failures": "fabric_failures",
+    "flaps": "fabric_flaps",
+}
+TIMELINE_STEM = "fabric_flap_timeline"
+RUNNERS = {
+    "line_rate": (run_line_rate, line_rate_summary, "line_rate_fraction"),
+    "isolation": (run_isolation, isolation_summary, "isolation_ratio"),
+    "failures": (run_failures, failures_summary, "bisection_fraction_at_10pct_failures"),
+    "flaps": (run_flaps, flaps_summary, "flap_recovery_s"),
+}
+
+
+def run_scenario(sc: Scenario) -> dict[str, pd.DataFrame]:
+    """The scenario's tables, keyed by file stem (flaps add the goodput timeline)."""
+    run, _, _ = RUNNERS[sc.kind]
+    if sc.kind != "flaps":
+        return {STEMS[sc.kind]: run(sc)}
+    timeline: list = []
+    table = run(sc, timeline=timeline)
+    return {STEMS["flaps"]: table, TIMELINE_STEM: pd.DataFrame(timeline)}
+
+
+def summarize(kind: str, tables: dict[str, pd.DataFrame]) -> dict[str, dict[str, float]]:
+    """``{mode: {headline metric: value}}`` of one scenario's tables."""
+    _, summary, key = RUNNERS[kind]
+    return {mode: {key: float(v)} for mode, v in summary(tables[STEMS[kind]]).items()}
+
+
+def _write_tables(run_dir: Path, tables: dict[str, pd.DataFrame]) -> None:
+    from trainfabric.io import write_parquet
+
+    for stem, table in tables.items():
+        write_parquet(run_dir / f"{stem}.parquet", table)
+
+
+def _write_manifest(run_dir: Path, name: str, config: dict, started: str, seed: int) -> None:
+    from trainfabric.experiments.store import git_state, package_versions
+    from trainfabric.io import write_json
+
+    write_json(
+        run_dir / "manifest.json",
+        {
+            "experiment": name,
+            "description": "trainfabric fabric scenarios (flow-level engine)",
+            "spec": {"name": name},
+            "config": config,
+            "seeds": [seed],
+            "versions": package_versions(),
+            "git": git_state(),
+            "started": started,
+            "finished": _now(),
+        },
+    )
+
+
+def _now() -> str:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _render(run_dir: Path) -> Path:
+    import trainfabric.experiments.fabric_studies  # noqa: F401  (registers the FIGURES)
+    from trainfabric.experiments import render_report
+
+    return render_report(run_dir)
+
+
+def run_to_dir(sc: Scenario, run_dir: str | Path, console=None) -> dict:
+    """Run one scenario, write its tables, manifest and report; per-mode headline figures."""
+    run_dir = Path(run_dir)
+    started, t0 = _now(), time.perf_counter()
+    if console is not None:
+        console.print(f"scenario {sc.name or sc.kind} ({sc.kind}), modes {', '.join(sc.modes)}")
+    tables = run_scenario(sc)
+    _write_tables(run_dir, tables)
+    _write_manifest(run_dir, f"fabric-{sc.kind}", sc.model_dump(mode="json"), started, sc.seed)
+    return {
+        "scenario": sc.name or sc.kind,
+        "kind": sc.kind,
+        "run_dir": str(run_dir),
+        "report": str(_render(run_dir)),
+        "modes": summarize(sc.kind, tables),
+        "rows": tables[STEMS[sc.kind]].to_dict(orient="records"),
+        "wall_s": time.perf_counter() - t0,
+    }
+
+
+# -- the evaluation and the demo -------------------------------------------------------------------
+def eval_scenarios(quick: bool, seed: int = 0) -> list[Scenario]:
+    """The four scenarios of ``fabric eval``: 64 GPUs (quick) or 512 GPUs, 4 planes, 800G NICs.
+
+    Quick: radix 16 per plane (8 leaves x 4 spines per plane, 2 parallel cables per
+    leaf-spine pair); full: radix 32 (32 leaves x 16 spines per plane), as htsim's 512-host
+    reference fabric but multiplane.
+    """
+    topo = TopologyConfig(gpus=64 if quick else 512, switch_radix=16 if quick else 32)
+    common = dict(seed=seed, topology=topo)
+    sizes = [1.0 * MiB, 16.0 * MiB, 256.0 * MiB, 4096.0 * MiB]
+    if not quick:
+        sizes = [2.0**k * MiB for k in range(-2, 13, 2)]
+    return [
+        LineRateScenario(name="line-rate", sizes_bytes=sizes, **common),
+        IsolationScenario(name="isolation", **common),
+        FailuresScenario(
+            name="failures",
+            draws=2 if quick else 5,
+            collective=CollectiveConfig(kind="all_to_all", size_bytes=64 * MiB),
+            **common,
+        ),
+        FlapsScenario(
+            name="flaps",
+            collective=CollectiveConfig(kind="all_reduce", ranks=16 if quick else 64),
+            **common,
+        ),
+    ]
+
+
+def run_eval(run_dir: str | Path, quick: bool = False, seed: int = 0, console=None) -> dict:
+    """All four scenarios into one run directory with a report; headline figures per mode."""
+    run_dir = Path(run_dir)
+    started, t0 = _now(), time.perf_counter()
+    scenarios = eval_scenarios(quick, seed)
+    modes: dict[str, dict[str, float]] = {}
+    walls = {}
+    for sc in scenarios:
+        t = time.perf_counter()
+        if console is not None:
+            console.print(f"fabric eval: {sc.kind} ...")
+        tables = run_scenario(sc)
+        _write_tables(run_dir, tables)
+        for mode, row in summarize(sc.kind, tables).items():
+            modes.setdefault(mode, {}).update(row)
+        walls[sc.kind] = time.perf_counter() - t
+    config = {sc.kind: sc.model_dump(mode="json") for sc in scenarios}
+    _write_manifest(run_dir, "fabric-eval" + ("-quick" if quick else ""), config, started, seed)
+    return {
+        "run_dir": str(run_dir),
+        "report": str(_render(run_dir)),
+        "quick": quick,
+        "modes": modes,
+        "header_bound": HEADER_BOUND,
+        "wall_s": time.perf_counter() - t0,
+        "scenario_wall_s": walls,
+    }
+
+
+def demo_scenarios(seed: int = 0) -> list[Scenario]:
+    """Short versions of the four scenarios (32 GPUs, radix 16, 4 planes) for ``make demo``."""
+    topo = TopologyConfig(gpus=32, switch_radix=16)
+    common = dict(seed=seed, topology=topo, modes=["ecmp", "pinning", "spray", "adaptive"])
+    return [
+        LineRateScenario(name="line-rate", sizes_bytes=[1.0 * MiB, 256.0 * MiB], **common),
+        IsolationScenario(name="isolation", oversubscription=[1.0], **common),
+        FailuresScenario(
+            name="failures",
+            fractions=[0.0, 0.1, 0.2],
+            draws=1,
+            collective=CollectiveConfig(kind="all_to_all", size_bytes=64 * MiB),
+            **common,
+        ),
+        FlapsScenario(
+            name="flaps",
+            collective=CollectiveConfig(kind="all_reduce", ranks=8),
+            iterations=12,
+            compute_s=0.15,
+            **common,
+        ),
+    ]
+
+
+def fabric_demo(run_dir: str | Path, console) -> dict:
+    """Demo step: the short scenarios' tables into ``run_dir`` (no manifest, no report), a
+    per-mode table on ``console``; returns ``{"modes": {mode: headline figures}}``."""
+    from rich.table import Table
+
+    run_dir = Path(run_dir)
+    modes: dict[str, dict[str, float]] = {}
+    for sc in demo_scenarios():
+        tables = run_scenario(sc)
+        _write_tables(run_dir, tables)
+        for mode, row in summarize(sc.kind, tables).items():
+            modes.setdefault(mode, {}).update(row)
+    keys = [k for _, _, k in RUNNERS.values()]
+    t = Table("mode", *keys, title="fabric: 32 GPUs, 4 planes x 200G, radix 16 (flow level)")
+    for mode, row in modes.items():
+        t.add_row(mode, *(f"{row.get(k, float('nan')):.4g}" for k in keys))
+    console.print(t)
+    return {"modes": modes}

@@ -1,0 +1,125 @@
+"""Collectives on the fabric: NCCL-tests metrics, placement, dependencies, line rate, shortcut."""
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from trainfabric.errors import ConfigError
+from trainfabric.fabric import collectives as fc
+
+# NCCL-tests doc/PERFORMANCE.md: busbw = algbw x factor, written out for n = 8 and n = 2.
+NCCL_FACTORS = {
+    "all_reduce": {8: 14 / 8, 2: 1.0},
+    "reduce_scatter": {8: 7 / 8, 2: 0.5},
+    "all_gather": {8: 7 / 8, 2: 0.5},
+    "all_to_all": {8: 7 / 8, 2: 0.5},
+    "broadcast": {8: 1.0, 2: 1.0},
+    "reduce": {8: 1.0, 2: 1.0},
+    "permutation": {8: 1.0, 2: 1.0},
+}
+
+
+@pytest.mark.parametrize("kind", list(NCCL_FACTORS))
+def test_bus_factor_matches_nccl_tests(kind):
+    for n, factor in NCCL_FACTORS[kind].items():
+        assert fc.bus_factor(kind, n) == pytest.approx(factor, rel=1e-15)
+
+
+@pytest.mark.parametrize(
+    "kind,algorithm",
+    [
+        ("all_reduce", "ring"),
+        ("all_reduce", "halving_doubling"),
+        ("reduce_scatter", "ring"),
+        ("reduce_scatter", "halving_doubling"),
+        ("all_gather", "ring"),
+        ("all_to_all", "ring"),
+        ("permutation", "ring"),
+    ],
+)
+@pytest.mark.parametrize("n", [2, 4, 8, 16])
+def test_bus_factor_is_bytes_sent_per_rank(kind, algorithm, n):
+    """busbw = line rate iff every NIC sends for the whole time: factor = sent bytes / S."""
+    size = 3.0e6
+    steps = fc.collective_steps(kind, n, size, algorithm, seed=n)
+    sent = np.zeros(n)
+    for s in steps:
+        np.add.at(sent, s.src, s.bytes)
+    np.testing.assert_allclose(sent / size, fc.bus_factor(kind, n), rtol=1e-12)
+
+
+def test_line_rate_fraction_and_ideal_time():
+    rate = 800e9
+    t = fc.ideal_time_s("all_reduce", 16, 1e9, rate)
+    assert t == pytest.approx(8e9 * 2 * 15 / 16 / rate)
+    assert fc.line_rate_fraction("all_reduce", 16, 1e9, t, rate) == pytest.approx(1.0)
+    assert fc.algbw_Bps(1e9, 2.0) == 5e8
+    assert fc.busbw_Bps("all_gather", 4, 1e9, 2.0) == pytest.approx(5e8 * 0.75)
+
+
+def test_unknown_names_are_config_errors():
+    with pytest.raises(ConfigError, match="kind"):
+        fc.bus_factor("allreduce", 4)
+    with pytest.raises(ConfigError, match="placement"):
+        fc.place(np.zeros(4, np.int64), 2, "clustered")
+    with pytest.raises(ConfigError, match="ranks"):
+        fc.place(np.zeros(4, np.int64), 5, "packed")
+
+
+LEAVES = np.repeat(np.arange(4), 8)  # 32 hosts, 8 per leaf
+
+
+def test_placements():
+    packed = fc.place(LEAVES, 8, "packed")
+    assert np.array_equal(packed, np.arange(8))
+    scattered = fc.place(LEAVES, 8, "scattered")
+    assert np.array_equal(LEAVES[scattered], [0, 1, 2, 3, 0, 1, 2, 3])
+    assert np.unique(scattered).size == 8
+    rnd = fc.place(LEAVES, 12, "random", seed=3)
+    assert np.array_equal(rnd, fc.place(LEAVES, 12, "random", seed=3))
+    assert np.unique(rnd).size == 12
+    avail = np.arange(1, 32, 2)
+    assert set(fc.place(LEAVES, 16, "scattered", available=avail)) == set(avail)
+
+
+@given(st.integers(2, 200), st.integers(0, 10**6))
+def test_permutation_is_a_derangement(n, seed):
+    (step,) = fc.collective_steps("permutation", n, 1.0, seed=seed)
+    assert np.array_equal(np.sort(step.dst), np.arange(n))
+    assert not (step.dst == step.src).any()
+
+
+def _deps_of(cf, j):
+    p = cf.flows.deps_ptr
+    return set(cf.flows.deps[p[j] : p[j + 1]].tolist())
+
+
+@pytest.mark.parametrize(
+    "kind,algorithm", [("all_reduce", "ring"), ("all_reduce", "halving_doubling")]
+)
+def test_rank_sync_dependencies_brute_force(kind, algorithm):
+    n, channels = 8, 2
+    steps = fc.collective_steps(kind, n, 1e6, algorithm)
+    hosts = np.arange(100, 100 + n)
+    cf = fc.collective_flows(steps, hosts, sync="rank", channels=channels, step_latency_s=3e-6)
+    f = cf.flows
+    assert f.src.size == sum(s.src.size for s in steps) * channels
+    for j in range(f.src.size):
+        k = cf.step[j]
+        expect = {i for i in np.flatnonzero(cf.step == k - 1) if f.src[j] in (f.src[i], f.dst[i])}
+        assert _deps_of(cf, j) == expect
+    assert np.allclose(f.delay_s, 3e-6)
+    assert np.isclose(f.bytes.sum(), sum(s.total_bytes for s in steps))
+
+
+def test_step_sync_is_a_global_barrier_and_entropy_is_per_connection():
+    steps = fc.collective_steps("all_reduce", 6, 1e6)
+    cf = fc.collective_flows(steps, np.arange(6), sync="step")
+    for j in np.flatnonzero(cf.step == 3):
+        assert _deps_of(cf, j) == set(np.flatnonzero(cf.step == 2).tolist())
+    e0 = cf.flows.entropy[cf.step == 0]
+    assert np.array_equal(e0, cf.flows.entropy[cf.step == 5])
+    assert np.unique(e0).size == 6
+    assert fc.identical_steps(steps)
+    assert not fc.identical_steps(fc.collective_steps("all_reduce", 8, 1e6, "halving_doubling"))
