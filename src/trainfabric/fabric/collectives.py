@@ -15,11 +15,12 @@ A collective over ``n`` ranks is a list of steps (:mod:`trainfabric.workloads.co
   its queue pairs. ``channels = c`` splits every transfer into ``c`` connections of
   ``bytes / c`` each (NCCL's multiple channels/QPs).
 
-Ring shortcut (:func:`collective_time`): when every step has the same pairs and bytes (ring
+Ring shortcut (:func:`run_collective`): when every step has the same pairs and bytes (ring
 reduce-scatter, all-gather, all-reduce) and the steps are separated by a global barrier, the
 steps are identical simulations, so the collective time is ``n_steps x`` the time of one
-step. The shortcut is used only then, and results say so (``steps_simulated`` < ``n_steps``);
-with ``sync="rank"`` the steps overlap and every step is simulated.
+step. The shortcut is used only then (and never for ``flowlet``), and results say so
+(``steps_simulated`` < ``n_steps``); with ``sync="rank"`` the steps overlap and every step
+is simulated.
 
 Metrics (NCCL-tests, ``doc/PERFORMANCE.md``): for a per-rank buffer of ``S`` bytes taking
 ``t`` seconds, ``algbw = S / t`` and ``busbw = algbw x factor`` with factor ``2(n-1)/n``
@@ -38,7 +39,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from trainfabric.errors import ConfigError
+from trainfabric.errors import ConfigError, InfeasibleError
 from trainfabric.fabric.flows import FlowTable, mix64
 from trainfabric.workloads import collectives as wc
 
@@ -204,6 +205,7 @@ def collective_flows(
         deps=deps,
         release_s=np.full(f, float(release_s)),
         delay_s=lat[step_of].copy(),
+        channel=chan,
     )
     return CollectiveFlows(flows, step_of, len(steps))
 
@@ -276,24 +278,37 @@ class CollectiveRun:
 
 
 def run_collective(
-    topo, router, steps: list, hosts, *, shortcut: bool = True, **flow_options
+    topo,
+    router,
+    steps: list,
+    hosts,
+    *,
+    shortcut: bool = True,
+    link_up=None,
+    batch_rtol: float = 0.0,
+    **flow_options,
 ) -> CollectiveRun:
-    """Simulate ``steps`` on ``hosts`` (see :func:`collective_flows` for ``flow_options``).
+    """Simulate ``steps`` on ``hosts`` (see :func:`collective_flows` for ``flow_options``;
+    ``link_up``: links down from the start; ``batch_rtol``: see the engine).
 
-    The ring shortcut (module doc) applies when ``shortcut``, ``sync == "step"``, the
-    router is not load-aware across steps and every step is identical.
+    The ring shortcut (module doc) applies when ``shortcut``, ``sync == "step"``, every step
+    is identical and the mode is not ``flowlet`` (whose re-hashes depend on each step's idle
+    gaps); the steps are then identical simulations (static failures, same connections).
     """
     from trainfabric.fabric.engine import simulate
 
     use = (
         shortcut
+        and router.flowlet_gap_s is None  # idle gaps (hence re-hashes) differ per step
         and flow_options.get("sync", "rank") == "step"
         and len(steps) > 1
         and identical_steps(steps)
     )
     cf = collective_flows(steps[:1] if use else steps, hosts, **flow_options)
-    res = simulate(topo, cf.flows, router)
-    one = float(res.finish_s.max()) - float(flow_options.get("release_s", 0.0))
+    res = simulate(topo, cf.flows, router, link_up=link_up, batch_rtol=batch_rtol)
+    if res.unfinished:
+        raise InfeasibleError(f"{res.unfinished} flows of the collective never finished")
+    one = res.makespan_s - float(flow_options.get("release_s", 0.0))
     return CollectiveRun(
         time_s=one * (len(steps) if use else 1),
         n_steps=len(steps),

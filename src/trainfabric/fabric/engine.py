@@ -87,6 +87,8 @@ class SimResult:
     finish_s: np.ndarray
     seg_t: np.ndarray
     job_goodput_bps: np.ndarray
+    job_active: np.ndarray
+    job_impaired: np.ndarray
     link_bits: np.ndarray
     link_load_bps: np.ndarray | None
     n_events: int
@@ -106,10 +108,44 @@ class SimResult:
         """Segment boundaries ``t[S+1]`` and goodput ``[jobs, S]`` (bits/s) per segment."""
         return self.seg_t, self.job_goodput_bps
 
+    def stalls(self, job: int = 0, after_s: float = 0.0) -> np.ndarray:
+        """``[k, 2]`` (start, end) of the maximal intervals after ``after_s`` in which ``job``
+        has started, unfinished flows but zero goodput: it is stuck, not computing."""
+        stuck = (self.job_active[job] > 0) & (self.job_goodput_bps[job] <= 0.0)
+        return self._intervals(stuck, after_s)
+
+    def impaired(self, job: int = 0, after_s: float = 0.0) -> np.ndarray:
+        """``[k, 2]`` intervals after ``after_s`` in which some active flow of ``job`` sends
+        into a dead link (traffic lost or stalled): the time until the mode has reacted."""
+        return self._intervals(self.job_impaired[job] > 0, after_s)
+
+    def _intervals(self, mask: np.ndarray, after_s: float) -> np.ndarray:
+        t = self.seg_t
+        mask = mask & (t[1:] > after_s)
+        edges = np.diff(np.r_[0, mask.astype(np.int8), 0])
+        lo, hi = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+        return np.c_[np.maximum(t[lo], after_s), t[hi]]
+
     def mean_utilisation(self, topo: Topology) -> np.ndarray:
         """Per link: bits carried / (capacity x simulated time)."""
         span = max(self.end_s, 1e-300)
         return self.link_bits / (topo.capacity_bps * span)
+
+
+def static_goodput(
+    topo: Topology, flows: FlowTable, router: Router, link_up: np.ndarray | None = None
+) -> np.ndarray:
+    """Max-min goodput (bits/s) of every flow when all of ``flows`` run at once on a fabric
+    whose failures (``link_up``) every mechanism already knows: the engine's first rate
+    allocation, without the event loop."""
+    up = np.ones(topo.n_links, bool) if link_up is None else np.asarray(link_up, bool)
+    router.begin_epoch(up, {m: up for m in MECHANISMS}, flows, flows.bytes)
+    routes = router.route(flows, np.arange(flows.n))
+    ok = np.flatnonzero(routes.lost < 1.0)
+    goodput = np.zeros(flows.n)
+    rates, _ = max_min_rates(routes.group, routes.weight, router.groups, topo.capacity_bps, ok)
+    goodput[ok] = rates * (1.0 - routes.lost[ok])
+    return goodput
 
 
 class _Timeline:
@@ -118,20 +154,27 @@ class _Timeline:
     def __init__(self, n_jobs: int, record_links: bool):
         self.t: list[float] = []
         self.goodput: list[np.ndarray] = []
+        self.active: list[np.ndarray] = []
+        self.impaired: list[np.ndarray] = []
         self.loads: list[np.ndarray] | None = [] if record_links else None
         self.n_jobs = n_jobs
 
-    def add(self, t0: float, goodput: np.ndarray, load: np.ndarray) -> None:
+    def add(self, t0: float, goodput, active, impaired, load: np.ndarray) -> None:
         self.t.append(t0)
         self.goodput.append(goodput)
+        self.active.append(active)
+        self.impaired.append(impaired)
         if self.loads is not None:
             self.loads.append(load.astype(np.float32))
 
     def arrays(self, t_end: float):
         t = np.array([*self.t, t_end]) if self.t else np.array([0.0, t_end])
-        g = np.array(self.goodput).T if self.goodput else np.zeros((self.n_jobs, t.size - 1))
+        empty = np.zeros((self.n_jobs, t.size - 1))
+        g = np.array(self.goodput).T if self.goodput else empty
+        a = np.array(self.active).T if self.active else empty.astype(np.int64)
+        imp = np.array(self.impaired).T if self.impaired else empty.astype(np.int64)
         loads = np.array(self.loads) if self.loads else None
-        return t, g, loads
+        return t, g, a, imp, loads
 
 
 def simulate(
@@ -293,12 +336,14 @@ class _Simulation:
             t = t_next
             self.n_events += 1
             changed = self._handle(t, goodput)
-        seg_t, g, loads = self.timeline.arrays(t)
+        seg_t, g, active, impaired, loads = self.timeline.arrays(t)
         return SimResult(
             start_s=self.start,
             finish_s=self.finish,
             seg_t=seg_t,
             job_goodput_bps=g,
+            job_active=active,
+            job_impaired=impaired,
             link_bits=self.link_bits,
             link_load_bps=loads,
             n_events=self.n_events,
@@ -350,8 +395,11 @@ class _Simulation:
         if self.active.size:
             self.rem[self.active] -= goodput * dt
         self.link_bits += load * dt
-        g = np.bincount(self.flows.job[self.active], weights=goodput, minlength=self.jobs)
-        self.timeline.add(t0, g, load)
+        jobs = self.flows.job[self.active]
+        g = np.bincount(jobs, weights=goodput, minlength=self.jobs)
+        active = np.bincount(jobs, minlength=self.jobs)
+        impaired = np.bincount(jobs[self.lost[self.active] > 0], minlength=self.jobs)
+        self.timeline.add(t0, g, active, impaired, load)
 
     def _handle(self, t: float, goodput: np.ndarray) -> bool:
         """Process every event due at ``t``; True when rates must be recomputed."""

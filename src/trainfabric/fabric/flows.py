@@ -7,7 +7,9 @@ Flow ``f`` sends ``bytes[f]`` (payload) from host ``src[f]`` to host ``dst[f]``.
 where ``finish_d`` is the arrival of ``d``'s last byte at its receiver and ``deps(f)`` is the
 CSR slice ``deps[deps_ptr[f]:deps_ptr[f+1]]`` (flow ids, all ``< f``, so the table is in a
 topological order and has no cycle). ``entropy`` is the connection's 64-bit hash input
-(ECMP, plane pinning); flows of one connection share it. ``job`` tags tenants.
+(ECMP hashing); flows of one connection share it. ``channel`` numbers the parallel
+connections (QPs) of one host pair, ``0..c-1`` (software plane pinning spreads them
+round-robin over the planes). ``job`` tags tenants.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class FlowTable:
     deps: np.ndarray
     release_s: np.ndarray
     delay_s: np.ndarray
+    channel: np.ndarray | None = None
     n: int = field(init=False)
 
     def __post_init__(self):
@@ -46,7 +49,10 @@ class FlowTable:
             "deps": np.int64,
             "release_s": np.float64,
             "delay_s": np.float64,
+            "channel": np.int64,
         }
+        if self.channel is None:
+            object.__setattr__(self, "channel", np.zeros(n, np.int64))
         for name, dtype in cast.items():
             object.__setattr__(self, name, np.ascontiguousarray(getattr(self, name), dtype))
         object.__setattr__(self, "n", n)
@@ -54,7 +60,7 @@ class FlowTable:
 
     def _check(self) -> None:
         n = self.n
-        for name in ("dst", "bytes", "entropy", "job", "release_s", "delay_s"):
+        for name in ("dst", "bytes", "entropy", "job", "release_s", "delay_s", "channel"):
             if getattr(self, name).shape != (n,):
                 raise ConfigError(f"flows.{name}", f"must have {n} entries like src")
         if self.deps_ptr.shape != (n + 1,) or self.deps_ptr[0] != 0:
@@ -74,7 +80,9 @@ class FlowTable:
             raise ConfigError("flows.deps", "a flow may only depend on flows with a lower id")
 
     @classmethod
-    def simple(cls, src, dst, nbytes, *, job=0, release_s=0.0, entropy=None) -> FlowTable:
+    def simple(
+        cls, src, dst, nbytes, *, job=0, release_s=0.0, entropy=None, channel=None
+    ) -> FlowTable:
         """Independent flows (no dependencies, no delay); entropy = flow index by default."""
         src = np.asarray(src, np.int64)
         n = src.size
@@ -88,6 +96,7 @@ class FlowTable:
             deps=np.zeros(0, np.int64),
             release_s=np.broadcast_to(np.asarray(release_s, float), (n,)),
             delay_s=np.zeros(n),
+            channel=channel,
         )
 
     @classmethod
@@ -99,7 +108,7 @@ class FlowTable:
             ptr.append(t.deps_ptr[1:] + ptr[-1][-1])
         cat = {
             name: np.concatenate([getattr(t, name) for t in tables])
-            for name in ("src", "dst", "bytes", "entropy", "job", "release_s", "delay_s")
+            for name in ("src", "dst", "bytes", "entropy", "job", "release_s", "delay_s", "channel")
         }
         deps = np.concatenate([t.deps + off for t, off in zip(tables, offsets[:-1], strict=True)])
         return cls(deps_ptr=np.concatenate(ptr), deps=deps, **cat)

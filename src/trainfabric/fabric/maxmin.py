@@ -83,6 +83,39 @@ def max_min_rates(
     return rates[active], load
 
 
+def link_load(
+    slot_group: np.ndarray, slot_weight: np.ndarray, groups: Groups, n_links: int, rates
+) -> np.ndarray:
+    """``A^T x``: the load of every link (bits/s) when flow ``f`` sends at ``rates[f]``."""
+    rates = np.asarray(rates, float)
+    n_groups = groups.offset + groups.n
+    used = slot_group >= 0
+    per_group = np.bincount(
+        slot_group[used], weights=(slot_weight * rates[:, None])[used], minlength=n_groups
+    )
+    load = per_group[:n_links].copy()
+    spread = per_group[n_links:]
+    if spread.size:
+        owner = np.repeat(np.arange(groups.n), np.diff(groups.ptr))
+        load += np.bincount(groups.link, weights=groups.coef * spread[owner], minlength=n_links)
+    return load
+
+
+def path_sum(
+    slot_group: np.ndarray, slot_weight: np.ndarray, groups: Groups, per_link
+) -> np.ndarray:
+    """``A v``: per flow, the sum over links of (share of its traffic crossing the link) x
+    ``per_link`` — e.g. the mean delay of its packets when ``per_link`` is a delay."""
+    v = np.asarray(per_link, float)
+    spread = np.zeros(groups.n)
+    if groups.n:
+        owner = np.repeat(np.arange(groups.n), np.diff(groups.ptr))
+        spread = np.bincount(owner, weights=groups.coef * v[groups.link], minlength=groups.n)
+    per_group = np.r_[v[: groups.offset], spread]
+    used = slot_group >= 0
+    return (np.where(used, slot_weight * per_group[np.where(used, slot_group, 0)], 0.0)).sum(axis=1)
+
+
 @numba.njit(cache=True)
 def _incidence(sg, sw, base, n_groups):
     K = sg.shape[1]

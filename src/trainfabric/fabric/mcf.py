@@ -14,9 +14,15 @@ bundle (any split over them is free), so the variables are ``x[c, p, s] >= 0`` w
 
 maximise ``λ`` (the congestion of the demands is ``1/λ``). With hosts as endpoints this is the
 throughput any load balancer could reach with perfect, free splitting: the reference of the
-failures figure, and the split of the ``adaptive`` mode (:func:`balanced_split`). Solved by
-HiGHS's interior-point method without crossover (``scipy.optimize.linprog``): its central
-solution spreads every commodity over all of its optimal paths instead of a vertex's few.
+failures figure. Solved by HiGHS's interior-point method without crossover
+(``scipy.optimize.linprog``), which spreads commodities over more paths than a vertex.
+
+The ``adaptive`` mode's split (:func:`balanced_split`) is the point of the segment from the
+capacity-proportional split ``y0`` (each path in proportion to its bottleneck capacity) to
+the LP's optimum ``y*`` that is closest to ``y0`` and still within ``1e-3`` of the optimal
+congestion: the congestion ``θ`` is convex along the segment, so bisection finds it. Optimal
+faces are large (on a healthy fabric every split with even leaf loads is optimal); this
+picks the most even optimal split, as hardware spraying over equal queues would.
 """
 
 from __future__ import annotations

@@ -18,9 +18,11 @@ Modes (``MODES``), each with what it models and what it cannot:
   ``flowlet_gap_s`` (default 50 us; the engine counts the flowlets). Not modelled: flowlets
   inside one continuously backlogged transfer (RDMA flows rarely pause), load-aware flowlet
   placement (CONGA).
-* ``pinning`` — software plane load balancing (``swplb``): the host stack pins each
-  connection to a plane by hash, learning host-link failures after the *software* reaction
-  time; ECMP inside the plane.
+* ``pinning`` — software plane load balancing (``swplb``): the host stack pins the parallel
+  connections (QPs) of a host pair to planes round-robin (channel ``c`` to the
+  ``(h + c) mod k``-th of the ``k`` usable planes, ``h`` a hash of the pair), learning
+  host-link failures after the *software* reaction time; ECMP inside the plane. It cannot
+  split one connection over planes.
 * ``spray`` — oblivious per-packet spraying: the NIC sprays evenly over the planes whose local
   port is up (hardware reaction) and whose remote end is reachable (routing), the leaf over its
   uplinks with a path to the destination, the spine over its cables to it. It never looks
@@ -202,7 +204,8 @@ class Router:
         ep.cache = {}
         ep.rows = []
         ep.next_id = self.static.offset + self.static.n
-        if self.mode == "adaptive" and not ep.healthy and topo.kind != "fat_tree":
+        view_failed = not ep.fabric[fabric].all() or not ep.plane[~fabric].all()
+        if self.mode == "adaptive" and view_failed and topo.kind != "fat_tree":
             ep.balance = _balance_for(topo, ep, demand, demand_bytes)
         self._epoch = ep
         self.groups = self.static
@@ -217,13 +220,18 @@ class Router:
         if flowlet is not None:
             ent = mix64(ent, flowlet, seed=7)
         src, dst = flows.src[idx], flows.dst[idx]
-        return self._route_split(src, dst) if self.split else self._route_single(src, dst, ent)
+        if self.split:
+            return self._route_split(src, dst)
+        return self._route_single(src, dst, ent, flows.channel[idx])
 
     # -- single path (ecmp, flowlet, pinning) ------------------------------------------------
-    def _route_single(self, src, dst, ent) -> Routes:
+    def _route_single(self, src, dst, ent, channel) -> Routes:
         topo, ep = self.topo, self._epoch
         usable = ep.plane[topo.host_up[:, src]].T & ep.remote[topo.host_down[:, dst]].T
-        h_plane = mix64(ent, seed=self.seed + 1)
+        if self.mode == "pinning":
+            h_plane = mix64(src, dst, seed=self.seed + 1) + channel.astype(np.uint64)
+        else:
+            h_plane = mix64(ent, seed=self.seed + 1)
         plane = _pick(usable, h_plane)
         h1 = mix64(ent, seed=self.seed + 2)
         h2 = mix64(ent, seed=self.seed + 3)
@@ -821,7 +829,7 @@ def _balance_for(topo: T.Topology, ep: _Epoch, flows, nbytes) -> _Balance | None
     live = nbytes > 0
     if not live.any():
         return None
-    keys, y, granularity = balanced_split(
-        topo, flows.src[live], flows.dst[live], nbytes[live], ep.fabric & ep.truth
+    keys, y, granularity = balanced_split(  # on what the hardware knows, not the truth
+        topo, flows.src[live], flows.dst[live], nbytes[live], ep.fabric
     )
     return _Balance(topo, keys, y, granularity)

@@ -16,8 +16,15 @@ A scenario file (TOML) has a ``kind`` and the fields of that kind; every kind sh
   increase over no failures.
 * ``flaps``: a training-like sequence (compute gap, then the collective, ``iterations``
   times); one run per flap (a host link or the most loaded fabric cable down at ``at_s`` for
-  ``duration_s``) and one without; the stall of an iteration (and of a collective step) is
-  its duration in the flap run minus the same iteration's in the flap-free run.
+  ``duration_s``) and one without. ``impaired_until_s``: from the flap to the last moment
+  some active flow of the job still sends into the dead link (the mode's measured
+  reaction: its traffic is lost or stuck); ``stall_s``: the longest interval, starting
+  during the
+  flap, in which the job has started, unfinished flows but zero goodput (stuck, not merely
+  slower) — the throughput dip that the mode's reaction time should bound;
+  ``iteration_stall_s`` (and ``step_stall_s``): the largest extra duration of one iteration
+  (collective step) against the flap-free run, which also counts the slowdown of running on
+  ``(P-1)/P`` of a host's bandwidth while its link is down.
 
 Units: bytes, seconds; rates in Gb/s in files (``nic_rate_gbps``), bits/s inside.
 """
@@ -67,7 +74,7 @@ class CollectiveConfig(Config):
     placement: Literal["packed", "scattered", "random"] = "random"
     step_latency_s: float = Field(2e-6, ge=0, description="software latency per step")
     sync: Literal["rank", "step"] = "rank"
-    channels: int = Field(1, ge=1, le=64, description="connections per rank pair")
+    channels: int = Field(4, ge=1, le=64, description="connections (QPs) per rank pair")
 
 
 class _Scenario(Config):
@@ -108,20 +115,30 @@ class IsolationScenario(_Scenario):
 
 
 class FailuresScenario(_Scenario):
-    """(c) Fabric-link failures: permutation throughput vs LP vs 1 - f; collective time."""
+    """(c) Fabric-link failures: permutation throughput vs LP vs 1 - f; collective time;
+    estimated packet latency under an offered background load."""
 
     kind: Literal["failures"] = "failures"
     fractions: list[Fraction] = Field(default_factory=lambda: [0.0, 0.05, 0.1, 0.2], min_length=1)
     draws: int = Field(3, ge=1, le=100, description="failure sets x permutations per fraction")
+    connections: int = Field(4, ge=1, le=64, description="connections (QPs) per host pair")
     collective: CollectiveConfig = CollectiveConfig(kind="all_reduce")
     lp: bool = Field(True, description="solve the max-concurrent-flow LP (HiGHS) per draw")
+    offered_load: float = Field(
+        0.5, gt=0, lt=1, description="background load of the latency estimate (of line rate)"
+    )
 
 
 class FlapConfig(Config):
-    """One flap: a host link (rank 0's NIC, plane 0) or a fabric cable down for a while."""
+    """One flap: a host link (rank 0's NIC, plane 0) or a fabric cable down for a while.
+
+    ``at_s``: when it goes down; default: 10% into the collective of ``iteration`` in the
+    mode's flap-free run, so that it hits while the job communicates.
+    """
 
     link: Literal["host", "fabric"]
-    at_s: float = Field(ge=0)
+    at_s: float | None = Field(None, ge=0)
+    iteration: int = Field(2, ge=0, description="iteration hit when at_s is not given")
     duration_s: float = Field(gt=0)
 
 
@@ -134,8 +151,8 @@ class FlapsScenario(_Scenario):
     compute_s: float = Field(0.1, ge=0, description="compute between collectives")
     flaps: list[FlapConfig] = Field(
         default_factory=lambda: [
-            FlapConfig(link="host", at_s=0.25, duration_s=1.5),
-            FlapConfig(link="fabric", at_s=0.25, duration_s=1.5),
+            FlapConfig(link="host", duration_s=1.5),
+            FlapConfig(link="fabric", duration_s=1.5),
         ],
         min_length=1,
     )
@@ -190,9 +207,9 @@ def build_topology(cfg: TopologyConfig, oversubscription: float | None = None):
 
 
 def _router(topo, mode: str, seed: int):
-    from trainfabric.fabric.routing import make_router
+    from trainfabric.fabric.routing import Router
 
-    return make_router(topo, mode, seed=seed)
+    return Router(topo, mode, seed=seed)
 
 
 def _hosts(topo, c: CollectiveConfig, seed: int, available=None, field: str = "collective"):
@@ -346,21 +363,43 @@ def half_to_half_permutation(n_hosts: int, rng: np.random.Generator):
     return src.astype(np.int64), dst.astype(np.int64)
 
 
-def permutation_throughput(topo, router, src, dst, link_up) -> float:
-    """Max-min goodput of the permutation's flows / (flows x NIC rate), links in ``link_up``."""
-    from trainfabric.fabric.flows import FlowTable
-    from trainfabric.fabric.maxmin import max_min_rates
+def permutation_flows(src, dst, connections: int, nbytes: float = 1e6):
+    """``connections`` parallel flows (distinct entropies) per host pair ``src -> dst``."""
+    from trainfabric.fabric.flows import FlowTable, mix64
 
-    flows = FlowTable.simple(src, dst, np.full(src.size, 1e6))
-    routing = router.route(flows, link_up, link_up)
-    rates = max_min_rates(routing, topo.capacity_bps, np.ones(src.size, bool))
-    return float((rates * (1 - routing.lost)).sum() / (src.size * topo.nic_rate_bps))
+    src, dst = np.repeat(src, connections), np.repeat(dst, connections)
+    qp = np.tile(np.arange(connections), src.size // connections)
+    return FlowTable.simple(src, dst, nbytes, entropy=mix64(src, dst, qp, seed=11), channel=qp)
+
+
+def permutation_throughput(topo, router, flows, link_up) -> float:
+    """Max-min goodput of all ``flows`` at once / (hosts sending x NIC rate)."""
+    from trainfabric.fabric.engine import static_goodput
+
+    senders = np.unique(flows.src).size
+    return float(static_goodput(topo, flows, router, link_up).sum() / (senders * topo.nic_rate_bps))
+
+
+def _latency(topo, router, flows, load: float, link_up) -> dict[str, float]:
+    """Estimated packet latency (M/M/1, see :mod:`trainfabric.fabric.latency`) of the
+    permutation's flows, each host offering ``load`` x its NIC rate."""
+    from trainfabric.fabric.latency import packet_latency_s
+
+    per_host = np.bincount(flows.src, minlength=topo.n_hosts)[flows.src]
+    lat = packet_latency_s(topo, router, flows, load * topo.nic_rate_bps / per_host, link_up)
+    p50, p99 = np.quantile(lat, [0.5, 0.99], method="inverted_cdf")  # inf = unstable queue
+    return {
+        "latency_p50_us_est": float(p50) * 1e6,
+        "latency_p99_us_est": float(p99) * 1e6,
+        "unstable_flow_fraction_est": float(np.mean(~np.isfinite(lat))),
+    }
 
 
 def run_failures(sc: FailuresScenario, seed: int | None = None) -> pd.DataFrame:
     """One row per failed fraction x draw x mode."""
     from trainfabric.fabric import topology as T
     from trainfabric.fabric.collectives import run_collective
+    from trainfabric.fabric.mcf import max_concurrent_flow
 
     seed = sc.seed if seed is None else seed
     topo = build_topology(sc.topology)
@@ -373,10 +412,10 @@ def run_failures(sc: FailuresScenario, seed: int | None = None) -> pd.DataFrame:
             rng = np.random.default_rng([seed, d])
             link_up = T.fail_links(topo, frac, seed=int(rng.integers(2**31)))
             src, dst = half_to_half_permutation(topo.n_hosts, rng)
+            flows = permutation_flows(src, dst, sc.connections)
             lp = np.nan
             if sc.lp:
-                demand = np.full(src.size, topo.nic_rate_bps)
-                lp = float(T.max_concurrent_flow(topo, src, dst, demand, link_up))
+                lp = max_concurrent_flow(topo, src, dst, topo.nic_rate_bps, link_up).lam
             for mode in sc.modes:
                 router = _router(topo, mode, seed)
                 run = run_collective(
@@ -388,19 +427,23 @@ def run_failures(sc: FailuresScenario, seed: int | None = None) -> pd.DataFrame:
                         "draw": d,
                         "mode": mode,
                         "failed_links": int((~link_up).sum()),
-                        "bisection_fraction": permutation_throughput(
-                            topo, router, src, dst, link_up
-                        ),
+                        "bisection_fraction": permutation_throughput(topo, router, flows, link_up),
                         "lp_fraction": lp,
                         "ideal_fraction": 1.0 - frac,
+                        **_latency(topo, router, flows, sc.offered_load, link_up),
                         "collective": _kind_label(c),
                         "collective_s": run.time_s,
                         "sim_wall_s": run.wall_s,
                     }
                 )
     table = pd.DataFrame(rows)
-    base = table[table["failed_fraction"] == 0].groupby("mode")["collective_s"].mean()
-    table["collective_increase"] = table["collective_s"] / table["mode"].map(base) - 1
+    base = table[table["failed_fraction"] == 0].groupby("mode")
+    for col, out in (
+        ("collective_s", "collective_increase"),
+        ("latency_p50_us_est", "latency_increase_est"),
+    ):
+        ref = table["mode"].map(base[col].mean()) if len(base) else np.nan
+        table[out] = table[col] / ref - 1
     return table
 
 
@@ -427,17 +470,23 @@ def _iteration_steps(sc: FlapsScenario, n: int, seed: int):
 
 def _flap_links(topo, link: str, host: int, flows, seed: int) -> np.ndarray:
     """Both directions of the flapped cable: ``host``'s NIC link on plane 0, or the fabric
-    cable carrying the most of the job's traffic under ECMP (the same cable for every mode)."""
+    cable carrying the most of the job's bytes under ECMP (the same cable for every mode)."""
     from trainfabric.fabric import topology as T
+    from trainfabric.fabric.maxmin import link_load
 
     if link == "host":
         return np.array([topo.host_up[0, host], topo.host_down[0, host]])
-    up = np.ones(topo.link_src.size, bool)
-    routing = _router(topo, "ecmp", seed).route(flows, up, up)
-    load = np.asarray(routing.coefficients().sum(axis=0)).ravel()
-    load[topo.link_tier != T.TIER_UP] = -1
+    router = _router(topo, "ecmp", seed)
+    routes = router.route(flows, np.arange(flows.n))
+    load = link_load(routes.group, routes.weight, router.groups, topo.n_links, flows.bytes)
+    load[topo.link_tier != T.UP1] = -1
     best = int(np.argmax(load))
     return np.array([best, int(topo.reverse[best])])
+
+
+def _within(intervals: np.ndarray, until_s: float) -> np.ndarray:
+    """The intervals that start by ``until_s``."""
+    return intervals[intervals[:, 0] <= until_s]
 
 
 def _ends(finish_s: np.ndarray, group: np.ndarray, n_groups: int) -> np.ndarray:
@@ -468,25 +517,32 @@ def run_flaps(sc: FlapsScenario, seed: int | None = None, timeline: list | None 
         b_step = _ends(base.finish_s, cf.step, cf.n_steps)
         _timeline_rows(timeline, base, mode, "none")
         for i, flap in enumerate(sc.flaps):
+            if flap.iteration >= sc.iterations:
+                raise ConfigError(f"flaps.{i}.iteration", f"must be < iterations ({sc.iterations})")
+            at = flap.at_s
+            if at is None:
+                start = float(base.start_s[iteration == flap.iteration].min())  # after compute
+                at = start + 0.1 * (b_iter[flap.iteration] - start)
             links = _flap_links(topo, flap.link, int(hosts[0]), cf.flows, seed)
-            events = LinkEvents(
-                time_s=np.r_[[flap.at_s] * 2, [flap.at_s + flap.duration_s] * 2],
-                link=np.r_[links, links],
-                up=np.r_[False, False, True, True],
-            )
+            events = LinkEvents.flap(links, at, at + flap.duration_s)
             router = _router(topo, mode, seed)
             res = simulate(topo, cf.flows, router, events=events)
             f_iter = _ends(res.finish_s, iteration, sc.iterations)
             f_step = _ends(res.finish_s, cf.step, cf.n_steps)
+            stalls = _within(res.stalls(0, after_s=at), at + flap.duration_s)
+            impaired = _within(res.impaired(0, after_s=at), at + flap.duration_s)
             _timeline_rows(timeline, res, mode, f"{flap.link}#{i}")
             rows.append(
                 {
                     "flap": f"{flap.link}#{i}",
                     "link": flap.link,
                     "mode": mode,
-                    "at_s": flap.at_s,
+                    "at_s": at,
                     "duration_s": flap.duration_s,
                     "reaction_s": float(np.max(router.reaction_s(links))),
+                    "impaired_until_s": float(impaired[:, 1].max(initial=at) - at),
+                    "stall_s": float(np.max(np.diff(stalls, axis=1), initial=0.0)),
+                    "baseline_stall_s": float(np.max(np.diff(base.stalls(0), axis=1), initial=0.0)),
                     "iteration_stall_s": float(
                         np.max(np.diff(f_iter, prepend=0) - np.diff(b_iter, prepend=0))
                     ),
@@ -513,8 +569,8 @@ def _timeline_rows(timeline: list | None, res, mode: str, flap: str) -> None:
 
 
 def flaps_summary(table: pd.DataFrame) -> dict[str, float]:
-    """Per mode: the worst iteration stall over the flaps."""
-    return table.groupby("mode", sort=False)["iteration_stall_s"].max().to_dict()
+    """Per mode: the longest stall (job stuck: started flows, zero goodput) over the flaps."""
+    return table.groupby("mode", sort=False)["stall_s"].max().to_dict()
 
 
 # -- running scenarios into run directories -------------------------------------------------------
