@@ -3,7 +3,8 @@
 Each pillar contributes one step (a function of the run directory and a console returning a
 JSON-able summary); the steps write their tables into one run directory and the demo ends
 by rendering ``report.html`` there. Today: a small resumable sweep of the critical path
-versus bandwidth and MoE skew, and the workloads step (presets and their DAG summaries).
+versus bandwidth and MoE skew, the workloads step (presets and their DAG summaries), the OCS
+planner against the MILP, and short versions of the four fabric evaluations.
 """
 
 from __future__ import annotations
@@ -124,10 +125,18 @@ def ocs_step(run_dir: Path, console: Console) -> dict[str, Any]:
     return {"gap_vs_milp": (ours / milp - 1).to_dict()}
 
 
+def fabric_step(run_dir: Path, console: Console) -> dict[str, Any]:
+    """Line rate, isolation, failures and flaps on a 32-GPU, 4-plane fabric, per LB mode."""
+    from trainfabric.fabric.scenarios import fabric_demo
+
+    return fabric_demo(run_dir, console)
+
+
 STEPS: list[tuple[str, Callable[[Path, Console], dict[str, Any]]]] = [
     ("sweep", sweep_step),  # first: the sweep makes run_dir a run directory
     ("workloads", presets_step),
     ("ocs", ocs_step),
+    ("fabric", fabric_step),
 ]
 
 

@@ -63,4 +63,8 @@ def moe_skew(config: MoeSkewConfig, seed: int) -> pd.DataFrame:
 
 
 # Experiments defined in other modules register on import; keep them reachable from here.
-from trainfabric.experiments import ocs_studies, workload_studies  # noqa: E402, F401
+from trainfabric.experiments import (  # noqa: E402, F401
+    fabric_studies,
+    ocs_studies,
+    workload_studies,
+)

@@ -138,7 +138,8 @@ def _table_section(name: str, table: pd.DataFrame, manifest: dict[str, Any]) -> 
             summary = table.groupby(swept, sort=False)[values].mean().reset_index()
             caption = "Mean per grid point (over seeds and rows)"
         else:
-            summary = table[values].describe().reset_index(names="statistic")
+            with np.errstate(invalid="ignore"):  # inf entries (e.g. unstable queues) give nan
+                summary = table[values].describe().reset_index(names="statistic")
             caption = "Summary statistics"
         parts.append(f"<h3>{caption}</h3>\n" + _html_table(summary))
     shown = min(len(table), MAX_ROWS)

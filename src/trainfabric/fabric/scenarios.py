@@ -101,7 +101,8 @@ class LineRateScenario(_Scenario):
 
 
 class IsolationScenario(_Scenario):
-    """(b) Victim alone vs next to an aggressor tenant (per oversubscription)."""
+    """(b) Victim alone vs next to an aggressor tenant (per oversubscription and fraction of
+    failed leaf-spine cables; the same failures in the solo and the shared run)."""
 
     kind: Literal["isolation"] = "isolation"
     victim: CollectiveConfig = CollectiveConfig(kind="all_reduce", placement="scattered")
@@ -112,6 +113,7 @@ class IsolationScenario(_Scenario):
     oversubscription: list[Annotated[float, Field(ge=1)]] = Field(
         default_factory=lambda: [1.0, 2.0], min_length=1
     )
+    failed_fractions: list[Fraction] = Field(default_factory=lambda: [0.0, 0.1], min_length=1)
 
 
 class FailuresScenario(_Scenario):
@@ -291,7 +293,8 @@ def line_rate_summary(table: pd.DataFrame) -> dict[str, float]:
 
 # -- (b) isolation ---------------------------------------------------------------------------------
 def run_isolation(sc: IsolationScenario, seed: int | None = None) -> pd.DataFrame:
-    """One row per oversubscription x mode: victim solo / shared times and their ratio."""
+    """One row per oversubscription x failed fraction x mode: victim solo / shared times."""
+    from trainfabric.fabric import topology as T
     from trainfabric.fabric.collectives import collective_flows
     from trainfabric.fabric.engine import simulate
     from trainfabric.fabric.flows import FlowTable
@@ -320,15 +323,17 @@ def run_isolation(sc: IsolationScenario, seed: int | None = None) -> pd.DataFram
         ).flows
         both = FlowTable.concat([victim, aggressor])
         is_v = both.job == 0
-        for mode in sc.modes:
-            solo = simulate(topo, victim, _router(topo, mode, seed))
-            shared = simulate(topo, both, _router(topo, mode, seed))
-            solo_s = float(solo.finish_s.max())
-            shared_s = float(shared.finish_s[is_v].max())
-            aggr_s = float(shared.finish_s[~is_v].max())
+        for frac, mode in ((f, m) for f in sc.failed_fractions for m in sc.modes):
+            up = T.fail_links(topo, frac, seed=seed)
+            solo = simulate(topo, victim, _router(topo, mode, seed), link_up=up)
+            shared = simulate(topo, both, _router(topo, mode, seed), link_up=up)
+            solo_s = solo.makespan_s
+            shared_s = float(np.nanmax(shared.finish_s[is_v]))
+            aggr_s = float(np.nanmax(shared.finish_s[~is_v]))
             rows.append(
                 {
                     "oversubscription": float(over),
+                    "failed_fraction": float(frac),
                     "mode": mode,
                     "victim": _kind_label(sc.victim),
                     "aggressor": _kind_label(sc.aggressor),
@@ -348,8 +353,9 @@ def run_isolation(sc: IsolationScenario, seed: int | None = None) -> pd.DataFram
 
 
 def isolation_summary(table: pd.DataFrame) -> dict[str, float]:
-    """Per mode: the isolation ratio at the lowest oversubscription."""
+    """Per mode: the isolation ratio at the lowest oversubscription, without failures."""
     low = table[table["oversubscription"] == table["oversubscription"].min()]
+    low = low[low["failed_fraction"] == low["failed_fraction"].min()]
     return low.groupby("mode", sort=False)["isolation_ratio"].min().to_dict()
 
 
@@ -639,8 +645,7 @@ def _now() -> str:
 
 
 def _render(run_dir: Path) -> Path:
-    import trainfabric.experiments.fabric_studies  # noqa: F401  (registers the FIGURES)
-    from trainfabric.experiments import render_report
+    from trainfabric.experiments import render_report  # figures: experiments.fabric_studies
 
     return render_report(run_dir)
 
@@ -761,7 +766,8 @@ def fabric_demo(run_dir: str | Path, console) -> dict:
         for mode, row in summarize(sc.kind, tables).items():
             modes.setdefault(mode, {}).update(row)
     keys = [k for _, _, k in RUNNERS.values()]
-    t = Table("mode", *keys, title="fabric: 32 GPUs, 4 planes x 200G, radix 16 (flow level)")
+    heads = ("busbw/line rate", "isolation", "bisection @10% failed", "flap stall (s)")
+    t = Table("mode", *heads, title="fabric: 32 GPUs, 4 planes x 200G, radix 16 (flow level)")
     for mode, row in modes.items():
         t.add_row(mode, *(f"{row.get(k, float('nan')):.4g}" for k in keys))
     console.print(t)

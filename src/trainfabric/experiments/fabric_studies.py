@@ -1,0 +1,186 @@
+"""Fabric studies: the four evaluation scenarios as sweepable experiments, and their figures.
+
+Each scenario kind of :mod:`trainfabric.fabric.scenarios` is an experiment
+(``fabric_line_rate``, ``fabric_isolation``, ``fabric_failures``, ``fabric_flaps``) whose config
+is the scenario itself, so ``trainfabric sweep`` can vary any field (planes, radix, modes,
+sizes) over seeds. The figures put every result beside its physical limit and, where the
+seed paper gives a number, beside that number (labelled as the paper's).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from trainfabric.experiments.registry import register
+from trainfabric.experiments.report import FIGURES
+from trainfabric.fabric import scenarios as S
+
+PAPER_LINE_RATE = 0.98  # "98% of theoretical line rate" (NVIDIA, arXiv 2605.21187)
+PAPER_LATENCY_AT_10PCT = 0.07  # "+7% latency at 10% fabric link failures" (same paper)
+
+
+def _experiment(kind: str):
+    model = S.SCENARIOS[kind]
+
+    def run(config, seed: int) -> pd.DataFrame:
+        return S.RUNNERS[kind][0](config, seed)
+
+    run.__name__ = run.__qualname__ = f"fabric_{kind}"
+    run.__doc__ = f"{model.__doc__.splitlines()[0]} (one table per run)."
+    return register(f"fabric_{kind}", model)(run)
+
+
+for _kind in S.SCENARIOS:
+    _experiment(_kind)
+
+
+# -- figures ----------------------------------------------------------------------------------
+def _figure(ncols: int = 1, width: float = 6.4) -> tuple[Figure, np.ndarray]:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = Figure(figsize=(width * ncols, 4.2), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig, np.atleast_1d(fig.subplots(1, ncols))
+
+
+def line_rate_figures(table: pd.DataFrame) -> list[Figure]:
+    """busbw / NIC line rate against message size, one panel per collective."""
+    if not {"collective", "size_bytes", "mode", "line_rate_fraction"} <= set(table.columns):
+        return []
+    kinds = list(dict.fromkeys(table["collective"]))
+    fig, axes = _figure(len(kinds), 5.2)
+    for ax, kind in zip(axes, kinds, strict=True):
+        part = table[table["collective"] == kind]
+        for mode, rows in part.groupby("mode", sort=False):
+            rows = rows.sort_values("size_bytes")
+            ax.plot(rows["size_bytes"], rows["line_rate_fraction"], marker="o", label=mode)
+        ax.axhline(S.HEADER_BOUND, color="k", ls=":", lw=1, label="header bound 4096/4160")
+        ax.axhline(PAPER_LINE_RATE, color="tab:red", ls="--", lw=1, label="paper: 98% (theirs)")
+        ax.set(
+            xscale="log",
+            ylim=(0, 1.02),
+            xlabel="per-rank buffer S (bytes)",
+            ylabel="busbw / NIC line rate",
+            title=f"{kind} ({int(part['ranks'].iloc[0])} ranks)",
+        )
+    axes[0].legend(fontsize="small")
+    return [fig]
+
+
+def isolation_figures(table: pd.DataFrame) -> list[Figure]:
+    """Victim time alone / next to the aggressor, per mode, oversubscription and failures."""
+    if not {"mode", "oversubscription", "isolation_ratio"} <= set(table.columns):
+        return []
+    fig, (ax,) = _figure(width=7.2)
+    modes = list(dict.fromkeys(table["mode"]))
+    cases = table[["oversubscription", "failed_fraction"]].drop_duplicates().to_numpy()
+    width = 0.8 / len(cases)
+    for i, (over, frac) in enumerate(cases):
+        rows = table[(table["oversubscription"] == over) & (table["failed_fraction"] == frac)]
+        rows = rows.set_index("mode").reindex(modes)
+        label = f"{over:g}:1, {frac:.0%} failed"
+        ax.bar(np.arange(len(modes)) + i * width, rows["isolation_ratio"], width, label=label)
+    ax.axhline(0.95, color="tab:red", ls="--", lw=1, label="F4: within 5% of solo")
+    ax.set_xticks(np.arange(len(modes)) + 0.4 - width / 2, modes)
+    ax.set(ylim=(0, 1.05), ylabel="victim solo time / shared time", title="Tenant isolation")
+    ax.legend(title="oversubscription, failures", fontsize="x-small")
+    return [fig]
+
+
+def failures_figures(table: pd.DataFrame) -> list[Figure]:
+    """Permutation throughput vs failed fraction (with LP and 1 - f), collective slowdown
+    and the estimated latency increase."""
+    if not {"failed_fraction", "mode", "bisection_fraction"} <= set(table.columns):
+        return []
+    fig, axes = _figure(3, 4.6)
+    stats = table.groupby(["mode", "failed_fraction"], sort=False)
+    for mode in dict.fromkeys(table["mode"]):
+        rows = table[table["mode"] == mode].groupby("failed_fraction")
+        for ax, col in zip(axes[:2], ("bisection_fraction", "collective_increase"), strict=True):
+            m = rows[col].agg(["mean", "min", "max"])
+            ax.errorbar(
+                m.index,
+                m["mean"],
+                yerr=[m["mean"] - m["min"], m["max"] - m["mean"]],
+                marker="o",
+                capsize=3,
+                label=mode,
+            )
+        lat = rows["latency_increase_est"].mean().replace([np.inf, -np.inf], np.nan)
+        axes[2].plot(lat.index, lat.values, marker="o", label=mode)
+    lp = stats["lp_fraction"].mean().groupby("failed_fraction").mean()
+    f = np.sort(table["failed_fraction"].unique())
+    axes[0].plot(lp.index, lp.values, "k--", label="max-concurrent-flow LP (min flow)")
+    axes[0].plot(f, 1 - f, "k:", label="capacity-proportional 1 - f")
+    axes[0].set(
+        xlabel="failed leaf-spine cables",
+        ylabel="goodput / line rate",
+        title="Permutation throughput",
+        ylim=(0, 1.05),
+    )
+    axes[1].set(
+        xlabel="failed leaf-spine cables",
+        ylabel="time / time without failures - 1",
+        title=f"{table['collective'].iloc[0]} completion",
+    )
+    axes[2].axhline(
+        PAPER_LATENCY_AT_10PCT, color="tab:red", ls="--", lw=1, label="paper: +7% at 10% (theirs)"
+    )
+    axes[2].set(
+        xlabel="failed leaf-spine cables",
+        ylabel="p50 latency increase (estimate)",
+        title="Packet latency, M/M/1 estimate",
+    )
+    for ax in axes:
+        ax.legend(fontsize="x-small")
+    return [fig]
+
+
+def flaps_figures(table: pd.DataFrame) -> list[Figure]:
+    """Measured impairment and stall per mode and flapped link (log scale)."""
+    if not {"mode", "flap", "stall_s", "impaired_until_s"} <= set(table.columns):
+        return []
+    fig, axes = _figure(2, 5.2)
+    modes = list(dict.fromkeys(table["mode"]))
+    flaps = list(dict.fromkeys(table["flap"]))
+    width = 0.8 / len(flaps)
+    for ax, col, title in zip(
+        axes,
+        ("impaired_until_s", "stall_s"),
+        ("Traffic into the dead link until (s after the flap)", "Longest stall of the job (s)"),
+        strict=True,
+    ):
+        for i, flap in enumerate(flaps):
+            rows = table[table["flap"] == flap].set_index("mode").reindex(modes)
+            vals = np.maximum(rows[col].to_numpy(float), 1e-7)
+            ax.bar(np.arange(len(modes)) + i * width, vals, width, label=flap)
+        ax.set_xticks(np.arange(len(modes)) + 0.4 - width / 2, modes)
+        ax.set(yscale="log", ylim=(1e-7, 10), title=title)
+        for r, name in ((5e-6, "hardware"), (5e-3, "host software"), (1.0, "routing")):
+            ax.axhline(r, color="grey", ls=":", lw=1)
+            ax.text(len(modes) - 0.5, r, name, fontsize="x-small", va="bottom", ha="right")
+    axes[0].legend(fontsize="small")
+    return [fig]
+
+
+def flap_timeline_figures(table: pd.DataFrame) -> list[Figure]:
+    """Goodput of the training job over time, one panel per flap, one line per mode."""
+    if not {"mode", "flap", "t_s", "goodput_gbps"} <= set(table.columns):
+        return []
+    flaps = [f for f in dict.fromkeys(table["flap"]) if f != "none"] or ["none"]
+    fig, axes = _figure(len(flaps), 5.2)
+    for ax, flap in zip(axes, flaps, strict=True):
+        for mode, rows in table[table["flap"] == flap].groupby("mode", sort=False):
+            ax.step(rows["t_s"], rows["goodput_gbps"], where="post", lw=0.8, label=mode)
+        ax.set(xlabel="time (s)", ylabel="job goodput (Gb/s)", title=f"flap {flap}")
+    axes[0].legend(fontsize="small")
+    return [fig]
+
+
+FIGURES[S.STEMS["line_rate"]] = line_rate_figures
+FIGURES[S.STEMS["isolation"]] = isolation_figures
+FIGURES[S.STEMS["failures"]] = failures_figures
+FIGURES[S.STEMS["flaps"]] = flaps_figures
+FIGURES[S.TIMELINE_STEM] = flap_timeline_figures
