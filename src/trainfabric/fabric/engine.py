@@ -252,7 +252,9 @@ class _Simulation:
         self.n_solves = 0
         self.batch_rtol = 0.0
         self.proj = np.zeros(0)
-        self.incidence = None
+        self.incidence = None  # group -> flow incidence of the flows `base` (positions: pos)
+        self.base = None
+        self.pos = np.full(n, -1, np.int64)
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def _push_releases(self, idx: np.ndarray, at: np.ndarray) -> None:
@@ -362,8 +364,14 @@ class _Simulation:
             return np.zeros(act.size), np.zeros(self.topo.n_links)
         groups = self.router.groups
         if self.incidence is None:  # reused while flows only complete
+            if self.base is not None:
+                self.pos[self.base] = -1
             self.incidence = build_incidence(self.sg, self.sw, groups.offset + groups.n, ok)
-        r, load = max_min_rates(self.sg, self.sw, groups, self.cap, ok, self.incidence)
+            self.base = ok
+            self.pos[ok] = np.arange(ok.size)
+        r, load = max_min_rates(
+            self.sg, self.sw, groups, self.cap, ok, self.incidence, self.pos[ok]
+        )
         self.rate[act] = 0.0
         self.rate[ok] = r
         return self.rate[act] * (1.0 - self.lost[act]), load
@@ -373,6 +381,8 @@ class _Simulation:
         flow, ``inf`` when stalled)."""
         rem = self.rem[self.active]
         self.proj = t + np.divide(rem, goodput, out=np.full(rem.size, np.inf), where=goodput > 0)
+        if not self.active.size and not self.releases:
+            return np.inf  # every flow finished: later link events change nothing
         other = [np.inf]
         if self.releases:
             other.append(self.releases[0][0])

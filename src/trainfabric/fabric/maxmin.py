@@ -25,8 +25,9 @@ from trainfabric.fabric.routing import Groups
 
 @dataclass(frozen=True)
 class Incidence:
-    """Flows of every group (CSR over global flow ids), built for the flows ``base``."""
+    """Flows of every group, as positions in ``base`` (CSR), built for the flows ``base``."""
 
+    base: np.ndarray
     ptr: np.ndarray
     members: np.ndarray
 
@@ -35,13 +36,14 @@ def build_incidence(
     slot_group: np.ndarray, slot_weight: np.ndarray, n_groups: int, base
 ) -> Incidence:
     """The group -> flow incidence of the flows ``base`` (their slots with weight > 0)."""
+    base = np.ascontiguousarray(base, np.int64)
     ptr, members = _incidence(
         np.ascontiguousarray(slot_group, np.int64),
         np.ascontiguousarray(slot_weight, np.float64),
-        np.ascontiguousarray(base, np.int64),
+        base,
         n_groups,
     )
-    return Incidence(ptr, members)
+    return Incidence(base, ptr, members)
 
 
 def max_min_rates(
@@ -51,11 +53,13 @@ def max_min_rates(
     capacity_bps: np.ndarray,
     active: np.ndarray,
     incidence: Incidence | None = None,
+    local: np.ndarray | None = None,
     rtol: float = 1e-9,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Rates (bits/s) of the flows ``active`` (indices into the slot arrays) and the
-    resulting load of every link (bits/s). ``incidence`` must cover every active flow
-    (default: built here for them).
+    resulting load of every link (bits/s). ``incidence`` (default: built here) must cover
+    every active flow, ``local`` giving their positions in its ``base``
+    (``incidence.base[local] == active``).
 
     A flow with no slot on any link is unconstrained: a ``ValueError`` (every real route
     crosses at least its host links).
@@ -65,22 +69,18 @@ def max_min_rates(
     sw = np.ascontiguousarray(slot_weight, np.float64)
     n_groups = groups.offset + groups.n
     inc = incidence or build_incidence(sg, sw, n_groups, active)
+    if incidence is None:
+        local = np.arange(active.size)
+    elif local is None or not np.array_equal(inc.base[local], active):
+        raise ValueError("local must give the positions of the active flows in the incidence")
+    cap = np.ascontiguousarray(capacity_bps, np.float64)
+    g = groups
     rates, load, unconstrained = _fill(
-        np.ascontiguousarray(capacity_bps, np.float64),
-        sg,
-        sw,
-        active,
-        groups.offset,
-        groups.ptr,
-        groups.link,
-        groups.coef,
-        inc.ptr,
-        inc.members,
-        rtol,
+        cap, sg, sw, inc.base, local, g.offset, g.ptr, g.link, g.coef, inc.ptr, inc.members, rtol
     )
     if unconstrained:
         raise ValueError(f"{unconstrained} active flows cross no link")
-    return rates[active], load
+    return rates[local], load
 
 
 def link_load(
@@ -128,11 +128,12 @@ def _incidence(sg, sw, base, n_groups):
         count[g + 1] += count[g]
     members = np.empty(count[n_groups], np.int64)
     fill = count[:-1].copy()
-    for f in base:
+    for i in range(base.size):
+        f = base[i]
         for k in range(K):
             g = sg[f, k]
             if g >= 0 and sw[f, k] > 0.0:
-                members[fill[g]] = f
+                members[fill[g]] = i
                 fill[g] += 1
     return count, members
 
@@ -192,25 +193,27 @@ def _heap_remove(hk, hl, pos, size, link):
 
 
 @numba.njit(cache=True)
-def _fill(cap, sg, sw, active, g_off, g_ptr, g_link, g_coef, mptr, members, rtol):
+def _fill(cap, sg, sw, base, active, g_off, g_ptr, g_link, g_coef, mptr, members, rtol):
     """Progressive filling over a min-heap of link saturation levels.
 
     A link's level ``(c − F)/W`` only rises as flows through it freeze, so the heap keeps a
     lower bound per link and corrects it only when the link reaches the top. Per step:
     take every link saturating within ``rtol`` of the smallest level, freeze every unfrozen
     flow through them, and pass the frozen weight of spread groups to their links.
-    Returns rates per global flow id (0 outside ``active``), link loads, and the number
-    of flows left unconstrained.
+    Flows are positions ``i`` in ``base`` (flow ``base[i]``); ``active`` lists the positions
+    solved here. Returns rates per position (0 outside ``active``), link loads, and the
+    number of flows left unconstrained.
     """
     n_links = cap.size
     K = sg.shape[1]
     n_spread = g_ptr.size - 1
     n_groups = g_off + n_spread
-    state = np.zeros(sg.shape[0], np.int8)  # 0 not solved here, 1 unfrozen, 2 frozen
+    state = np.zeros(base.size, np.int8)  # 0 not solved here, 1 unfrozen, 2 frozen
     gw = np.zeros(n_groups)
     gcount = np.zeros(n_groups, np.int64)
-    for f in active:
-        state[f] = 1
+    for i in active:
+        state[i] = 1
+        f = base[i]
         for k in range(K):
             g = sg[f, k]
             if g >= 0 and sw[f, k] > 0.0:
@@ -249,7 +252,7 @@ def _fill(cap, sg, sw, active, g_off, g_ptr, g_link, g_coef, mptr, members, rtol
     for lk in range(n_links):
         if live[lk] > 0 and W[lk] > 0.0:
             size = _heap_set(hk, hl, pos, size, lk, cap[lk] / W[lk])
-    rate = np.zeros(sg.shape[0])
+    rate = np.zeros(base.size)
     d_w = np.zeros(n_spread)
     d_f = np.zeros(n_spread)
     dirty = np.zeros(n_spread, np.bool_)
@@ -286,12 +289,13 @@ def _fill(cap, sg, sw, active, g_off, g_ptr, g_link, g_coef, mptr, members, rtol
                 if gcount[g] == 0:
                     continue
                 for m in range(mptr[g], mptr[g + 1]):
-                    f = members[m]
-                    if state[f] != 1:
+                    i = members[m]
+                    if state[i] != 1:
                         continue
-                    state[f] = 2
-                    rate[f] = level
+                    state[i] = 2
+                    rate[i] = level
                     remaining -= 1
+                    f = base[i]
                     for k in range(K):
                         g2 = sg[f, k]
                         w = sw[f, k]
