@@ -37,7 +37,7 @@ import numpy as np
 
 from trainfabric.errors import ConfigError
 from trainfabric.fabric.flows import FlowTable
-from trainfabric.fabric.maxmin import build_incidence, max_min_rates
+from trainfabric.fabric.maxmin import build_incidence, link_load, max_min_rates
 from trainfabric.fabric.routing import MECHANISMS, Router
 from trainfabric.fabric.topology import Topology
 
@@ -402,14 +402,26 @@ class _Simulation:
         dt = t1 - t0
         if dt <= 0:
             return
-        if self.active.size:
-            self.rem[self.active] -= goodput * dt
-        self.link_bits += load * dt
-        jobs = self.flows.job[self.active]
-        g = np.bincount(jobs, weights=goodput, minlength=self.jobs)
+        act = self.active
+        # in a batched completion window a flow stops sending at its own projected time: what
+        # it would send after that is neither delivered nor carried (busy = dt when exact)
+        busy = np.minimum(self.proj - t0, dt) if act.size else np.zeros(0)
+        self.rem[act] -= goodput * busy
+        bits = load * dt
+        early = np.flatnonzero(busy < dt)
+        if early.size:
+            f = act[early]
+            extra = self.rate[f] * (dt - busy[early])
+            n_links = self.topo.n_links
+            bits = np.maximum(
+                bits - link_load(self.sg[f], self.sw[f], self.router.groups, n_links, extra), 0.0
+            )
+        self.link_bits += bits
+        jobs = self.flows.job[act]
+        g = np.bincount(jobs, weights=goodput * (busy / dt), minlength=self.jobs)
         active = np.bincount(jobs, minlength=self.jobs)
-        impaired = np.bincount(jobs[self.lost[self.active] > 0], minlength=self.jobs)
-        self.timeline.add(t0, g, active, impaired, load)
+        impaired = np.bincount(jobs[self.lost[act] > 0], minlength=self.jobs)
+        self.timeline.add(t0, g, active, impaired, bits / dt)
 
     def _handle(self, t: float, goodput: np.ndarray) -> bool:
         """Process every event due at ``t``; True when rates must be recomputed."""

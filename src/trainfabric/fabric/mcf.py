@@ -117,18 +117,23 @@ def solve(a, b, ks, kd, ports_src, ports_dst, cap_up, cap_down, demand) -> Concu
     c[-1] = -1.0
     bounds = np.zeros((nv + 1, 2))
     bounds[:, 1] = np.where(np.r_[used, True], np.inf, 0.0)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", OptimizeWarning)  # run_crossover goes to HiGHS as is
-        res = linprog(
-            c,
-            A_ub=a_ub,
-            b_ub=np.concatenate(rhs) / scale,
-            A_eq=a_eq,
-            b_eq=np.zeros(n),
-            bounds=bounds,
-            method="highs-ipm",
-            options={"run_crossover": "off"},
-        )
+    # without crossover, HiGHS's IPM sometimes stops with status "unknown" on a feasible,
+    # bounded LP (x = 0, λ = 0 is always feasible): then solve again with crossover
+    for crossover in ("off", "on"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", OptimizeWarning)  # run_crossover goes to HiGHS
+            res = linprog(
+                c,
+                A_ub=a_ub,
+                b_ub=np.concatenate(rhs) / scale,
+                A_eq=a_eq,
+                b_eq=np.zeros(n),
+                bounds=bounds,
+                method="highs-ipm",
+                options={"run_crossover": crossover},
+            )
+        if res.status == 0:
+            break
     if res.status != 0:
         raise InfeasibleError(f"concurrent-flow LP: {res.message}")
     x = np.clip(res.x[:nv], 0.0, None).reshape(n, P, S) * scale
@@ -168,24 +173,75 @@ def balanced_split(
         ports_dst = _leaf_ports(topo, link_up, topo.host_down, np.unique(dst), leaf, L)
     demand = np.bincount(inv, weights=nbytes, minlength=keys.size)
     demand = demand / demand.max()  # the split is scale-free; capacities are in ports
-    routable = _routable(a, b, ks, kd, ports_src, ports_dst, cap_up, cap_down)
+    ok = _routable(a, b, ks, kd, ports_src, ports_dst, cap_up, cap_down)
     y = np.zeros((keys.size, P, S))
-    if routable.any():
-        sol = solve(
-            a[routable],
-            b[routable],
-            ks[routable],
-            kd[routable],
-            ports_src,
-            ports_dst,
-            cap_up,
-            cap_down,
-            demand[routable],
-        )
-        x = sol.x
-        total = x.sum(axis=(1, 2), keepdims=True)
-        y[routable] = np.divide(x, total, out=np.zeros_like(x), where=total > 0)
+    if ok.any():
+        args = (a[ok], b[ok], ks[ok], kd[ok], ports_src, ports_dst, cap_up, cap_down)
+        y[ok] = _most_even_optimal(args, demand[ok])
     return keys, y, ("host" if host else "leaf")
+
+
+def _most_even_optimal(args: tuple, demand: np.ndarray, rtol: float = 1e-3) -> np.ndarray:
+    """The split on the segment from the capacity-proportional ``y0`` to the LP optimum
+    closest to ``y0`` whose congestion is within ``rtol`` of the optimum (module doc)."""
+    y_opt = _normalise(solve(*args, demand).x)
+    y0 = _normalise(_path_capacities(*args).min(axis=0))
+    theta = congestion(y_opt, *args, demand) * (1 + rtol)
+    if congestion(y0, *args, demand) <= theta:
+        return y0
+    lo, hi = 0.0, 1.0  # weight of y0; the congestion is convex along the segment
+    for _ in range(30):
+        mid = 0.5 * (lo + hi)
+        if congestion(mid * y0 + (1 - mid) * y_opt, *args, demand) <= theta:
+            lo = mid
+        else:
+            hi = mid
+    return lo * y0 + (1 - lo) * y_opt
+
+
+def _path_capacities(a, b, ks, kd, ports_src, ports_dst, cap_up, cap_down) -> np.ndarray:
+    """Capacities ``[4, c, P, S]`` of the four bundles on every path of every commodity:
+    source ports, leaf -> spine, spine -> leaf, destination ports. Same-leaf commodities
+    use the planes only (path ``(p, 0)``; the other ``s`` get 0)."""
+    P, L, S = cap_up.shape
+    same = (a == b)[:, None, None]
+    shape = (a.size, P, S)
+    caps = np.stack(
+        [
+            np.broadcast_to(ports_src[:, ks].T[:, :, None], shape),
+            np.where(same, np.inf, cap_up[:, a, :].transpose(1, 0, 2)),
+            np.where(same, np.inf, cap_down[:, :, b].transpose(2, 0, 1)),
+            np.broadcast_to(ports_dst[:, kd].T[:, :, None], shape),
+        ]
+    )
+    return np.where(same & (np.arange(S) > 0), 0.0, caps)
+
+
+def congestion(y, a, b, ks, kd, ports_src, ports_dst, cap_up, cap_down, demand) -> float:
+    """Largest utilisation (load / capacity) over the ports and bundles under split ``y``
+    (``inf`` when a split sends traffic over a dead bundle)."""
+    P = cap_up.shape[0]
+    flow = demand[:, None, None] * y
+    plane = flow.sum(axis=2)
+    cross = a != b
+    loads = [np.zeros_like(c) for c in (ports_src, cap_up, cap_down, ports_dst)]
+    for p in range(P):
+        np.add.at(loads[0][p], ks, plane[:, p])
+        np.add.at(loads[1][p], a[cross], flow[cross, p, :])
+        np.add.at(loads[2][p].T, b[cross], flow[cross, p, :])
+        np.add.at(loads[3][p], kd, plane[:, p])
+    worst = 0.0
+    for load, cap in zip(loads, (ports_src, cap_up, cap_down, ports_dst), strict=True):
+        if np.any((load > 1e-12) & (cap <= 0)):
+            return np.inf
+        util = np.divide(load, cap, out=np.zeros_like(load), where=cap > 0)
+        worst = max(worst, float(util.max(initial=0.0)))
+    return worst
+
+
+def _normalise(y: np.ndarray) -> np.ndarray:
+    total = y.sum(axis=(1, 2), keepdims=True)
+    return np.divide(y, total, out=np.zeros_like(y), where=total > 0)
 
 
 def _leaf_ports(topo, up, links, hosts, leaf, n_leaves) -> np.ndarray:

@@ -31,18 +31,28 @@ Modes (``MODES``), each with what it models and what it cannot:
   failure is avoided after the *hardware* reaction time, and the split over planes and
   spines equalises path load. On a healthy 2-tier plane the even split is already optimal
   (every uplink of a leaf carries exactly ``1/U`` of its traffic, every cable into a leaf
-  ``1/U`` of that leaf's), so it equals ``spray``; with fabric failures the split over
-  (plane, spine) of every leaf pair is re-balanced by exponentiated-gradient steps on the
-  utilisation of the leaf-spine bundles (:func:`balance_split`), driven by the traffic
-  matrix of the unfinished flows. On the 3-tier tree it sprays over the paths alive in the
-  hardware view (no load feedback).
+  ``1/U`` of that leaf's), so it equals ``spray``. Once the hardware knows of failures, the
+  split over (plane, spine) of every host pair (leaf pair for large traffic matrices) is
+  the most even split within ``1e-3`` of the minimum congestion of the unfinished traffic
+  (:func:`trainfabric.fabric.mcf.balanced_split`, HiGHS), recomputed at every link-state
+  change, not at every arrival: an idealised equaliser, not a model of queue-by-queue
+  decisions. On the 3-tier tree it sprays over the paths alive in the hardware view (no
+  load feedback).
+
+Emergent behaviour worth knowing: under ``flowlet`` a barrier-synchronised collective
+concentrates load. Connections on a congested path finish last and restart at once (no
+idle gap, no re-hash), while the fast ones idle, re-hash and may land on the hot path, so
+hot spots only grow from step to step.
 
 Failures: ``truth`` is the real link state, a *view* is what a mechanism knows; view
 ``m`` equals the truth ``reaction[m]`` seconds ago (hardware 5 us, host software 5 ms,
-routing 1 s by default). Traffic sent into a link that is down in truth is lost there (it
-loads the links before it, not after); ``lost[f]`` is that fraction. A flow whose every path
-is cut is stalled (``lost = 1``). Transports are assumed loss-tolerant (selective
-retransmission, as MRC/hwplb), so a flow keeps its rate on the surviving share.
+routing 1 s by default). Split traffic sent into a link that is down in truth is lost
+there: it loads the links before it, not after, and ``lost[f]`` is that fraction. A
+single-path flow whose path is cut, or a flow with no usable path, is stalled: it sends
+nothing (``lost = 1``) until its mode reacts. Transports are assumed loss-tolerant
+(selective retransmission, as MRC/hwplb), so a split flow keeps its rate on the surviving
+share. Single-path modes choose the plane from host-link state only: a connection hashed
+onto a plane whose fabric cannot reach the destination stays stalled.
 """
 
 from __future__ import annotations
@@ -290,7 +300,22 @@ class Router:
         usable = ep.plane[topo.host_up[:, src]].T & ep.remote[topo.host_down[:, dst]].T
         if topo.kind == "fat_tree":
             return self._split_3tier(src, dst, a, b, usable)
+        if not ep.fabric[topo.fabric].all():  # the remote end must be reachable on the plane
+            usable &= (a == b)[:, None] | self._leaf_reach()[:, a, b].T
         return self._split_2tier(src, dst, a, b, usable)
+
+    def _leaf_reach(self) -> np.ndarray:
+        """``[P, L, L]``: leaf ``a`` reaches leaf ``b`` through some spine of plane ``p``
+        (fabric view)."""
+        ep = self._epoch
+        if ep.reach is None:
+            t = self.topo.tables
+            P, L, U = t["leaf_up"].shape
+            S = t["spine_down"].shape[1]
+            up = ep.fabric[t["leaf_up"]].reshape(P, L, U // S, S).any(axis=2)  # [P, L, S]
+            down = ep.fabric[t["spine_down"]].any(axis=3)  # [P, S, L]
+            ep.reach = (up.astype(np.int64) @ down.astype(np.int64)) > 0
+        return ep.reach
 
     def _plane_weights(self, src, dst, usable) -> tuple[np.ndarray, np.ndarray | None]:
         """Plane shares ``[n, P]`` over the usable planes (even, or the balanced split's),
@@ -485,6 +510,7 @@ class _Epoch:
         self.healthy = True
         self.balance: _Balance | None = None
         self.clean_up = self.clean_down = None
+        self.reach: np.ndarray | None = None
         self.cache: dict[int, int] = {}
         self.surv: dict[int, float] = {}
         self.rows: list[Groups] = []

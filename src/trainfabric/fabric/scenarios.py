@@ -676,20 +676,39 @@ def eval_scenarios(quick: bool, seed: int = 0) -> list[Scenario]:
 
     Quick: radix 16 per plane (8 leaves x 4 spines per plane, 2 parallel cables per
     leaf-spine pair); full: radix 32 (32 leaves x 16 spines per plane), as htsim's 512-host
-    reference fabric but multiplane.
+    reference fabric but multiplane. The collectives of the full evaluation run on 64-rank
+    groups placed at random over the whole fabric (their flows cross every spine); the
+    permutations and failure draws use every host.
     """
     topo = TopologyConfig(gpus=64 if quick else 512, switch_radix=16 if quick else 32)
     common = dict(seed=seed, topology=topo)
     sizes = [1.0 * MiB, 16.0 * MiB, 256.0 * MiB, 4096.0 * MiB]
+    ranks = None if quick else 64
     if not quick:
         sizes = [2.0**k * MiB for k in range(-2, 13, 2)]
+    group = dict(ranks=ranks)
     return [
-        LineRateScenario(name="line-rate", sizes_bytes=sizes, **common),
-        IsolationScenario(name="isolation", **common),
+        LineRateScenario(
+            name="line-rate",
+            sizes_bytes=sizes,
+            collectives=[
+                CollectiveConfig(kind="all_reduce", sync="step", **group),
+                CollectiveConfig(kind="all_to_all", **group),
+            ],
+            **common,
+        ),
+        IsolationScenario(
+            name="isolation",
+            victim=CollectiveConfig(kind="all_reduce", placement="scattered", **group),
+            aggressor=CollectiveConfig(
+                kind="all_to_all", placement="scattered", size_bytes=1024 * MiB, **group
+            ),
+            **common,
+        ),
         FailuresScenario(
             name="failures",
             draws=2 if quick else 5,
-            collective=CollectiveConfig(kind="all_to_all", size_bytes=64 * MiB),
+            collective=CollectiveConfig(kind="all_to_all", size_bytes=64 * MiB, **group),
             **common,
         ),
         FlapsScenario(
