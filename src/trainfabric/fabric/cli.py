@@ -18,12 +18,6 @@ from trainfabric.clikit import ConfigOpt, JsonOpt, emit_json, err, out
 app = typer.Typer(help="Multiplane Ethernet fabric simulation.", no_args_is_help=True)
 
 OutOpt = Annotated[Path | None, typer.Option("--out", help="Run directory to write.")]
-HEADLINE = (
-    "line_rate_fraction",
-    "isolation_ratio",
-    "bisection_fraction_at_10pct_failures",
-    "flap_recovery_s",
-)
 
 
 def _mode_table(title: str, modes: dict[str, dict]) -> Table:

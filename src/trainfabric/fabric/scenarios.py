@@ -595,6 +595,9 @@ RUNNERS = {
 }
 
 
+HEADLINE = tuple(key for _, _, key in RUNNERS.values())
+
+
 def run_scenario(sc: Scenario) -> dict[str, pd.DataFrame]:
     """The scenario's tables, keyed by file stem (flaps add the goodput timeline)."""
     run, _, _ = RUNNERS[sc.kind]
@@ -784,7 +787,7 @@ def fabric_demo(run_dir: str | Path, console) -> dict:
         _write_tables(run_dir, tables)
         for mode, row in summarize(sc.kind, tables).items():
             modes.setdefault(mode, {}).update(row)
-    keys = [k for _, _, k in RUNNERS.values()]
+    keys = HEADLINE
     heads = ("busbw/line rate", "isolation", "bisection @10% failed", "flap stall (s)")
     t = Table("mode", *heads, title="fabric: 32 GPUs, 4 planes x 200G, radix 16 (flow level)")
     for mode, row in modes.items():

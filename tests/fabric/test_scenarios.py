@@ -1,0 +1,129 @@
+"""Fabric scenarios end to end: files in, tables/report out, bad files -> one-line errors."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from trainfabric.errors import ConfigError
+from trainfabric.fabric import scenarios as S
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+SMALL = {"gpus": 16, "switch_radix": 8, "planes": 2}
+
+
+def tiny(kind: str, **extra) -> dict:
+    base = {"kind": kind, "seed": 3, "modes": ["ecmp", "adaptive"], "topology": SMALL}
+    if kind == "line_rate":
+        base |= {"sizes_bytes": [2**20], "collectives": [{"kind": "all_reduce", "sync": "step"}]}
+    if kind == "isolation":
+        base |= {"oversubscription": [1.0], "failed_fractions": [0.0]}
+    if kind == "failures":
+        base |= {"fractions": [0.0, 0.25], "draws": 1, "collective": {"kind": "all_to_all"}}
+    if kind == "flaps":
+        base |= {
+            "collective": {"kind": "all_reduce", "ranks": 4, "size_bytes": 2**22},
+            "iterations": 4,
+            "compute_s": 0.01,
+            "flaps": [{"link": "fabric", "duration_s": 0.05}],
+        }
+    return base | extra
+
+
+@pytest.mark.parametrize("kind", list(S.SCENARIOS))
+def test_each_kind_runs_to_a_run_directory(kind, tmp_path):
+    sc = S.parse_scenario(tiny(kind))
+    res = S.run_to_dir(sc, tmp_path / kind)
+    table = pd.read_parquet(tmp_path / kind / f"{S.STEMS[kind]}.parquet")
+    assert len(table) == len(res["rows"]) > 0
+    assert set(res["modes"]) == {"ecmp", "adaptive"}
+    manifest = json.loads((tmp_path / kind / "manifest.json").read_text())
+    assert manifest["config"]["kind"] == kind
+    html = Path(res["report"]).read_text()
+    assert html.count("data:image/png") >= 1  # the scenario's own figure rendered
+
+
+def test_failures_table_is_consistent(tmp_path):
+    table = S.run_failures(S.parse_scenario(tiny("failures")))
+    assert np.allclose(table["ideal_fraction"], 1 - table["failed_fraction"])
+    healthy = table[table["failed_fraction"] == 0]
+    assert np.allclose(healthy["lp_fraction"], 1.0)  # full bisection: every flow at line rate
+    assert np.allclose(healthy[healthy["mode"] == "adaptive"]["bisection_fraction"], 1.0)
+    broken = table[table["failed_fraction"] > 0]
+    assert (broken["failed_links"] > 0).all()
+    assert np.all(healthy["collective_increase"] == 0)
+
+
+def test_flap_stalls_follow_the_reaction_time():
+    """An ECMP flow on the flapped cable waits for routing (the flap's 50 ms, it comes back
+    first); adaptive loses traffic for at most its hardware reaction time."""
+    table = S.run_flaps(S.parse_scenario(tiny("flaps"))).set_index("mode")
+    assert table.loc["adaptive", "impaired_until_s"] <= 5e-6 + 1e-12
+    assert table.loc["adaptive", "stall_s"] == 0.0
+    assert table.loc["ecmp", "impaired_until_s"] == pytest.approx(0.05, rel=1e-6)
+    assert (table["baseline_stall_s"] == 0).all()
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({}, "kind"),
+        ({"kind": "latency"}, "kind"),
+        (tiny("line_rate", sizes_bytes=[0]), "sizes_bytes.0"),
+        (tiny("line_rate", modes=["magic"]), "modes.0"),
+        (tiny("line_rate", topology=SMALL | {"gpus": 1000}), "topology.gpus"),
+        (tiny("failures", fractions=[1.5]), "fractions.0"),
+        (tiny("flaps", flaps=[{"link": "host", "duration_s": -1}]), "flaps.0.duration_s"),
+        (tiny("flaps", flaps=[{"link": "host", "duration_s": 1, "iteration": 9}]), "iteration"),
+        (tiny("isolation", victim={"kind": "all_reduce", "ranks": 15}), "victim.ranks"),
+        (tiny("line_rate", typo=1), "typo"),
+    ],
+)
+def test_bad_scenarios_name_the_field(data, field):
+    with pytest.raises(ConfigError) as exc:
+        sc = S.parse_scenario(data)
+        S.run_scenario(sc)
+    assert field in exc.value.field
+
+
+def test_example_config_loads():
+    sc = S.load_scenario(CONFIGS / "fabric-failures.toml")
+    assert sc.kind == "failures" and sc.topology.gpus == 128
+
+
+def test_cli_run_json_and_errors(cli, tmp_path):
+    f = tmp_path / "lr.toml"
+    f.write_text(
+        'kind = "line_rate"\nmodes = ["spray"]\nsizes_bytes = [1048576.0]\n'
+        "[topology]\ngpus = 16\nswitch_radix = 8\nplanes = 2\n"
+    )
+    code, out, _ = cli("fabric", "run", str(f), "--out", str(tmp_path / "run"), "--json")
+    assert code == 0
+    res = json.loads(out)
+    assert 0 < res["modes"]["spray"]["line_rate_fraction"] <= S.HEADER_BOUND
+    bad = tmp_path / "bad.toml"
+    bad.write_text('kind = "line_rate"\n[topology]\ngpus = "many"\n')
+    code, out, err = cli("fabric", "run", str(bad))
+    assert code == 2 and out == ""
+    assert err.startswith("error: topology.gpus") and err.count("\n") == 1
+    code, _, err = cli("fabric", "run", str(tmp_path / "missing.toml"))
+    assert code == 2 and "file not found" in err
+
+
+@pytest.mark.slow
+def test_eval_quick_json_has_the_headline_figures(cli, tmp_path):
+    code, out, _ = cli("fabric", "eval", "--quick", "--json", "--out", str(tmp_path / "e"))
+    assert code == 0
+    modes = json.loads(out)["modes"]
+    for row in modes.values():
+        assert set(S.HEADLINE) <= set(row)
+
+
+def test_scenarios_are_sweepable_experiments():
+    from trainfabric.experiments import get, run_cell
+
+    assert get("fabric_failures").config_model is S.FailuresScenario
+    table = run_cell("fabric_line_rate", tiny("line_rate", modes=["spray"]), seed=5)
+    assert (table["seed"] == 5).all() and (table["line_rate_fraction"] > 0).all()
