@@ -25,9 +25,12 @@ from trainfabric.fabric.routing import Groups
 
 @dataclass(frozen=True)
 class Incidence:
-    """Flows of every group, as positions in ``base`` (CSR), built for the flows ``base``."""
+    """The flows ``base`` in solver form: their slots ``sg``/``sw`` (rows = positions in
+    ``base``) and the flows of every group as positions (CSR ``ptr``/``members``)."""
 
     base: np.ndarray
+    sg: np.ndarray
+    sw: np.ndarray
     ptr: np.ndarray
     members: np.ndarray
 
@@ -37,13 +40,10 @@ def build_incidence(
 ) -> Incidence:
     """The group -> flow incidence of the flows ``base`` (their slots with weight > 0)."""
     base = np.ascontiguousarray(base, np.int64)
-    ptr, members = _incidence(
-        np.ascontiguousarray(slot_group, np.int64),
-        np.ascontiguousarray(slot_weight, np.float64),
-        base,
-        n_groups,
-    )
-    return Incidence(base, ptr, members)
+    sg = np.ascontiguousarray(slot_group[base], np.int64)
+    sw = np.ascontiguousarray(slot_weight[base], np.float64)
+    ptr, members = _incidence(sg, sw, n_groups)
+    return Incidence(base, sg, sw, ptr, members)
 
 
 def max_min_rates(
@@ -65,18 +65,17 @@ def max_min_rates(
     crosses at least its host links).
     """
     active = np.ascontiguousarray(active, np.int64)
-    sg = np.ascontiguousarray(slot_group, np.int64)
-    sw = np.ascontiguousarray(slot_weight, np.float64)
     n_groups = groups.offset + groups.n
-    inc = incidence or build_incidence(sg, sw, n_groups, active)
     if incidence is None:
+        incidence, local = build_incidence(slot_group, slot_weight, n_groups, active), None
+    if local is None:
         local = np.arange(active.size)
-    elif local is None or not np.array_equal(inc.base[local], active):
+    elif not np.array_equal(incidence.base[local], active):
         raise ValueError("local must give the positions of the active flows in the incidence")
+    inc, g = incidence, groups
     cap = np.ascontiguousarray(capacity_bps, np.float64)
-    g = groups
     rates, load, unconstrained = _fill(
-        cap, sg, sw, inc.base, local, g.offset, g.ptr, g.link, g.coef, inc.ptr, inc.members, rtol
+        cap, inc.sg, inc.sw, local, g.offset, g.ptr, g.link, g.coef, inc.ptr, inc.members, rtol
     )
     if unconstrained:
         raise ValueError(f"{unconstrained} active flows cross no link")
@@ -117,22 +116,21 @@ def path_sum(
 
 
 @numba.njit(cache=True)
-def _incidence(sg, sw, base, n_groups):
-    K = sg.shape[1]
+def _incidence(sg, sw, n_groups):
+    n, K = sg.shape
     count = np.zeros(n_groups + 1, np.int64)
-    for f in base:
+    for i in range(n):
         for k in range(K):
-            if sg[f, k] >= 0 and sw[f, k] > 0.0:
-                count[sg[f, k] + 1] += 1
+            if sg[i, k] >= 0 and sw[i, k] > 0.0:
+                count[sg[i, k] + 1] += 1
     for g in range(n_groups):
         count[g + 1] += count[g]
     members = np.empty(count[n_groups], np.int64)
     fill = count[:-1].copy()
-    for i in range(base.size):
-        f = base[i]
+    for i in range(n):
         for k in range(K):
-            g = sg[f, k]
-            if g >= 0 and sw[f, k] > 0.0:
+            g = sg[i, k]
+            if g >= 0 and sw[i, k] > 0.0:
                 members[fill[g]] = i
                 fill[g] += 1
     return count, members
@@ -193,31 +191,30 @@ def _heap_remove(hk, hl, pos, size, link):
 
 
 @numba.njit(cache=True)
-def _fill(cap, sg, sw, base, active, g_off, g_ptr, g_link, g_coef, mptr, members, rtol):
+def _fill(cap, sg, sw, active, g_off, g_ptr, g_link, g_coef, mptr, members, rtol):
     """Progressive filling over a min-heap of link saturation levels.
 
     A link's level ``(c − F)/W`` only rises as flows through it freeze, so the heap keeps a
     lower bound per link and corrects it only when the link reaches the top. Per step:
     take every link saturating within ``rtol`` of the smallest level, freeze every unfrozen
     flow through them, and pass the frozen weight of spread groups to their links.
-    Flows are positions ``i`` in ``base`` (flow ``base[i]``); ``active`` lists the positions
-    solved here. Returns rates per position (0 outside ``active``), link loads, and the
-    number of flows left unconstrained.
+    Flows are rows ``i`` of ``sg``/``sw``; ``active`` lists the rows solved here. Returns
+    rates per row (0 outside ``active``), link loads, and the number of flows left
+    unconstrained.
     """
     n_links = cap.size
     K = sg.shape[1]
     n_spread = g_ptr.size - 1
     n_groups = g_off + n_spread
-    state = np.zeros(base.size, np.int8)  # 0 not solved here, 1 unfrozen, 2 frozen
+    state = np.zeros(sg.shape[0], np.int8)  # 0 not solved here, 1 unfrozen, 2 frozen
     gw = np.zeros(n_groups)
     gcount = np.zeros(n_groups, np.int64)
     for i in active:
         state[i] = 1
-        f = base[i]
         for k in range(K):
-            g = sg[f, k]
-            if g >= 0 and sw[f, k] > 0.0:
-                gw[g] += sw[f, k]
+            g = sg[i, k]
+            if g >= 0 and sw[i, k] > 0.0:
+                gw[g] += sw[i, k]
                 gcount[g] += 1
     # unfrozen weight W and live-group count per link; link -> live spread groups (CSR)
     W = np.zeros(n_links)
@@ -252,7 +249,7 @@ def _fill(cap, sg, sw, base, active, g_off, g_ptr, g_link, g_coef, mptr, members
     for lk in range(n_links):
         if live[lk] > 0 and W[lk] > 0.0:
             size = _heap_set(hk, hl, pos, size, lk, cap[lk] / W[lk])
-    rate = np.zeros(base.size)
+    rate = np.zeros(sg.shape[0])
     d_w = np.zeros(n_spread)
     d_f = np.zeros(n_spread)
     dirty = np.zeros(n_spread, np.bool_)
@@ -295,10 +292,9 @@ def _fill(cap, sg, sw, base, active, g_off, g_ptr, g_link, g_coef, mptr, members
                     state[i] = 2
                     rate[i] = level
                     remaining -= 1
-                    f = base[i]
                     for k in range(K):
-                        g2 = sg[f, k]
-                        w = sw[f, k]
+                        g2 = sg[i, k]
+                        w = sw[i, k]
                         if g2 < 0 or w <= 0.0:
                             continue
                         gcount[g2] -= 1
