@@ -10,6 +10,7 @@ a subset of the flows (the rest must be ignored).
 
 import numpy as np
 import pytest
+from fabric_algebra import dense
 from hypothesis import given
 from hypothesis import strategies as st
 from scipy.optimize import linprog
@@ -21,22 +22,6 @@ from trainfabric.fabric.maxmin import (
     path_sum,
 )
 from trainfabric.fabric.routing import Groups
-
-
-def dense(sg: np.ndarray, sw: np.ndarray, groups: Groups, n_links: int) -> np.ndarray:
-    """``A[f, l]``: the share of flow ``f``'s rate that crosses link ``l`` (plain loops)."""
-    A = np.zeros((sg.shape[0], n_links))
-    for f in range(sg.shape[0]):
-        for g, w in zip(sg[f].tolist(), sw[f].tolist(), strict=True):
-            if g < 0 or w <= 0:
-                continue
-            if g < groups.offset:
-                A[f, g] += w
-                continue
-            i = g - groups.offset
-            for e in range(groups.ptr[i], groups.ptr[i + 1]):
-                A[f, groups.link[e]] += w * groups.coef[e]
-    return A
 
 
 def water_filling(A: np.ndarray, cap: np.ndarray) -> np.ndarray:

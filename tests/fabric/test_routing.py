@@ -16,6 +16,7 @@ import textwrap
 import networkx as nx
 import numpy as np
 import pytest
+from fabric_algebra import dense
 from scipy.stats import chisquare
 
 from trainfabric.errors import ConfigError
@@ -30,21 +31,9 @@ DOWN_TIERS = (T.HOST_DOWN, T.DOWN1, T.DOWN2)
 
 
 # -- independent helpers --------------------------------------------------------------------------
-def dense(routes, groups: Groups, n_links: int) -> np.ndarray:
+def dense_routes(routes, groups: Groups, n_links: int) -> np.ndarray:
     """``A[f, l]``: share of flow ``f``'s rate on link ``l`` (slots x groups, plain loops)."""
-    sg, sw = routes.group, routes.weight
-    A = np.zeros((sg.shape[0], n_links))
-    for f in range(sg.shape[0]):
-        for g, w in zip(sg[f].tolist(), sw[f].tolist(), strict=True):
-            if g < 0 or w <= 0:
-                continue
-            if g < groups.offset:
-                A[f, g] += w
-                continue
-            i = g - groups.offset
-            for e in range(groups.ptr[i], groups.ptr[i + 1]):
-                A[f, groups.link[e]] += w * groups.coef[e]
-    return A
+    return dense(routes.group, routes.weight, groups, n_links)
 
 
 def node_balance(topo: T.Topology, A: np.ndarray) -> np.ndarray:
@@ -235,7 +224,7 @@ def test_spray_splits_evenly_on_a_healthy_multiplane():
     router = Router(topo, "spray")
     flows = FlowTable.simple([0, 0, 9], [20, 3, 63], 1.0)
     routes = router.route(flows, np.arange(3))
-    A = dense(routes, router.groups, topo.n_links)
+    A = dense_routes(routes, router.groups, topo.n_links)
     t = topo.tables
     for f, (s, d) in enumerate([(0, 20), (0, 3), (9, 63)]):
         a, b = s // 8, d // 8
@@ -266,7 +255,7 @@ def test_split_is_conserved_hop_by_hop(mode, kind):
     up = all_up(topo)
     router.begin_epoch(up, views_equal(up), flows, flows.bytes)
     routes = router.route(flows, np.arange(60))
-    A = dense(routes, router.groups, topo.n_links)
+    A = dense_routes(routes, router.groups, topo.n_links)
     bal = node_balance(topo, A)
     i = np.arange(60)
     np.testing.assert_allclose(bal[i, src], -1.0, rtol=1e-12)
@@ -324,7 +313,7 @@ def test_known_failures_are_avoided(mode, kind, fraction, host_links, seed):
     router = Router(topo, mode, seed=seed)
     router.begin_epoch(up, views_equal(up), flows, flows.bytes)
     routes = router.route(flows, np.arange(n))
-    A = dense(routes, router.groups, topo.n_links)
+    A = dense_routes(routes, router.groups, topo.n_links)
     assert not np.any(A[:, ~up] > 0), "a route uses a link known to be down"
     plane_ok = routable_planes(topo, up, src, dst)
     host_ok = up[topo.host_up[:, src]].T & up[topo.host_down[:, dst]].T
@@ -356,7 +345,7 @@ def test_split_avoids_a_plane_where_the_destination_leaf_is_cut_off(mode):
     router = Router(topo, mode)
     router.begin_epoch(up, views_equal(up), flows, flows.bytes)
     routes = router.route(flows, np.arange(3))
-    A = dense(routes, router.groups, topo.n_links)
+    A = dense_routes(routes, router.groups, topo.n_links)
     np.testing.assert_array_equal(routes.lost, 0.0)
     for f, s in enumerate([0, 20]):
         assert A[f, topo.host_up[0, s]] == 0.0
@@ -442,7 +431,7 @@ def test_loss_before_the_reaction(mode, kind, fraction, host_links, seed):
         np.testing.assert_array_equal(routes.lost, dead.astype(float))
         assert dead.any() and not dead.all()
     # what is lost is dropped where the dead link starts: no switch emits more than it gets
-    A = dense(routes, router.groups, topo.n_links)
+    A = dense_routes(routes, router.groups, topo.n_links)
     bal = node_balance(topo, A)
     live = routes.lost < 1
     i = np.flatnonzero(live)

@@ -245,48 +245,23 @@ class Router:
         plane = _pick(usable, h_plane)
         h1 = mix64(ent, seed=self.seed + 2)
         h2 = mix64(ent, seed=self.seed + 3)
-        n = src.size
+        t = topo.tables
         if topo.kind == "fat_tree":
-            slots = np.full((n, 6), -1, np.int64)
-            hops = np.zeros(n, np.int64)
-            t = topo.tables
-            _paths_3tier(
-                plane,
-                src,
-                dst,
-                topo.host_leaf[0],
-                h1,
-                h2,
-                topo.host_up,
-                topo.host_down,
+            kernel, width = _paths_3tier, 6
+            tables = (
                 t["edge_up"],
                 t["agg_down"],
                 t["agg_up"],
                 t["core_down"],
                 int(t["edges_per_pod"]),
-                ep.fabric,
-                slots,
-                hops,
             )
         else:
-            slots = np.full((n, 4), -1, np.int64)
-            hops = np.zeros(n, np.int64)
-            t = topo.tables
-            _paths_2tier(
-                plane,
-                src,
-                dst,
-                topo.host_leaf[0],
-                h1,
-                h2,
-                topo.host_up,
-                topo.host_down,
-                t["leaf_up"],
-                t["spine_down"],
-                ep.fabric,
-                slots,
-                hops,
-            )
+            kernel, width = _paths_2tier, 4
+            tables = (t["leaf_up"], t["spine_down"])
+        slots = np.full((src.size, width), -1, np.int64)
+        hops = np.zeros(src.size, np.int64)
+        common = (plane, src, dst, topo.host_leaf[0], h1, h2, topo.host_up, topo.host_down)
+        kernel(*common, *tables, ep.fabric, slots, hops)
         used = slots >= 0
         dead = used & ~ep.truth[np.where(used, slots, 0)]
         lost = (dead.any(axis=1) | (hops == 0)).astype(float)
