@@ -127,3 +127,17 @@ def test_scenarios_are_sweepable_experiments():
     assert get("fabric_failures").config_model is S.FailuresScenario
     table = run_cell("fabric_line_rate", tiny("line_rate", modes=["spray"]), seed=5)
     assert (table["seed"] == 5).all() and (table["line_rate_fraction"] > 0).all()
+
+
+def test_topology_comparison_at_the_seed_scale():
+    """32,768 GPUs on a 51.2 Tb/s ASIC: 4 planes of 256 x 200G (2 tiers: 4 x (256 leaves +
+    128 spines)) vs 64 x 800G (3 tiers: 1,024 edges + 1,024 aggs + 512 cores; a single
+    2-tier plane holds only 64 x 32 = 2,048 hosts)."""
+    t = S.topology_comparison(S.TopologyConfig(gpus=32768, switch_radix=256), [32768])
+    t = t.set_index("build")
+    assert t.loc["multiplane", "switches"] == 4 * (256 + 128)
+    assert t.loc["fat_tree", "switches"] == 1024 + 1024 + 512
+    assert not t.loc["leaf_spine", "fits"] and "2048" in t.loc["leaf_spine", "note"]
+    assert t.loc["multiplane", "max_switch_hops"] == 3 and t.loc["fat_tree", "max_switch_hops"] == 5
+    for build in ("multiplane", "fat_tree"):  # full bisection both: H/2 x 800G
+        assert t.loc[build, "bisection_gbps"] == 32768 / 2 * 800

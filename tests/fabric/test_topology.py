@@ -30,10 +30,12 @@ MULTIPLANE_CASES = {
 }
 
 # (gpus, radix, oversubscription) -> (d, u, pods, edges, aggs, cores, links)
+# (gpus, k, oversubscription): (d, u, pods, edges, aggs, cores, links); cores per agg group
+# c = ceil(ua pods / k) with ua = k - k // 2 agg uplinks, so u c cores in all
 FAT_TREE_CASES = {
     (128, 8, 1.0): (4, 4, 8, 32, 32, 16, 768),  # the full k = 8 tree: 5 k^2 / 4 switches
-    (40, 8, 1.0): (4, 4, 3, 10, 12, 16, 256),
-    (96, 8, 3.0): (6, 2, 4, 16, 8, 8, 320),
+    (40, 8, 1.0): (4, 4, 3, 10, 12, 8, 256),  # c = ceil(4 * 3 / 8) = 2
+    (96, 8, 3.0): (6, 2, 4, 16, 8, 4, 320),  # c = ceil(4 * 4 / 8) = 2
 }
 
 
@@ -78,7 +80,7 @@ def test_fat_tree_counts(case):
     assert topo.hosts_per_leaf == d
     assert topo.tables["edge_up"].shape == (edges, u)
     assert topo.tables["agg_up"].shape == (aggs, k - k // 2)
-    assert topo.tables["core_down"].shape == (cores, pods)
+    assert topo.tables["core_down"].shape == (u * (k - k // 2), pods)  # one row per uplink
     assert topo.n_switches == edges + aggs + cores
     assert np.bincount(topo.switch_tier).tolist() == [edges, aggs, cores]
     assert topo.n_links == links
@@ -193,15 +195,16 @@ def test_fat_tree_wiring(case):
     agg_of = topo.link_dst[eu] - agg0
     assert np.all(agg_of // u == (np.arange(edges) // e_pod)[:, None])
     assert np.all(np.sort(agg_of % u, axis=1) == np.arange(u))
-    # agg j of each pod reaches cores (j, m), one cable to every pod
+    # agg j of each pod reaches the c cores of group j, ua / c cables to each, every pod alike
     au = t["agg_up"]
+    ua = k - e_pod
+    c = cores // u
     core_of = topo.link_dst[au] - core0
-    assert np.array_equal(
-        core_of // (k - e_pod), np.repeat(np.arange(aggs) % u, k - e_pod).reshape(aggs, -1)
-    )
+    assert np.array_equal(core_of // c, np.repeat(np.arange(aggs) % u, ua).reshape(aggs, -1))
     per_core_pod = np.zeros((cores, pods), np.int64)
-    np.add.at(per_core_pod, (core_of.ravel(), np.repeat(np.arange(aggs) // u, k - e_pod)), 1)
-    assert np.all(per_core_pod == 1)
+    np.add.at(per_core_pod, (core_of.ravel(), np.repeat(np.arange(aggs) // u, ua)), 1)
+    assert np.all(per_core_pod * c == ua)
+    assert np.all(per_core_pod * pods <= k)  # no core uses more than its k ports
     assert np.all(topo.link_tier[au] == T.UP2)
     assert np.all(topo.capacity_bps == 800e9)
     assert (topo.link_src[topo.link_tier == T.HOST_DOWN] < agg0).all()

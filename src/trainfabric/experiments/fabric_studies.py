@@ -179,6 +179,31 @@ def flap_timeline_figures(table: pd.DataFrame) -> list[Figure]:
     return [fig]
 
 
+def topology_figures(table: pd.DataFrame) -> list[Figure]:
+    """Switches and switch-to-switch capacity of each build that fits, per GPU count."""
+    if not {"gpus", "build", "fits", "switches"} <= set(table.columns):
+        return []
+    fits = table[table["fits"]]
+    fig, axes = _figure(2, 4.8)
+    for ax, col, title in zip(
+        axes,
+        ("switches", "fabric_cable_tbps"),
+        ("Switches", "Switch-to-switch cables (Tb/s)"),
+        strict=True,
+    ):
+        counts = list(dict.fromkeys(fits["gpus"]))
+        builds = list(dict.fromkeys(fits["build"]))
+        width = 0.8 / len(builds)
+        for i, build in enumerate(builds):
+            rows = fits[fits["build"] == build].set_index("gpus").reindex(counts)
+            ax.bar(np.arange(len(counts)) + i * width, rows[col], width, label=build)
+        ax.set_xticks(np.arange(len(counts)) + 0.4 - width / 2, [f"{n:,} GPUs" for n in counts])
+        ax.set(yscale="log", title=title)
+    axes[0].legend(fontsize="small")
+    return [fig]
+
+
+FIGURES["fabric_topologies"] = topology_figures
 FIGURES[S.STEMS["line_rate"]] = line_rate_figures
 FIGURES[S.STEMS["isolation"]] = isolation_figures
 FIGURES[S.STEMS["failures"]] = failures_figures

@@ -673,6 +673,30 @@ def run_to_dir(sc: Scenario, run_dir: str | Path, console=None) -> dict:
     }
 
 
+# -- topologies side by side ---------------------------------------------------------------------
+def topology_comparison(cfg: TopologyConfig, gpus: list[int]) -> pd.DataFrame:
+    """The multiplane fabric of ``cfg`` beside the hierarchical builds of the same switch ASIC
+    (radix ``R·P`` per plane becomes ``R`` ports at the full NIC rate): a single 2-tier plane
+    and the 3-tier fat-tree, at each GPU count; a build that does not fit gets ``fits=False``."""
+    from trainfabric.fabric import topology as T
+
+    nic = cfg.nic_rate_gbps * 1e9
+    flat_radix = max(2, cfg.switch_radix // cfg.planes)
+    builds = {
+        "multiplane": lambda n: T.multiplane(n, cfg.planes, cfg.switch_radix, nic),
+        "leaf_spine": lambda n: T.leaf_spine(n, flat_radix, nic),
+        "fat_tree": lambda n: T.fat_tree(n, flat_radix, nic),
+    }
+    rows = []
+    for n in gpus:
+        for kind, build in builds.items():
+            try:
+                rows.append({"gpus": n, "build": kind, "fits": True, **build(n).summary()})
+            except ConfigError as exc:
+                rows.append({"gpus": n, "build": kind, "fits": False, "note": exc.message})
+    return pd.DataFrame(rows)
+
+
 # -- the evaluation and the demo -------------------------------------------------------------------
 def eval_scenarios(quick: bool, seed: int = 0) -> list[Scenario]:
     """The four scenarios of ``fabric eval``: 64 GPUs (quick) or 512 GPUs, 4 planes, 800G NICs.
@@ -738,6 +762,13 @@ def run_eval(run_dir: str | Path, quick: bool = False, seed: int = 0, console=No
         for mode, row in summarize(sc.kind, tables).items():
             modes.setdefault(mode, {}).update(row)
         walls[sc.kind] = time.perf_counter() - t
+    topo = scenarios[0].topology
+    production = TopologyConfig(gpus=32768, switch_radix=256)  # 256 x 200G per plane, 4 planes
+    builds = [
+        topology_comparison(topo, [topo.gpus]),
+        topology_comparison(production, [8192, 32768]),
+    ]
+    _write_tables(run_dir, {"fabric_topologies": pd.concat(builds, ignore_index=True)})
     config = {sc.kind: sc.model_dump(mode="json") for sc in scenarios}
     _write_manifest(run_dir, "fabric-eval" + ("-quick" if quick else ""), config, started, seed)
     return {

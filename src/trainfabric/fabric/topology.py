@@ -17,9 +17,12 @@ most ``R d`` hosts (``R^2/2`` at full bisection). ``planes = 1`` is the single-p
 
 **Fat-tree** (:func:`fat_tree`): one plane of radix ``k`` at the NIC rate. An edge has ``d``
 hosts and ``u = k - d`` uplinks, one to each of the ``u`` aggs of its pod; a pod has
-``k div 2`` edges; agg ``j`` of every pod has ``k - k div 2`` uplinks, to cores
-``(j, m)``; so core ``(j, m)`` has one cable to agg ``j`` of every pod (at most ``k`` pods).
-Tables ``edge_up[e, j]``, ``agg_down[a, i]``, ``agg_up[a, m]``, ``core_down[c, q]``.
+``k div 2`` edges; agg ``j`` of every pod has ``ua = k - k div 2`` uplinks, to the
+``c = ceil(ua · pods / k)`` cores of group ``j`` (uplink ``m`` to core ``(j, m mod c)``, so a
+core has ``ua / c`` parallel cables to agg ``j`` of every pod; at most ``k`` pods, and
+``c = ua`` then). Tables ``edge_up[e, j]``, ``agg_down[a, i]``, ``agg_up[a, m]`` and
+``core_down[j·ua + m, q]`` (the cable down to pod ``q`` of the core that uplink ``m`` of
+group ``j`` reaches).
 
 **Rail-optimised placement** (``rail=True``): servers of ``gpus_per_server`` GPUs; GPU ``i``
 of every server is on rail ``i``; hosts fill leaves rail by rail, so same-rank GPUs of
@@ -95,7 +98,8 @@ class Topology:
         return self.host_leaf[0][np.asarray(hosts, np.int64)]
 
     def summary(self) -> dict:
-        """Switch, cable and transceiver counts, tiers, bisection (computed and closed form)."""
+        """Switch, cable and transceiver counts, tiers, switch-to-switch cable capacity (Tb/s,
+        one direction), bisection (computed by max-flow and closed form, Gb/s)."""
         per_tier = np.bincount(self.switch_tier, minlength=self.tiers)
         cables = self.n_links // 2
         fabric_cables = int(self.fabric.sum()) // 2
@@ -110,10 +114,11 @@ class Topology:
             "switches_per_tier": per_tier.tolist(),
             "cables": cables,
             "fabric_cables": fabric_cables,
+            "fabric_cable_tbps": float(self.capacity_bps[self.fabric].sum()) / 2 / 1e12,
             "transceivers": 2 * cables,
             "max_switch_hops": 2 * self.tiers - 1,
-            "bisection_gbps": bisection_bps(self) / 1e9,
-            "bisection_closed_form_gbps": bisection_closed_form_bps(self) / 1e9,
+            "bisection_gbps": float(bisection_bps(self)) / 1e9,
+            "bisection_closed_form_gbps": float(bisection_closed_form_bps(self)) / 1e9,
         }
 
 
@@ -291,7 +296,8 @@ def fat_tree(
         )
     n_edges = -(-gpus // down)
     n_aggs = pods * up
-    n_cores = up * agg_up
+    per_group = -(-agg_up * pods // k)  # cores per agg group, each with <= k ports used
+    n_cores = up * per_group
     host_leaf = _host_leaf(gpus, down, rail, gpus_per_server)
     edge0 = gpus
     agg0 = edge0 + n_edges
@@ -309,11 +315,11 @@ def fat_tree(
     agg_down[agg, e % edges_per_pod] = ids_down
     a = np.repeat(np.arange(n_aggs), agg_up)
     m = np.tile(np.arange(agg_up), n_aggs)
-    core = (a % up) * agg_up + m
-    ids_up, ids_down = links.cables(agg0 + a, core0 + core, UP2, DOWN2, 0, nic_rate_bps)
+    node = (a % up) * per_group + m % per_group  # uplink m of agg j -> core (j, m mod c)
+    ids_up, ids_down = links.cables(agg0 + a, core0 + node, UP2, DOWN2, 0, nic_rate_bps)
     agg_up_t = ids_up.reshape(n_aggs, agg_up)
-    core_down = np.empty((n_cores, pods), np.int64)
-    core_down[core, a // up] = ids_down
+    core_down = np.empty((up * agg_up, pods), np.int64)  # per uplink (j, m): its cable down
+    core_down[(a % up) * agg_up + m, a // up] = ids_down
     src, dst, tier, plane, cap, reverse = links.arrays()
     return Topology(
         kind="fat_tree",
