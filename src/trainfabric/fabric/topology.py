@@ -98,8 +98,8 @@ class Topology:
         return self.host_leaf[0][np.asarray(hosts, np.int64)]
 
     def summary(self) -> dict:
-        """Switch, cable and transceiver counts, tiers, switch-to-switch cable capacity (Tb/s,
-        one direction), bisection (computed by max-flow and closed form, Gb/s)."""
+        """Switch, cable and transceiver counts, tiers, cable capacity (all cables and
+        switch-to-switch ones, Tb/s one direction), bisection (max-flow and closed form, Gb/s)."""
         per_tier = np.bincount(self.switch_tier, minlength=self.tiers)
         cables = self.n_links // 2
         fabric_cables = int(self.fabric.sum()) // 2
@@ -114,6 +114,7 @@ class Topology:
             "switches_per_tier": per_tier.tolist(),
             "cables": cables,
             "fabric_cables": fabric_cables,
+            "cable_tbps": float(self.capacity_bps.sum()) / 2 / 1e12,
             "fabric_cable_tbps": float(self.capacity_bps[self.fabric].sum()) / 2 / 1e12,
             "transceivers": 2 * cables,
             "max_switch_hops": 2 * self.tiers - 1,
