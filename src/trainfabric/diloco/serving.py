@@ -1,0 +1,285 @@
+"""Serving replicas as continuous-batching engines, simulated request by request (numba).
+
+Each run has ``R`` replicas; request ``i`` of a run's :class:`~trainfabric.diloco.requests.Requests`
+goes to replica ``i mod R`` (round-robin dispatch). A replica is one engine:
+
+* **admission** — FIFO in arrival order; the head request is admitted when the batch has a
+  free slot (``max_batch``) and its KV reservation ``prompt + output`` tokens fits
+  (``kv_tokens``); a request never overtakes an earlier one on its replica;
+* **prefill** — admitting a request costs ``prefill_s_per_token · prompt`` seconds of engine
+  time during which decoding pauses (no chunked prefill); its first token is out at the end:
+  ``TTFT = first token − arrival``;
+* **decode** — every running request gains one token per iteration of
+  ``decode_base_s + decode_per_seq_s · batch`` seconds (the fluid limit: tokens advance
+  continuously between events); a request leaves after its last token and frees its KV:
+  ``TPOT = (finish − first token) / (output − 1)``;
+* **interference** — while a DiLoCo outer sync runs (``t < sync_until``), every engine second
+  of work takes ``1 + interference`` seconds (the sync's all-reduce and outer step contend for
+  the same HBM, PCIe/NVLink and NICs). A documented model, calibrated by real replay.
+
+A request violates the SLO when ``TTFT > ttft_slo_s`` or ``TPOT > tpot_slo_s``; it is counted in
+the window in which it finishes. Everything is in seconds and tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+from pydantic import Field
+
+from trainfabric.config import Config
+
+
+class ServingModel(Config):
+    """Engine parameters (defaults: a ~1B-parameter model on one accelerator per replica)."""
+
+    replicas: int = Field(2, ge=1, le=64)
+    max_batch: int = Field(32, ge=1)
+    kv_tokens: int = Field(131_072, ge=1, description="KV-cache capacity per replica (tokens)")
+    prefill_s_per_token: float = Field(4e-5, gt=0, description="25k prompt tokens/s")
+    decode_base_s: float = Field(0.012, gt=0, description="decode iteration, empty batch")
+    decode_per_seq_s: float = Field(0.0006, ge=0, description="per running sequence")
+    interference: float = Field(1.0, ge=0, description="extra time per second during a sync")
+    ttft_slo_s: float = Field(0.5, gt=0)
+    tpot_slo_s: float = Field(0.05, gt=0)
+
+    def params(self) -> np.ndarray:
+        return np.array(
+            [
+                self.prefill_s_per_token,
+                self.decode_base_s,
+                self.decode_per_seq_s,
+                self.interference,
+                self.ttft_slo_s,
+                self.tpot_slo_s,
+                float(self.kv_tokens),
+                float(self.max_batch),
+            ]
+        )
+
+
+# window counters, per run
+FINISHED, VIOLATED, TTFT_VIOL, TPOT_VIOL, WAITING, RUNNING, BUSY_S, KV_FRAC = range(8)
+N_COUNTERS = 8
+
+
+@dataclass
+class EngineState:
+    """State of ``runs x replicas`` engines; run ``k`` serves request set ``req_of[k]``."""
+
+    t: np.ndarray  # [K, R] engine time
+    head: np.ndarray  # [K, R] next request (global index) not yet admitted
+    slot_req: np.ndarray  # [K, R, B] request id per batch slot (-1 free)
+    slot_left: np.ndarray  # [K, R, B] tokens left to decode
+    slot_first: np.ndarray  # [K, R, B] first-token time
+    kv: np.ndarray  # [K, R] reserved KV tokens
+
+    @classmethod
+    def empty(cls, runs: int, model: ServingModel) -> EngineState:
+        R, B = model.replicas, model.max_batch
+        head = np.tile(np.arange(R, dtype=np.int64), (runs, 1))
+        return cls(
+            t=np.zeros((runs, R)),
+            head=head,
+            slot_req=np.full((runs, R, B), -1, np.int64),
+            slot_left=np.zeros((runs, R, B)),
+            slot_first=np.zeros((runs, R, B)),
+            kv=np.zeros((runs, R)),
+        )
+
+
+def advance(
+    state: EngineState,
+    arrival: np.ndarray,
+    prompt: np.ndarray,
+    output: np.ndarray,
+    n_req: np.ndarray,
+    req_of: np.ndarray,
+    t_end: float,
+    sync_until: np.ndarray,
+    model: ServingModel,
+    record: np.ndarray | None = None,
+) -> np.ndarray:
+    """Simulate every engine up to ``t_end``; returns window counters ``[runs, N_COUNTERS]``.
+
+    ``arrival/prompt/output[s, i]`` (padded) and ``n_req[s]`` hold request set ``s``;
+    ``req_of[k]`` is the set of run ``k``. ``record[k, i, :]`` (optional) receives
+    (first token, finish) of every request of run ``k``.
+    """
+    counters = np.zeros((req_of.size, N_COUNTERS))
+    rec = np.zeros((1, 1, 2)) if record is None else record
+    _advance(
+        state.t,
+        state.head,
+        state.slot_req,
+        state.slot_left,
+        state.slot_first,
+        state.kv,
+        arrival,
+        prompt,
+        output,
+        n_req,
+        req_of,
+        float(t_end),
+        sync_until,
+        model.params(),
+        counters,
+        rec,
+        record is not None,
+    )
+    return counters
+
+
+@numba.njit(cache=True)
+def _work_end(t, work, sync_until, slow):
+    """When ``work`` engine-seconds started at ``t`` end, at speed ``1/slow`` before
+    ``sync_until`` and 1 after."""
+    if t >= sync_until:
+        return t + work
+    slowed = (sync_until - t) / slow  # work done before the sync ends
+    if work <= slowed:
+        return t + work * slow
+    return sync_until + (work - slowed)
+
+
+@numba.njit(cache=True)
+def _work_done(t0, t1, sync_until, slow):
+    """Engine-seconds of work done in ``[t0, t1]``."""
+    if t1 <= sync_until:
+        return (t1 - t0) / slow
+    if t0 >= sync_until:
+        return t1 - t0
+    return (sync_until - t0) / slow + (t1 - sync_until)
+
+
+@numba.njit(cache=True)
+def _finish(k, i, t, first, arr, out, par, counters, rec, recording):
+    ttft = first - arr
+    tpot = (t - first) / (out - 1) if out > 1 else 0.0
+    bad_ttft = ttft > par[4]
+    bad_tpot = tpot > par[5]
+    counters[k, FINISHED] += 1
+    counters[k, TTFT_VIOL] += bad_ttft
+    counters[k, TPOT_VIOL] += bad_tpot
+    counters[k, VIOLATED] += bad_ttft or bad_tpot
+    if recording:
+        rec[k, i, 0] = first
+        rec[k, i, 1] = t
+
+
+@numba.njit(cache=True)
+def _advance(
+    T,
+    head,
+    sreq,
+    sleft,
+    sfirst,
+    kv,
+    arrival,
+    prompt,
+    output,
+    n_req,
+    req_of,
+    t_end,
+    sync_until,
+    par,
+    counters,
+    rec,
+    recording,
+):
+    c_pf, d0, d1, interf, kv_cap, bmax = par[0], par[1], par[2], par[3], par[6], int(par[7])
+    slow = 1.0 + interf
+    K, R = T.shape
+    for k in range(K):
+        s = req_of[k]
+        n = n_req[s]
+        su = sync_until[k]
+        for q in range(R):
+            t = T[k, q]
+            busy = 0.0
+            while t < t_end:
+                h = head[k, q]
+                n_run = 0
+                free = -1
+                min_left = 1e300
+                for b in range(bmax):
+                    if sreq[k, q, b] >= 0:
+                        n_run += 1
+                        min_left = min(min_left, sleft[k, q, b])
+                    elif free < 0:
+                        free = b
+                # admit the FIFO head if it fits (an oversized one only into an empty engine)
+                if h < n and arrival[s, h] <= t and free >= 0:
+                    need = prompt[s, h] + output[s, h]
+                    if kv[k, q] + need <= kv_cap or n_run == 0:
+                        t_pf = _work_end(t, c_pf * prompt[s, h], su, slow)  # decoding pauses
+                        busy += t_pf - t
+                        t = t_pf
+                        head[k, q] = h + R
+                        if output[s, h] <= 1:
+                            _finish(
+                                k,
+                                h,
+                                t,
+                                t,
+                                arrival[s, h],
+                                output[s, h],
+                                par,
+                                counters,
+                                rec,
+                                recording,
+                            )
+                        else:
+                            kv[k, q] += need
+                            sreq[k, q, free] = h
+                            sleft[k, q, free] = output[s, h] - 1.0
+                            sfirst[k, q, free] = t
+                        continue
+                nxt = t_end
+                if h < n and arrival[s, h] > t:  # the head may be admitted when it arrives
+                    nxt = min(nxt, arrival[s, h])
+                if n_run == 0:
+                    t = nxt
+                    continue
+                if t < su < nxt:
+                    nxt = su
+                tau = d0 + d1 * n_run  # engine-seconds per token
+                t1 = min(nxt, _work_end(t, min_left * tau, su, slow))
+                tokens = _work_done(t, t1, su, slow) / tau
+                busy += t1 - t
+                t = t1
+                for b in range(bmax):
+                    r = sreq[k, q, b]
+                    if r < 0:
+                        continue
+                    sleft[k, q, b] -= tokens
+                    if sleft[k, q, b] <= 1e-7:
+                        kv[k, q] -= prompt[s, r] + output[s, r]
+                        _finish(
+                            k,
+                            r,
+                            t,
+                            sfirst[k, q, b],
+                            arrival[s, r],
+                            output[s, r],
+                            par,
+                            counters,
+                            rec,
+                            recording,
+                        )
+                        sreq[k, q, b] = -1
+            T[k, q] = t
+            counters[k, BUSY_S] += busy
+            waiting = 0
+            h = head[k, q]
+            while h < n and arrival[s, h] <= t_end:
+                waiting += 1
+                h += R
+            counters[k, WAITING] += waiting
+            running = 0
+            for b in range(bmax):
+                running += sreq[k, q, b] >= 0
+            counters[k, RUNNING] += running
+            counters[k, KV_FRAC] += kv[k, q] / kv_cap / R
