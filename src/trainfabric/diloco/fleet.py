@@ -1,0 +1,256 @@
+"""The fleet simulator: learner islands and serving replicas on shared hardware, window by window.
+
+A *window* (``window_s``, 1 s by default) is one control decision. For every run (a policy on
+a seed) and window ``[t0, t0 + window_s)``:
+
+1. the policy sees the telemetry of the windows so far (:class:`~.policies.Observation`) and
+   says sync or defer (ignored while a sync is in flight);
+2. a sync starting at ``t0`` realises the interval's progress (``h`` steps, ``e(h)``
+   efficiency, :mod:`~.learners`), then occupies ``[t0, t0 + D)`` with ``D`` the sync duration:
+   training pauses and serving runs ``1 + interference`` times slower (:mod:`~.serving`);
+3. the serving engines run to the window's end on the request set of the seed;
+4. the learners take ``steps_per_s`` inner steps per second they were not syncing.
+
+Telemetry (all in [0, 1]): ``inference`` = the engines' busy fraction in the last window,
+``serve_now`` = last window's arrivals over twice the regime's mean (a 4x burst saturates it),
+``serve_forecast`` = its one-step EWMA (``alpha``), ``serve_next`` = the same for the next
+window (the future: only for the non-deployable offline policy), ``network`` and
+``checkpoint`` = the regime's background series (zero unless the regime defines them).
+
+**Regimes** (:data:`REGIMES`): ``steady`` (Poisson), ``diurnal`` (sinusoidal rate, 1 h
+period), ``bursty`` (MMPP: 4x bursts of 30 s every 120 s), ``sync_heavy`` (steady load, an 8B
+model over 5 Gb/s links: syncs occupy about a quarter of the time at H = 256), ``azure`` (the
+real trace from a random start offset per seed, wrapped, scaled to the regime rate), and the
+seed's background-pressure traces ``seed_mixed`` and ``seed_bursty`` (network/checkpoint
+series of its stress harness over steady serving). The same seed gives every policy the same
+requests (common random numbers), so policy comparisons are paired.
+
+Outcomes per run: SLO violation rate (requests over the TTFT or TPOT SLO / requests finished),
+syncs, the share of time spent syncing, tokens trained, effective tokens realised by syncs and
+the final loss ``L(effective tokens)`` (unsynced work does not count: compare at equal wall-clock).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+from pydantic import Field
+
+from trainfabric.config import Config
+from trainfabric.diloco import requests as R
+from trainfabric.diloco.learners import ProgressModel, SyncModel
+from trainfabric.diloco.policies import Observation, Policy
+from trainfabric.diloco.serving import (
+    BUSY_S,
+    FINISHED,
+    TPOT_VIOL,
+    TTFT_VIOL,
+    VIOLATED,
+    EngineState,
+    ServingModel,
+    advance,
+)
+from trainfabric.errors import ConfigError
+
+
+class Regime(Config):
+    """Serving load and sync cost of one pressure regime."""
+
+    name: str
+    arrivals: Literal["poisson", "diurnal", "mmpp", "hawkes", "azure"] = "poisson"
+    rate: float = Field(3.0, gt=0, description="mean requests/s over all replicas")
+    sync: SyncModel = SyncModel()
+    background: Literal["none", "seed_mixed", "seed_bursty"] = "none"
+
+    def requests(self, horizon_s: float, seed: int) -> R.Requests:
+        rng = np.random.default_rng([seed, 17])
+        if self.arrivals == "azure":
+            return R.replay(R.azure_trace(), self.rate, horizon_s, rng)
+        gen = {"poisson": R.poisson, "diurnal": R.diurnal, "mmpp": R.mmpp, "hawkes": R.hawkes}
+        return gen[self.arrivals](self.rate, horizon_s, rng)
+
+    def pressure(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Background (network, checkpoint) at times ``t`` (the seed's harness formulas)."""
+        if self.background == "none":
+            return np.zeros_like(t), np.zeros_like(t)
+        phase = (t % 300.0) / 300.0
+        if self.background == "seed_mixed":
+            wave = 0.5 + 0.5 * np.sin(2 * np.pi * phase)
+            ckpt = np.where((t // 300.0) % 4 == 3, 0.8, 0.0)
+            return np.clip(0.2 + 0.6 * wave, 0, 1), ckpt
+        busy = phase < 0.1  # 30 s bursts every 300 s
+        return 0.15 + 0.20 * busy, np.zeros_like(t)
+
+
+REGIMES: dict[str, Regime] = {
+    "steady": Regime(name="steady"),
+    "diurnal": Regime(name="diurnal", arrivals="diurnal"),
+    "bursty": Regime(name="bursty", arrivals="mmpp"),
+    "sync_heavy": Regime(name="sync_heavy", sync=SyncModel(params=8e9, link_gbps=5.0)),
+    "azure": Regime(name="azure", arrivals="azure"),
+    "seed_mixed": Regime(name="seed_mixed", background="seed_mixed"),
+    "seed_bursty": Regime(name="seed_bursty", arrivals="mmpp", background="seed_bursty"),
+}
+PROTOCOL_REGIMES = ("steady", "diurnal", "bursty", "sync_heavy")
+
+
+def get_regime(name: str) -> Regime:
+    if name not in REGIMES:
+        raise ConfigError("regime", f"unknown regime {name!r}; known: {', '.join(REGIMES)}")
+    return REGIMES[name]
+
+
+class FleetConfig(Config):
+    """One simulated fleet: horizon, window, serving, learners, EWMA forecast."""
+
+    windows: int = Field(10_000, ge=10, description="control windows simulated")
+    window_s: float = Field(1.0, gt=0)
+    serving: ServingModel = ServingModel()
+    progress: ProgressModel = ProgressModel()
+    forecast_alpha: float = Field(0.3, gt=0, le=1, description="EWMA weight of the newest window")
+
+    @property
+    def horizon_s(self) -> float:
+        return self.windows * self.window_s
+
+
+@dataclass
+class Block:
+    """A policy controlling one run per seed (``seeds[i]`` is run ``i`` of the block)."""
+
+    policy: Policy
+    seeds: np.ndarray
+
+
+@dataclass(frozen=True)
+class FleetResult:
+    """One row per run (``table``) and, per run and window, syncs started and SLO counts."""
+
+    table: pd.DataFrame
+    sync_started: np.ndarray  # [runs, windows] bool
+    violated: np.ndarray  # [runs, windows] requests over the SLO finishing in the window
+    finished: np.ndarray  # [runs, windows]
+
+
+def simulate(
+    config: FleetConfig, regime: Regime, blocks: list[Block], *, sync: bool = True
+) -> FleetResult:
+    """Run every block's policy on its seeds (module doc); ``sync=False`` removes every sync
+    (the no-sync load match: the same offered load, nothing else)."""
+    seeds = np.concatenate([np.asarray(b.seeds, np.int64) for b in blocks])
+    uniq, req_of = np.unique(seeds, return_inverse=True)
+    sets = [regime.requests(config.horizon_s, int(s)) for s in uniq]
+    arrival, prompt, output, n_req = _pack(sets)
+    W, dt, K = config.windows, config.window_s, seeds.size
+    counts = np.stack(
+        [np.histogram(r.arrival_s, bins=W + 1, range=(0, (W + 1) * dt))[0] for r in sets]
+    )
+    load = np.clip(counts / (2.0 * regime.rate * dt), 0.0, 1.0)[req_of]  # [K, W+1]
+    net, ckpt = regime.pressure(np.arange(W) * dt)
+    bounds = np.cumsum([0] + [len(b.seeds) for b in blocks])
+    for b, lo in zip(blocks, bounds[:-1], strict=False):
+        b.policy.reset(len(b.seeds), seeds[lo : lo + len(b.seeds)])
+    D = regime.sync.duration_s()
+    prog = config.progress
+    params = regime.sync.params
+    state = EngineState.empty(K, config.serving)
+    h, tokens, eff = np.zeros(K), np.zeros(K), np.zeros(K)
+    sync_until = np.full(K, -np.inf)
+    last_sync = np.zeros(K)
+    inference, forecast = np.zeros(K), np.zeros(K)
+    started = np.zeros((K, W), bool)
+    viol = np.zeros((K, W))
+    fin = np.zeros((K, W))
+    totals = np.zeros((K, 8))
+    syncing_s = np.zeros(K)
+    for w in range(W):
+        t0 = w * dt
+        if sync:
+            gain = tokens * prog.efficiency(h)
+            obs = Observation(
+                window=w,
+                h=h,
+                tokens=tokens,
+                loss_delta=prog.loss(eff, params) - prog.loss(eff + gain, params),
+                staleness_s=t0 - last_sync,
+                network=np.full(K, net[w]),
+                inference=inference,
+                checkpoint=np.full(K, ckpt[w]),
+                serve_now=load[:, w - 1] if w else np.zeros(K),
+                serve_forecast=forecast,
+                serve_next=load[:, w],
+            )
+            want = np.concatenate(
+                [
+                    np.asarray(b.policy.decide(_slice(obs, lo, hi)), bool)
+                    for b, lo, hi in zip(blocks, bounds[:-1], bounds[1:], strict=True)
+                ]
+            )
+            go = want & (sync_until <= t0)
+            eff[go] += gain[go]
+            h[go] = 0.0
+            tokens[go] = 0.0
+            sync_until[go] = t0 + D
+            last_sync[go] = t0 + D
+            started[:, w] = go
+        c = advance(
+            state, arrival, prompt, output, n_req, req_of, t0 + dt, sync_until, config.serving
+        )
+        totals += c
+        viol[:, w], fin[:, w] = c[:, VIOLATED], c[:, FINISHED]
+        busy_sync = np.clip(np.minimum(sync_until, t0 + dt) - t0, 0.0, dt)
+        syncing_s += busy_sync
+        steps = (dt - busy_sync) * prog.steps_per_s
+        h += steps
+        tokens += steps * prog.tokens_per_step
+        inference = np.clip(c[:, BUSY_S] / (config.serving.replicas * dt), 0.0, 1.0)
+        forecast = config.forecast_alpha * load[:, w] + (1 - config.forecast_alpha) * forecast
+    trained = (
+        config.horizon_s * prog.steps_per_s * prog.tokens_per_step
+        - syncing_s * prog.steps_per_s * prog.tokens_per_step
+    )
+    finished = np.maximum(totals[:, FINISHED], 1)
+    table = pd.DataFrame(
+        {
+            "policy": np.concatenate([[b.policy.name] * len(b.seeds) for b in blocks]),
+            "deployable": np.concatenate([[b.policy.deployable] * len(b.seeds) for b in blocks]),
+            "seed": seeds,
+            "regime": regime.name,
+            "windows": W,
+            "slo_violation_rate": totals[:, VIOLATED] / finished,
+            "ttft_violation_rate": totals[:, TTFT_VIOL] / finished,
+            "tpot_violation_rate": totals[:, TPOT_VIOL] / finished,
+            "requests": totals[:, FINISHED],
+            "syncs": started.sum(axis=1),
+            "sync_s": D,
+            "sync_time_fraction": syncing_s / config.horizon_s,
+            "tokens_trained": trained,
+            "effective_tokens": eff,
+            "final_loss": prog.loss(eff, params),
+        }
+    )
+    return FleetResult(table, started, viol, fin)
+
+
+def _slice(obs: Observation, lo: int, hi: int) -> Observation:
+    return Observation(
+        **{k: (v[lo:hi] if isinstance(v, np.ndarray) else v) for k, v in vars(obs).items()}
+    )
+
+
+def _pack(sets: list[R.Requests]):
+    n = max(r.n for r in sets)
+    S = len(sets)
+    arrival = np.full((S, n), np.inf)
+    prompt = np.zeros((S, n), np.int64)
+    output = np.ones((S, n), np.int64)
+    for i, r in enumerate(sets):
+        arrival[i, : r.n], prompt[i, : r.n], output[i, : r.n] = (
+            r.arrival_s,
+            r.prompt_tokens,
+            r.output_tokens,
+        )
+    return arrival, prompt, output, np.array([r.n for r in sets], np.int64)

@@ -1,0 +1,132 @@
+"""Fleet simulator and policies: budgets, the no-sync load match, determinism, sync cost."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from trainfabric.diloco.fleet import REGIMES, Block, FleetConfig, simulate
+from trainfabric.diloco.learners import ProgressModel, SyncModel
+from trainfabric.diloco.policies import POLICY_NAMES, Schedule, make_policy, matched_schedule
+from trainfabric.diloco.serving import FINISHED, VIOLATED, EngineState, advance
+from trainfabric.errors import ConfigError, InfeasibleError
+
+CFG = FleetConfig(windows=600)
+SEEDS = np.array([3, 4, 5])
+
+
+def test_sync_duration_closed_form():
+    """Ring all-reduce: 2 (M-1) steps of S/M bytes, then the outer step."""
+    m = SyncModel(params=1e9, bytes_per_param=4, islands=8, link_gbps=100, step_latency_s=1e-4)
+    ring = 2 * 7 * (8 * 4e9 / 8 / 100e9 + 1e-4)
+    assert m.duration_s() == pytest.approx(ring + m.outer_step_s, rel=1e-12)
+
+
+def test_progress_model_closed_forms():
+    p = ProgressModel(drift_steps=100.0)
+    assert p.efficiency(100.0) == pytest.approx(0.5)
+    # Chinchilla at N = 1e9, D = 1e10: 1.69 + 406.4 / 1e9^0.34 + 410.7 / 1e10^0.28
+    assert p.loss(1e10, 1e9) == pytest.approx(1.69 + 406.4 / 1e9**0.34 + 410.7 / 1e10**0.28)
+
+
+def test_same_seed_same_numbers():
+    blocks = lambda: [Block(make_policy(n), SEEDS) for n in ("fixed_h", "wa_forecast")]  # noqa: E731
+    a = simulate(CFG, REGIMES["bursty"], blocks()).table
+    b = simulate(CFG, REGIMES["bursty"], blocks()).table
+    assert a.equals(b)
+
+
+def test_no_sync_run_is_the_bare_serving_load():
+    """With syncs removed the fleet serves exactly what the engines serve alone."""
+    regime = REGIMES["steady"]
+    res = simulate(CFG, regime, [Block(make_policy("fixed_h", H=50), SEEDS)], sync=False)
+    assert (res.table["syncs"] == 0).all()
+    for i, seed in enumerate(SEEDS):
+        r = regime.requests(CFG.horizon_s, int(seed))
+        st = EngineState.empty(1, CFG.serving)
+        arr = r.arrival_s[None]
+        tot = np.zeros(8)
+        for w in range(CFG.windows):
+            tot += advance(
+                st,
+                arr,
+                r.prompt_tokens[None],
+                r.output_tokens[None],
+                np.array([r.n]),
+                np.array([0]),
+                w + 1.0,
+                np.array([-np.inf]),
+                CFG.serving,
+            )[0]
+        assert res.finished[i].sum() == tot[FINISHED]
+        assert res.violated[i].sum() == tot[VIOLATED]
+    empty = Schedule(name="none", sync_at=np.zeros((SEEDS.size, CFG.windows), bool))
+    same = simulate(CFG, regime, [Block(empty, SEEDS)])
+    assert np.array_equal(same.violated, res.violated)
+
+
+def test_schedule_policy_syncs_exactly_where_told():
+    sync_at = np.zeros((SEEDS.size, CFG.windows), bool)
+    sync_at[:, [100, 250, 400]] = True
+    sync_at[1, 101] = True  # during the sync of window 100 (0.57 s < 1 window): allowed
+    res = simulate(CFG, REGIMES["steady"], [Block(Schedule(name="s", sync_at=sync_at), SEEDS)])
+    assert np.array_equal(res.sync_started, sync_at)
+
+
+def test_fixed_h_period_and_min_max_guards():
+    res = simulate(CFG, REGIMES["steady"], [Block(make_policy("fixed_h", H=100), SEEDS)])
+    starts = np.flatnonzero(res.sync_started[0])
+    # 100 steps at 1 step/s, plus the window lost to the 0.57 s sync after the first one
+    assert starts[0] == 100 and np.all(np.diff(starts) == 101)
+    gate = make_policy("pressure_gate", threshold=-1.0)  # always deferring: only max_h syncs
+    res = simulate(CFG, REGIMES["steady"], [Block(gate, SEEDS)])
+    assert res.table["syncs"].tolist() == [0, 0, 0]  # max_h 1024 > 600 windows
+    gate = make_policy("pressure_gate", threshold=-1.0, max_h=200)
+    assert (simulate(CFG, REGIMES["steady"], [Block(gate, SEEDS)]).table["syncs"] == 2).all()
+
+
+def test_sync_heavy_regime_spends_a_quarter_of_the_time_syncing():
+    cfg = FleetConfig(windows=10_000)  # the protocol's horizon
+    res = simulate(cfg, REGIMES["sync_heavy"], [Block(make_policy("fixed_h"), SEEDS[:1])])
+    assert (res.table["sync_time_fraction"] >= 0.25).all()
+
+
+def test_every_policy_runs_and_unknown_names_are_errors():
+    blocks = [Block(make_policy(n), SEEDS[:1]) for n in POLICY_NAMES]
+    table = simulate(FleetConfig(windows=300), REGIMES["seed_mixed"], blocks).table
+    assert table["policy"].tolist() == list(POLICY_NAMES)
+    assert not table.set_index("policy").loc["wa_calibrated", "deployable"]
+    with pytest.raises(ConfigError, match="policy"):
+        make_policy("oracle")
+    with pytest.raises(ConfigError, match="policy.H"):
+        make_policy("wa_diloco", H=3)
+
+
+@pytest.mark.parametrize("W,B,lo,hi", [(9, 2, 2, 4), (12, 3, 2, 5), (8, 1, 3, 6)])
+def test_matched_schedule_is_uniform_over_all_valid_schedules(W, B, lo, hi):
+    valid = []
+    for pos in itertools.combinations(range(W), B):
+        gaps = np.diff(np.r_[0, np.array(pos) + 1])
+        if all(lo <= g <= hi for g in gaps) and W - (pos[-1] + 1) <= hi:
+            valid.append(pos)
+    rng = np.random.default_rng(0)
+    draws = 400 * len(valid)
+    seen = {}
+    for _ in range(draws):
+        s = matched_schedule(B, W, lo, hi, rng)
+        assert s.sum() == B
+        key = tuple(np.flatnonzero(s).tolist())
+        seen[key] = seen.get(key, 0) + 1
+    assert set(seen) == set(valid)
+    from scipy.stats import chisquare
+
+    assert chisquare(list(seen.values())).pvalue > 0.001
+
+
+def test_matched_schedule_budget_and_infeasible():
+    s = matched_schedule(39, 10_000, 130, 1024, np.random.default_rng(1))
+    assert s.sum() == 39
+    gaps = np.diff(np.r_[0, np.flatnonzero(s) + 1])
+    assert gaps.min() >= 130 and gaps.max() <= 1024 and 10_000 - np.flatnonzero(s)[-1] - 1 <= 1024
+    with pytest.raises(InfeasibleError):
+        matched_schedule(2, 100, 60, 70, np.random.default_rng(0))
