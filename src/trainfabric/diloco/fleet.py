@@ -26,8 +26,10 @@ series of its stress harness over steady serving). The same seed gives every pol
 requests (common random numbers), so policy comparisons are paired.
 
 Outcomes per run: SLO violation rate (requests over the TTFT or TPOT SLO / requests finished),
-syncs, the share of time spent syncing, tokens trained, effective tokens realised by syncs and
-the final loss ``L(effective tokens)`` (unsynced work does not count: compare at equal wall-clock).
+syncs, the share of time spent syncing, tokens trained, effective tokens and the final loss
+``L(effective tokens)`` at the horizon (equal wall-clock), the work since the last sync valued
+as if a closing sync happened then — so a policy is not charged for where the horizon cuts
+its last interval, only for the spacing of its syncs.
 """
 
 from __future__ import annotations
@@ -228,8 +230,8 @@ def simulate(
             "sync_s": D,
             "sync_time_fraction": syncing_s / config.horizon_s,
             "tokens_trained": trained,
-            "effective_tokens": eff,
-            "final_loss": prog.loss(eff, params),
+            "effective_tokens": eff + tokens * prog.efficiency(h),
+            "final_loss": prog.loss(eff + tokens * prog.efficiency(h), params),
         }
     )
     return FleetResult(table, started, viol, fin)

@@ -1,0 +1,256 @@
+"""The calibration protocol: every policy against its matched-random control, with honest stats.
+
+Per regime:
+
+1. **Offline calibration** of ``wa_calibrated`` (the non-deployable bound) on held-out seeds
+   (``calibration_seeds`` seeds from 10,000 on, never evaluated): a small grid over its
+   threshold and serving weight; the setting with the lowest SLO violation rate among those
+   within ±15% of ``wa_diloco``'s sync count wins.
+2. Every policy runs on the evaluation seeds (the same requests per seed for all policies).
+3. **Matched random**: for every policy and seed, ``envelope_draws`` schedules with exactly the
+   policy's sync count on that seed, drawn uniformly among schedules that respect the guards
+   ``min_h``/``max_h`` (gaps in windows include the sync's own duration, see
+   :func:`~.policies.matched_schedule`). Their mean per seed is the paired control; the draws
+   form the **envelope** (the policy's percentile among them is reported).
+4. **No-sync load match**: the same offered load with every sync removed — the SLO floor that
+   no sync policy can go below.
+5. Per policy: paired differences ``policy − matched random`` of the SLO violation rate
+   (percentage points) and of the final loss; Wilcoxon signed-rank (primary), sign and
+   sign-flip tests, Holm's correction over the policies of the regime, bootstrap CIs, ``d_z``.
+
+Verdict (``alpha`` after Holm): **beats** when the SLO rate is significantly lower *and* the
+loss is not worse by more than ``loss_margin`` (upper bootstrap bound); **loses** when the SLO
+rate is significantly higher, or the loss is worse beyond the margin (lower bound above it);
+**ties** otherwise. Matched random has the same sync count, so both train the same tokens
+over the same wall-clock; the loss difference is the cost of *when* the syncs happen.
+
+The effect-size transfer check (:func:`transfer`) compares per-seed effects measured in
+simulation with those of a replay against a real server (the real-training issue supplies
+the replay side).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pandas as pd
+from pydantic import Field
+
+from trainfabric.config import Config
+from trainfabric.diloco import stats
+from trainfabric.diloco.fleet import PROTOCOL_REGIMES, Block, FleetConfig, get_regime, simulate
+from trainfabric.diloco.policies import (
+    POLICY_NAMES,
+    Policy,
+    Schedule,
+    make_policy,
+    matched_schedule,
+)
+from trainfabric.errors import ConfigError, InfeasibleError
+
+CALIBRATION_SEED0 = 10_000
+CALIBRATION_GRID = {"threshold": (-0.2, 0.0, 0.2), "w_serve": (0.5, 1.0, 2.0)}
+
+
+class ProtocolConfig(Config):
+    """What the protocol runs; seeds by power (about 50), 10 only to mirror the seed."""
+
+    regimes: list[str] = Field(default_factory=lambda: list(PROTOCOL_REGIMES), min_length=1)
+    policies: list[str] = Field(default_factory=lambda: list(POLICY_NAMES), min_length=1)
+    seeds: int = Field(50, ge=3, le=10_000)
+    envelope_draws: int = Field(20, ge=1, le=1000)
+    calibration_seeds: int = Field(5, ge=1, le=100)
+    alpha: float = Field(0.05, gt=0, lt=1)
+    loss_margin: float = Field(0.002, ge=0, description="tolerated loss increase (nats)")
+    fleet: FleetConfig = FleetConfig()
+
+
+def quick_config() -> ProtocolConfig:
+    """A short protocol for the demo and CI: 10 seeds, 2,000 windows, 5 envelope draws."""
+    return ProtocolConfig(
+        seeds=10, envelope_draws=5, calibration_seeds=3, fleet=FleetConfig(windows=2000)
+    )
+
+
+def gaps(policy: Policy, regime, fleet: FleetConfig) -> tuple[int, int]:
+    """Window gaps a guarded schedule allows: ``min_h``/``max_h`` steps plus the sync itself."""
+    per_window = fleet.progress.steps_per_s * fleet.window_s
+    sync_windows = math.ceil(regime.sync.duration_s() / fleet.window_s)
+    return (
+        max(1, math.ceil(policy.min_h / per_window) + sync_windows),
+        math.floor(policy.max_h / per_window) + sync_windows,
+    )
+
+
+def matched_blocks(
+    policies: list[Policy], budgets: np.ndarray, seeds: np.ndarray, draws: int, regime, fleet
+) -> list[Block]:
+    """One schedule block per policy: ``draws`` schedules per seed with that seed's budget."""
+    W = fleet.windows
+    blocks = []
+    for p, policy in enumerate(policies):
+        lo, hi = gaps(make_policy("wa_diloco"), regime, fleet)  # the seed's guards
+        rows = []
+        for i, seed in enumerate(seeds):
+            rng = np.random.default_rng([int(seed), p, 7919])
+            budget = int(budgets[p, i])
+            for _ in range(draws):
+                try:
+                    rows.append(matched_schedule(budget, W, lo, hi, rng))
+                except InfeasibleError:  # a budget the guards cannot hold: gaps unconstrained
+                    rows.append(matched_schedule(budget, W, 1, W, rng))
+        sched = Schedule(name=f"matched_random[{policy.name}]", sync_at=np.array(rows))
+        blocks.append(Block(sched, np.repeat(seeds, draws)))
+    return blocks
+
+
+def calibrate(regime, fleet: FleetConfig, n_seeds: int) -> dict:
+    """Offline calibration of ``wa_calibrated`` on held-out seeds (module doc)."""
+    seeds = CALIBRATION_SEED0 + np.arange(n_seeds)
+    grid = [dict(zip(CALIBRATION_GRID, v, strict=True)) for v in _product(CALIBRATION_GRID)]
+    blocks = [Block(make_policy("wa_diloco"), seeds)]
+    blocks += [Block(make_policy("wa_calibrated", **g), seeds) for g in grid]
+    table = simulate(fleet, regime, blocks).table
+    ref = table[table["policy"] == "wa_diloco"]["syncs"].mean()
+    scores = []
+    for k, g in enumerate(grid):
+        rows = table.iloc[(k + 1) * n_seeds : (k + 2) * n_seeds]
+        within = abs(rows["syncs"].mean() - ref) <= 0.15 * max(ref, 1.0)
+        scores.append((not within, rows["slo_violation_rate"].mean(), k))
+    return grid[min(scores)[2]]
+
+
+def _product(grid: dict):
+    import itertools
+
+    return itertools.product(*grid.values())
+
+
+def run_regime(cfg: ProtocolConfig, name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Runs and verdicts of one regime."""
+    regime = get_regime(name)
+    fleet = cfg.fleet
+    seeds = np.arange(cfg.seeds)
+    calibrated = (
+        calibrate(regime, fleet, cfg.calibration_seeds) if "wa_calibrated" in cfg.policies else {}
+    )
+    policies = [
+        make_policy(n, **(calibrated if n == "wa_calibrated" else {})) for n in cfg.policies
+    ]
+    main = simulate(fleet, regime, [Block(p, seeds) for p in policies]).table
+    budgets = main["syncs"].to_numpy().reshape(len(policies), cfg.seeds)
+    control = simulate(
+        fleet, regime, matched_blocks(policies, budgets, seeds, cfg.envelope_draws, regime, fleet)
+    ).table
+    floor = simulate(fleet, regime, [Block(make_policy("fixed_h"), seeds)], sync=False).table
+    floor = floor.assign(policy="no_sync")
+    runs = pd.concat([main, control, floor], ignore_index=True)
+    verdicts = _verdicts(cfg, name, policies, main, control, floor, calibrated)
+    return runs, verdicts
+
+
+def _verdicts(cfg, regime, policies, main, control, floor, calibrated) -> pd.DataFrame:
+    S, D = cfg.seeds, cfg.envelope_draws
+    rows = []
+    for p, policy in enumerate(policies):
+        ours = main.iloc[p * S : (p + 1) * S]
+        env = control.iloc[p * S * D : (p + 1) * S * D]
+        env_slo = env["slo_violation_rate"].to_numpy().reshape(S, D)
+        env_loss = env["final_loss"].to_numpy().reshape(S, D)
+        slo = ours["slo_violation_rate"].to_numpy()
+        assert np.array_equal(env["syncs"].to_numpy().reshape(S, D)[:, 0], ours["syncs"].to_numpy())
+        d = 100.0 * (slo - env_slo.mean(axis=1))  # percentage points
+        dl = ours["final_loss"].to_numpy() - env_loss.mean(axis=1)
+        lo, hi = stats.bootstrap_ci(d, seed=p)
+        llo, lhi = stats.bootstrap_ci(dl, seed=p + 1000)
+        rows.append(
+            {
+                "regime": regime,
+                "policy": policy.name,
+                "deployable": policy.deployable,
+                "seeds": S,
+                "slo_violation_rate": float(slo.mean()),
+                "syncs": float(ours["syncs"].mean()),
+                "sync_time_fraction": float(ours["sync_time_fraction"].mean()),
+                "final_loss": float(ours["final_loss"].mean()),
+                "matched_random_slo": float(env_slo.mean()),
+                "no_sync_slo": float(floor["slo_violation_rate"].mean()),
+                "effect_size": float(d.mean()),
+                "effect_ci_low": lo,
+                "effect_ci_high": hi,
+                "effect_dz": stats.effect_size(d),
+                "p_wilcoxon": stats.wilcoxon(d),
+                "p_sign": stats.sign_test(d),
+                "p_sign_flip": stats.sign_flip_test(d, seed=p),
+                "seeds_better": int((d < 0).sum()),
+                "loss_diff": float(dl.mean()),
+                "loss_diff_ci_low": llo,
+                "loss_diff_ci_high": lhi,
+                "envelope_percentile": float(np.mean((env_slo < slo[:, None]).mean(axis=1))),
+                "calibration": str(calibrated) if policy.name == "wa_calibrated" else "",
+            }
+        )
+    table = pd.DataFrame(rows)
+    table["p_value"] = stats.holm(table["p_wilcoxon"].to_numpy())
+    table["vs_matched_random"] = [_verdict(r, cfg) for r in table.itertuples()]
+    return table
+
+
+def _verdict(r, cfg: ProtocolConfig) -> str:
+    significant = r.p_value < cfg.alpha
+    if (significant and r.effect_size > 0) or r.loss_diff_ci_low > cfg.loss_margin:
+        return "loses"
+    if significant and r.effect_size < 0 and r.loss_diff_ci_high <= cfg.loss_margin:
+        return "beats"
+    return "ties"
+
+
+def run_protocol(cfg: ProtocolConfig, console=None) -> dict:
+    """Every regime; returns ``runs``/``verdicts`` tables, wall time and windows per second."""
+    for n in cfg.regimes:
+        get_regime(n)
+    for n in cfg.policies:
+        make_policy(n)
+    t0 = time.perf_counter()
+    runs, verdicts = [], []
+    for name in cfg.regimes:
+        if console is not None:
+            console.print(f"diloco protocol: regime {name} ...")
+        r, v = run_regime(cfg, name)
+        runs.append(r)
+        verdicts.append(v)
+    wall = time.perf_counter() - t0
+    runs_t = pd.concat(runs, ignore_index=True)
+    windows = float(runs_t["windows"].sum())
+    return {
+        "runs": runs_t,
+        "verdicts": pd.concat(verdicts, ignore_index=True),
+        "wall_s": wall,
+        "windows_simulated": windows,
+        "windows_per_s": windows / wall,
+    }
+
+
+def transfer(sim_effects, replay_effects, level: float = 0.95, seed: int = 0) -> dict:
+    """Does a simulated effect (per-seed differences) transfer to a replay?
+
+    Reports both means with bootstrap CIs, their ratio and ``transfers``: same sign and the
+    replay's CI overlapping the simulation's. Only then may a serving-SLO gain be claimed.
+    """
+    a, b = np.asarray(sim_effects, float), np.asarray(replay_effects, float)
+    if a.size < 2 or b.size < 2:
+        raise ConfigError("effects", "need at least two per-seed effects on each side")
+    ci_a = stats.bootstrap_ci(a, level, seed=seed)
+    ci_b = stats.bootstrap_ci(b, level, seed=seed + 1)
+    same_sign = np.sign(a.mean()) == np.sign(b.mean()) and a.mean() != 0
+    overlap = ci_a[0] <= ci_b[1] and ci_b[0] <= ci_a[1]
+    return {
+        "sim_mean": float(a.mean()),
+        "sim_ci": ci_a,
+        "replay_mean": float(b.mean()),
+        "replay_ci": ci_b,
+        "ratio": float(b.mean() / a.mean()) if a.mean() else float("nan"),
+        "transfers": bool(same_sign and overlap),
+    }
