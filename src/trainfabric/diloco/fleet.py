@@ -20,7 +20,8 @@ window (the future: only for the non-deployable offline policy), ``network`` and
 **Regimes** (:data:`REGIMES`): ``steady`` (Poisson), ``diurnal`` (sinusoidal rate, 1 h
 period), ``bursty`` (MMPP: 4x bursts of 30 s every 120 s), ``sync_heavy`` (steady load, an 8B
 model over 5 Gb/s links: syncs occupy about a quarter of the time at H = 256), ``azure`` (the
-real trace from a random start offset per seed, wrapped, scaled to the regime rate), and the
+real trace from a random start offset per seed, wrapped, scaled to 1 request/s: its bursts of
+long prompts already give a 4.5% no-sync violation rate there, 28% at 2 requests/s), and the
 seed's background-pressure traces ``seed_mixed`` and ``seed_bursty`` (network/checkpoint
 series of its stress harness over steady serving). The same seed gives every policy the same
 requests (common random numbers), so policy comparisons are paired.
@@ -92,7 +93,7 @@ REGIMES: dict[str, Regime] = {
     "diurnal": Regime(name="diurnal", arrivals="diurnal"),
     "bursty": Regime(name="bursty", arrivals="mmpp"),
     "sync_heavy": Regime(name="sync_heavy", sync=SyncModel(params=8e9, link_gbps=5.0)),
-    "azure": Regime(name="azure", arrivals="azure"),
+    "azure": Regime(name="azure", arrivals="azure", rate=1.0),  # burstier: 3 req/s overloads
     "seed_mixed": Regime(name="seed_mixed", background="seed_mixed"),
     "seed_bursty": Regime(name="seed_bursty", arrivals="mmpp", background="seed_bursty"),
 }

@@ -31,6 +31,7 @@ the replay side).
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 
@@ -109,23 +110,18 @@ def matched_blocks(
 def calibrate(regime, fleet: FleetConfig, n_seeds: int) -> dict:
     """Offline calibration of ``wa_calibrated`` on held-out seeds (module doc)."""
     seeds = CALIBRATION_SEED0 + np.arange(n_seeds)
-    grid = [dict(zip(CALIBRATION_GRID, v, strict=True)) for v in _product(CALIBRATION_GRID)]
+    values = itertools.product(*CALIBRATION_GRID.values())
+    grid = [dict(zip(CALIBRATION_GRID, v, strict=True)) for v in values]
     blocks = [Block(make_policy("wa_diloco"), seeds)]
     blocks += [Block(make_policy("wa_calibrated", **g), seeds) for g in grid]
     table = simulate(fleet, regime, blocks).table
     ref = table[table["policy"] == "wa_diloco"]["syncs"].mean()
     scores = []
-    for k, g in enumerate(grid):
+    for k in range(len(grid)):
         rows = table.iloc[(k + 1) * n_seeds : (k + 2) * n_seeds]
         within = abs(rows["syncs"].mean() - ref) <= 0.15 * max(ref, 1.0)
         scores.append((not within, rows["slo_violation_rate"].mean(), k))
     return grid[min(scores)[2]]
-
-
-def _product(grid: dict):
-    import itertools
-
-    return itertools.product(*grid.values())
 
 
 def run_regime(cfg: ProtocolConfig, name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -253,4 +249,49 @@ def transfer(sim_effects, replay_effects, level: float = 0.95, seed: int = 0) ->
         "replay_ci": ci_b,
         "ratio": float(b.mean() / a.mean()) if a.mean() else float("nan"),
         "transfers": bool(same_sign and overlap),
+    }
+
+
+def run_to_dir(cfg: ProtocolConfig, run_dir, console=None) -> dict:
+    """Run the protocol, write ``runs``/``verdicts`` tables, a manifest and ``report.html``;
+    return the per-regime, per-policy summary (the ``--json`` output)."""
+    from pathlib import Path
+
+    from trainfabric.experiments import render_report
+    from trainfabric.experiments.store import git_state, package_versions
+    from trainfabric.io import write_json, write_parquet
+
+    run_dir = Path(run_dir)
+    res = run_protocol(cfg, console)
+    write_parquet(run_dir / "diloco_runs.parquet", res["runs"])
+    write_parquet(run_dir / "diloco_verdicts.parquet", res["verdicts"])
+    write_json(
+        run_dir / "manifest.json",
+        {
+            "experiment": "diloco-protocol",
+            "description": "trainfabric DiLoCo protocol: policies vs matched random",
+            "spec": {"name": "diloco-protocol"},
+            "config": cfg.model_dump(mode="json"),
+            "seeds": list(range(cfg.seeds)),
+            "versions": package_versions(),
+            "git": git_state(),
+        },
+    )
+    keys = ("slo_violation_rate", "syncs", "vs_matched_random", "p_value", "effect_size")
+    regimes: dict = {}
+    for r in res["verdicts"].itertuples():
+        regimes.setdefault(r.regime, {})[r.policy] = {k: getattr(r, k) for k in keys} | {
+            "no_sync_slo": r.no_sync_slo,
+            "matched_random_slo": r.matched_random_slo,
+            "loss_diff": r.loss_diff,
+            "deployable": r.deployable,
+        }
+    return {
+        "run_dir": str(run_dir),
+        "report": str(render_report(run_dir)),
+        "seeds": cfg.seeds,
+        "windows": cfg.fleet.windows,
+        "wall_s": res["wall_s"],
+        "windows_per_s": res["windows_per_s"],
+        "regimes": regimes,
     }

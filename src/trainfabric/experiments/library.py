@@ -64,6 +64,7 @@ def moe_skew(config: MoeSkewConfig, seed: int) -> pd.DataFrame:
 
 # Experiments defined in other modules register on import; keep them reachable from here.
 from trainfabric.experiments import (  # noqa: E402, F401
+    diloco_studies,
     fabric_studies,
     ocs_studies,
     workload_studies,

@@ -1,0 +1,55 @@
+"""DiLoCo studies: figures of the protocol's verdicts (policy vs matched random vs no sync)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from trainfabric.experiments.report import FIGURES
+
+PAPER_BURSTY = {"matched random": 6.54, "WA + EWMA forecast": 5.09}  # SLO %, their replay
+
+
+def verdict_figures(table: pd.DataFrame) -> list[Figure]:
+    """Per regime: SLO violation rate of every policy, its matched-random control and the
+    no-sync floor; and the paired effect (pp) with its bootstrap CI, marked by verdict."""
+    need = {"regime", "policy", "slo_violation_rate", "matched_random_slo", "effect_size"}
+    if not need <= set(table.columns):
+        return []
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    figs = []
+    colours = {"beats": "tab:green", "ties": "tab:grey", "loses": "tab:red"}
+    for regime, rows in table.groupby("regime", sort=False):
+        fig = Figure(figsize=(11, 4.0), layout="constrained")
+        FigureCanvasAgg(fig)
+        ax, ax_e = fig.subplots(1, 2)
+        x = np.arange(len(rows))
+        ax.bar(x - 0.2, 100 * rows["slo_violation_rate"], 0.4, label="policy")
+        ax.bar(x + 0.2, 100 * rows["matched_random_slo"], 0.4, label="matched random")
+        ax.axhline(100 * rows["no_sync_slo"].iloc[0], color="k", ls=":", label="no-sync floor")
+        ax.set_xticks(x, rows["policy"], rotation=30, ha="right")
+        ax.set(ylabel="SLO violations (%)", title=f"{regime}: SLO violation rate")
+        ax.legend(fontsize="small")
+        err = [
+            rows["effect_size"] - rows["effect_ci_low"],
+            rows["effect_ci_high"] - rows["effect_size"],
+        ]
+        ax_e.errorbar(
+            x, rows["effect_size"], yerr=np.clip(np.vstack(err), 0, None), fmt="none", ecolor="k"
+        )
+        ax_e.scatter(
+            x, rows["effect_size"], c=[colours[v] for v in rows["vs_matched_random"]], zorder=3
+        )
+        ax_e.axhline(0, color="k", lw=0.8)
+        ax_e.set_xticks(x, rows["policy"], rotation=30, ha="right")
+        ax_e.set(
+            ylabel="policy - matched random (pp)",
+            title=f"{regime}: paired effect, 95% CI (green beats, red loses)",
+        )
+        figs.append(fig)
+    return figs
+
+
+FIGURES["diloco_verdicts"] = verdict_figures
