@@ -173,8 +173,8 @@ def simulate(
         t0 = w * dt
         if sync:
             gain = tokens * prog.efficiency(h)
-            obs = Observation(
-                window=w,
+            obs = Observation.of(
+                w,
                 h=h,
                 tokens=tokens,
                 loss_delta=prog.loss(eff, params) - prog.loss(eff + gain, params),
@@ -188,7 +188,7 @@ def simulate(
             )
             want = np.concatenate(
                 [
-                    np.asarray(b.policy.decide(_slice(obs, lo, hi)), bool)
+                    np.asarray(b.policy.decide(obs.slice(lo, hi)), bool)
                     for b, lo, hi in zip(blocks, bounds[:-1], bounds[1:], strict=True)
                 ]
             )
@@ -236,12 +236,6 @@ def simulate(
         }
     )
     return FleetResult(table, started, viol, fin)
-
-
-def _slice(obs: Observation, lo: int, hi: int) -> Observation:
-    return Observation(
-        **{k: (v[lo:hi] if isinstance(v, np.ndarray) else v) for k, v in vars(obs).items()}
-    )
 
 
 def _pack(sets: list[R.Requests]):

@@ -35,26 +35,44 @@ import numpy as np
 
 from trainfabric.errors import ConfigError
 
+FIELDS = (
+    "h",  # inner steps since the last sync
+    "tokens",  # tokens since the last sync (all islands)
+    "loss_delta",  # loss improvement a sync now would realise
+    "staleness_s",  # seconds since the last sync ended
+    "network",
+    "inference",
+    "checkpoint",
+    "serve_now",  # serving load of the last window, normalised
+    "serve_forecast",  # EWMA forecast of the next window's serving load
+    "serve_next",  # the next window's actual serving load (offline only)
+)
 
-@dataclass
+
 class Observation:
-    """Telemetry of the current window for ``n`` runs (pressures in [0, 1])."""
+    """Telemetry of the current window for ``n`` runs (pressures in [0, 1]), one row of
+    ``data`` per field of :data:`FIELDS` (``obs.h``, ``obs.inference``, ...)."""
 
-    window: int
-    h: np.ndarray  # inner steps since the last sync
-    tokens: np.ndarray  # tokens since the last sync (all islands)
-    loss_delta: np.ndarray  # loss improvement a sync now would realise
-    staleness_s: np.ndarray  # seconds since the last sync ended
-    network: np.ndarray
-    inference: np.ndarray
-    checkpoint: np.ndarray
-    serve_now: np.ndarray  # serving load of the last window, normalised
-    serve_forecast: np.ndarray  # EWMA forecast of the next window's serving load
-    serve_next: np.ndarray  # the next window's actual serving load (offline only)
+    __slots__ = ("window", "data")
+
+    def __init__(self, window: int, data: np.ndarray):
+        self.window = window
+        self.data = data
+
+    @classmethod
+    def of(cls, window: int, **fields) -> Observation:
+        return cls(window, np.stack([np.asarray(fields[f], float) for f in FIELDS]))
+
+    def slice(self, lo: int, hi: int) -> Observation:
+        return Observation(self.window, self.data[:, lo:hi])
+
+
+for _i, _name in enumerate(FIELDS):  # obs.h is data[0], obs.tokens data[1], ...
+    setattr(Observation, _name, property(lambda self, i=_i: self.data[i]))
 
 
 def cap(x) -> np.ndarray:
-    return np.clip(x, 0.0, 1.0)
+    return np.minimum(np.maximum(x, 0.0), 1.0)
 
 
 @dataclass
@@ -210,9 +228,15 @@ POLICY_NAMES = (
 
 # -- matched random deferral ---------------------------------------------------------------------
 def matched_schedule(
-    budget: int, windows: int, gap_min: int, gap_max: int, rng: np.random.Generator
+    budget: int,
+    windows: int,
+    gap_min: int,
+    gap_max: int,
+    rng: np.random.Generator,
+    draws: int | None = None,
 ) -> np.ndarray:
-    """A uniformly random sync schedule with exactly ``budget`` syncs in ``windows`` windows.
+    """A uniformly random sync schedule with exactly ``budget`` syncs in ``windows`` windows
+    (``draws`` of them, ``[draws, windows]``, when given: the counting table is built once).
 
     Gaps (windows from the start, or from the previous sync, to a sync) lie in
     ``[gap_min, gap_max]`` and the tail after the last sync is at most ``gap_max``, as the
@@ -221,8 +245,8 @@ def matched_schedule(
     ``N_0(r) = [r <= gap_max]``, ``N_j(r) = Σ_{g=gap_min}^{gap_max} N_{j−1}(r − g)``, computed
     row by row with prefix sums, each row scaled by its maximum (only ratios within a row are
     used) and set to 0 outside its exact support ``j·gap_min <= r <= (j+1)·gap_max``; each
-    gap is then drawn with probability ``∝ N_{j−1}(r − g)``. Returns a boolean ``[windows]``;
-    ``InfeasibleError`` when no schedule exists.
+    gap is then drawn with probability ``∝ N_{j−1}(r − g)``. ``InfeasibleError`` when no
+    schedule exists.
     """
     from trainfabric.errors import InfeasibleError
 
@@ -240,15 +264,17 @@ def matched_schedule(
         prefix = np.r_[0.0, np.cumsum(rows[-1])]  # prefix[x] = sum of the row below x
         hi = np.clip(r - gap_min + 1, 0, windows + 1)
         lo = np.clip(r - gap_max, 0, windows + 1)
-        row = np.where((r >= j * gap_min) & (r <= (j + 1) * gap_max), prefix[hi] - prefix[lo], 0.0)
+        support = (r >= j * gap_min) & (r <= (j + 1) * gap_max)
+        row = np.where(support, prefix[hi] - prefix[lo], 0.0)
         rows.append(np.maximum(row, 0.0) / max(row.max(), 1e-300))
-    out = np.zeros(windows, bool)
-    left, pos = windows, 0
-    for j in range(budget, 0, -1):
-        gaps = np.arange(gap_min, min(gap_max, left) + 1)
-        w = rows[j - 1][left - gaps]
-        g = int(rng.choice(gaps, p=w / w.sum()))
-        pos += g
-        out[pos - 1] = True
-        left -= g
-    return out
+    out = np.zeros((draws or 1, windows), bool)
+    for d in range(draws or 1):
+        left, pos = windows, 0
+        for j in range(budget, 0, -1):
+            gaps = np.arange(gap_min, min(gap_max, left) + 1)
+            w = rows[j - 1][left - gaps]
+            g = int(rng.choice(gaps, p=w / w.sum()))
+            pos += g
+            out[d, pos - 1] = True
+            left -= g
+    return out if draws is not None else out[0]

@@ -10,8 +10,9 @@ Per regime:
 3. **Matched random**: for every policy and seed, ``envelope_draws`` schedules with exactly the
    policy's sync count on that seed, drawn uniformly among schedules that respect the guards
    ``min_h``/``max_h`` (gaps in windows include the sync's own duration, see
-   :func:`~.policies.matched_schedule`). Their mean per seed is the paired control; the draws
-   form the **envelope** (the policy's percentile among them is reported).
+   :func:`~.policies.matched_schedule`; a budget the guards cannot hold keeps only the sync
+   duration between syncs). Their mean per seed is the paired control; the draws form the
+   **envelope** (the policy's percentile among them is reported).
 4. **No-sync load match**: the same offered load with every sync removed — the SLO floor that
    no sync policy can go below.
 5. Per policy: paired differences ``policy − matched random`` of the SLO violation rate
@@ -90,19 +91,19 @@ def matched_blocks(
 ) -> list[Block]:
     """One schedule block per policy: ``draws`` schedules per seed with that seed's budget."""
     W = fleet.windows
+    busy = math.ceil(regime.sync.duration_s() / fleet.window_s)
+    lo, hi = gaps(make_policy("wa_diloco"), regime, fleet)  # the seed's guards
     blocks = []
     for p, policy in enumerate(policies):
-        lo, hi = gaps(make_policy("wa_diloco"), regime, fleet)  # the seed's guards
         rows = []
         for i, seed in enumerate(seeds):
             rng = np.random.default_rng([int(seed), p, 7919])
             budget = int(budgets[p, i])
-            for _ in range(draws):
-                try:
-                    rows.append(matched_schedule(budget, W, lo, hi, rng))
-                except InfeasibleError:  # a budget the guards cannot hold: gaps unconstrained
-                    rows.append(matched_schedule(budget, W, 1, W, rng))
-        sched = Schedule(name=f"matched_random[{policy.name}]", sync_at=np.array(rows))
+            try:
+                rows.append(matched_schedule(budget, W, lo, hi, rng, draws))
+            except InfeasibleError:  # a budget the guards cannot hold: only the sync's own
+                rows.append(matched_schedule(budget, W, busy, W, rng, draws))  # duration apart
+        sched = Schedule(name=f"matched_random[{policy.name}]", sync_at=np.concatenate(rows))
         blocks.append(Block(sched, np.repeat(seeds, draws)))
     return blocks
 

@@ -23,6 +23,7 @@ a trace's (prompt, output) pairs, so synthetic arrivals keep real length correla
 from __future__ import annotations
 
 import csv
+import functools
 import io
 from dataclasses import dataclass
 from datetime import datetime
@@ -127,8 +128,10 @@ def _why(exc: Exception) -> str:
     return "missing column" if isinstance(exc, IndexError) else "not a number or a date-time"
 
 
+@functools.lru_cache(maxsize=1)
 def azure_trace() -> Requests:
-    """The shipped Azure LLM inference trace 2023, code service (8,819 requests)."""
+    """The shipped Azure LLM inference trace 2023, code service (8,819 requests; parsed once,
+    treat as read-only)."""
     text = resources.files("trainfabric.diloco").joinpath("data/azure_llm_code_2023.csv")
     return parse_trace(text.read_text(encoding="utf-8"), "azure_llm_code_2023.csv")
 

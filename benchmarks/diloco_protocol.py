@@ -1,0 +1,114 @@
+"""DiLoCo protocol at the seed's scale: 10 seeds x all policies x 4 regimes x 10,000 windows.
+
+Every policy runs against its matched-random control (``--quick``: 5 envelope draws per seed
+instead of 10) and the no-sync floor, with held-out offline calibration of ``wa_calibrated``;
+wall time and windows simulated per second are measured on 2 cores (target <= 60 s, stretch
+<= 10 s). Beside them, the seed's qualitative findings, reproduced or not with our numbers:
+
+1. matched random ties or beats every forecast-free policy (no forecast-free policy "beats");
+2. the EWMA burst-forecast controller (``wa_forecast``) beats matched random in the bursty
+   regime (the seed: 6.54% -> 5.09% SLO violations, 8 of 10 seeds, p = 0.021 — theirs);
+3. offline calibrated WA (non-deployable) beats matched random in the bursty regime (the seed:
+   4.45% vs 6.26% — theirs).
+
+10 seeds only mirror the seed's setting: with Holm over 8 policies the smallest adjusted
+p-value is 8 x 0.002; ``trainfabric diloco protocol`` uses 50 seeds by default.
+"""
+
+from __future__ import annotations
+
+from _common import emit, parser
+
+FORECAST_FREE = (
+    "fixed_h",
+    "adaptive_tokens",
+    "adaptive_load",
+    "pressure_gate",
+    "random_deferral",
+    "wa_diloco",
+)
+SEED_PAPER = {
+    "bursty_forecast": "SLO 6.54% -> 5.09%, 8 of 10 seeds, p = 0.021 (theirs)",
+    "bursty_offline": "4.45% vs 6.26% (theirs)",
+}
+
+
+def main() -> None:
+    args = parser(__doc__.splitlines()[0]).parse_args()
+    from trainfabric.diloco.fleet import FleetConfig
+    from trainfabric.diloco.protocol import ProtocolConfig, run_protocol
+
+    cfg = ProtocolConfig(
+        seeds=10,
+        envelope_draws=5 if args.quick else 10,
+        calibration_seeds=5,
+        fleet=FleetConfig(windows=10_000),
+    )
+    res = run_protocol(cfg)
+    v = res["verdicts"]
+    verdicts = {
+        regime: {
+            r.policy: {
+                "slo_violation_rate": r.slo_violation_rate,
+                "matched_random_slo": r.matched_random_slo,
+                "no_sync_slo": r.no_sync_slo,
+                "syncs": r.syncs,
+                "effect_pp": r.effect_size,
+                "seeds_better": r.seeds_better,
+                "p_wilcoxon": r.p_wilcoxon,
+                "p_holm": r.p_value,
+                "loss_diff": r.loss_diff,
+                "vs_matched_random": r.vs_matched_random,
+            }
+            for r in rows.itertuples()
+        }
+        for regime, rows in v.groupby("regime", sort=False)
+    }
+    free = v[v["policy"].isin(FORECAST_FREE)]
+    bursty = v[v["regime"] == "bursty"].set_index("policy")
+    findings = {
+        "1_matched_random_ties_or_beats_forecast_free": {
+            "reproduced": bool((free["vs_matched_random"] != "beats").all()),
+            "exceptions": free[free["vs_matched_random"] == "beats"][["regime", "policy"]]
+            .apply(tuple, axis=1)
+            .tolist(),
+        },
+        "2_forecast_beats_matched_random_in_bursty": {
+            "reproduced": bool(bursty.loc["wa_forecast", "vs_matched_random"] == "beats"),
+            "ours": f"{100 * bursty.loc['wa_forecast', 'matched_random_slo']:.3f}% -> "
+            f"{100 * bursty.loc['wa_forecast', 'slo_violation_rate']:.3f}%, "
+            f"{bursty.loc['wa_forecast', 'seeds_better']} of 10 seeds, "
+            f"Wilcoxon p = {bursty.loc['wa_forecast', 'p_wilcoxon']:.3g} "
+            f"(Holm {bursty.loc['wa_forecast', 'p_value']:.3g})",
+            "seed paper": SEED_PAPER["bursty_forecast"],
+        },
+        "3_offline_calibrated_beats_matched_random_in_bursty": {
+            "reproduced": bool(bursty.loc["wa_calibrated", "vs_matched_random"] == "beats"),
+            "ours": f"{100 * bursty.loc['wa_calibrated', 'slo_violation_rate']:.3f}% vs "
+            f"{100 * bursty.loc['wa_calibrated', 'matched_random_slo']:.3f}%",
+            "seed paper": SEED_PAPER["bursty_offline"],
+        },
+    }
+    emit(
+        "diloco_protocol",
+        {
+            "wall_s": res["wall_s"],
+            "windows_per_s": res["windows_per_s"],
+            "windows_simulated": res["windows_simulated"],
+            "seeds": cfg.seeds,
+            "envelope_draws": cfg.envelope_draws,
+            "target_s": 60.0,
+            "met": res["wall_s"] <= 60.0,
+            "verdicts": {
+                reg: {p: row["vs_matched_random"] for p, row in rows.items()}
+                for reg, rows in verdicts.items()
+            },
+            "findings": findings,
+            "details": verdicts,
+        },
+        args.out,
+    )
+
+
+if __name__ == "__main__":
+    main()
