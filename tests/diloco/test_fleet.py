@@ -130,3 +130,35 @@ def test_matched_schedule_budget_and_infeasible():
     assert gaps.min() >= 130 and gaps.max() <= 1024 and 10_000 - np.flatnonzero(s)[-1] - 1 <= 1024
     with pytest.raises(InfeasibleError):
         matched_schedule(2, 100, 60, 70, np.random.default_rng(0))
+
+
+def test_seed_compat_sidecar_formula_and_window():
+    from trainfabric.diloco.fleet import sidecar_latency_ms
+
+    lat = sidecar_latency_ms(
+        np.array(0.5), np.array(0.2), np.array(0.8), np.array(True), np.ones(2)
+    )
+    expect = 55 + 24 * 0.5 + 34 * 0.2 + 16 * 0.8 + 35 * (0.35 + 0.65 * 0.5) + 6
+    assert lat.tolist() == pytest.approx([expect, expect])
+    sync_at = np.zeros((1, 200), bool)
+    sync_at[0, 50] = True
+    res = simulate(
+        FleetConfig(windows=200),
+        REGIMES["seed_clean"],
+        [Block(Schedule(sync_at=sync_at), SEEDS[:1])],
+    )
+    assert res.table["sync_s"].iloc[0] == 8.0
+    assert res.table["sync_time_fraction"].iloc[0] == pytest.approx(8.0 / 200)
+    assert (res.finished == 32).all()  # the artifact's 32 requests per 1 s interval
+
+
+def test_seed_compat_random_deferral_needs_every_learner():
+    """min_ready = 8: after min_h a sync needs 8 independent 'yes' draws (p = 1/256 per
+    window), so syncs come about every min_h + 256 + 8 windows, not every min_h + 2."""
+    cfg = FleetConfig(windows=20_000)
+    ours = simulate(cfg, REGIMES["steady"], [Block(make_policy("random_deferral"), SEEDS[:1])])
+    seed = simulate(cfg, REGIMES["seed_clean"], [Block(make_policy("random_deferral"), SEEDS[:1])])
+    gap_ours = 20_000 / ours.table["syncs"].iloc[0]
+    gap_seed = 20_000 / seed.table["syncs"].iloc[0]
+    assert gap_ours == pytest.approx(128 + 2 + 1, rel=0.1)
+    assert gap_seed == pytest.approx(128 + 256 + 8, rel=0.35)

@@ -22,9 +22,12 @@ period), ``bursty`` (MMPP: 4x bursts of 30 s every 120 s), ``sync_heavy`` (stead
 model over 5 Gb/s links: syncs occupy about a quarter of the time at H = 256), ``azure`` (the
 real trace from a random start offset per seed, wrapped, scaled to 1 request/s: its bursts of
 long prompts already give a 4.5% no-sync violation rate there, 28% at 2 requests/s), and the
-seed's background-pressure traces ``seed_mixed`` and ``seed_bursty`` (network/checkpoint
-series of its stress harness over steady serving). The same seed gives every policy the same
-requests (common random numbers), so policy comparisons are paired.
+artifact's own regimes ``seed_clean``, ``seed_mixed`` and ``seed_bursty`` in **seed_compat**
+mode: its pressure formulas, its simulated sidecar (32 requests/s, the latency formula of
+:func:`sidecar_latency_ms`, SLO 120 ms), a fixed 8 s sync window after each merge, plain
+delta averaging (``averaging_efficiency``) and per-learner votes (a random deferral syncs
+only when all 8 learners draw "sync"). The same seed gives every policy the same requests
+(common random numbers), so policy comparisons are paired.
 
 Outcomes per run: SLO violation rate (requests over the TTFT or TPOT SLO / requests finished),
 syncs, the share of time spent syncing, tokens trained, effective tokens and the final loss
@@ -60,13 +63,19 @@ from trainfabric.errors import ConfigError
 
 
 class Regime(Config):
-    """Serving load and sync cost of one pressure regime."""
+    """Serving load and sync cost of one pressure regime (``seed_compat``: the artifact's)."""
 
     name: str
     arrivals: Literal["poisson", "diurnal", "mmpp", "hawkes", "azure"] = "poisson"
     rate: float = Field(3.0, gt=0, description="mean requests/s over all replicas")
     sync: SyncModel = SyncModel()
-    background: Literal["none", "seed_mixed", "seed_bursty"] = "none"
+    background: Literal["none", "seed_clean", "seed_mixed", "seed_bursty"] = "none"
+    seed_compat: bool = Field(False, description="the artifact's sidecar, window and votes")
+
+    @property
+    def sync_s(self) -> float:
+        """How long a sync occupies the fleet: derived (ours) or the artifact's fixed 8 s."""
+        return SEED_SYNC_WINDOW_S if self.seed_compat else self.sync.duration_s()
 
     def requests(self, horizon_s: float, seed: int) -> R.Requests:
         rng = np.random.default_rng([seed, 17])
@@ -75,17 +84,35 @@ class Regime(Config):
         gen = {"poisson": R.poisson, "diurnal": R.diurnal, "mmpp": R.mmpp, "hawkes": R.hawkes}
         return gen[self.arrivals](self.rate, horizon_s, rng)
 
-    def pressure(self, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Background (network, checkpoint) at times ``t`` (the seed's harness formulas)."""
-        if self.background == "none":
-            return np.zeros_like(t), np.zeros_like(t)
+    def pressure(self, t: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Background (network, inference, checkpoint, burst) at times ``t``: the artifact's
+        stress-harness formulas (period 300 s; bursts of 30 s), zero without a background."""
+        zero = np.zeros_like(t)
+        if self.background in ("none", "seed_clean"):
+            return zero, zero, zero, zero
         phase = (t % 300.0) / 300.0
         if self.background == "seed_mixed":
-            wave = 0.5 + 0.5 * np.sin(2 * np.pi * phase)
+            net = 0.2 + 0.6 * phase
+            inf = 0.1 + 0.8 * np.maximum(0.0, phase - 0.35) / 0.65
             ckpt = np.where((t // 300.0) % 4 == 3, 0.8, 0.0)
-            return np.clip(0.2 + 0.6 * wave, 0, 1), ckpt
-        busy = phase < 0.1  # 30 s bursts every 300 s
-        return 0.15 + 0.20 * busy, np.zeros_like(t)
+            return net, inf, ckpt, zero
+        busy = (phase < 0.1).astype(float)  # 30 s bursts every 300 s
+        return 0.15 + 0.20 * busy, 0.15 + 0.75 * busy, zero, busy
+
+
+SEED_SYNC_WINDOW_S = 8.0  # the artifact's interference window after each merge
+SEED_REQUESTS_PER_S = 32  # its simulated sidecar
+SEED_SLO_MS = 120.0
+SEED_LEARNERS = 8  # min_ready = all 8 learners must vote for a sync
+
+
+def sidecar_latency_ms(net, inf, ckpt, syncing, noise) -> np.ndarray:
+    """The artifact's simulated sidecar latency per request (ms): ``55 + 24 net + 34 inf +
+    16 ckpt + [sync] 35 (0.35 + 0.65 max(net, inf)) + 6 noise`` with noise ~ LogNormal(0, 0.18)."""
+    base = (
+        55 + 24 * net + 34 * inf + 16 * ckpt + syncing * 35 * (0.35 + 0.65 * np.maximum(net, inf))
+    )
+    return base[..., None] + 6 * noise
 
 
 REGIMES: dict[str, Regime] = {
@@ -94,8 +121,9 @@ REGIMES: dict[str, Regime] = {
     "bursty": Regime(name="bursty", arrivals="mmpp"),
     "sync_heavy": Regime(name="sync_heavy", sync=SyncModel(params=8e9, link_gbps=5.0)),
     "azure": Regime(name="azure", arrivals="azure", rate=1.0),  # burstier: 3 req/s overloads
-    "seed_mixed": Regime(name="seed_mixed", background="seed_mixed"),
-    "seed_bursty": Regime(name="seed_bursty", arrivals="mmpp", background="seed_bursty"),
+    "seed_clean": Regime(name="seed_clean", background="seed_clean", seed_compat=True),
+    "seed_mixed": Regime(name="seed_mixed", background="seed_mixed", seed_compat=True),
+    "seed_bursty": Regime(name="seed_bursty", background="seed_bursty", seed_compat=True),
 }
 PROTOCOL_REGIMES = ("steady", "diurnal", "bursty", "sync_heavy")
 
@@ -152,12 +180,25 @@ def simulate(
         [np.histogram(r.arrival_s, bins=W + 1, range=(0, (W + 1) * dt))[0] for r in sets]
     )
     load = np.clip(counts / (2.0 * regime.rate * dt), 0.0, 1.0)[req_of]  # [K, W+1]
-    net, ckpt = regime.pressure(np.arange(W) * dt)
+    net, bg_inf, ckpt, burst = regime.pressure(np.arange(W + 1) * dt)
+    compat = regime.seed_compat
+    if compat:  # the artifact's serving signals: bursts now, next window's overlap with one
+        load = np.tile(burst[: W + 1], (K, 1))
+        ahead = int(SEED_SYNC_WINDOW_S / dt)
+        overlap = np.convolve(np.r_[burst, np.zeros(ahead)], np.ones(ahead) / ahead)[ahead - 1 :]
+        next_cost = np.tile(overlap[: W + 1], (K, 1))
+        noise = np.stack(
+            [
+                np.random.default_rng([int(s), 29]).lognormal(0.0, 0.18, (W, SEED_REQUESTS_PER_S))
+                for s in uniq
+            ]
+        )[req_of]
     bounds = np.cumsum([0] + [len(b.seeds) for b in blocks])
     for b, lo in zip(blocks, bounds[:-1], strict=False):
-        b.policy.reset(len(b.seeds), seeds[lo : lo + len(b.seeds)])
-    D = regime.sync.duration_s()
+        b.policy.reset(len(b.seeds), seeds[lo : lo + len(b.seeds)], SEED_LEARNERS if compat else 1)
     prog = config.progress
+    D = regime.sync_s
+    outer = prog.averaging_efficiency if compat else 1.0
     params = regime.sync.params
     state = EngineState.empty(K, config.serving)
     h, tokens, eff = np.zeros(K), np.zeros(K), np.zeros(K)
@@ -172,7 +213,7 @@ def simulate(
     for w in range(W):
         t0 = w * dt
         if sync:
-            gain = tokens * prog.efficiency(h)
+            gain = tokens * prog.efficiency(h) * outer
             obs = Observation.of(
                 w,
                 h=h,
@@ -180,11 +221,11 @@ def simulate(
                 loss_delta=prog.loss(eff, params) - prog.loss(eff + gain, params),
                 staleness_s=t0 - last_sync,
                 network=np.full(K, net[w]),
-                inference=inference,
+                inference=np.full(K, bg_inf[w]) if compat else inference,
                 checkpoint=np.full(K, ckpt[w]),
                 serve_now=load[:, w - 1] if w else np.zeros(K),
                 serve_forecast=forecast,
-                serve_next=load[:, w],
+                serve_next=next_cost[:, w] if compat else load[:, w],
             )
             want = np.concatenate(
                 [
@@ -199,9 +240,15 @@ def simulate(
             sync_until[go] = t0 + D
             last_sync[go] = t0 + D
             started[:, w] = go
-        c = advance(
-            state, arrival, prompt, output, n_req, req_of, t0 + dt, sync_until, config.serving
-        )
+        if compat:
+            lat = sidecar_latency_ms(net[w], bg_inf[w], ckpt[w], sync_until > t0, noise[:, w])
+            c = np.zeros((K, 8))
+            c[:, FINISHED] = SEED_REQUESTS_PER_S
+            c[:, VIOLATED] = (lat > SEED_SLO_MS).sum(axis=1)
+        else:
+            c = advance(
+                state, arrival, prompt, output, n_req, req_of, t0 + dt, sync_until, config.serving
+            )
         totals += c
         viol[:, w], fin[:, w] = c[:, VIOLATED], c[:, FINISHED]
         busy_sync = np.clip(np.minimum(sync_until, t0 + dt) - t0, 0.0, dt)
@@ -231,8 +278,8 @@ def simulate(
             "sync_s": D,
             "sync_time_fraction": syncing_s / config.horizon_s,
             "tokens_trained": trained,
-            "effective_tokens": eff + tokens * prog.efficiency(h),
-            "final_loss": prog.loss(eff + tokens * prog.efficiency(h), params),
+            "effective_tokens": eff + tokens * prog.efficiency(h) * outer,
+            "final_loss": prog.loss(eff + tokens * prog.efficiency(h) * outer, params),
         }
     )
     return FleetResult(table, started, viol, fin)

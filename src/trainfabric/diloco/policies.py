@@ -84,8 +84,9 @@ class Policy:
     max_h: float = 1024.0
     deployable: bool = True
 
-    def reset(self, n: int, seeds: np.ndarray) -> None:
-        """Called once before a simulation of ``n`` runs with these seeds."""
+    def reset(self, n: int, seeds: np.ndarray, learners: int = 1) -> None:
+        """Called once before a simulation of ``n`` runs with these seeds; ``learners`` vote
+        independently where a policy is random (the artifact's ``min_ready`` = all)."""
 
     def decide(self, obs: Observation) -> np.ndarray:
         want = self.want(obs)
@@ -132,12 +133,15 @@ class PressureGate(Policy):
 class RandomDeferral(Policy):
     p: float = 0.5
     rngs: list = field(default_factory=list, repr=False)
+    learners: int = 1
 
-    def reset(self, n: int, seeds: np.ndarray) -> None:
+    def reset(self, n: int, seeds: np.ndarray, learners: int = 1) -> None:
         self.rngs = [np.random.default_rng([int(s), 1013]) for s in seeds]
+        self.learners = learners
 
     def want(self, obs: Observation) -> np.ndarray:
-        return np.array([rng.uniform() >= self.p for rng in self.rngs])
+        """Every learner must draw "sync" (``>= p``) for the run to sync."""
+        return np.array([(rng.uniform(size=self.learners) >= self.p).all() for rng in self.rngs])
 
 
 @dataclass
