@@ -21,14 +21,7 @@ from __future__ import annotations
 
 from _common import emit, parser
 
-FORECAST_FREE = (
-    "fixed_h",
-    "adaptive_tokens",
-    "adaptive_load",
-    "pressure_gate",
-    "random_deferral",
-    "wa_diloco",
-)
+FORECASTING = ("wa_forecast", "wa_calibrated")  # the others see no serving forecast
 SEED_PAPER = {
     "bursty_forecast": "SLO 6.54% -> 5.09%, 8 of 10 seeds, p = 0.021 (theirs)",
     "bursty_offline": "4.45% vs 6.26% (theirs)",
@@ -105,7 +98,7 @@ def _details(v):
 
 def _findings(v, bursty_regime: str) -> dict:
     """The seed's three findings checked on one protocol's verdicts."""
-    free = v[v["policy"].isin(FORECAST_FREE)]
+    free = v[~v["policy"].isin(FORECASTING)]
     bursty = v[v["regime"] == bursty_regime].set_index("policy")
     return {
         "1_matched_random_ties_or_beats_forecast_free": {
