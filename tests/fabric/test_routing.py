@@ -291,20 +291,26 @@ def _failure_topo(kind):
     return T.fat_tree(128, 8)
 
 
+def _failure_case(kind, fraction, host_links, seed, rng_offset, core_offset, n=80):
+    """A failure topology, its link state (fat-tree: core cables too), the generator and
+    ``n`` random flows between distinct hosts."""
+    topo = _failure_topo(kind)
+    rng = np.random.default_rng(seed + rng_offset)
+    up = random_failures(topo, rng, fraction, host_links)
+    if kind == "fat_tree":
+        up &= T.fail_links(topo, fraction, seed=seed + core_offset, tiers=(T.UP2,))
+    src = rng.integers(0, topo.n_hosts, n)
+    dst = (src + rng.integers(1, topo.n_hosts, n)) % topo.n_hosts
+    return topo, up, rng, src, dst
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("kind,fraction,host_links,seed", FAILURE_CASES)
 def test_known_failures_are_avoided(mode, kind, fraction, host_links, seed):
     """Static failures known to every mechanism: no positive share on a dead link, nothing
     lost for a routable flow, everything lost for an unroutable one, conservation."""
-    topo = _failure_topo(kind)
-    rng = np.random.default_rng(seed)
-    up = random_failures(topo, rng, fraction, host_links)
-    if kind == "fat_tree":
-        up &= T.fail_links(topo, fraction, seed=seed + 10, tiers=(T.UP2,))
-    H = topo.n_hosts
-    n = 80
-    src = rng.integers(0, H, n)
-    dst = (src + rng.integers(1, H, n)) % H
+    topo, up, rng, src, dst = _failure_case(kind, fraction, host_links, seed, 0, 10)
+    H, n = topo.n_hosts, src.size
     # make some flows start or end at a host with a dead link
     hurt = np.flatnonzero(~up[topo.host_up].all(axis=0) | ~up[topo.host_down].all(axis=0))
     src[:4] = hurt[:4] if hurt.size >= 4 else src[:4]
@@ -406,15 +412,8 @@ def test_loss_before_the_reaction(mode, kind, fraction, host_links, seed):
     """Failures only in the truth (every view still all-up): single-path modes keep their
     healthy path and lose everything iff it crosses a dead link; split modes keep the even
     split and lose the share it sends into dead links."""
-    topo = _failure_topo(kind)
-    rng = np.random.default_rng(seed + 100)
-    truth = random_failures(topo, rng, fraction, host_links)
-    if kind == "fat_tree":
-        truth &= T.fail_links(topo, fraction, seed=seed + 20, tiers=(T.UP2,))
-    H = topo.n_hosts
-    n = 80
-    src = rng.integers(0, H, n)
-    dst = (src + rng.integers(1, H, n)) % H
+    topo, truth, rng, src, dst = _failure_case(kind, fraction, host_links, seed, 100, 20)
+    n = src.size
     flows = FlowTable.simple(src, dst, rng.uniform(1, 2, n) * 1e6)
     router = Router(topo, mode, seed=seed)
     healthy = router.route(flows, np.arange(n))  # the first call uses an all-up epoch

@@ -259,24 +259,18 @@ def run_to_dir(cfg: ProtocolConfig, run_dir, console=None) -> dict:
     from pathlib import Path
 
     from trainfabric.experiments import render_report
-    from trainfabric.experiments.store import git_state, package_versions
-    from trainfabric.io import write_json, write_parquet
+    from trainfabric.experiments.store import now, write_run_manifest
+    from trainfabric.io import write_parquet
 
     run_dir = Path(run_dir)
+    started = now()
     res = run_protocol(cfg, console)
     write_parquet(run_dir / "diloco_runs.parquet", res["runs"])
     write_parquet(run_dir / "diloco_verdicts.parquet", res["verdicts"])
-    write_json(
-        run_dir / "manifest.json",
-        {
-            "experiment": "diloco-protocol",
-            "description": "trainfabric DiLoCo protocol: policies vs matched random",
-            "spec": {"name": "diloco-protocol"},
-            "config": cfg.model_dump(mode="json"),
-            "seeds": list(range(cfg.seeds)),
-            "versions": package_versions(),
-            "git": git_state(),
-        },
+    description = "trainfabric DiLoCo protocol: policies vs matched random"
+    config = cfg.model_dump(mode="json")
+    write_run_manifest(
+        run_dir, "diloco-protocol", description, config, list(range(cfg.seeds)), started
     )
     keys = ("slo_violation_rate", "syncs", "vs_matched_random", "p_value", "effect_size")
     regimes: dict = {}

@@ -133,7 +133,7 @@ class RunDir:
 
     def finish(self, manifest: dict[str, Any], computed: int, skipped: int) -> dict[str, Any]:
         """Record the end of the invocation (UTC time, cells computed/skipped) in the manifest."""
-        manifest = manifest | {"finished": _now(), "computed": computed, "skipped": skipped}
+        manifest = manifest | {"finished": now(), "computed": computed, "skipped": skipped}
         io.write_json(self.manifest_path, manifest)
         return manifest
 
@@ -169,6 +169,37 @@ def git_state(directory: Path | None = None) -> dict[str, Any] | None:
     return {"commit": commit, "dirty": dirty}
 
 
+def now() -> str:
+    """The current UTC time, to the second (ISO 8601), as manifests record it."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def write_run_manifest(
+    run_dir: str | Path,
+    name: str,
+    description: str,
+    config: dict[str, Any],
+    seeds: list[int],
+    started: str,
+) -> Path:
+    """``manifest.json`` of a single (non-sweep) run: what ran, on which seeds, with which
+    package versions and git commit, from ``started`` until now."""
+    return io.write_json(
+        Path(run_dir) / "manifest.json",
+        {
+            "experiment": name,
+            "description": description,
+            "spec": {"name": name},
+            "config": config,
+            "seeds": seeds,
+            "versions": package_versions(),
+            "git": git_state(),
+            "started": started,
+            "finished": now(),
+        },
+    )
+
+
 def _manifest(spec: SweepSpec, cells: list[Cell], executor: str) -> dict[str, Any]:
     experiment = registry.get(spec.experiment)
     swept = list(spec.grid)
@@ -188,12 +219,8 @@ def _manifest(spec: SweepSpec, cells: list[Cell], executor: str) -> dict[str, An
         "git": git_state(),
         "executor": executor,
         "hostname": socket.gethostname(),
-        "started": _now(),
+        "started": now(),
         "finished": None,
         "computed": None,
         "skipped": None,
     }
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")

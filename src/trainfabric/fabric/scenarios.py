@@ -41,6 +41,7 @@ from pydantic import Field
 
 from trainfabric.config import Config, read_toml, validate
 from trainfabric.errors import ConfigError
+from trainfabric.experiments.store import now, write_run_manifest
 
 LBMode = Literal["ecmp", "flowlet", "pinning", "spray", "adaptive"]
 ALL_MODES: tuple[str, ...] = ("ecmp", "flowlet", "pinning", "spray", "adaptive")
@@ -622,29 +623,8 @@ def _write_tables(run_dir: Path, tables: dict[str, pd.DataFrame]) -> None:
 
 
 def _write_manifest(run_dir: Path, name: str, config: dict, started: str, seed: int) -> None:
-    from trainfabric.experiments.store import git_state, package_versions
-    from trainfabric.io import write_json
-
-    write_json(
-        run_dir / "manifest.json",
-        {
-            "experiment": name,
-            "description": "trainfabric fabric scenarios (flow-level engine)",
-            "spec": {"name": name},
-            "config": config,
-            "seeds": [seed],
-            "versions": package_versions(),
-            "git": git_state(),
-            "started": started,
-            "finished": _now(),
-        },
-    )
-
-
-def _now() -> str:
-    from datetime import UTC, datetime
-
-    return datetime.now(UTC).isoformat(timespec="seconds")
+    description = "trainfabric fabric scenarios (flow-level engine)"
+    write_run_manifest(run_dir, name, description, config, [seed], started)
 
 
 def _render(run_dir: Path) -> Path:
@@ -656,7 +636,7 @@ def _render(run_dir: Path) -> Path:
 def run_to_dir(sc: Scenario, run_dir: str | Path, console=None) -> dict:
     """Run one scenario, write its tables, manifest and report; per-mode headline figures."""
     run_dir = Path(run_dir)
-    started, t0 = _now(), time.perf_counter()
+    started, t0 = now(), time.perf_counter()
     if console is not None:
         console.print(f"scenario {sc.name or sc.kind} ({sc.kind}), modes {', '.join(sc.modes)}")
     tables = run_scenario(sc)
@@ -749,7 +729,7 @@ def eval_scenarios(quick: bool, seed: int = 0) -> list[Scenario]:
 def run_eval(run_dir: str | Path, quick: bool = False, seed: int = 0, console=None) -> dict:
     """All four scenarios into one run directory with a report; headline figures per mode."""
     run_dir = Path(run_dir)
-    started, t0 = _now(), time.perf_counter()
+    started, t0 = now(), time.perf_counter()
     scenarios = eval_scenarios(quick, seed)
     modes: dict[str, dict[str, float]] = {}
     walls = {}
