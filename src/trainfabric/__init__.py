@@ -3,7 +3,8 @@
 Pillars: :mod:`trainfabric.ocs` (optical circuit switch wiring), :mod:`trainfabric.fabric`
 (multiplane Ethernet fabrics), :mod:`trainfabric.diloco` (workload-aware DiLoCo), on the shared
 substrate :mod:`trainfabric.workloads` (jobs -> task DAGs and traffic) and
-:mod:`trainfabric.experiments` (sweeps, run directories, reports).
+:mod:`trainfabric.runs` (sweeps, run directories, reports); :mod:`trainfabric.experiments`
+registers the experiments and cross-pillar studies on top.
 """
 
 __version__ = "0.1.0"

@@ -1,7 +1,10 @@
 """Typed configs: pydantic models loaded from TOML; validation errors become ConfigErrors.
 
-Every config model derives from :class:`Config` (extra fields are rejected, so a typo in a
-TOML key is reported by name instead of being silently ignored).
+Every config model derives from :class:`Config`: extra fields are rejected (a typo in a TOML
+key is reported by name instead of being silently ignored), numbers must be finite (no NaN,
+no infinity) and types are strict (``"1e8"`` is not a number, ``true`` is not an integer);
+a field that needs a conversion (a path from a string, a tuple from a list) says so with
+``Field(strict=False)``.
 """
 
 from __future__ import annotations
@@ -18,9 +21,9 @@ C = TypeVar("C", bound=BaseModel)
 
 
 class Config(BaseModel):
-    """Base of all trainfabric configs: strict about unknown keys, immutable."""
+    """Base of all trainfabric configs: strict about keys, types and finiteness; immutable."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 def field_path(loc: tuple[Any, ...]) -> str:

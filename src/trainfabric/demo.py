@@ -19,8 +19,8 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from trainfabric.experiments import SweepSpec, render_report, run_sweep
 from trainfabric.io import write_parquet
+from trainfabric.runs import SweepSpec, render_report, run_sweep
 from trainfabric.workloads import PRESETS, load_workload, summarize
 
 DEMO_RATE_BPS = 100e9

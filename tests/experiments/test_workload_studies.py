@@ -7,8 +7,8 @@ import pytest
 
 from trainfabric.config import validate
 from trainfabric.errors import ConfigError
-from trainfabric.experiments import SweepSpec, expand, get, run_sweep
 from trainfabric.experiments.workload_studies import CriticalPathConfig, critical_path_figures
+from trainfabric.runs import SweepSpec, expand, get, run_sweep
 from trainfabric.workloads import build_dag, get_preset
 
 

@@ -122,7 +122,7 @@ def test_eval_quick_json_has_the_headline_figures(cli, tmp_path):
 
 
 def test_scenarios_are_sweepable_experiments():
-    from trainfabric.experiments import get, run_cell
+    from trainfabric.runs import get, run_cell
 
     assert get("fabric_failures").config_model is S.FailuresScenario
     table = run_cell("fabric_line_rate", tiny("line_rate", modes=["spray"]), seed=5)

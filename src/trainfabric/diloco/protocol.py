@@ -258,9 +258,9 @@ def run_to_dir(cfg: ProtocolConfig, run_dir, console=None) -> dict:
     return the per-regime, per-policy summary (the ``--json`` output)."""
     from pathlib import Path
 
-    from trainfabric.experiments import render_report
-    from trainfabric.experiments.store import now, write_run_manifest
     from trainfabric.io import write_parquet
+    from trainfabric.runs import render_report
+    from trainfabric.runs.store import now, write_run_manifest
 
     run_dir = Path(run_dir)
     started = now()

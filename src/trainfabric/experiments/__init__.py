@@ -1,40 +1,7 @@
-"""Experiments: typed configs in, tidy tables out; sweeps, run directories and reports.
+"""The top layer: registered experiments and cross-pillar studies.
 
-An experiment is a function of a typed config and a seed returning a table
-(:func:`register`, :func:`get`). A sweep (:class:`SweepSpec`, :func:`load_sweep`) expands to
-cells, grid point x seed (:func:`expand`), that :func:`run_sweep` runs serially, on a local
-process pool or on Ray into a resumable run directory (:class:`RunDir`);
-:func:`render_report` turns any run directory into ``report.html``.
+Importing :mod:`trainfabric.experiments.library` registers every built-in experiment (and the
+figures of their tables) into :mod:`trainfabric.runs`; the runs layer finds it through the
+``trainfabric.experiments`` entry-point group, so no pillar and no runs module imports this
+package. Run one with ``trainfabric experiments run NAME`` or sweep it with ``trainfabric sweep``.
 """
-
-from trainfabric.experiments.registry import Experiment, get, names, register
-from trainfabric.experiments.report import FIGURES, render_report
-from trainfabric.experiments.store import RunDir
-from trainfabric.experiments.sweep import (
-    Cell,
-    SweepResult,
-    SweepSpec,
-    default_run_dir,
-    expand,
-    load_sweep,
-    run_cell,
-    run_sweep,
-)
-
-__all__ = [
-    "FIGURES",
-    "Cell",
-    "Experiment",
-    "RunDir",
-    "SweepResult",
-    "SweepSpec",
-    "default_run_dir",
-    "expand",
-    "get",
-    "load_sweep",
-    "names",
-    "register",
-    "render_report",
-    "run_cell",
-    "run_sweep",
-]

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from trainfabric.experiments.report import FIGURES
+from trainfabric.runs.report import FIGURES
 
 PAPER_BURSTY = {"matched random": 6.54, "WA + EWMA forecast": 5.09}  # SLO %, their replay
 

@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from trainfabric.experiments.registry import register
-from trainfabric.experiments.report import FIGURES
 from trainfabric.fabric import scenarios as S
+from trainfabric.runs.registry import register
+from trainfabric.runs.report import FIGURES
 
 PAPER_LINE_RATE = 0.98  # "98% of theoretical line rate" (NVIDIA, arXiv 2605.21187)
 PAPER_LATENCY_AT_10PCT = 0.07  # "+7% latency at 10% fabric link failures" (same paper)

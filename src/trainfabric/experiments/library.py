@@ -11,7 +11,7 @@ import pandas as pd
 from pydantic import Field, ValidationInfo, field_validator
 
 from trainfabric.config import Config
-from trainfabric.experiments.registry import register
+from trainfabric.runs.registry import register
 from trainfabric.workloads import moe
 
 

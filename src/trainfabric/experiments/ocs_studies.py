@@ -13,10 +13,10 @@ from matplotlib.figure import Figure
 from pydantic import Field
 
 from trainfabric.config import Config
-from trainfabric.experiments.registry import register
-from trainfabric.experiments.report import FIGURES
 from trainfabric.ocs.model import OcsModel
 from trainfabric.ocs.planner import plan
+from trainfabric.runs.registry import register
+from trainfabric.runs.report import FIGURES
 from trainfabric.workloads import load_workload
 
 

@@ -15,8 +15,8 @@ from matplotlib.ticker import NullFormatter
 from pydantic import Field, field_validator
 
 from trainfabric.config import Config
-from trainfabric.experiments.registry import register
-from trainfabric.experiments.report import FIGURES
+from trainfabric.runs.registry import register
+from trainfabric.runs.report import FIGURES
 from trainfabric.workloads import build_dag, get_preset, load_workload
 from trainfabric.workloads.presets import PRESETS
 from trainfabric.workloads.workload import is_file_spec

@@ -41,7 +41,7 @@ from pydantic import Field
 
 from trainfabric.config import Config, read_toml, validate
 from trainfabric.errors import ConfigError
-from trainfabric.experiments.store import now, write_run_manifest
+from trainfabric.runs.store import now, write_run_manifest
 
 LBMode = Literal["ecmp", "flowlet", "pinning", "spray", "adaptive"]
 ALL_MODES: tuple[str, ...] = ("ecmp", "flowlet", "pinning", "spray", "adaptive")
@@ -628,7 +628,7 @@ def _write_manifest(run_dir: Path, name: str, config: dict, started: str, seed: 
 
 
 def _render(run_dir: Path) -> Path:
-    from trainfabric.experiments import render_report  # figures: experiments.fabric_studies
+    from trainfabric.runs import render_report  # figures: experiments.fabric_studies
 
     return render_report(run_dir)
 

@@ -29,7 +29,7 @@ import pandas as pd
 from trainfabric.errors import ConfigError
 
 if TYPE_CHECKING:
-    from trainfabric.experiments.sweep import Cell
+    from trainfabric.runs.sweep import Cell
 
 EXECUTORS = ("local", "ray", "serial")
 

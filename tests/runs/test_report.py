@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from trainfabric.errors import ConfigError
-from trainfabric.experiments import FIGURES, SweepSpec, render_report, run_sweep
+from trainfabric.runs import FIGURES, SweepSpec, render_report, run_sweep
 
 IMG = re.compile(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
 

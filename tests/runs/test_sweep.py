@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from trainfabric.errors import ConfigError
-from trainfabric.experiments import (
+from trainfabric.runs import (
     SweepSpec,
     default_run_dir,
     expand,

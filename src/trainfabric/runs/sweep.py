@@ -44,8 +44,8 @@ from rich.progress import (
 
 from trainfabric.config import Config, field_path, read_toml, validate
 from trainfabric.errors import ConfigError
-from trainfabric.experiments import executors, registry
-from trainfabric.experiments.store import RunDir
+from trainfabric.runs import executors, registry
+from trainfabric.runs.store import RunDir
 
 DEFAULT_RUNS_ROOT = Path("runs")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")

@@ -33,8 +33,8 @@ import pandas as pd
 
 from trainfabric import io
 from trainfabric.errors import ConfigError
-from trainfabric.experiments import registry
-from trainfabric.experiments.store import RunDir
+from trainfabric.runs import registry
+from trainfabric.runs.store import RunDir
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -8,7 +8,7 @@ from pydantic import BaseModel
 
 from trainfabric.config import Config
 from trainfabric.errors import ConfigError
-from trainfabric.experiments import get, names, register, registry
+from trainfabric.runs import get, names, register, registry
 from trainfabric.experiments.library import MoeSkewConfig, moe_skew
 
 

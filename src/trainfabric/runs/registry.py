@@ -5,14 +5,17 @@ An experiment is registered with :func:`register`::
     @register("moe_skew", MoeSkewConfig)
     def moe_skew(config: MoeSkewConfig, seed: int) -> pandas.DataFrame: ...
 
-The built-in experiments live in :mod:`trainfabric.experiments.library` (and the modules it
-imports). :func:`get` and :func:`names` import that module on first use, so a freshly spawned
-worker process (process pool, Ray) that only knows an experiment's *name* finds it too.
+Experiments are registered by modules named in the ``trainfabric.experiments`` entry-point
+group (the built-in ones: :mod:`trainfabric.experiments.library`; a user's package may add its
+own). :func:`get` and :func:`names` import those modules on first use, so a freshly spawned
+worker process (process pool, Ray) that only knows an experiment's *name* finds it too, and
+this layer never imports the layer above it.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -21,7 +24,7 @@ import pandas as pd
 from trainfabric.config import Config
 from trainfabric.errors import ConfigError
 
-LIBRARY = "trainfabric.experiments.library"
+ENTRY_POINTS = "trainfabric.experiments"
 
 ExperimentFn = Callable[[Config, int], pd.DataFrame]
 
@@ -97,7 +100,9 @@ def names() -> list[str]:
 
 
 def load_library() -> None:
-    importlib.import_module(LIBRARY)
+    """Import every module of the ``trainfabric.experiments`` entry-point group (idempotent)."""
+    for entry in importlib.metadata.entry_points(group=ENTRY_POINTS):
+        importlib.import_module(entry.value)
 
 
 def _qualname(function: Callable[..., object]) -> str:

@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from trainfabric.errors import ConfigError
-from trainfabric.experiments import SweepSpec, expand, run_sweep
-from trainfabric.experiments.executors import execute, run_ray
+from trainfabric.runs import SweepSpec, expand, run_sweep
+from trainfabric.runs.executors import execute, run_ray
 
 
 def _sorted(frame: pd.DataFrame) -> pd.DataFrame:

@@ -5,7 +5,7 @@ Layout::
     RUNDIR/manifest.json           sweep spec, seeds, cells, config, versions, git, timestamps
     RUNDIR/cells/<cell_id>.parquet  one table per finished cell (written as it finishes)
     RUNDIR/results.parquet          all cells concatenated in grid order (written at the end)
-    RUNDIR/report.html              rendered by :func:`trainfabric.experiments.render_report`
+    RUNDIR/report.html              rendered by :func:`trainfabric.runs.render_report`
 
 Every file is written atomically (temporary file + rename), so a cell file that exists is
 complete: resuming skips exactly the cells whose files exist. The manifest records the latest
@@ -29,10 +29,10 @@ import trainfabric
 from trainfabric import io
 from trainfabric.config import validate
 from trainfabric.errors import ConfigError
-from trainfabric.experiments import registry
+from trainfabric.runs import registry
 
 if TYPE_CHECKING:
-    from trainfabric.experiments.sweep import Cell, SweepSpec
+    from trainfabric.runs.sweep import Cell, SweepSpec
 
 VERSIONED = ("trainfabric", "numpy", "scipy", "pandas", "pyarrow", "pydantic", "matplotlib", "ray")
 _INVOCATION_KEYS = ("started", "finished", "executor", "hostname", "computed", "skipped", "git")

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 
 from trainfabric.errors import ConfigError
-from trainfabric.experiments import RunDir, SweepSpec, run_sweep
-from trainfabric.experiments.store import git_state
+from trainfabric.runs import RunDir, SweepSpec, run_sweep
+from trainfabric.runs.store import git_state
 
 
 def _mtimes(run: RunDir) -> dict[str, int]:
@@ -46,7 +46,7 @@ def test_git_state_outside_a_repository(tmp_path):
 
 
 def test_no_temporary_files_are_left(tmp_path, small_spec):
-    from trainfabric.experiments import render_report
+    from trainfabric.runs import render_report
 
     run_sweep(small_spec, tmp_path / "run", executor="serial", progress=False)
     render_report(tmp_path / "run")

@@ -1,0 +1,101 @@
+"""``trainfabric workloads ...``: training jobs -> task DAGs and traffic matrices.
+
+``workloads list``: the built-in presets; ``workloads show``: a workload's DAG summary and
+critical path at a uniform rate; ``workloads export``: the versioned JSON interchange files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from trainfabric.clikit import ConfigOpt, JsonOpt, emit_json, err, out
+from trainfabric.errors import ConfigError
+
+app = typer.Typer(help="Training jobs -> task DAGs and traffic matrices.", no_args_is_help=True)
+
+
+@app.command("list")
+def workloads_list(config: ConfigOpt = None, json_out: JsonOpt = False) -> None:
+    """List the built-in presets."""
+    from trainfabric.workloads.presets import PRESETS
+
+    rows = {name: p.description for name, p in PRESETS.items()}
+    if json_out:
+        return emit_json({"presets": rows})
+    table = Table("preset", "description")
+    for name, desc in rows.items():
+        table.add_row(name, desc)
+    out.print(table)
+
+
+@app.command("show")
+def workloads_show(
+    workload: Annotated[str, typer.Argument(help="Preset name or a .json/.toml file.")],
+    pods: Annotated[int | None, typer.Option(help="Re-map the job onto this many pods.")] = None,
+    rate_gbps: Annotated[
+        float, typer.Option(help="Uniform pod-pair rate for the critical path (Gb/s).")
+    ] = 100.0,
+    seed: Annotated[int, typer.Option(help="Seed of the MoE expert-load draw.")] = 0,
+    config: ConfigOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Summarise a workload: nodes, edges, bytes per phase, critical path at a uniform rate."""
+    from trainfabric.workloads import load_workload, summarize
+
+    if rate_gbps <= 0:
+        raise ConfigError("rate_gbps", "must be > 0")
+    s = summarize(load_workload(workload, pods, seed), rate_gbps * 1e9)
+    if json_out:
+        return emit_json(s)
+    head = Table("quantity", "value", title=f"workload {s['workload']}")
+    for key in ("pods", "nodes", "edges", "compute_nodes", "comm_nodes", "barrier_nodes", "phases"):
+        head.add_row(key, f"{s[key]:,}")
+    head.add_row("inter-pod bytes / iteration", f"{s['comm_bytes'] / 1e9:,.3f} GB")
+    head.add_row(
+        f"critical path @ {rate_gbps:g} Gb/s per pod pair", f"{s['critical_path_s']:.4f} s"
+    )
+    head.add_row("critical path, communication free", f"{s['compute_only_s']:.4f} s")
+    for key, val in (s.get("job") or {}).items():
+        head.add_row(f"job.{key}", f"{val:,}" if isinstance(val, int) else str(val))
+    out.print(head)
+    phases = Table("phase kind", "phases", "inter-pod GB", "intra-pod GB")
+    for kind, row in s["phase_kinds"].items():
+        phases.add_row(
+            kind,
+            str(row["count"]),
+            f"{row['bytes'] / 1e9:,.3f}",
+            f"{row['intra_pod_bytes'] / 1e9:,.3f}",
+        )
+    out.print(phases)
+
+
+@app.command("export")
+def workloads_export(
+    workload: Annotated[str, typer.Argument(help="Preset name or a .json/.toml file.")],
+    file: Annotated[Path, typer.Argument(help="Output JSON file.")],
+    traffic: Annotated[
+        bool, typer.Option(help="Write the traffic-matrix sequence instead of the DAG.")
+    ] = False,
+    pods: Annotated[int | None, typer.Option(help="Re-map the job onto this many pods.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the MoE expert-load draw.")] = 0,
+    config: ConfigOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Write a workload in the versioned JSON interchange format (task DAG or traffic)."""
+    from trainfabric.workloads import interchange, load_workload
+
+    w = load_workload(workload, pods, seed)
+    path = interchange.save(w.traffic if traffic else w.dag, file)
+    info = {
+        "path": str(path),
+        "format": interchange.TRAFFIC_FORMAT if traffic else interchange.DAG_FORMAT,
+        "nodes": w.dag.n_nodes,
+        "phases": len(w.traffic),
+    }
+    if json_out:
+        return emit_json(info)
+    err.print(f"wrote {info['format']} v{interchange.VERSION} to {path}")
