@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import resource
 import sys
 from pathlib import Path
 
-from trainfabric.io import write_json
+from trainfabric.io import dumps, write_json
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -29,7 +28,8 @@ def peak_rss_gb() -> float:
 
 
 def emit(name: str, result: dict, out: Path | None = None) -> None:
-    """Write the result JSON under benchmarks/results/ and print it as the last stdout line."""
+    """Write the result JSON under benchmarks/results/ and print it as the last stdout line
+    (strict JSON: non-finite numbers become null with a ``<key>_nonfinite`` reason)."""
     result = {"benchmark": name, "python": platform.python_version(), **result}
     write_json(out or RESULTS / f"{name}.json", result)
-    sys.stdout.write(json.dumps(result, default=float) + "\n")
+    sys.stdout.write(dumps(result) + "\n")

@@ -1,6 +1,7 @@
 """Test-wide settings (a deterministic, deadline-free hypothesis profile for CI) and shared
 fixtures: one Ray session for the whole run, small sweeps, an in-process test experiment."""
 
+import json
 import os
 
 import matplotlib
@@ -23,6 +24,17 @@ settings.register_profile(
 )
 settings.register_profile("dev", deadline=None, max_examples=200)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"not strict JSON: {name}")
+
+
+@pytest.fixture(scope="session")
+def strict_loads():
+    """``strict_loads(text)``: ``json.loads`` that refuses ``NaN``, ``Infinity`` and
+    ``-Infinity`` (which Python's parser accepts but JavaScript's and jq's reject)."""
+    return lambda text: json.loads(text, parse_constant=_refuse_constant)
 
 
 @pytest.fixture

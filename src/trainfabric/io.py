@@ -1,20 +1,54 @@
-"""Atomic file writes: write to a temporary file in the same directory, then rename.
+"""Atomic, durable file writes and the one strict JSON encoder.
 
-An interrupted run therefore never leaves a half-written table, manifest or report behind.
+Writes go to a temporary file in the target's directory, which is flushed to disk (``fsync``)
+and then renamed onto the target; the directory is ``fsync``-ed after the rename so the new
+name survives a crash too. An interrupted run therefore never leaves a half-written table,
+manifest or report behind. Written files get mode ``0o666 & ~umask`` like any ``open()``; the
+umask is read once, at import (flipping it around each write would race with other threads).
+
+:func:`dumps` is the one JSON encoder of the toolkit (``--json`` output, run manifests,
+benchmark results). Its output is strict JSON (RFC 8259): numpy scalars and arrays become
+numbers and lists, paths become strings, and a non-finite float (NaN, +inf, -inf), which JSON
+cannot represent, becomes ``null`` -- with the reason beside it when it is a dict value:
+``{"gap": inf}`` is written ``{"gap": null, "gap_nonfinite": "inf"}``; inside a list it is a
+bare ``null``.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+NONFINITE_SUFFIX = "_nonfinite"
+
+
+def _read_umask() -> int:
+    """The process umask: from ``/proc/self/status`` (Linux, no side effect), else by setting
+    and restoring it (done once, at import)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+UMASK = _read_umask()
+
 
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
-    """Call ``write(tmp_path)`` and atomically rename the result onto ``path``."""
+    """Call ``write(tmp_path)``, fsync the temporary file, rename it onto ``path`` and fsync
+    ``path``'s directory. On any failure the temporary file is removed and ``path`` is left
+    as it was. The parent directory is created when missing."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -22,18 +56,24 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     tmp_path = Path(tmp)
     try:
         write(tmp_path)
-        tmp_path.chmod(0o666 & ~_umask())
+        _fsync(tmp_path)
+        tmp_path.chmod(0o666 & ~UMASK)
         os.replace(tmp_path, path)
     except BaseException:
         tmp_path.unlink(missing_ok=True)
         raise
+    _fsync(path.parent, directory=True)
     return path
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+def _fsync(path: Path, directory: bool = False) -> None:
+    """Flush ``path`` (a file, or a directory's entries) to stable storage."""
+    flags = os.O_RDONLY | (os.O_DIRECTORY if directory else 0)
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def write_text(path: str | Path, text: str) -> Path:
@@ -47,8 +87,8 @@ def write_bytes(path: str | Path, data: bytes) -> Path:
 
 
 def write_json(path: str | Path, obj: Any) -> Path:
-    """Atomically write ``obj`` as indented JSON."""
-    return write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=_jsonable) + "\n")
+    """Atomically write ``obj`` as strict, indented JSON with sorted keys (see :func:`dumps`)."""
+    return write_text(path, dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
 def write_parquet(path: str | Path, table: Any) -> Path:
@@ -56,10 +96,56 @@ def write_parquet(path: str | Path, table: Any) -> Path:
     return atomic_write(path, lambda p: table.to_parquet(p, engine="pyarrow", index=False))
 
 
-def _jsonable(obj: Any) -> Any:
-    """Fallback JSON encoder for numpy scalars/arrays and paths."""
+def dumps(obj: Any, indent: int | None = None, sort_keys: bool = False) -> str:
+    """``obj`` as strict JSON text (see the module docs for the mapping of numpy values, paths
+    and non-finite floats). A dict holding both ``k`` (non-finite) and ``k_nonfinite`` is a
+    ValueError; an object JSON cannot hold (a set, an arbitrary class) is a TypeError."""
+    return json.dumps(jsonable(obj), indent=indent, sort_keys=sort_keys, allow_nan=False)
+
+
+def jsonable(obj: Any) -> Any:
+    """``obj`` with every value mapped to what strict JSON can hold (the mapping of
+    :func:`dumps`, without the encoding)."""
+    obj = _plain(obj)
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, Mapping):
+        return _jsonable_dict(obj)
+    if isinstance(obj, list | tuple):
+        return [jsonable(v) for v in obj]
+    return obj
+
+
+def _jsonable_dict(obj: Mapping[Any, Any]) -> dict[Any, Any]:
+    """A dict with non-finite float values replaced by ``None`` plus a ``<key>_nonfinite``
+    sibling holding ``"nan"``, ``"inf"`` or ``"-inf"``."""
+    out: dict[Any, Any] = {}
+    reasons: dict[str, str] = {}
+    for key, value in obj.items():
+        key = _plain(key)
+        value = _plain(value)
+        if isinstance(value, float) and not math.isfinite(value):
+            reasons[f"{key}{NONFINITE_SUFFIX}"] = _reason(value)
+        out[key] = jsonable(value)
+    clash = sorted(set(reasons) & {str(k) for k in out})
+    if clash:
+        raise ValueError(f"cannot encode non-finite value: key {clash[0]!r} already exists")
+    return out | reasons
+
+
+def _plain(obj: Any) -> Any:
+    """numpy scalars -> Python scalars, numpy arrays (anything with ``tolist``) -> lists,
+    paths -> strings; everything else unchanged."""
+    if isinstance(obj, str | int | float | bool | type(None)):
+        return obj
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
     if hasattr(obj, "tolist"):
         return obj.tolist()
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+    return obj
+
+
+def _reason(value: float) -> str:
+    if math.isnan(value):
+        return "nan"
+    return "inf" if value > 0 else "-inf"
