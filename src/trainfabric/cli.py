@@ -1,23 +1,38 @@
-"""The ``trainfabric`` command: one sub-command group per pillar, a thin layer over the API.
+"""The ``trainfabric`` command: mounts each pillar's ``cli.py`` and the run commands.
 
-Conventions: ``--json`` prints exactly one JSON object on stdout; tables and progress go to
-stderr/stdout for people; ``--config FILE.toml`` supplies option values (keys are the option
-names, ``-`` or ``_``); user errors print one line and exit with code 2.
+Run commands: ``sweep`` (a grid x seeds into a resumable, locked run directory), ``report``
+(render any run directory), ``demo`` (every pillar's small scenario, one report) and
+``experiments list|run``. Conventions (see :mod:`trainfabric.clikit`): ``--json`` prints
+exactly one strict JSON object on stdout; progress goes to stderr; ``--config FILE.toml``
+supplies option values by option name; a user error prints one line naming the option or
+field and exits 2; Ctrl-C exits 130, keeping every finished cell for a resume.
 """
 
 from __future__ import annotations
 
+import contextvars
 import sys
+import tomllib
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
-from typer._click.exceptions import NoArgsIsHelpError
 
-from trainfabric.clikit import ConfigOpt, JsonOpt, err, out
-from trainfabric.clikit import emit_json as _emit_json
+import trainfabric
+from trainfabric.clikit import (
+    ConfigOpt,
+    JsonOpt,
+    MaxMemoryOpt,
+    ProgressOpt,
+    emit_json,
+    err,
+    input_file,
+    out,
+    progress,
+    writable_dir,
+)
 from trainfabric.diloco import cli as diloco_cli
-from trainfabric.errors import TrainfabricError
+from trainfabric.errors import ConfigError, TrainfabricError
 from trainfabric.fabric import cli as fabric_cli
 from trainfabric.ocs import cli as ocs_cli
 from trainfabric.workloads import cli as workloads_cli
@@ -27,45 +42,176 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+experiments_app = typer.Typer(
+    help="Registered experiments and cross-pillar studies: list them, run one.",
+    no_args_is_help=True,
 )
 app.add_typer(workloads_cli.app, name="workloads")
 app.add_typer(ocs_cli.app, name="ocs")
 app.add_typer(fabric_cli.app, name="fabric")
 app.add_typer(diloco_cli.app, name="diloco")
+app.add_typer(experiments_app, name="experiments")
 
 
-# -- sweeps and reports -----------------------------------------------------------------------
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"trainfabric {trainfabric.__version__}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", "-V", help="Print the version and exit.", callback=_version, is_eager=True
+        ),
+    ] = False,
+) -> None:
+    """Plan, simulate and schedule the networks of large AI-training clusters."""
+
+
+# -- sweeps, reports, experiments, demo -------------------------------------------------------
+OutOpt = Annotated[
+    Path | None,
+    typer.Option("--out", help="Run directory.", show_default="runs/<name>"),
+]
+
+
 @app.command("sweep")
 def sweep(
-    file: Annotated[Path, typer.Argument(help="Sweep TOML: experiment, seeds, [base], [grid].")],
-    executor: Annotated[str, typer.Option(help="local (process pool), ray, or serial.")] = "local",
+    file: Annotated[
+        Path,
+        typer.Argument(
+            help="Sweep TOML: experiment = NAME, seeds = N or a list, optional \\[base] "
+            "(fixed fields) and \\[grid] (field = list of values; cartesian product).",
+        ),
+    ],
+    executor: Annotated[
+        str, typer.Option(help="local (process pool), ray, or serial.", show_default=True)
+    ] = "local",
     address: Annotated[
-        str | None, typer.Option(help="Ray cluster address (default: a local Ray).")
+        str | None, typer.Option(help="Ray cluster address (default: a local Ray on 127.0.0.1).")
     ] = None,
     workers: Annotated[
-        int | None, typer.Option(help="Local worker processes (default: CPU count).")
+        int | None,
+        typer.Option(min=1, max=1024, help="Local worker processes (default: CPU count)."),
     ] = None,
-    out_dir: Annotated[
-        Path | None, typer.Option("--out", help="Run directory (default runs/<name>).")
-    ] = None,
+    out_dir: OutOpt = None,
+    max_memory_gb: MaxMemoryOpt = None,
+    show_progress: ProgressOpt = None,
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Run a parameter grid x seeds; re-running the same command resumes finished cells."""
-    from trainfabric.runs import load_sweep, run_sweep
+    from trainfabric.runs import load_sweep
 
-    spec = load_sweep(file)
-    res = run_sweep(spec, out_dir, executor=executor, workers=workers, address=address)
+    spec = load_sweep(input_file(file, "FILE"))
+    _emit_sweep(spec, out_dir, executor, workers, address, json_out, show_progress)
+
+
+def _emit_sweep(spec, out_dir, executor, workers, address, json_out, show_progress) -> None:
+    """Run ``spec`` into its run directory, render its report, print the summary."""
+    from trainfabric.runs import default_run_dir, render_report, run_sweep
+
+    run_dir = writable_dir(out_dir or default_run_dir(spec), "--out")
+    with progress(json_out, spec.experiment, show_progress) as bar:
+        res = run_sweep(
+            spec, run_dir, executor=executor, workers=workers, address=address, progress=bar
+        )
     info = {
+        "experiment": spec.experiment,
         "run_dir": str(res.run_dir),
         "cells": len(res.computed) + len(res.skipped),
         "computed": len(res.computed),
         "skipped": len(res.skipped),
         "rows": len(res.results),
+        "report": str(render_report(res.run_dir)),
     }
     if json_out:
-        return _emit_json(info)
-    err.print(f"{info['computed']} cells computed, {info['skipped']} resumed -> {res.run_dir}")
+        return emit_json(info)
+    err.print(
+        f"{info['computed']} cells computed, {info['skipped']} resumed -> {res.run_dir}; "
+        f"report: {info['report']}"
+    )
+
+
+@experiments_app.command("list")
+def experiments_list(json_out: JsonOpt = False) -> None:
+    """The registered experiments, their config fields and defaults."""
+    from rich.table import Table
+
+    from trainfabric.runs import registry
+
+    rows = {
+        name: {
+            "description": (e := registry.get(name)).description,
+            "fields": {k: _jsonable(f.default) for k, f in e.config_model.model_fields.items()},
+            "quick": dict(e.quick),
+        }
+        for name in registry.names()
+    }
+    if json_out:
+        return emit_json({"experiments": rows})
+    t = Table("experiment", "description", "fields (defaults)", title="registered experiments")
+    for name, row in rows.items():
+        t.add_row(name, row["description"], ", ".join(f"{k}={v}" for k, v in row["fields"].items()))
+    out.print(t)
+
+
+@experiments_app.command("run")
+def experiments_run(
+    name: Annotated[str, typer.Argument(help="Experiment name (see `experiments list`).")],
+    quick: Annotated[
+        bool, typer.Option(help="The experiment's small setting and one seed.")
+    ] = False,
+    seeds: Annotated[
+        int | None, typer.Option(min=1, max=10_000, help="Seeds 0..N-1 (default 3; quick 1).")
+    ] = None,
+    param: Annotated[
+        list[str] | None,
+        typer.Option("--param", "-p", help="Config field KEY=VALUE (TOML value); repeatable."),
+    ] = None,
+    executor: Annotated[str, typer.Option(help="local, ray, or serial.")] = "local",
+    workers: Annotated[int | None, typer.Option(min=1, max=1024, help="Local workers.")] = None,
+    out_dir: OutOpt = None,
+    max_memory_gb: MaxMemoryOpt = None,
+    show_progress: ProgressOpt = None,
+    config: ConfigOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Run one registered experiment over seeds into a run directory with a report."""
+    from trainfabric.config import validate
+    from trainfabric.runs import SweepSpec, registry
+
+    experiment = registry.get(name)
+    base = (dict(experiment.quick) if quick else {}) | _params(param or [])
+    count = seeds or (1 if quick else 3)
+    label = f"{name}-quick" if quick else name
+    spec = validate(SweepSpec, {"experiment": name, "seeds": count, "base": base, "name": label})
+    _emit_sweep(spec, out_dir, executor, workers, None, json_out, show_progress)
+
+
+def _params(items: list[str]) -> dict[str, Any]:
+    """``["gini=0.3", "workload=moe"]`` -> ``{"gini": 0.3, "workload": "moe"}`` (TOML values,
+    bare words as strings)."""
+    params = {}
+    for item in items:
+        key, eq, raw = item.partition("=")
+        if not eq or not key.strip():
+            raise ConfigError("--param", f"{item!r} is not KEY=VALUE")
+        try:
+            value = tomllib.loads(f"v = {raw}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = raw
+        params[key.strip()] = value
+    return params
+
+
+def _jsonable(value: Any) -> Any:
+    return value if isinstance(value, str | int | float | bool | type(None)) else str(value)
 
 
 @app.command("report")
@@ -74,12 +220,12 @@ def report(
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Render RUN_DIR/report.html (tables and figures) from any run directory."""
+    """Render RUN_DIR/report.html (headline, figures, tables) from any run directory."""
     from trainfabric.runs import render_report
 
     path = render_report(run_dir)
     if json_out:
-        return _emit_json({"report": str(path)})
+        return emit_json({"report": str(path)})
     err.print(f"report: {path}")
 
 
@@ -88,35 +234,55 @@ def demo(
     out_dir: Annotated[
         Path, typer.Option("--out", help="Where the demo writes its run directory.")
     ] = Path("runs/demo"),
+    max_memory_gb: MaxMemoryOpt = None,
+    show_progress: ProgressOpt = None,
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """The main job on embedded defaults: every pillar's small scenario, then one report."""
     from trainfabric.demo import run_demo
 
-    result = run_demo(out_dir, console=err if json_out else out)
+    run_dir = writable_dir(out_dir, "--out")
+    with progress(json_out, "demo", show_progress) as bar:
+        console = bar.console if not bar.disable else (None if json_out else out)
+        result = run_demo(run_dir, console=console or _quiet(), progress=bar)
     if json_out:
-        return _emit_json(result)
+        return emit_json(result)
+
+
+def _quiet():
+    from rich.console import Console
+
+    return Console(stderr=True, quiet=True)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: user errors become one line on stderr and exit code 2."""
+    """Entry point: each invocation in its own context (limits); user errors are one line
+    on stderr and exit 2; Ctrl-C is one line and exit 130."""
+    contextvars.copy_context().run(_main, argv)
+
+
+def _main(argv: list[str] | None) -> None:
     try:
         app(args=argv, standalone_mode=False)
     except TrainfabricError as exc:
-        sys.stderr.write(f"error: {exc}\n")
-        raise SystemExit(2) from None
+        _fail(f"error: {exc}", 2)
     except typer.Exit as exc:
         raise SystemExit(exc.exit_code) from None
-    except NoArgsIsHelpError as exc:
-        exc.show()
-        raise SystemExit(exc.exit_code) from None
+    except (typer.Abort, KeyboardInterrupt):
+        _fail("interrupted: finished work is kept; run the same command again to resume", 130)
     except typer.TyperException as exc:
-        sys.stderr.write(f"error: {exc.format_message()}\n")
-        raise SystemExit(2) from None
-    except typer.Abort:
-        sys.stderr.write("aborted\n")
-        raise SystemExit(130) from None
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            exc.show()
+            raise SystemExit(exc.exit_code) from None
+        _fail(f"error: {exc.format_message()}", 2)
+    except MemoryError:
+        _fail("error: out of memory; lower the input sizes or set --max-memory-gb", 2)
+
+
+def _fail(line: str, code: int) -> None:
+    sys.stderr.write(" ".join(line.split()) + "\n")
+    raise SystemExit(code) from None
 
 
 if __name__ == "__main__":

@@ -1,19 +1,34 @@
-"""Shared pieces of the ``trainfabric`` command: ``--config``/``--json`` options and output.
+"""Shared pieces of the ``trainfabric`` command: options, validation, errors, output, progress.
 
 Every pillar's command module (``trainfabric.<pillar>.cli``) builds its Typer group from
-these, so all commands share one ``--config`` behaviour (TOML keys become option defaults,
-unknown keys are user errors) and one ``--json`` contract (exactly one object on stdout).
+these, so all commands share one contract:
+
+- ``--config FILE.toml`` supplies option values; its keys are the option names as the docs
+  print them (``rate-gbps`` or ``rate_gbps`` for ``--rate-gbps``, ``out`` for ``--out``);
+  an unknown key is a user error naming it.
+- Every option is validated before any work: numbers are finite and in range
+  (:func:`finite`, Typer's ``min``/``max`` for integers), and an error raised deeper with an
+  internal field name is renamed to the option the user typed (:func:`options`).
+- ``--json`` prints exactly one strict JSON object on stdout (:func:`emit_json`); progress
+  bars go to stderr and are silent under ``--json`` unless ``--progress`` (:func:`progress`).
+- ``--max-memory-gb`` caps what the size guards of :mod:`trainfabric.limits` allow.
 """
 
 from __future__ import annotations
 
-import json
+import math
+import os
+import re
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
+from trainfabric import io, limits
 from trainfabric.config import read_toml
 from trainfabric.errors import ConfigError
 
@@ -22,28 +37,178 @@ err = Console(stderr=True)
 
 
 def load_config(ctx: typer.Context, _param: typer.CallbackParam, value: str | None) -> str | None:
-    """Eager ``--config`` callback: TOML keys become the command's option defaults."""
+    """Eager ``--config`` callback: TOML keys (option names) become the options' defaults."""
     if value is None:
         return value
-    data = {k.replace("-", "_"): v for k, v in read_toml(value).items()}
-    known = {p.name for p in ctx.command.params if p.name != "config"}
-    for key in data:
-        if key not in known:
-            raise ConfigError(f"config.{key}", f"unknown option; known: {', '.join(sorted(known))}")
-    ctx.default_map = {**(ctx.default_map or {}), **data}
+    by_key = _option_keys(ctx)
+    defaults = {}
+    for key, item in read_toml(value).items():
+        name = by_key.get(key.replace("_", "-"))
+        if name is None:
+            known = ", ".join(sorted(by_key))
+            raise ConfigError(f"config.{key}", f"unknown option; known: {known}")
+        defaults[name] = item
+    ctx.default_map = {**(ctx.default_map or {}), **defaults}
+    return value
+
+
+def _option_keys(ctx: typer.Context) -> dict[str, str]:
+    """``{"rate-gbps": "rate_gbps", "out": "out_dir", ...}``: config key -> parameter name."""
+    keys = {}
+    for param in ctx.command.params:
+        if param.name == "config":
+            continue
+        for opt in param.opts:
+            if opt.startswith("--"):
+                keys[opt[2:]] = param.name
+    return keys
+
+
+def finite(
+    gt: float | None = None, ge: float | None = None, le: float | None = None
+) -> Callable[[Any], Any]:
+    """Typer callback: the float option must be finite and within the bounds given."""
+
+    def check(value: float | None) -> float | None:
+        if value is None:
+            return value
+        if not math.isfinite(value):
+            raise typer.BadParameter(f"{value} is not a finite number")
+        bounds = (("gt", gt, value > (gt or 0)), ("ge", ge, value >= (ge or 0)))
+        bounds += (("le", le, value <= (le or 0)),)
+        for op, bound, ok in bounds:
+            if bound is not None and not ok:
+                sign = {"gt": ">", "ge": ">=", "le": "<="}[op]
+                raise typer.BadParameter(f"{value:g} is out of range: must be {sign} {bound:g}")
+        return value
+
+    return check
+
+
+@contextmanager
+def options(**names: str) -> Iterator[None]:
+    """Rename a ConfigError's internal field to the option the user typed.
+
+    ``with options(rate_bps="--rate-gbps"):`` turns ``rate_bps: must be > 0`` raised inside
+    the block into ``--rate-gbps: must be > 0`` (also for nested paths ``rate_bps.x``).
+    """
+    try:
+        yield
+    except ConfigError as exc:
+        head, dot, rest = exc.field.partition(".")
+        if head in names:
+            raise ConfigError(names[head] + (dot + rest if rest else ""), exc.message) from None
+        raise
+
+
+def _set_memory_limit(value: float | None) -> float | None:
+    value = finite(gt=0)(value)
+    limits.set_memory_limit(value)
     return value
 
 
 ConfigOpt = Annotated[
     str | None,
     typer.Option(
-        "--config", help="TOML file of option values.", callback=load_config, is_eager=True
+        "--config",
+        help="TOML file of option values; keys are the option names (rate-gbps, out, ...).",
+        callback=load_config,
+        is_eager=True,
     ),
 ]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout.")]
+JsonOpt = Annotated[
+    bool, typer.Option("--json", help="Print one strict JSON object on stdout, nothing else.")
+]
+ProgressOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--progress/--no-progress",
+        help="Progress bars on stderr (default: on, off under --json).",
+        show_default=False,
+    ),
+]
+MaxMemoryOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--max-memory-gb",
+        help="Refuse inputs whose estimated memory exceeds this (GB) [default: free memory].",
+        callback=_set_memory_limit,
+    ),
+]
+SeedOpt = Annotated[
+    int, typer.Option("--seed", min=0, max=2**63 - 1, help="Seed (non-negative integer).")
+]
 
 
 def emit_json(obj: Any) -> None:
-    sys.stdout.write(
-        json.dumps(obj, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o)) + "\n"
+    """Write ``obj`` as one line of strict JSON (non-finite numbers become null) to stdout."""
+    sys.stdout.write(io.dumps(obj) + "\n")
+
+
+def progress(json_out: bool, label: str, show: bool | None = None) -> Any:
+    """A rich progress display on stderr for the running command, or a disabled one.
+
+    ``show`` is the ``--progress/--no-progress`` flag (None when not given): shown by default,
+    under ``--json`` only with ``--progress``.
+    Engines take it as ``progress`` and call :func:`trainfabric.progress.track` on it.
+    """
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
     )
+
+    enabled = (not json_out) if show is None else show
+    return Progress(
+        TextColumn(f"[bold]{label}[/] {{task.description}}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        disable=not enabled,
+        transient=False,
+    )
+
+
+def writable_dir(path: Path, field: str = "--out") -> Path:
+    """Check, before any compute, that ``path`` is (or can be created as) a writable folder.
+
+    Refused with a ConfigError naming ``field``: an existing file, a folder without write
+    permission, or a missing folder under a parent that cannot be created or written.
+    Creates nothing: the run creates the folder when it writes its first file.
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(field, f"{path} exists and is not a directory")
+    probe = path
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ConfigError(field, f"cannot create {path}: {probe} is not a directory")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError(field, f"cannot write to {probe} (permission denied)")
+    return path
+
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def run_name(name: str, field: str) -> str:
+    """``name`` as one plain path component (letters, digits, ``.``, ``_``, ``-``), so a run
+    directory named after it stays inside its root; anything else is a ConfigError."""
+    if not _NAME.match(name) or name in {".", ".."}:
+        raise ConfigError(
+            field, f"{name!r} is not a plain name (letters, digits, '.', '_', '-'; at most 128)"
+        )
+    return name
+
+
+def input_file(path: Path, field: str) -> Path:
+    """``path`` must be an existing regular file (a directory or a missing path is refused)."""
+    path = Path(path)
+    if not path.is_file():
+        what = "is a directory" if path.is_dir() else "not found"
+        raise ConfigError(field, f"{path} {what}; expected a file")
+    return path

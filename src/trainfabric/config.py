@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from trainfabric.errors import ConfigError
 
 C = TypeVar("C", bound=BaseModel)
+MAX_TOML_BYTES = 10_000_000
 
 
 class Config(BaseModel):
@@ -42,12 +43,21 @@ def validate(model: type[C], data: Any, prefix: str = "") -> C:
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:
-    """Parse a TOML file; a missing file or a syntax error is a ConfigError naming the file."""
+    """Parse a TOML file (at most :data:`MAX_TOML_BYTES`); a missing, unreadable, binary or
+    oversized file or a syntax error is a ConfigError naming the file."""
     path = Path(path)
     try:
+        if path.stat().st_size > MAX_TOML_BYTES:
+            raise ConfigError("config", f"{path}: larger than {MAX_TOML_BYTES:,} bytes")
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError("config", f"file not found: {path}") from None
+    except IsADirectoryError:
+        raise ConfigError("config", f"{path} is a directory; expected a TOML file") from None
+    except UnicodeDecodeError:
+        raise ConfigError("config", f"{path}: not a UTF-8 text file") from None
+    except OSError as exc:
+        raise ConfigError("config", f"cannot read {path}: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError("config", f"{path}: invalid TOML ({exc})") from None
 

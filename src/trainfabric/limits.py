@@ -39,6 +39,11 @@ def memory_limit_bytes() -> float:
     return available_memory_bytes() if limit is None else limit
 
 
+def set_memory_limit(max_memory_gb: float | None) -> None:
+    """Set the limit for the rest of this context (the CLI runs each command in its own)."""
+    _LIMIT_BYTES.set(None if max_memory_gb is None else max_memory_gb * GB)
+
+
 @contextmanager
 def memory_limit(max_memory_gb: float | None) -> Iterator[None]:
     """Within the block, :func:`check_memory` uses ``max_memory_gb`` (None: what is free)."""

@@ -13,37 +13,83 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from trainfabric.clikit import ConfigOpt, JsonOpt, emit_json, err, out
-from trainfabric.errors import ConfigError
+from trainfabric.clikit import (
+    ConfigOpt,
+    JsonOpt,
+    MaxMemoryOpt,
+    ProgressOpt,
+    SeedOpt,
+    emit_json,
+    err,
+    finite,
+    input_file,
+    options,
+    out,
+    progress,
+    writable_dir,
+)
 
 app = typer.Typer(help="Workload-aware DiLoCo sync policies.", no_args_is_help=True)
 SUMMARY = ("slo_violation_rate", "syncs", "vs_matched_random", "p_value", "effect_size")
+POLICIES = (
+    "fixed_h, adaptive_tokens, adaptive_load, pressure_gate, random_deferral, wa_diloco, "
+    "wa_forecast, wa_calibrated"
+)
+REGIMES = "steady, diurnal, bursty, sync_heavy, azure, seed_clean, seed_mixed, seed_bursty"
+TraceOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--trace",
+        help="Serving trace CSV (Azure layout TIMESTAMP,ContextTokens,GeneratedTokens or "
+        "arrival_s,prompt_tokens,output_tokens) replayed as the regime's arrivals.",
+    ),
+]
+RateScaleOpt = Annotated[
+    float,
+    typer.Option(
+        help="Multiply the trace's own mean request rate by this (with --trace).",
+        callback=finite(gt=0, le=1e6),
+    ),
+]
+# Internal field names of the DiLoCo API -> what the user typed.
+NAMES = {
+    "policy": "--policy",
+    "regime": "--regime",
+    "windows": "--windows",
+    "horizon_s": "--windows",
+    "seeds": "--seeds",
+    "trace": "--trace",
+    "rate": "--rate-scale",
+}
 
 
 @app.command("sim")
 def sim_cmd(
-    policy: Annotated[
-        str, typer.Option(help="Policy name (fixed_h, wa_forecast, ...).")
-    ] = "wa_diloco",
-    regime: Annotated[str, typer.Option(help="Regime (steady, diurnal, bursty, ...).")] = "bursty",
-    seed: Annotated[int, typer.Option(help="Seed of the requests and the policy.")] = 0,
-    windows: Annotated[int, typer.Option(help="Control windows of 1 s.")] = 10_000,
+    policy: Annotated[str, typer.Option(help=f"Policy: {POLICIES}.")] = "wa_diloco",
+    regime: Annotated[
+        str, typer.Option(help=f"Regime: {REGIMES} (with --trace: its sync model).")
+    ] = "bursty",
+    seed: SeedOpt = 0,
+    windows: Annotated[
+        int, typer.Option(min=10, max=100_000_000, help="Control windows of 1 s.")
+    ] = 10_000,
+    trace: TraceOpt = None,
+    rate_scale: RateScaleOpt = 1.0,
+    max_memory_gb: MaxMemoryOpt = None,
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Simulate one policy on one regime and seed."""
     import numpy as np
 
-    from trainfabric.diloco.fleet import Block, FleetConfig, get_regime, simulate
+    from trainfabric.diloco.fleet import Block, FleetConfig, simulate
     from trainfabric.diloco.policies import make_policy
 
-    if windows < 10:
-        raise ConfigError("windows", "must be >= 10")
-    res = simulate(
-        FleetConfig(windows=windows),
-        get_regime(regime),
-        [Block(make_policy(policy), np.array([seed]))],
-    )
+    with options(**NAMES):
+        reg = _regime(regime, trace, rate_scale)
+        res = simulate(
+            FleetConfig(windows=windows), reg, [Block(make_policy(policy), np.array([seed]))]
+        )
     row = {k: (v.item() if hasattr(v, "item") else v) for k, v in res.table.iloc[0].items()}
     if json_out:
         return emit_json(row)
@@ -57,10 +103,25 @@ def sim_cmd(
 def protocol_cmd(
     quick: Annotated[bool, typer.Option(help="10 seeds, 2,000 windows, 5 envelope draws.")] = False,
     seeds: Annotated[
-        int | None, typer.Option(help="Evaluation seeds (default 50, by power).")
+        int | None,
+        typer.Option(min=3, max=10_000, help="Evaluation seeds [default: 50, by power; quick 10]."),
     ] = None,
-    windows: Annotated[int | None, typer.Option(help="Control windows per run.")] = None,
-    out_dir: Annotated[Path | None, typer.Option("--out", help="Run directory to write.")] = None,
+    windows: Annotated[
+        int | None,
+        typer.Option(
+            min=10, max=100_000_000, help="Control windows per run [default: 10,000; quick 2,000]."
+        ),
+    ] = None,
+    trace: TraceOpt = None,
+    rate_scale: RateScaleOpt = 1.0,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", help="Run directory to write.", show_default="runs/diloco-protocol[-quick]"
+        ),
+    ] = None,
+    max_memory_gb: MaxMemoryOpt = None,
+    show_progress: ProgressOpt = None,
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -73,12 +134,16 @@ def protocol_cmd(
         update["seeds"] = seeds
     if windows is not None:
         update["fleet"] = cfg.fleet.model_copy(update={"windows": windows})
+    if trace is not None:
+        update |= {"trace": str(input_file(trace, "--trace")), "rate_scale": rate_scale}
     if update:
         from trainfabric.config import validate
 
-        cfg = validate(ProtocolConfig, cfg.model_dump() | update)
-    out_dir = out_dir or Path("runs/diloco-protocol" + ("-quick" if quick else ""))
-    res = run_to_dir(cfg, out_dir, console=err)
+        with options(**NAMES):
+            cfg = validate(ProtocolConfig, cfg.model_dump() | update)
+    out_dir = writable_dir(out_dir or Path("runs/diloco-protocol" + ("-quick" if quick else "")))
+    with progress(json_out, "diloco protocol", show_progress) as bar, options(**NAMES):
+        res = run_to_dir(cfg, out_dir, console=None if bar.disable else bar.console)
     if json_out:
         return emit_json(res)
     t = Table("regime", "policy", *SUMMARY, title="DiLoCo protocol: policy vs matched random")
@@ -87,6 +152,16 @@ def protocol_cmd(
             t.add_row(regime, policy, *(_fmt(row[k]) for k in SUMMARY))
     out.print(t)
     err.print(f"run directory: {res['run_dir']}; report: {res['report']}")
+
+
+def _regime(name: str, trace: Path | None, rate_scale: float):
+    """The named regime, or with ``--trace`` that regime's sync model replaying the trace."""
+    from trainfabric.diloco.fleet import get_regime, trace_regime
+
+    base = get_regime(name)
+    if trace is None:
+        return base
+    return trace_regime(input_file(trace, "--trace"), rate_scale, base)
 
 
 def _fmt(v) -> str:

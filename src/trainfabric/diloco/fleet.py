@@ -38,7 +38,9 @@ its last interval, only for the spacing of its syncs.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -66,7 +68,8 @@ class Regime(Config):
     """Serving load and sync cost of one pressure regime (``seed_compat``: the artifact's)."""
 
     name: str
-    arrivals: Literal["poisson", "diurnal", "mmpp", "hawkes", "azure"] = "poisson"
+    arrivals: Literal["poisson", "diurnal", "mmpp", "hawkes", "azure", "trace"] = "poisson"
+    trace: str | None = Field(None, description="trace CSV replayed when arrivals = 'trace'")
     rate: float = Field(3.0, gt=0, description="mean requests/s over all replicas")
     sync: SyncModel = SyncModel()
     background: Literal["none", "seed_clean", "seed_mixed", "seed_bursty"] = "none"
@@ -81,6 +84,8 @@ class Regime(Config):
         rng = np.random.default_rng([seed, 17])
         if self.arrivals == "azure":
             return R.replay(R.azure_trace(), self.rate, horizon_s, rng)
+        if self.arrivals == "trace":
+            return R.replay(_read_trace(self.trace), self.rate, horizon_s, rng)
         gen = {"poisson": R.poisson, "diurnal": R.diurnal, "mmpp": R.mmpp, "hawkes": R.hawkes}
         return gen[self.arrivals](self.rate, horizon_s, rng)
 
@@ -126,6 +131,25 @@ REGIMES: dict[str, Regime] = {
     "seed_bursty": Regime(name="seed_bursty", background="seed_bursty", seed_compat=True),
 }
 PROTOCOL_REGIMES = ("steady", "diurnal", "bursty", "sync_heavy")
+
+
+def trace_regime(path: str | Path, rate_scale: float, base: Regime) -> Regime:
+    """``base`` (its sync model, background and mode) with the arrivals of the trace CSV at
+    ``path`` replayed at ``rate_scale`` times the trace's own mean rate (requests/s)."""
+    trace = _read_trace(str(path))
+    rate = rate_scale * trace.n / max(trace.span_s, 1e-9)
+    return base.model_copy(
+        update={"name": f"trace:{Path(path).name}", "arrivals": "trace", "trace": str(path)}
+        | {"rate": rate}
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _read_trace(path: str | None) -> R.Requests:
+    """One parse per trace file and process (the protocol replays it per seed)."""
+    if path is None:
+        raise ConfigError("trace", "arrivals = 'trace' needs a trace file")
+    return R.read_trace(path)
 
 
 def get_regime(name: str) -> Regime:

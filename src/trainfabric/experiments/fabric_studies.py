@@ -29,9 +29,11 @@ def _experiment(kind: str):
 
     run.__name__ = run.__qualname__ = f"fabric_{kind}"
     run.__doc__ = f"{model.__doc__.splitlines()[0]} (one table per run)."
-    return register(f"fabric_{kind}", model)(run)
+    return register(f"fabric_{kind}", model, quick=QUICK[kind])(run)
 
 
+# `experiments run fabric_<kind> --quick`: the scenario of `fabric eval --quick`.
+QUICK = {sc.kind: sc.model_dump(exclude={"name"}) for sc in S.eval_scenarios(quick=True)}
 for _kind in S.SCENARIOS:
     _experiment(_kind)
 

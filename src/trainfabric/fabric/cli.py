@@ -13,11 +13,32 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from trainfabric.clikit import ConfigOpt, JsonOpt, emit_json, err, out
+from trainfabric.clikit import (
+    ConfigOpt,
+    JsonOpt,
+    MaxMemoryOpt,
+    ProgressOpt,
+    SeedOpt,
+    emit_json,
+    err,
+    input_file,
+    out,
+    progress,
+    run_name,
+    writable_dir,
+)
 
 app = typer.Typer(help="Multiplane Ethernet fabric simulation.", no_args_is_help=True)
 
-OutOpt = Annotated[Path | None, typer.Option("--out", help="Run directory to write.")]
+OutOpt = Annotated[
+    Path | None,
+    typer.Option("--out", help="Run directory to write.", show_default="runs/fabric-<name>"),
+]
+
+
+def _console(bar):
+    """Stage lines above the progress bar, or nothing when the bar is off (--json)."""
+    return None if bar.disable else bar.console
 
 
 def _mode_table(title: str, modes: dict[str, dict]) -> Table:
@@ -38,15 +59,18 @@ def _fmt(v) -> str:
 def eval_cmd(
     quick: Annotated[bool, typer.Option(help="Small fabric and fewer points (< 3 min).")] = False,
     out_dir: OutOpt = None,
-    seed: Annotated[int, typer.Option(help="Seed of placements, hashes and failures.")] = 0,
+    seed: SeedOpt = 0,
+    max_memory_gb: MaxMemoryOpt = None,
+    show_progress: ProgressOpt = None,
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Line rate, isolation, failures and flaps per load-balancing mode, with a report."""
     from trainfabric.fabric.scenarios import run_eval
 
-    out_dir = out_dir or Path("runs/fabric-eval-quick" if quick else "runs/fabric-eval")
-    res = run_eval(out_dir, quick=quick, seed=seed, console=err)
+    out_dir = writable_dir(out_dir or Path(f"runs/fabric-eval{'-quick' if quick else ''}"))
+    with progress(json_out, "fabric eval", show_progress) as bar:
+        res = run_eval(out_dir, quick=quick, seed=seed, console=_console(bar), progress=bar)
     if json_out:
         return emit_json(res)
     out.print(_mode_table(f"fabric eval ({'quick' if quick else 'full'})", res["modes"]))
@@ -55,17 +79,39 @@ def eval_cmd(
 
 @app.command("run")
 def run_cmd(
-    scenario: Annotated[Path, typer.Argument(help="Scenario TOML (kind = line_rate | ...).")],
+    scenario: Annotated[
+        Path, typer.Argument(help="Scenario TOML; see the fields above and configs/fabric-*.toml.")
+    ],
     out_dir: OutOpt = None,
+    max_memory_gb: MaxMemoryOpt = None,
+    show_progress: ProgressOpt = None,
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Run one scenario file; tables, figures and report.html go to the run directory."""
+    """Run one scenario file; tables, figures and report.html go to the run directory.
+
+    \b
+    A scenario file has kind = "line_rate" | "isolation" | "failures" | "flaps" and, for
+    every kind: name (plain name, names runs/fabric-<name>), seed, modes (subset of ecmp,
+    flowlet, pinning, spray, adaptive) and [topology] (gpus, planes, switch_radix,
+    nic_rate_gbps, oversubscription, rail, hop_latency_s). Per kind:
+      line_rate   [[collectives]] (kind, algorithm, ranks, placement, channels, ...),
+                  sizes_bytes
+      isolation   [victim], [aggressor] collectives, victim_fraction,
+                  oversubscription = [...], failed_fractions = [...]
+      failures    fractions = [...], draws, connections, [collective], lp, offered_load
+      flaps       [collective], iterations, compute_s, [[flaps]] (link = "host"|"fabric",
+                  at_s or iteration, duration_s)
+    Units: bytes, seconds, Gb/s. Examples: configs/fabric-line-rate.toml,
+    fabric-isolation.toml, fabric-failures.toml, fabric-flaps.toml.
+    """
     from trainfabric.fabric.scenarios import load_scenario, run_to_dir
 
-    sc = load_scenario(scenario)
-    out_dir = out_dir or Path("runs") / f"fabric-{sc.name or scenario.stem}"
-    res = run_to_dir(sc, out_dir, console=err)
+    sc = load_scenario(input_file(scenario, "SCENARIO"))
+    name = run_name(sc.name or scenario.stem, "name")
+    out_dir = writable_dir(out_dir or Path("runs") / f"fabric-{name}")
+    with progress(json_out, "fabric run", show_progress) as bar:
+        res = run_to_dir(sc, out_dir, console=_console(bar))
     if json_out:
         return emit_json(res)
     out.print(_mode_table(f"scenario {res['scenario']} ({sc.kind})", res["modes"]))

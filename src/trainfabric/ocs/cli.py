@@ -13,36 +13,87 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from trainfabric.clikit import ConfigOpt, JsonOpt, emit_json, out
-from trainfabric.errors import ConfigError
+from trainfabric.clikit import (
+    ConfigOpt,
+    JsonOpt,
+    MaxMemoryOpt,
+    SeedOpt,
+    emit_json,
+    finite,
+    options,
+    out,
+    writable_dir,
+)
 
 app = typer.Typer(
     help="Optical circuit switch wiring: plan it, compare it with the MILP.", no_args_is_help=True
 )
 
-WorkloadArg = Annotated[str, typer.Option("--workload", help="Preset name or a .json/.toml file.")]
-PodsOpt = Annotated[int | None, typer.Option(help="Pods (re-maps a preset; default: its own).")]
-PortsOpt = Annotated[int, typer.Option("--ports", help="OCS-facing ports per pod (d).")]
-OcsOpt = Annotated[int, typer.Option("--ocs", help="Parallel OCSes (s); must divide --ports.")]
-RateOpt = Annotated[float, typer.Option(help="Circuit rate B, Gb/s.")]
-FallbackOpt = Annotated[float, typer.Option(help="Fallback rate B0 per pod pair, Gb/s (> 0).")]
-B1Opt = Annotated[float, typer.Option(help="Prior weight b1_rel (b1 = b1_rel / CP0).")]
-B2Opt = Annotated[float, typer.Option(help="Smoothing b2_rel (b2 = b2_rel log|paths| / CP0).")]
-SeedOpt = Annotated[int, typer.Option(help="Seed (MoE expert loads, swap order).")]
+WorkloadArg = Annotated[
+    str,
+    typer.Option(
+        "--workload",
+        help="Preset (moe, pipeline, dp-ring, dp-hd, hybrid, gpt3-175b, llama3-70b, deepseek-v3, "
+        "mixtral-8x7b) or a task-DAG/traffic .json or job .toml file.",
+    ),
+]
+PodsOpt = Annotated[
+    int | None,
+    typer.Option(min=2, max=65_536, help="Pods (re-maps a preset) [default: the preset's own]."),
+]
+PortsOpt = Annotated[
+    int, typer.Option("--ports", min=1, max=4096, help="OCS-facing ports per pod (d).")
+]
+OcsOpt = Annotated[
+    int, typer.Option("--ocs", min=1, max=4096, help="Parallel OCSes (s); must divide --ports.")
+]
+RateOpt = Annotated[
+    float, typer.Option(help="Circuit rate B, Gb/s (> 0).", callback=finite(gt=0, le=1e9))
+]
+FallbackOpt = Annotated[
+    float,
+    typer.Option(help="Fallback rate B0 per pod pair, Gb/s (> 0).", callback=finite(gt=0, le=1e9)),
+]
+B1Opt = Annotated[
+    float,
+    typer.Option(help="Prior weight b1_rel > 0 (b1 = b1_rel / CP0).", callback=finite(gt=0)),
+]
+B2Opt = Annotated[
+    float,
+    typer.Option(
+        help="Smoothing b2_rel > 0 (b2 = b2_rel log|paths| / CP0).", callback=finite(gt=0)
+    ),
+]
+# Internal field names of the workloads and OCS APIs -> what the user typed.
+NAMES = {
+    "workload": "--workload",
+    "pods": "--pods",
+    "n": "--pods",
+    "ports": "--ports",
+    "ports_per_pod": "--ports",
+    "ocs": "--ocs",
+    "s": "--ocs",
+    "rate_bps": "--rate-gbps",
+    "fallback_bps": "--fallback-gbps",
+    "b1": "--b1",
+    "b1_rel": "--b1",
+    "b2": "--b2",
+    "b2_rel": "--b2",
+    "seed": "--seed",
+    "time_limit_s": "--milp-time-limit-s",
+}
 
 
 def _ocs_instance(workload, pods, ports, ocs, rate_gbps, fallback_gbps, seed, b1, b2):
-    """The workload and OCS model of a CLI call (temperatures checked here)."""
+    """The workload and OCS model of a CLI call (errors name the options)."""
     from trainfabric.ocs.model import OcsModel
     from trainfabric.workloads import load_workload
 
-    for name, value in (("b1", b1), ("b2", b2)):
-        if not value > 0:
-            raise ConfigError(name, "must be > 0")
-    w = load_workload(workload, pods, seed)
-    model = OcsModel.uniform(
-        w.dag.n_pods, ports, ocs, rate_bps=rate_gbps * 1e9, fallback_bps=fallback_gbps * 1e9
-    )
+    with options(**NAMES):
+        w = load_workload(workload, pods, seed)
+        model = OcsModel.uniform(
+            w.dag.n_pods, ports, ocs, rate_bps=rate_gbps * 1e9, fallback_bps=fallback_gbps * 1e9
+        )
     return w, model
 
 
@@ -60,14 +111,17 @@ def ocs_plan(
     out_dir: Annotated[
         Path, typer.Option("--out", help="Where the cross-connect tables go.")
     ] = Path("runs/ocs-plan"),
+    max_memory_gb: MaxMemoryOpt = None,
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Plan the inter-pod wiring through parallel OCSes and write per-OCS cross-connect tables."""
     from trainfabric.ocs.planner import plan, write_plan
 
+    writable_dir(out_dir, "--out")
     w, model = _ocs_instance(workload, pods, ports, ocs, rate_gbps, fallback_gbps, seed, b1, b2)
-    result = plan(w.dag, model, b1_rel=b1, b2_rel=b2, seed=seed)
+    with options(**NAMES):
+        result = plan(w.dag, model, b1_rel=b1, b2_rel=b2, seed=seed)
     summary = {"workload": w.name, **result.summary(model)}
     summary["tables_path"] = str(write_plan(out_dir, model, result, summary))
     if json_out:
@@ -98,7 +152,10 @@ def ocs_compare(
     seed: SeedOpt = 0,
     rate_gbps: RateOpt = 100.0,
     fallback_gbps: FallbackOpt = 5.0,
-    milp_time_limit_s: Annotated[float, typer.Option(help="HiGHS time limit (s).")] = 60.0,
+    milp_time_limit_s: Annotated[
+        float, typer.Option(help="HiGHS time limit, s (> 0).", callback=finite(gt=0, le=86_400))
+    ] = 60.0,
+    max_memory_gb: MaxMemoryOpt = None,
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -106,9 +163,10 @@ def ocs_compare(
     from trainfabric.ocs.planner import compare
 
     w, model = _ocs_instance(workload, pods, ports, ocs, rate_gbps, fallback_gbps, seed, b1, b2)
-    rows = compare(
-        w.dag, model, b1_rel=b1, b2_rel=b2, seed=seed, milp_time_limit_s=milp_time_limit_s
-    )
+    with options(**NAMES):
+        rows = compare(
+            w.dag, model, b1_rel=b1, b2_rel=b2, seed=seed, milp_time_limit_s=milp_time_limit_s
+        )
     if json_out:
         return emit_json({"workload": w.name, "pods": model.n, "methods": rows})
     t = Table(

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 import pandas as pd
 
@@ -37,6 +38,7 @@ class Experiment:
     random number from ``numpy.random.default_rng(seed)`` (or generators derived from it) and
     returns a tidy :class:`pandas.DataFrame`, one row per observation. ``keys`` names the
     table's identifier columns (e.g. a shard index): reports do not treat them as results.
+    ``quick`` holds config overrides for a small, fast setting (``experiments run --quick``).
     """
 
     name: str
@@ -44,6 +46,7 @@ class Experiment:
     function: ExperimentFn
     description: str
     keys: tuple[str, ...] = ()
+    quick: Mapping[str, Any] = field(default_factory=dict)
 
 
 _REGISTRY: dict[str, Experiment] = {}
@@ -54,10 +57,12 @@ def register(
     config_model: type[Config],
     description: str | None = None,
     keys: tuple[str, ...] = (),
+    quick: Mapping[str, Any] | None = None,
 ) -> Callable[[ExperimentFn], ExperimentFn]:
     """Decorator registering ``function(config, seed) -> DataFrame`` as experiment ``name``.
 
-    ``keys`` names identifier columns of the table (see :class:`Experiment`). ``description``
+    ``keys`` names identifier columns of the table and ``quick`` the config overrides of its
+    small setting (see :class:`Experiment`). ``description``
     defaults to the first line of the function's docstring. Registering a
     different function under a name already taken is a programming error (``ValueError``).
     """
@@ -77,6 +82,7 @@ def register(
             function=function,
             description=description if description is not None else (doc[0] if doc else ""),
             keys=tuple(keys),
+            quick=dict(quick or {}),
         )
         return function
 

@@ -6,32 +6,47 @@ Public API: :class:`Job` (and its parts), :data:`PRESETS`, :func:`get_preset`,
 formats in :mod:`~trainfabric.workloads.interchange`.
 """
 
-from trainfabric.workloads.build import build_dag, schedule
-from trainfabric.workloads.dag import BARRIER, COMM, COMPUTE, Phase, TaskDAG
-from trainfabric.workloads.job import ComputeSpec, Job, ModelSpec, ParallelismSpec, PlacementSpec
-from trainfabric.workloads.presets import PRESETS, get_preset
-from trainfabric.workloads.traffic import PhaseTraffic, dag_from_traffic, traffic_from_dag
-from trainfabric.workloads.workload import Workload, load_workload, summarize
+from __future__ import annotations
 
-__all__ = [
-    "BARRIER",
-    "COMM",
-    "COMPUTE",
-    "ComputeSpec",
-    "Job",
-    "ModelSpec",
-    "PRESETS",
-    "ParallelismSpec",
-    "Phase",
-    "PhaseTraffic",
-    "PlacementSpec",
-    "TaskDAG",
-    "Workload",
-    "build_dag",
-    "dag_from_traffic",
-    "get_preset",
-    "load_workload",
-    "schedule",
-    "summarize",
-    "traffic_from_dag",
-]
+import importlib
+from typing import Any
+
+# Submodule of each public name; imported on first use, so `trainfabric --help` and the other
+# pillars' commands do not pay for numba, scipy and networkx (see __getattr__).
+_EXPORTS = {
+    "build_dag": "build",
+    "schedule": "build",
+    "BARRIER": "dag",
+    "COMM": "dag",
+    "COMPUTE": "dag",
+    "Phase": "dag",
+    "TaskDAG": "dag",
+    "ComputeSpec": "job",
+    "Job": "job",
+    "ModelSpec": "job",
+    "ParallelismSpec": "job",
+    "PlacementSpec": "job",
+    "PRESETS": "presets",
+    "get_preset": "presets",
+    "PhaseTraffic": "traffic",
+    "dag_from_traffic": "traffic",
+    "traffic_from_dag": "traffic",
+    "Workload": "workload",
+    "load_workload": "workload",
+    "summarize": "workload",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    """Import the submodule defining ``name`` on first access (PEP 562)."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

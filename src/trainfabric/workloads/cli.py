@@ -12,10 +12,35 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from trainfabric.clikit import ConfigOpt, JsonOpt, emit_json, err, out
+from trainfabric.clikit import (
+    ConfigOpt,
+    JsonOpt,
+    MaxMemoryOpt,
+    SeedOpt,
+    emit_json,
+    err,
+    finite,
+    options,
+    out,
+    writable_dir,
+)
 from trainfabric.errors import ConfigError
 
 app = typer.Typer(help="Training jobs -> task DAGs and traffic matrices.", no_args_is_help=True)
+
+WorkloadArg = Annotated[
+    str,
+    typer.Argument(
+        help="Preset (gpt3-175b, llama3-70b, deepseek-v3, mixtral-8x7b, moe, pipeline, dp-ring, "
+        "dp-hd, hybrid) or a task-DAG/traffic .json or job .toml file."
+    ),
+]
+PodsOpt = Annotated[
+    int | None,
+    typer.Option(min=1, max=65_536, help="Re-map the job onto this many pods [default: its own]."),
+]
+# Internal field names of the workloads API -> what the user typed.
+NAMES = {"pods": "--pods", "seed": "--seed", "rate_bps": "--rate-gbps", "workload": "WORKLOAD"}
 
 
 @app.command("list")
@@ -34,21 +59,25 @@ def workloads_list(config: ConfigOpt = None, json_out: JsonOpt = False) -> None:
 
 @app.command("show")
 def workloads_show(
-    workload: Annotated[str, typer.Argument(help="Preset name or a .json/.toml file.")],
-    pods: Annotated[int | None, typer.Option(help="Re-map the job onto this many pods.")] = None,
+    workload: WorkloadArg,
+    pods: PodsOpt = None,
     rate_gbps: Annotated[
-        float, typer.Option(help="Uniform pod-pair rate for the critical path (Gb/s).")
+        float,
+        typer.Option(
+            help="Uniform pod-pair rate for the critical path, Gb/s (> 0).",
+            callback=finite(gt=0, le=1e9),
+        ),
     ] = 100.0,
-    seed: Annotated[int, typer.Option(help="Seed of the MoE expert-load draw.")] = 0,
+    seed: SeedOpt = 0,
+    max_memory_gb: MaxMemoryOpt = None,
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Summarise a workload: nodes, edges, bytes per phase, critical path at a uniform rate."""
     from trainfabric.workloads import load_workload, summarize
 
-    if rate_gbps <= 0:
-        raise ConfigError("rate_gbps", "must be > 0")
-    s = summarize(load_workload(workload, pods, seed), rate_gbps * 1e9)
+    with options(**NAMES):
+        s = summarize(load_workload(workload, pods, seed), rate_gbps * 1e9)
     if json_out:
         return emit_json(s)
     head = Table("quantity", "value", title=f"workload {s['workload']}")
@@ -75,20 +104,25 @@ def workloads_show(
 
 @app.command("export")
 def workloads_export(
-    workload: Annotated[str, typer.Argument(help="Preset name or a .json/.toml file.")],
-    file: Annotated[Path, typer.Argument(help="Output JSON file.")],
+    workload: WorkloadArg,
+    file: Annotated[Path, typer.Argument(help="Output JSON file (its folder is created).")],
     traffic: Annotated[
         bool, typer.Option(help="Write the traffic-matrix sequence instead of the DAG.")
     ] = False,
-    pods: Annotated[int | None, typer.Option(help="Re-map the job onto this many pods.")] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the MoE expert-load draw.")] = 0,
+    pods: PodsOpt = None,
+    seed: SeedOpt = 0,
+    max_memory_gb: MaxMemoryOpt = None,
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Write a workload in the versioned JSON interchange format (task DAG or traffic)."""
     from trainfabric.workloads import interchange, load_workload
 
-    w = load_workload(workload, pods, seed)
+    writable_dir(file.parent, "FILE")
+    if file.is_dir():
+        raise ConfigError("FILE", f"{file} is a directory; expected a file name")
+    with options(**NAMES):
+        w = load_workload(workload, pods, seed)
     path = interchange.save(w.traffic if traffic else w.dag, file)
     info = {
         "path": str(path),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 from scipy.optimize import brentq
-from scipy.stats import norm
+from scipy.special import ndtri
 
 from trainfabric.errors import ConfigError
 
@@ -30,7 +30,7 @@ def gini(x: np.ndarray) -> float:
 
 
 def _lognormal_quantiles(sigma: float, n: int) -> np.ndarray:
-    z = norm.ppf((np.arange(n) + 0.5) / n)
+    z = ndtri((np.arange(n) + 0.5) / n)
     w = np.exp(sigma * (z - z.max()))
     return w / w.sum()
 
