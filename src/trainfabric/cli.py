@@ -117,10 +117,10 @@ def _emit_sweep(spec, out_dir, executor, workers, address, json_out, show_progre
     from trainfabric.runs import default_run_dir, render_report, run_sweep
 
     run_dir = writable_dir(out_dir or default_run_dir(spec), "--out")
-    with progress(json_out, spec.experiment, show_progress) as bar:
-        res = run_sweep(
-            spec, run_dir, executor=executor, workers=workers, address=address, progress=bar
-        )
+    shown = (not json_out) if show_progress is None else show_progress
+    res = run_sweep(
+        spec, run_dir, executor=executor, workers=workers, address=address, progress=shown
+    )
     info = {
         "experiment": spec.experiment,
         "run_dir": str(res.run_dir),
@@ -148,7 +148,7 @@ def experiments_list(json_out: JsonOpt = False) -> None:
     rows = {
         name: {
             "description": (e := registry.get(name)).description,
-            "fields": {k: _jsonable(f.default) for k, f in e.config_model.model_fields.items()},
+            "fields": _defaults(e.config_model),
             "quick": dict(e.quick),
         }
         for name in registry.names()
@@ -157,7 +157,10 @@ def experiments_list(json_out: JsonOpt = False) -> None:
         return emit_json({"experiments": rows})
     t = Table("experiment", "description", "fields (defaults)", title="registered experiments")
     for name, row in rows.items():
-        t.add_row(name, row["description"], ", ".join(f"{k}={v}" for k, v in row["fields"].items()))
+        fields = ", ".join(
+            f"{k}={v}" for k, v in row["fields"].items() if not isinstance(v, dict | list)
+        )
+        t.add_row(name, row["description"], fields)
     out.print(t)
 
 
@@ -210,8 +213,18 @@ def _params(items: list[str]) -> dict[str, Any]:
     return params
 
 
-def _jsonable(value: Any) -> Any:
-    return value if isinstance(value, str | int | float | bool | type(None)) else str(value)
+def _defaults(model) -> dict[str, Any]:
+    """Each config field's default as JSON (``"required"`` when it has none)."""
+    from pydantic_core import to_jsonable_python
+
+    from trainfabric.io import jsonable
+
+    return {
+        k: "required"
+        if f.is_required()
+        else jsonable(to_jsonable_python(f.get_default(call_default_factory=True)))
+        for k, f in model.model_fields.items()
+    }
 
 
 @app.command("report")

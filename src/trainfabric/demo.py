@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from trainfabric.io import write_parquet
+from trainfabric.progress import track
 from trainfabric.runs import SweepSpec, render_report, run_sweep
 from trainfabric.workloads import PRESETS, load_workload, summarize
 
@@ -82,7 +83,7 @@ def presets_step(run_dir: Path, console: Console) -> dict[str, Any]:
 
 def sweep_step(run_dir: Path, console: Console) -> dict[str, Any]:
     """Critical path vs rate and MoE skew for the pod-level patterns (process pool)."""
-    res = run_sweep(DEMO_SWEEP, run_dir, executor="local", workers=2)
+    res = run_sweep(DEMO_SWEEP, run_dir, executor="local", workers=2, progress=False)
     console.print(
         f"sweep {DEMO_SWEEP.experiment}: {len(res.computed)} cells computed, "
         f"{len(res.skipped)} resumed"
@@ -181,13 +182,16 @@ STEPS: list[tuple[str, Callable[[Path, Console], dict[str, Any]]]] = [
 ]
 
 
-def run_demo(run_dir: str | Path, console: Console) -> dict[str, Any]:
-    """Run every step into ``run_dir`` and render the report; returns a summary with timings."""
+def run_demo(run_dir: str | Path, console: Console, progress: Any = None) -> dict[str, Any]:
+    """Run every step into ``run_dir`` and render the report; returns a summary with timings.
+
+    ``progress``: a rich Progress advanced once per step (:func:`trainfabric.progress.track`).
+    """
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     summary: dict[str, Any] = {"run_dir": str(run_dir), "steps": {}}
-    for name, step in STEPS:
+    for name, step in track(STEPS, "steps", progress):
         t = time.perf_counter()
         summary["steps"][name] = {**step(run_dir, console), "wall_s": time.perf_counter() - t}
     summary["report"] = str(render_report(run_dir))

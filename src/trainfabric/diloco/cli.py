@@ -143,7 +143,7 @@ def protocol_cmd(
             cfg = validate(ProtocolConfig, cfg.model_dump() | update)
     out_dir = writable_dir(out_dir or Path("runs/diloco-protocol" + ("-quick" if quick else "")))
     with progress(json_out, "diloco protocol", show_progress) as bar, options(**NAMES):
-        res = run_to_dir(cfg, out_dir, console=None if bar.disable else bar.console)
+        res = run_to_dir(cfg, out_dir, console=None if bar.disable else bar.console, progress=bar)
     if json_out:
         return emit_json(res)
     t = Table("regime", "policy", *SUMMARY, title="DiLoCo protocol: policy vs matched random")

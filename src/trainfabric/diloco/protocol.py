@@ -42,7 +42,15 @@ from pydantic import Field
 
 from trainfabric.config import Config
 from trainfabric.diloco import stats
-from trainfabric.diloco.fleet import PROTOCOL_REGIMES, Block, FleetConfig, get_regime, simulate
+from trainfabric.diloco.fleet import (
+    PROTOCOL_REGIMES,
+    Block,
+    FleetConfig,
+    Regime,
+    get_regime,
+    simulate,
+    trace_regime,
+)
 from trainfabric.diloco.policies import (
     POLICY_NAMES,
     Policy,
@@ -51,6 +59,7 @@ from trainfabric.diloco.policies import (
     matched_schedule,
 )
 from trainfabric.errors import ConfigError, InfeasibleError
+from trainfabric.progress import track
 
 CALIBRATION_SEED0 = 10_000
 CALIBRATION_GRID = {"threshold": (-0.2, 0.0, 0.2), "w_serve": (0.5, 1.0, 2.0)}
@@ -67,6 +76,13 @@ class ProtocolConfig(Config):
     alpha: float = Field(0.05, gt=0, lt=1)
     loss_margin: float = Field(0.002, ge=0, description="tolerated loss increase (nats)")
     fleet: FleetConfig = FleetConfig()
+    trace: str | None = Field(None, description="trace CSV replacing every regime's arrivals")
+    rate_scale: float = Field(1.0, gt=0, le=1e6, description="x the trace's own mean rate")
+
+    def regime(self, name: str) -> Regime:
+        """The regime called ``name``; with ``trace``, its sync model replaying the trace."""
+        base = get_regime(name)
+        return base if self.trace is None else trace_regime(self.trace, self.rate_scale, base)
 
 
 def quick_config() -> ProtocolConfig:
@@ -127,7 +143,7 @@ def calibrate(regime, fleet: FleetConfig, n_seeds: int) -> dict:
 
 def run_regime(cfg: ProtocolConfig, name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Runs and verdicts of one regime."""
-    regime = get_regime(name)
+    regime = cfg.regime(name)
     fleet = cfg.fleet
     seeds = np.arange(cfg.seeds)
     calibrated = (
@@ -204,15 +220,18 @@ def _verdict(r, cfg: ProtocolConfig) -> str:
     return "ties"
 
 
-def run_protocol(cfg: ProtocolConfig, console=None) -> dict:
-    """Every regime; returns ``runs``/``verdicts`` tables, wall time and windows per second."""
+def run_protocol(cfg: ProtocolConfig, console=None, progress=None) -> dict:
+    """Every regime; returns ``runs``/``verdicts`` tables, wall time and windows per second.
+
+    ``progress``: a rich Progress advanced once per regime (:func:`trainfabric.progress.track`).
+    """
     for n in cfg.regimes:
-        get_regime(n)
+        cfg.regime(n)
     for n in cfg.policies:
         make_policy(n)
     t0 = time.perf_counter()
     runs, verdicts = [], []
-    for name in cfg.regimes:
+    for name in track(cfg.regimes, "regimes", progress):
         if console is not None:
             console.print(f"diloco protocol: regime {name} ...")
         r, v = run_regime(cfg, name)
@@ -253,7 +272,7 @@ def transfer(sim_effects, replay_effects, level: float = 0.95, seed: int = 0) ->
     }
 
 
-def run_to_dir(cfg: ProtocolConfig, run_dir, console=None) -> dict:
+def run_to_dir(cfg: ProtocolConfig, run_dir, console=None, progress=None) -> dict:
     """Run the protocol, write ``runs``/``verdicts`` tables, a manifest and ``report.html``;
     return the per-regime, per-policy summary (the ``--json`` output)."""
     from pathlib import Path
@@ -264,7 +283,7 @@ def run_to_dir(cfg: ProtocolConfig, run_dir, console=None) -> dict:
 
     run_dir = Path(run_dir)
     started = now()
-    res = run_protocol(cfg, console)
+    res = run_protocol(cfg, console, progress)
     write_parquet(run_dir / "diloco_runs.parquet", res["runs"])
     write_parquet(run_dir / "diloco_verdicts.parquet", res["verdicts"])
     description = "trainfabric DiLoCo protocol: policies vs matched random"

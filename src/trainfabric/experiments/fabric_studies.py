@@ -28,7 +28,7 @@ def _experiment(kind: str):
         return S.RUNNERS[kind][0](config, seed)
 
     run.__name__ = run.__qualname__ = f"fabric_{kind}"
-    run.__doc__ = f"{model.__doc__.splitlines()[0]} (one table per run)."
+    run.__doc__ = model.__doc__.strip().split("\n\n")[0]
     return register(f"fabric_{kind}", model, quick=QUICK[kind])(run)
 
 

@@ -41,6 +41,7 @@ from pydantic import Field
 
 from trainfabric.config import Config, read_toml, validate
 from trainfabric.errors import ConfigError
+from trainfabric.progress import track
 from trainfabric.runs.store import now, write_run_manifest
 
 LBMode = Literal["ecmp", "flowlet", "pinning", "spray", "adaptive"]
@@ -726,14 +727,19 @@ def eval_scenarios(quick: bool, seed: int = 0) -> list[Scenario]:
     ]
 
 
-def run_eval(run_dir: str | Path, quick: bool = False, seed: int = 0, console=None) -> dict:
-    """All four scenarios into one run directory with a report; headline figures per mode."""
+def run_eval(
+    run_dir: str | Path, quick: bool = False, seed: int = 0, console=None, progress=None
+) -> dict:
+    """All four scenarios into one run directory with a report; headline figures per mode.
+
+    ``progress``: a rich Progress advanced once per scenario (:func:`trainfabric.progress.track`).
+    """
     run_dir = Path(run_dir)
     started, t0 = now(), time.perf_counter()
     scenarios = eval_scenarios(quick, seed)
     modes: dict[str, dict[str, float]] = {}
     walls = {}
-    for sc in scenarios:
+    for sc in track(scenarios, "scenarios", progress):
         t = time.perf_counter()
         if console is not None:
             console.print(f"fabric eval: {sc.kind} ...")

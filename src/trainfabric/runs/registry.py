@@ -63,7 +63,7 @@ def register(
 
     ``keys`` names identifier columns of the table and ``quick`` the config overrides of its
     small setting (see :class:`Experiment`). ``description``
-    defaults to the first line of the function's docstring. Registering a
+    defaults to the first paragraph of the function's docstring. Registering a
     different function under a name already taken is a programming error (``ValueError``).
     """
     if not (isinstance(config_model, type) and issubclass(config_model, Config)):
@@ -75,12 +75,12 @@ def register(
             raise ValueError(
                 f"experiment {name!r} is already registered by {_qualname(previous.function)}"
             )
-        doc = (function.__doc__ or "").strip().splitlines()
+        paragraph = (function.__doc__ or "").strip().split("\n\n")[0]
         _REGISTRY[name] = Experiment(
             name=name,
             config_model=config_model,
             function=function,
-            description=description if description is not None else (doc[0] if doc else ""),
+            description=description if description is not None else " ".join(paragraph.split()),
             keys=tuple(keys),
             quick=dict(quick or {}),
         )
