@@ -54,12 +54,19 @@ def cli(capsys):
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """A local two-CPU Ray instance, shut down at the end of the session (never skipped)."""
+    """A local two-CPU Ray instance bound to 127.0.0.1, shut down at the end of the session
+    (never skipped). It runs beside a watchdog process (its own session) that kills Ray's
+    processes if the test run is killed, so a killed run leaves no agents behind."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False)
-    yield ray
-    ray.shutdown()
+    from trainfabric.runs.executors import start_local_ray, stop_watchdog
+
+    watchdog = start_local_ray(ray, num_cpus=2)
+    try:
+        yield ray
+    finally:
+        ray.shutdown()
+        stop_watchdog(watchdog)
 
 
 @pytest.fixture

@@ -121,13 +121,13 @@ def test_different_sweep_is_refused(tmp_path, small_spec):
     other = small_spec.model_copy(update={"seeds": 3})
     with pytest.raises(ConfigError) as info:
         run_sweep(other, tmp_path / "run", executor="serial", progress=False)
-    assert info.value.field == "run_dir"
-    assert "different sweep" in str(info.value) and "--out" in str(info.value)
+    assert info.value.field == "--out"
+    assert "different sweep" in str(info.value) and "use another one" in str(info.value)
 
 
 def test_non_run_directory_is_refused(tmp_path, small_spec):
     (tmp_path / "notes.txt").write_text("mine")
     with pytest.raises(ConfigError) as info:
         run_sweep(small_spec, tmp_path, executor="serial", progress=False)
-    assert info.value.field == "run_dir"
+    assert info.value.field == "--out"
     assert not (tmp_path / "cells").exists()

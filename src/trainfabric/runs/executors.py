@@ -3,24 +3,49 @@
 - ``serial``: in this process, one cell after the other (debugging, tests).
 - ``local``: a :class:`concurrent.futures.ProcessPoolExecutor` with the ``spawn`` start
   method (no forked state; workers import the registry afresh).
-- ``ray``: Ray remote tasks, consumed with ``ray.wait`` as they finish. Ray is an optional
-  extra and imported only here. Against a cluster (``address``), every node needs the same
-  trainfabric version installed.
+- ``ray``: Ray remote tasks, collected in batches with ``ray.wait`` (each wait returns every
+  task finished so far, so the loop costs O(cells) per poll, not per finished cell). Ray is an
+  optional extra and imported only here. Against a cluster (``address``), every node needs
+  the same trainfabric version installed.
 
 ``on_done`` runs in the parent as each cell finishes, so the caller stores every finished
-cell at once; when a cell (or ``on_done``) fails, the cells not yet started are cancelled and
-the error is raised. A ConfigError raised by an experiment in a worker reaches the parent as a
-ConfigError naming the cell.
+cell at once; when a cell (or ``on_done``) fails, the cells not yet started are cancelled,
+the running ones stopped, and the error is raised. A ConfigError raised by an experiment in
+a worker (ConfigError pickles) reaches the parent as a ConfigError with the same field,
+naming the cell.
+
+Nothing outlives the sweep:
+
+- Ctrl-C (SIGINT) and SIGTERM: workers ignore SIGINT (a terminal sends it to the whole
+  foreground group); the parent stops them (SIGTERM, then SIGKILL after
+  :data:`STOP_GRACE_S`), shuts Ray down and re-raises: KeyboardInterrupt for SIGINT (the CLI
+  exits 130), ``SystemExit(143)`` for SIGTERM. Cells already handed to ``on_done`` are kept.
+- SIGKILL of the parent: each local worker has ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` (Linux)
+  and a daemon thread that exits the worker once its parent is gone (any POSIX). A local Ray
+  started here runs beside a watchdog process (:mod:`trainfabric.runs.watchdog`) that kills
+  Ray's processes once this process is gone.
+- A local Ray started here listens on loopback only: Ray 2.60 maps a ``_node_ip_address``
+  of 127.0.0.1 to the machine's routable address and binds its gRPC servers to every
+  interface, except in its single-machine mode (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, the
+  mode Ray uses on laptops), which binds every server to 127.0.0.1 (measured with ``ss``);
+  :func:`start_local_ray` selects that mode.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import multiprocessing
 import os
-from collections.abc import Callable, Sequence
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-from dataclasses import dataclass
+from contextlib import contextmanager
+from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -32,17 +57,14 @@ if TYPE_CHECKING:
     from trainfabric.runs.sweep import Cell
 
 EXECUTORS = ("local", "ray", "serial")
+PARENT_POLL_S = 0.5  # how often a local worker checks that its parent still runs
+RAY_WAIT_S = 0.5  # longest a Ray poll blocks (signals are handled between polls)
+STOP_GRACE_S = 5.0  # time given to a worker after SIGTERM before SIGKILL
+PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+RAY_LOCAL_MODE_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+WATCHDOG = Path(__file__).with_name("watchdog.py")
 
 OnDone = Callable[["Cell", pd.DataFrame], None]
-
-
-@dataclass(frozen=True)
-class _Failure:
-    """A ConfigError raised in a worker, carried back as a value (ConfigError's two-argument
-    constructor does not survive pickling)."""
-
-    field: str
-    message: str
 
 
 def check_options(executor: str, workers: int | None, address: str | None) -> None:
@@ -84,23 +106,83 @@ def execute(
 def run_serial(cells: Sequence[Cell], on_done: OnDone) -> None:
     """Run the cells one by one in this process."""
     for cell in cells:
-        on_done(cell, _unwrap(cell, _task(cell)))
+        on_done(cell, _run_cell(cell))
 
 
 def run_local(cells: Sequence[Cell], workers: int | None, on_done: OnDone) -> None:
     """Run the cells on a spawn-context process pool of ``workers`` processes (default: one
-    per CPU, never more than there are cells)."""
+    per CPU, never more than there are cells). On success the pool is shut down cleanly; on
+    any exception (a failed cell, Ctrl-C, SIGTERM) its workers are stopped at once."""
     size = min(workers or os.cpu_count() or 1, len(cells))
-    pool = ProcessPoolExecutor(max_workers=size, mp_context=multiprocessing.get_context("spawn"))
+    before = set(multiprocessing.active_children())
+    pool = ProcessPoolExecutor(
+        max_workers=size,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=worker_init,
+        initargs=(os.getpid(),),
+    )
     try:
-        pending = {pool.submit(_task, cell): cell for cell in cells}
-        while pending:
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                cell = pending.pop(future)
-                on_done(cell, _unwrap(cell, future.result()))
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        with _sigterm_as_exit():
+            _collect_local(pool, cells, on_done)
+    except BaseException:
+        workers_now = [p for p in multiprocessing.active_children() if p not in before]
+        pool.shutdown(wait=False, cancel_futures=True)
+        stop_processes(workers_now)
+        raise
+    pool.shutdown(wait=True)
+
+
+def _collect_local(pool: ProcessPoolExecutor, cells: Sequence[Cell], on_done: OnDone) -> None:
+    pending = {pool.submit(_task, cell): cell for cell in cells}
+    while pending:
+        done, _ = wait(pending, return_when=FIRST_COMPLETED)
+        for future in done:
+            cell = pending.pop(future)
+            try:
+                table = future.result()
+            except ConfigError as exc:
+                raise _cell_error(cell, exc) from None
+            on_done(cell, table)
+
+
+def worker_init(parent_pid: int) -> None:
+    """Initializer of local pool workers: ignore SIGINT (the parent handles Ctrl-C and stops
+    the workers), ask the kernel for SIGKILL when the parent dies (Linux), and start a daemon
+    thread that ends this worker when the parent is gone (any POSIX: re-parenting changes
+    ``os.getppid()``)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _set_pdeathsig()
+    if os.getppid() != parent_pid:  # the parent died before the prctl above
+        os._exit(1)
+    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
+
+
+def _set_pdeathsig() -> None:
+    """``prctl(PR_SET_PDEATHSIG, SIGKILL)`` where the C library has it (Linux)."""
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _watch_parent(parent_pid: int) -> None:
+    while os.getppid() == parent_pid:
+        time.sleep(PARENT_POLL_S)
+    os._exit(1)
+
+
+def stop_processes(processes: Sequence[multiprocessing.process.BaseProcess]) -> None:
+    """SIGTERM each process, wait up to :data:`STOP_GRACE_S` seconds in all, SIGKILL the ones
+    still alive and reap them."""
+    for process in processes:
+        process.terminate()
+    deadline = time.monotonic() + STOP_GRACE_S
+    for process in processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+            process.join(STOP_GRACE_S)
 
 
 def run_ray(
@@ -109,45 +191,172 @@ def run_ray(
     """Run the cells as Ray tasks, one CPU each.
 
     Uses the Ray session already initialised in this process if there is one; otherwise
-    connects to ``address``, or starts a local instance (``num_cpus`` CPUs, default one per
-    CPU, no dashboard) when ``address`` is None, and shuts down only what it started.
+    connects to ``address``, or starts a local instance (:func:`start_local_ray`, ``num_cpus``
+    CPUs, default one per CPU) when ``address`` is None, and shuts down only what it started
+    -- on every exit path (success, failure, Ctrl-C, SIGTERM). On an exception the tasks not
+    finished are cancelled (force-killed when Ray was started here).
     """
     ray = _import_ray()
-    started = not ray.is_initialized()
-    if started:
-        _init_ray(ray, address, num_cpus)
+    if ray.is_initialized():
+        _collect_ray(ray, cells, on_done)
+        return
+    with _sigterm_as_exit(), _ray_session(ray, address, num_cpus):
+        _collect_ray(ray, cells, on_done)
+
+
+def _collect_ray(ray: ModuleType, cells: Sequence[Cell], on_done: OnDone) -> None:
+    """Submit every cell, then poll for finished ones in batches."""
+    task = ray.remote(num_cpus=1)(_task)
+    by_ref = {task.remote(cell): cell for cell in cells}
+    pending = list(by_ref)
     try:
-        task = ray.remote(num_cpus=1)(_task)
-        pending = {task.remote(cell): cell for cell in cells}
-        try:
-            while pending:
-                done, _ = ray.wait(list(pending), num_returns=1)
-                for ref in done:
-                    cell = pending.pop(ref)
-                    on_done(cell, _unwrap(cell, ray.get(ref)))
-        finally:
-            for ref in pending:
-                ray.cancel(ref)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=len(pending), timeout=RAY_WAIT_S)
+            for ref in done:
+                on_done(by_ref[ref], _ray_result(ray, ref, by_ref[ref]))
+    except BaseException:
+        for ref in pending:
+            ray.cancel(ref, force=True)
+        raise
+
+
+def _ray_result(ray: ModuleType, ref: object, cell: Cell) -> pd.DataFrame:
+    """``ray.get(ref)``, with an experiment's ConfigError unwrapped from Ray's task error."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as exc:
+        if isinstance(exc.cause, ConfigError):
+            raise _cell_error(cell, exc.cause) from None
+        raise
+
+
+@contextmanager
+def _ray_session(ray: ModuleType, address: str | None, num_cpus: int | None) -> Iterator[None]:
+    """A Ray session for the block: connected to ``address``, or a local one started with
+    :func:`start_local_ray`; shut down (and its watchdog dismissed) however the block ends."""
+    watchdog = None
+    if address is None:
+        watchdog = start_local_ray(ray, num_cpus)
+    else:
+        _connect_ray(ray, address)
+    try:
+        yield
     finally:
-        if started:
-            ray.shutdown()
+        ray.shutdown()
+        if watchdog is not None:
+            stop_watchdog(watchdog)
 
 
-def _task(cell: Cell) -> pd.DataFrame | _Failure:
-    """Worker entry point (top level, spawn-safe): the cell's table, or its ConfigError."""
+def start_local_ray(ray: ModuleType, num_cpus: int | None = None) -> subprocess.Popen[bytes]:
+    """Start a local Ray instance bound to 127.0.0.1 (``num_cpus`` CPUs, default one per CPU,
+    no dashboard) with a watchdog that kills its processes if this process dies without
+    shutting it down; return the watchdog (dismiss it with :func:`stop_watchdog` after
+    ``ray.shutdown()``). The loopback binding uses Ray's single-machine mode (module docs)."""
+    watchdog = start_watchdog()
+    try:
+        with _environment(RAY_LOCAL_MODE_ENV), _single_machine_mode():
+            ray.init(
+                address="local",
+                num_cpus=num_cpus or os.cpu_count(),
+                include_dashboard=False,
+                logging_level=logging.WARNING,
+            )
+    except BaseException:
+        ray.shutdown()
+        stop_watchdog(watchdog)
+        raise
+    return watchdog
+
+
+@contextmanager
+def _single_machine_mode() -> Iterator[None]:
+    """Ray's single-machine mode in this process for the block: its constants module reads
+    ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` once, at import, and the node-address lookup reads
+    the constant at call time, so an already imported Ray is switched here and restored
+    afterwards (a later connection to a cluster from this process is unaffected)."""
+    from ray._private import ray_constants
+
+    saved = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved
+
+
+@contextmanager
+def _environment(values: dict[str, str]) -> Iterator[None]:
+    """``os.environ`` updated with ``values`` for the block (Ray's processes, started within
+    it, inherit them), restored afterwards."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def start_watchdog() -> subprocess.Popen[bytes]:
+    """Start :mod:`trainfabric.runs.watchdog` for this process, in its own session, by file
+    path (it imports only the standard library, so it is watching within milliseconds)."""
+    return subprocess.Popen(
+        [sys.executable, "-I", str(WATCHDOG), str(os.getpid())],
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def stop_watchdog(watchdog: subprocess.Popen[bytes]) -> None:
+    """Dismiss a watchdog (SIGTERM: it exits without killing anything) and reap it."""
+    watchdog.terminate()
+    try:
+        watchdog.wait(STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        watchdog.kill()
+        watchdog.wait()
+
+
+@contextmanager
+def _sigterm_as_exit() -> Iterator[None]:
+    """Within the block, SIGTERM raises ``SystemExit(143)`` (128 + 15) so that cleanup runs;
+    only in the main thread (elsewhere signal handlers cannot be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _task(cell: Cell) -> pd.DataFrame:
+    """Worker entry point (top level, spawn-safe): the cell's table."""
+    return cell.run()
+
+
+def _run_cell(cell: Cell) -> pd.DataFrame:
+    """The cell's table; a ConfigError is re-raised naming the cell."""
     try:
         return cell.run()
     except ConfigError as exc:
-        return _Failure(exc.field, exc.message)
+        raise _cell_error(cell, exc) from None
 
 
-def _unwrap(cell: Cell, outcome: pd.DataFrame | _Failure) -> pd.DataFrame:
-    if isinstance(outcome, _Failure):
-        raise ConfigError(
-            outcome.field,
-            f"{outcome.message} (cell {cell.cell_id}: {cell.params}, seed {cell.seed})",
-        )
-    return outcome
+def _cell_error(cell: Cell, exc: ConfigError) -> ConfigError:
+    """``exc`` with the cell (id, parameters, seed) added to its message, same field and
+    class."""
+    return type(exc)(
+        exc.field, f"{exc.message} (cell {cell.cell_id}: {cell.params}, seed {cell.seed})"
+    )
 
 
 def _import_ray() -> ModuleType:
@@ -160,15 +369,7 @@ def _import_ray() -> ModuleType:
     return ray
 
 
-def _init_ray(ray: ModuleType, address: str | None, num_cpus: int | None) -> None:
-    if address is None:
-        ray.init(
-            address="local",
-            num_cpus=num_cpus or os.cpu_count(),
-            include_dashboard=False,
-            logging_level=logging.WARNING,
-        )
-        return
+def _connect_ray(ray: ModuleType, address: str) -> None:
     try:
         ray.init(address=address, logging_level=logging.WARNING)
     except (ConnectionError, ValueError) as exc:

@@ -6,19 +6,37 @@ Layout::
     RUNDIR/cells/<cell_id>.parquet  one table per finished cell (written as it finishes)
     RUNDIR/results.parquet          all cells concatenated in grid order (written at the end)
     RUNDIR/report.html              rendered by :func:`trainfabric.runs.render_report`
+    RUNDIR/.lock                    the PID of the process writing the directory (see below)
 
 Every file is written atomically (temporary file + rename), so a cell file that exists is
 complete: resuming skips exactly the cells whose files exist. The manifest records the latest
 invocation at top level and the earlier ones under ``history``.
+
+Safety of outputs (every writer, sweeps and single runs alike):
+
+- :func:`prepare_out` checks, before any compute, that an output directory can be created and
+  written to (a user error naming the option otherwise);
+- :func:`safe_child` turns a user-given run name into a directory inside a chosen root (no
+  ``..``, no separators, no control characters);
+- :meth:`RunDir.lock` holds an exclusive ``fcntl.flock`` on ``RUNDIR/.lock`` while a process
+  writes the directory, so a second writer is refused at once, naming the holder's PID. The
+  lock is released by the kernel when its holder exits, even when killed; the file stays
+  (removing it would let two writers lock two different files).
 """
 
 from __future__ import annotations
 
+import fcntl
 import importlib.metadata
 import json
+import os
 import platform
 import socket
 import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,13 +54,65 @@ if TYPE_CHECKING:
 
 VERSIONED = ("trainfabric", "numpy", "scipy", "pandas", "pyarrow", "pydantic", "matplotlib", "ray")
 _INVOCATION_KEYS = ("started", "finished", "executor", "hostname", "computed", "skipped", "git")
+LOCK_NAME = ".lock"
+NAME_MAX_BYTES = 255
 
 
 class RunDir:
-    """A run directory at ``path`` (created on first write)."""
+    """A run directory at ``path`` (created on first write); ``field`` is the option or key
+    that named it (``--out``), used in the user errors about it."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, field: str = "--out"):
         self.path = Path(path)
+        self.field = field
+
+    @property
+    def lock_path(self) -> Path:
+        """``RUNDIR/.lock``: holds the PID of the process writing this directory."""
+        return self.path / LOCK_NAME
+
+    @contextmanager
+    def lock(self) -> Iterator[RunDir]:
+        """Hold an exclusive lock on this run directory for the duration of the block.
+
+        Creates the directory when missing, then takes ``fcntl.flock(LOCK_EX | LOCK_NB)`` on
+        ``RUNDIR/.lock`` and writes this process's PID into it. When another process holds
+        the lock, raises at once ``ConfigError(field, "run directory X is locked by PID N
+        (another sweep is writing it)")``. The lock is released at the end of the block, and
+        by the kernel if this process dies; the descriptor is not inherited by child
+        processes, so a surviving worker never keeps the directory locked.
+        """
+        self.path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ConfigError(
+                self.field,
+                f"run directory {self.path} is locked by PID {self._holder()} "
+                "(another sweep is writing it)",
+            ) from None
+        try:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+            yield self
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def _holder(self, attempts: int = 20, pause_s: float = 0.01) -> str:
+        """The PID written in the lock file; a holder that has just locked may not have
+        written it yet, so read a few times (``attempts`` x ``pause_s`` seconds) first."""
+        for _ in range(attempts):
+            try:
+                text = self.lock_path.read_text(encoding="ascii").strip()
+            except (OSError, ValueError):
+                text = ""
+            if text.isdigit():
+                return text
+            time.sleep(pause_s)
+        return "unknown"
 
     @property
     def manifest_path(self) -> Path:
@@ -75,9 +145,9 @@ class RunDir:
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:
-            raise ConfigError("run_dir", f"cannot read {self.manifest_path}: {exc}") from None
+            raise ConfigError(self.field, f"cannot read {self.manifest_path}: {exc}") from None
         if not isinstance(manifest, dict):
-            raise ConfigError("run_dir", f"{self.manifest_path} is not a JSON object")
+            raise ConfigError(self.field, f"{self.manifest_path} is not a JSON object")
         return manifest
 
     def finished_ids(self) -> set[str]:
@@ -93,18 +163,18 @@ class RunDir:
         not a run directory, is a ConfigError.
         """
         existing = self.read_manifest()
-        if existing is None and self.path.is_dir() and any(self.path.iterdir()):
+        if existing is None and self._has_foreign_files():
             raise ConfigError(
-                "run_dir", f"{self.path} exists and is not a run directory; use another --out"
+                self.field, f"{self.path} exists and is not a run directory; use another one"
             )
         if existing is not None:
             old = {c.get("id") for c in existing.get("cells", [])}
             if old != {c.cell_id for c in cells}:
                 raise ConfigError(
-                    "run_dir",
+                    self.field,
                     f"{self.path} holds a different sweep "
                     f"(experiment {existing.get('experiment')!r}, {len(old)} cells); "
-                    "use another --out",
+                    "use another one",
                 )
         manifest = _manifest(spec, cells, executor)
         if existing is not None:
@@ -112,6 +182,10 @@ class RunDir:
             manifest["history"] = [*existing.get("history", []), previous]
         io.write_json(self.manifest_path, manifest)
         return manifest
+
+    def _has_foreign_files(self) -> bool:
+        """Whether the directory holds anything besides its own lock file."""
+        return self.path.is_dir() and any(p.name != LOCK_NAME for p in self.path.iterdir())
 
     def write_cell(self, cell_id: str, table: pd.DataFrame) -> Path:
         """Atomically write one finished cell's table."""
@@ -121,7 +195,7 @@ class RunDir:
         """The tables of ``cells`` concatenated in the given order (all must be finished)."""
         missing = [c.cell_id for c in cells if not self.cell_path(c.cell_id).exists()]
         if missing:
-            raise ConfigError("run_dir", f"{len(missing)} cells unfinished, e.g. {missing[0]}")
+            raise ConfigError(self.field, f"{len(missing)} cells unfinished, e.g. {missing[0]}")
         tables = [pd.read_parquet(self.cell_path(c.cell_id)) for c in cells]
         return pd.concat(tables, ignore_index=True)
 
@@ -136,6 +210,71 @@ class RunDir:
         manifest = manifest | {"finished": now(), "computed": computed, "skipped": skipped}
         io.write_json(self.manifest_path, manifest)
         return manifest
+
+
+def prepare_out(path: str | Path, field: str = "--out") -> Path:
+    """Check, before any compute, that ``path`` can be used as an output directory, and
+    create it (with its parents); return it.
+
+    Refused with a one-line ``ConfigError(field, ...)``: an existing path that is not a
+    directory, a directory that cannot be created (a parent is a file, a read-only file
+    system, no permission) and one that cannot be written (checked by creating and removing
+    a probe file, which also covers read-only mounts where permission bits say yes).
+    """
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(field, f"{out} exists and is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(field, f"cannot create directory {out}: {_reason(exc)}") from None
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".write-probe.", dir=out)
+    except OSError as exc:
+        raise ConfigError(field, f"cannot write in {out}: {_reason(exc)}") from None
+    os.close(fd)
+    os.unlink(probe)
+    return out
+
+
+def safe_child(root: str | Path, name: str, field: str) -> Path:
+    """``root/name`` for a user-given run-directory ``name``, guaranteed to stay inside
+    ``root``.
+
+    ``name`` must be one plain path component: non-empty, not ``.`` or ``..``, without ``/``
+    or ``\\``, without control characters (code points < 32 and 127), at most 255 bytes in
+    UTF-8; otherwise ``ConfigError(field, ...)``. As a last check the resolved result
+    (symbolic links followed) must lie inside the resolved ``root``, so an existing link
+    ``root/name`` pointing elsewhere is refused too. The directory is not created.
+    """
+    problem = _name_problem(name)
+    if problem:
+        raise ConfigError(field, f"{name!r} is not a usable run-directory name: {problem}")
+    base = Path(root)
+    child = base / name
+    if not child.resolve().is_relative_to(base.resolve()):
+        raise ConfigError(field, f"{name!r} resolves to {child.resolve()}, outside {base}")
+    return child
+
+
+def _name_problem(name: str) -> str | None:
+    """Why ``name`` is not a safe single path component, or None."""
+    if not isinstance(name, str) or not name:
+        return "it is empty"
+    if name in (".", ".."):
+        return "it names a directory above or at the root"
+    if "/" in name or "\\" in name:
+        return "it contains a path separator"
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
+        return "it contains a control character"
+    if len(name.encode("utf-8", "surrogateescape")) > NAME_MAX_BYTES:
+        return f"it is longer than {NAME_MAX_BYTES} bytes"
+    return None
+
+
+def _reason(exc: OSError) -> str:
+    """An OSError's reason on one line (``strerror``, else its text)."""
+    return (exc.strerror or str(exc)).replace("\n", " ")
 
 
 def package_versions() -> dict[str, str]:

@@ -13,8 +13,13 @@ the swept ones (``[grid]``, the cartesian product in file order)::
 
 :func:`expand` turns it into :class:`Cell` s (grid point x seed, grid order, seeds innermost),
 validating every cell's config against the experiment's config model before anything runs.
+A sweep of more than :data:`MAX_CELLS` cells, or whose cells and manifest would not fit in
+memory (:data:`CELL_BYTES` per cell, against :func:`trainfabric.limits.check_memory`), is
+refused before anything is expanded, naming ``seeds`` or ``grid``.
 :func:`run_sweep` runs the cells that are not finished yet (resume), writing each finished cell
-to the run directory at once, and finally the concatenated ``results.parquet``.
+to the run directory at once, and finally the concatenated ``results.parquet``; it holds the
+run directory's lock (:meth:`RunDir.lock`) throughout, so a second sweep into the same
+directory is refused before it computes anything.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -44,10 +50,13 @@ from rich.progress import (
 
 from trainfabric.config import Config, field_path, read_toml, validate
 from trainfabric.errors import ConfigError
+from trainfabric.limits import check_memory
 from trainfabric.runs import executors, registry
-from trainfabric.runs.store import RunDir
+from trainfabric.runs.store import RunDir, prepare_out
 
 DEFAULT_RUNS_ROOT = Path("runs")
+MAX_CELLS = 1_000_000
+CELL_BYTES = 4096  # measured: ~1.8 KB per 2-parameter cell (Cell, params, manifest entry)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -96,6 +105,16 @@ class SweepSpec(Config):
     def seed_list(self) -> list[int]:
         """The seeds, in run order."""
         return list(range(self.seeds)) if isinstance(self.seeds, int) else list(self.seeds)
+
+    @property
+    def seed_count(self) -> int:
+        """How many seeds (without building the list)."""
+        return self.seeds if isinstance(self.seeds, int) else len(self.seeds)
+
+    @property
+    def point_count(self) -> int:
+        """How many grid points (the product of the grid lists' lengths; 1 without a grid)."""
+        return math.prod(len(values) for values in self.grid.values())
 
 
 @dataclass(frozen=True)
@@ -162,6 +181,7 @@ def expand(spec: SweepSpec) -> list[Cell]:
     """
     experiment = registry.get(spec.experiment)
     _check_grid(spec)
+    check_size(spec)
     keys = list(spec.grid)
     cells: list[Cell] = []
     seen: dict[str, str] = {}
@@ -227,6 +247,7 @@ def run_sweep(
     workers: int | None = None,
     address: str | None = None,
     progress: bool = True,
+    out_field: str = "--out",
 ) -> SweepResult:
     """Run ``spec`` into ``run_dir`` (default :func:`default_run_dir`) and return the results.
 
@@ -234,12 +255,33 @@ def run_sweep(
     ``"ray"`` (Ray at ``address``, or a local Ray instance when ``address`` is None) or
     ``"serial"`` (in this process). Cells already in the run directory are skipped (resume);
     each computed cell is written as soon as it finishes, so an interrupted sweep keeps its
-    finished cells. A run directory holding a different sweep is refused (ConfigError).
-    ``progress`` shows a progress bar on stderr.
+    finished cells. ``progress`` shows a progress bar on stderr.
+
+    Before any cell runs: the options and every cell are validated, the run directory is
+    checked creatable and writable (:func:`prepare_out`) and locked (:meth:`RunDir.lock`,
+    held until the end). A run directory that cannot be written, is locked by another
+    process or holds a different sweep is a ConfigError naming ``out_field`` (the option
+    that chose the directory). Ctrl-C (KeyboardInterrupt) stops the workers and propagates,
+    keeping every finished cell for a resume.
     """
     executors.check_options(executor, workers, address)
     cells = expand(spec)
-    store = RunDir(run_dir if run_dir is not None else default_run_dir(spec))
+    store = RunDir(run_dir if run_dir is not None else default_run_dir(spec), field=out_field)
+    prepare_out(store.path, out_field)
+    with store.lock():
+        return _run_locked(spec, cells, store, executor, workers, address, progress)
+
+
+def _run_locked(
+    spec: SweepSpec,
+    cells: list[Cell],
+    store: RunDir,
+    executor: str,
+    workers: int | None,
+    address: str | None,
+    progress: bool,
+) -> SweepResult:
+    """The body of :func:`run_sweep`, run while holding the run directory's lock."""
     manifest = store.start(spec, cells, executor)
     finished = store.finished_ids()
     skipped = [c.cell_id for c in cells if c.cell_id in finished]
@@ -261,6 +303,19 @@ def run_sweep(
         computed=[c.cell_id for c in cells if c.cell_id in computed],
         skipped=skipped,
     )
+
+
+def check_size(spec: SweepSpec) -> None:
+    """Refuse, before expanding, a sweep of more than :data:`MAX_CELLS` cells (grid points x
+    seeds) or whose cells would not fit in memory (:data:`CELL_BYTES` each). The error names
+    ``seeds`` when the seed count is the larger factor, else ``grid``."""
+    seeds, points = spec.seed_count, spec.point_count
+    cells = seeds * points
+    field = "seeds" if seeds >= points else "grid"
+    what = f"{points:,} grid points x {seeds:,} seeds = {cells:,} cells"
+    if cells > MAX_CELLS:
+        raise ConfigError(field, f"too large: {what}, over the limit of {MAX_CELLS:,} cells")
+    check_memory(field, float(cells * CELL_BYTES), f"a sweep of {what}")
 
 
 def _check_grid(spec: SweepSpec) -> None:
