@@ -70,3 +70,36 @@ def test_effect_size_and_power():
     assert S.effect_size(d) == pytest.approx(2.0 / 1.0)
     z = stats.norm.ppf(0.975) + stats.norm.ppf(0.8)
     assert S.seeds_for_power(0.5, 1.0) == math.ceil((z * 2) ** 2 * math.pi / 3)
+
+
+def _old_exact_sign_flip(d):
+    """The former exact branch: the full 2^n x n sign matrix (reference for small n)."""
+    signs = 1 - 2 * ((np.arange(2**d.size)[:, None] >> np.arange(d.size)) & 1)
+    tol = 1e-12 * max(1.0, np.abs(d).sum())
+    return float(np.mean(np.abs(signs @ d) >= abs(d.sum()) - tol))
+
+
+@pytest.mark.parametrize("n", [1, 5, 13, 14, 15, 17])
+def test_blocked_sign_flip_equals_the_full_matrix(n):
+    """Below, at and above the block size (2^14) the blocked count is the old count."""
+    d = np.round(np.random.default_rng(n).normal(0.3, 1.0, n), 2)
+    assert S.sign_flip_test(d) == _old_exact_sign_flip(d)
+
+
+def test_exact_sign_flip_memory_is_bounded():
+    """n = 20 exactly: the old matrix was 2^20 x 20 int64 (168 MB); now a few MB at most."""
+    import tracemalloc
+
+    d = np.r_[np.ones(15), -np.ones(5)]  # |sum| = 10: 2 * P(Bin(20, 1/2) >= 15) exactly
+    tracemalloc.start()
+    p = S.sign_flip_test(d)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert p == 2 * sum(math.comb(20, k) for k in range(15, 21)) / 2**20
+    assert peak < 5e6
+
+
+def test_sign_test_hand_values():
+    """0 of 6 positive: 2 / 64; 3 of 6: 1 (binomial, two-sided)."""
+    assert S.sign_test(-np.ones(6)) == pytest.approx(2 / 64, rel=1e-12)
+    assert S.sign_test(np.r_[np.ones(3), -np.ones(3)]) == 1.0
