@@ -19,7 +19,7 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from trainfabric.io import write_parquet
+from trainfabric.io import write_json, write_parquet
 from trainfabric.progress import track
 from trainfabric.runs import SweepSpec, render_report, run_sweep
 from trainfabric.workloads import PRESETS, load_workload, summarize
@@ -194,6 +194,7 @@ def run_demo(run_dir: str | Path, console: Console, progress: Any = None) -> dic
     for name, step in track(STEPS, "steps", progress):
         t = time.perf_counter()
         summary["steps"][name] = {**step(run_dir, console), "wall_s": time.perf_counter() - t}
+    write_json(run_dir / "summary.json", summary)  # the report's headline
     summary["report"] = str(render_report(run_dir))
     summary["wall_s"] = time.perf_counter() - t0
     console.print(f"demo finished in {summary['wall_s']:.1f} s; report: {summary['report']}")

@@ -277,7 +277,7 @@ def run_to_dir(cfg: ProtocolConfig, run_dir, console=None, progress=None) -> dic
     return the per-regime, per-policy summary (the ``--json`` output)."""
     from pathlib import Path
 
-    from trainfabric.io import write_parquet
+    from trainfabric.io import write_json, write_parquet
     from trainfabric.runs import render_report
     from trainfabric.runs.store import now, write_run_manifest
 
@@ -300,12 +300,13 @@ def run_to_dir(cfg: ProtocolConfig, run_dir, console=None, progress=None) -> dic
             "loss_diff": r.loss_diff,
             "deployable": r.deployable,
         }
-    return {
+    result = {
         "run_dir": str(run_dir),
-        "report": str(render_report(run_dir)),
         "seeds": cfg.seeds,
         "windows": cfg.fleet.windows,
         "wall_s": res["wall_s"],
         "windows_per_s": res["windows_per_s"],
         "regimes": regimes,
     }
+    write_json(run_dir / "summary.json", result)  # the report's headline
+    return result | {"report": str(render_report(run_dir))}

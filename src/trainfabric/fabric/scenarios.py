@@ -41,6 +41,7 @@ from pydantic import Field
 
 from trainfabric.config import Config, read_toml, validate
 from trainfabric.errors import ConfigError
+from trainfabric.io import write_json
 from trainfabric.progress import track
 from trainfabric.runs.store import now, write_run_manifest
 
@@ -643,15 +644,16 @@ def run_to_dir(sc: Scenario, run_dir: str | Path, console=None) -> dict:
     tables = run_scenario(sc)
     _write_tables(run_dir, tables)
     _write_manifest(run_dir, f"fabric-{sc.kind}", sc.model_dump(mode="json"), started, sc.seed)
-    return {
+    result = {
         "scenario": sc.name or sc.kind,
         "kind": sc.kind,
         "run_dir": str(run_dir),
-        "report": str(_render(run_dir)),
         "modes": summarize(sc.kind, tables),
         "rows": tables[STEMS[sc.kind]].to_dict(orient="records"),
         "wall_s": time.perf_counter() - t0,
     }
+    write_json(run_dir / "summary.json", result)  # the report's headline
+    return result | {"report": str(_render(run_dir))}
 
 
 # -- topologies side by side ---------------------------------------------------------------------
@@ -757,15 +759,16 @@ def run_eval(
     _write_tables(run_dir, {"fabric_topologies": pd.concat(builds, ignore_index=True)})
     config = {sc.kind: sc.model_dump(mode="json") for sc in scenarios}
     _write_manifest(run_dir, "fabric-eval" + ("-quick" if quick else ""), config, started, seed)
-    return {
+    result = {
         "run_dir": str(run_dir),
-        "report": str(_render(run_dir)),
         "quick": quick,
         "modes": modes,
         "header_bound": HEADER_BOUND,
         "wall_s": time.perf_counter() - t0,
         "scenario_wall_s": walls,
     }
+    write_json(run_dir / "summary.json", result)  # the report's headline
+    return result | {"report": str(_render(run_dir))}
 
 
 def demo_scenarios(seed: int = 0) -> list[Scenario]:
