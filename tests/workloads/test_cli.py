@@ -31,9 +31,9 @@ def test_export_then_show_file_agrees(cli, tmp_path):
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
-        (("workloads", "show", "nope"), "workload: unknown preset"),
+        (("workloads", "show", "nope"), "WORKLOAD: unknown preset"),
         (("workloads", "show", "gpt3-175b", "--pods", "7"), "pods:"),
-        (("workloads", "show", "moe", "--rate-gbps", "0"), "rate_gbps"),
+        (("workloads", "show", "moe", "--rate-gbps", "0"), "--rate-gbps"),
         (("workloads", "show", "missing.json"), "file not found"),
     ],
 )

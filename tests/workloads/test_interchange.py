@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from trainfabric.errors import FormatError
+from trainfabric.errors import ConfigError, FormatError
 from trainfabric.workloads import (
     build_dag,
     dag_from_traffic,
@@ -78,6 +78,11 @@ def test_tiny_dag_by_hand(tmp_path):
     assert len(w.traffic) == 1 and w.traffic.phases[0].name == "node x"
 
 
+def parse(doc):
+    """The strict reader on ``doc`` written as JSON (non-finite floats as NaN/Infinity)."""
+    return ix.loads(json.dumps(doc))
+
+
 def broken(edit):
     doc = copy.deepcopy(tiny())
     edit(doc)
@@ -87,46 +92,121 @@ def broken(edit):
 @pytest.mark.parametrize(
     ("edit", "field", "words"),
     [
-        (lambda d: d.update(version=2), "version", "unsupported"),
-        (lambda d: d.update(format="other"), "format", "trainfabric.taskdag"),
-        (lambda d: d["nodes"][1].update(dst=0), "nodes[1] (id 'x').dst", "differ"),
-        (lambda d: d["nodes"][1].update(bytes=0), "nodes[1] (id 'x').bytes", "greater than 0"),
-        (lambda d: d["nodes"][1].pop("bytes"), "nodes[1] (id 'x').bytes", "required"),
-        (lambda d: d["nodes"][2].update(pod=5), "nodes[2] (id 'b').pod", "< pods"),
+        (lambda d: d.update(version=2), "version", "unsupported version 2"),
+        (lambda d: d.update(format="other"), "format", "got 'other'"),
+        (lambda d: d.pop("format"), "format", "trainfabric.taskdag"),
+        (lambda d: d["nodes"][1].update(dst=0), "nodes[1].dst", "differ"),
+        (lambda d: d["nodes"][1].update(bytes=0), "nodes[1].bytes", "greater than 0"),
+        (lambda d: d["nodes"][1].update(bytes=1e308), "nodes[1].bytes", "less than or equal"),
+        (lambda d: d["nodes"][1].update(bytes=float("nan")), "nodes[1].bytes", "finite"),
+        (lambda d: d["nodes"][1].update(bytes=float("inf")), "nodes[1].bytes", "finite"),
+        (lambda d: d["nodes"][1].update(bytes="1e8"), "nodes[1].bytes", "valid number"),
+        (lambda d: d["nodes"][0].update(duration_s=1e308), "nodes[0].duration_s", "less than"),
+        (lambda d: d["nodes"][1].update(latency_s=-1), "nodes[1].latency_s", "greater than"),
+        (lambda d: d["nodes"][1].pop("bytes"), "nodes[1].bytes", "required"),
+        (lambda d: d["nodes"][2].update(pod=5), "nodes[2].pod", "< pods"),
+        (lambda d: d["nodes"][2].update(pod=1.0), "nodes[2].pod", "valid integer"),
+        (lambda d: d["nodes"][2].update(pod=True), "nodes[2].pod", "valid integer"),
+        (lambda d: d["nodes"][0].update(id=True), "nodes[0].id", "string or an integer"),
         (lambda d: d["nodes"][0].update(kind="gpu"), "nodes[0].kind", "one of"),
-        (lambda d: d["nodes"][2].update(id="a"), "nodes[2] (id 'a').id", "duplicate"),
-        (lambda d: d["nodes"][0].update(colour="red"), "nodes[0] (id 'a').colour", "not permitted"),
+        (lambda d: d["nodes"][0].pop("kind"), "nodes[0].kind", "one of"),
+        (lambda d: d["nodes"][2].update(id="a"), "nodes[2].id", "duplicate id 'a'"),
+        (lambda d: d["nodes"][0].update(colour="red"), "nodes[0].colour", "not permitted"),
+        (lambda d: d.update(nodes=[]), "nodes", "at least 1"),
         (lambda d: d["edges"].append(["b", "zz"]), "edges[2]", "'zz' does not exist"),
+        (lambda d: d["edges"].append(["b", "b"]), "edges[2]", "self-loop"),
+        (lambda d: d["edges"].append(["b"]), "edges[2][1]", "required"),
         (lambda d: d["edges"].append(["b", "a"]), "nodes[", "cycle"),
-        (lambda d: d.update(pods=0), "pods", ">= 1"),
+        (lambda d: d.update(pods=0), "pods", "greater than or equal to 1"),
+        (lambda d: d.update(pods="2"), "pods", "valid integer"),
     ],
 )
 def test_malformed_dag_names_the_culprit(edit, field, words):
     with pytest.raises(FormatError) as exc:
-        ix.dag_from_dict(broken(edit))
+        parse(broken(edit))
     assert exc.value.field.startswith(field), exc.value.field
     assert words in str(exc.value)
 
 
+NAN = float("nan")
+
+
+def traffic(phase, pods=3):
+    return {"format": "trainfabric.traffic", "version": 1, "pods": pods, "phases": [phase]}
+
+
 @pytest.mark.parametrize(
-    ("phase", "field"),
+    ("phase", "field", "words"),
     [
-        ({"name": "p", "flows": [[0, 0, 1.0]]}, "phases[0].flows[0]"),
-        ({"name": "p", "flows": [[0, 9, 1.0]]}, "phases[0].flows[0]"),
-        ({"name": "p", "matrix": [[0, 1], [1, 0]]}, "phases[0].matrix"),
-        ({"name": "p"}, "phases[0]"),
-        ({"name": "p", "flows": [[0, 1, -1.0]]}, "phases[0].flows[0]"),
+        ({"name": "p", "flows": [[0, 0, 1.0]]}, "phases[0].flows[0]", "differ"),
+        ({"name": "p", "flows": [[0, 9, 1.0]]}, "phases[0].flows[0]", "< 3"),
+        ({"name": "p", "flows": [[0, 1, -1.0]]}, "phases[0].flows[0][2]", "greater than 0"),
+        ({"name": "p", "flows": [[0, 1.5, 1.0]]}, "phases[0].flows[0][1]", "valid integer"),
+        ({"name": "p", "flows": [[0, 1]]}, "phases[0].flows[0][2]", "required"),
+        ({"name": "p", "matrix": [[0, 1], [1, 0]]}, "phases[0].matrix", "3 rows"),
+        ({"name": "p", "matrix": [[0, 1, 0], [1, 0], [0, 0, 0]]}, "phases[0].matrix[1]", "3 entr"),
+        ({"name": "p", "matrix": [[0, 1, 0], [1, 0, 0], [0, 0, 5]]}, "phases[0].matrix[2][2]", "0"),
+        (
+            {"name": "p", "matrix": [[0, 1, 0], [-1, 0, 0], [0, 0, 0]]},
+            "phases[0].matrix[1][0]",
+            "greater than or equal",
+        ),
+        (
+            {"name": "p", "matrix": [[0, 1, 0], [1, 0, 0], [0, float("nan"), 0]]},
+            "phases[0].matrix[2][1]",
+            "finite",
+        ),
+        ({"name": "p"}, "phases[0]", "exactly one"),
+        ({"name": "p", "flows": [], "matrix": []}, "phases[0]", "exactly one"),
     ],
 )
-def test_malformed_traffic_names_the_phase(phase, field):
-    doc = {"format": "trainfabric.traffic", "version": 1, "pods": 3, "phases": [phase]}
+def test_malformed_traffic_names_the_phase(phase, field, words):
     with pytest.raises(FormatError) as exc:
-        ix.traffic_from_dict(doc)
+        parse(traffic(phase))
     assert exc.value.field == field
+    assert words in exc.value.message
+
+
+def test_traffic_matrix_by_hand():
+    m = [[0, 1e6, 0], [0, 0, 2e6], [3e6, 0, 0]]
+    tr = parse(traffic({"name": "ring", "matrix": m}))
+    np.testing.assert_array_equal(tr.matrix(0), np.array(m, float))
+    dup = traffic({"name": "a", "flows": []})
+    dup["phases"].append({"name": "a", "flows": []})
+    with pytest.raises(FormatError, match="duplicate name 'a'") as exc:
+        parse(dup)
+    assert exc.value.field == "phases[1].name"
+
+
+def test_strict_json_tokens_are_refused():
+    """Python's json accepts these; the strict reader names the field."""
+    text = json.dumps(tiny()).replace('"bytes": 1000000000.0', '"bytes": Infinity')
+    with pytest.raises(FormatError) as exc:
+        ix.loads(text)
+    assert exc.value.field == "nodes[1].bytes"
+
+
+@pytest.mark.parametrize(
+    ("make", "words"),
+    [
+        (lambda p: p.mkdir(), "is a directory"),
+        (lambda p: p.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe"), "not a UTF-8 text file"),
+        (lambda p: None, "file not found"),
+        (lambda p: p.write_text("[1, 2]"), "must be a JSON object"),
+    ],
+)
+def test_unreadable_file_names_the_argument(tmp_path, make, words):
+    path = tmp_path / "w.json"
+    make(path)
+    with pytest.raises(ConfigError) as exc:
+        ix.load(path, field="--workload")
+    assert words in exc.value.message
+    assert exc.value.field in ("--workload", "<root>")
 
 
 def test_not_json_reports_line(tmp_path):
     p = tmp_path / "bad.json"
     p.write_text('{"format":\n  oops}')
-    with pytest.raises(FormatError, match="line 2"):
+    with pytest.raises(ConfigError, match="line 2") as exc:
         ix.load(p)
+    assert exc.value.field == "workload"

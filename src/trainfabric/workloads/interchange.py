@@ -22,100 +22,174 @@ with ``flows`` (``[src, dst, bytes]`` triples) or a dense ``matrix`` (row = sour
      "phases": [{"name": "a2a", "kind": "moe_dispatch", "flows": [[0, 1, 1e6], [1, 2, 2e6]]},
                 {"name": "ring", "matrix": [[0, 1e6, 0], [0, 0, 1e6], [1e6, 0, 0]]}]}
 
-Invalid files raise :class:`~trainfabric.errors.FormatError` naming the node, edge or phase.
+Both are read by one strict reader (:func:`loads`, :func:`load`): the file's bytes go through
+one pydantic ``validate_json`` call on a document model (a discriminated union of the two
+formats on ``format``, and of node kinds on ``kind``), then the cross-references that a
+schema cannot express (pods in range, unique ids and names, edges between existing nodes,
+square matrices with a zero diagonal) are checked on the parsed arrays. The JSON is strict:
+``NaN``/``Infinity``, numbers given as strings (``"1e8"``), booleans as numbers or ids
+(``"id": true``) and fractional values where an integer is needed are refused, as are
+unknown keys. Values must be sane as well as finite: ``0 < bytes <= 1e18`` (an exabyte),
+times ``0 <= duration_s, latency_s <= 1e9`` s, ``1 <= pods <= 1,000,000``.
+
+Every invalid file raises :class:`~trainfabric.errors.FormatError` whose field is the path
+of the bad value in the document (``nodes[3].bytes``, ``phases[2].matrix[5]``, ``edges[4]``,
+``version``); a file that cannot be read (missing, a directory, not UTF-8, not JSON) is a
+:class:`~trainfabric.errors.ConfigError` naming the argument that gave it (``workload``).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    model_validator,
+)
 
-from trainfabric.errors import FormatError
+from trainfabric.errors import ConfigError, FormatError
 from trainfabric.io import write_text
+from trainfabric.limits import check_memory
 from trainfabric.workloads.dag import COMM, COMPUTE, KIND_NAMES, Phase, TaskDAG, from_arrays
 from trainfabric.workloads.traffic import PhaseTraffic
 
 DAG_FORMAT, TRAFFIC_FORMAT, VERSION = "trainfabric.taskdag", "trainfabric.traffic", 1
+MAX_BYTES = 1e18  # bytes of one transfer or phase: an exabyte
+MAX_SECONDS = 1e9  # one compute step or latency: about 32 years
+MAX_PODS = 1_000_000
+PARSE_BYTES_PER_FILE_BYTE = 40  # peak memory of the parsed document per byte of JSON (measured)
+
+
+def _node_id(value: Any) -> str | int:
+    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise ValueError("must be a string or an integer")
+
+
+NodeId = Annotated[Any, AfterValidator(_node_id)]
+Pod = Annotated[int, Field(ge=0, lt=MAX_PODS)]
+Bytes = Annotated[float, Field(gt=0, le=MAX_BYTES)]
+Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class _Compute(_Strict):
-    id: str | int
+    id: NodeId
     kind: Literal["compute"]
-    pod: int = Field(ge=0)
-    duration_s: float = Field(ge=0)
+    pod: Pod
+    duration_s: Seconds
     name: str = ""
 
 
 class _Comm(_Strict):
-    id: str | int
+    id: NodeId
     kind: Literal["comm"]
-    src: int = Field(ge=0)
-    dst: int = Field(ge=0)
-    bytes: float = Field(gt=0)
-    latency_s: float = Field(default=0.0, ge=0)
+    src: Pod
+    dst: Pod
+    bytes: Bytes
+    latency_s: Seconds = 0.0
     phase: str | None = None
     name: str = ""
 
 
 class _Barrier(_Strict):
-    id: str | int
+    id: NodeId
     kind: Literal["barrier"]
     phase: str | None = None
     name: str = ""
 
 
+_Node = Annotated[_Compute | _Comm | _Barrier, Field(discriminator="kind")]
+_NODE_KINDS = ("compute", "comm", "barrier")
+
+
 class _Phase(_Strict):
     name: str
     kind: str = "custom"
-    intra_pod_bytes: float = Field(default=0.0, ge=0)
-    flows: list[tuple[int, int, float]] | None = None
-    matrix: list[list[float]] | None = None
+    intra_pod_bytes: Annotated[float, Field(ge=0, le=MAX_BYTES)] = 0.0
 
 
-_NODE_MODELS = {"compute": _Compute, "comm": _Comm, "barrier": _Barrier}
+class _TrafficPhase(_Phase):
+    flows: list[tuple[Pod, Pod, Bytes]] | None = None
+    matrix: list[list[Annotated[float, Field(ge=0, le=MAX_BYTES)]]] | None = None
+
+    @model_validator(mode="after")
+    def _one_layout(self):
+        if (self.flows is None) == (self.matrix is None):
+            raise ValueError("give exactly one of 'flows' and 'matrix'")
+        return self
 
 
-def _check(model: type[BaseModel], data: Any, where: str) -> Any:
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"])
-        raise FormatError(f"{where}.{loc}" if loc else where, err["msg"]) from None
+class _DagDoc(_Strict):
+    format: Literal["trainfabric.taskdag"]
+    version: Literal[1]
+    pods: Annotated[int, Field(ge=1, le=MAX_PODS)]
+    phases: list[_Phase] = []
+    nodes: Annotated[list[_Node], Field(min_length=1)]
+    edges: list[tuple[NodeId, NodeId]] = []
 
 
-def _header(doc: Any, fmt: str) -> int:
-    if not isinstance(doc, dict):
-        raise FormatError("<root>", "must be a JSON object")
-    if doc.get("format") != fmt:
-        raise FormatError("format", f"must be '{fmt}', got {doc.get('format')!r}")
-    if doc.get("version") != VERSION:
-        raise FormatError(
-            "version", f"unsupported version {doc.get('version')!r} (this reads {VERSION})"
+class _TrafficDoc(_Strict):
+    format: Literal["trainfabric.traffic"]
+    version: Literal[1]
+    pods: Annotated[int, Field(ge=1, le=MAX_PODS)]
+    phases: Annotated[list[_TrafficPhase], Field(min_length=1)]
+
+
+_DOCUMENT = TypeAdapter(Annotated[_DagDoc | _TrafficDoc, Field(discriminator="format")])
+
+
+def _path(loc: tuple[Any, ...]) -> str:
+    """``('trainfabric.taskdag', 'nodes', 3, 'comm', 'bytes')`` -> ``nodes[3].bytes``: list
+    indices in brackets, the union tags (format and node kind) dropped."""
+    parts: list[str] = []
+    for k, p in enumerate(loc):
+        if k == 0 and p in (DAG_FORMAT, TRAFFIC_FORMAT):
+            continue
+        if isinstance(p, int):
+            parts.append(f"[{p}]")
+        elif p in _NODE_KINDS and len(parts) >= 2 and parts[-2] == "nodes":
+            continue
+        else:
+            parts.append(f".{p}" if parts else str(p))
+    return "".join(parts) or "<root>"
+
+
+def _format_error(exc: ValidationError, field: str) -> ConfigError:
+    """The first pydantic error as a FormatError naming the value's path in the document."""
+    err = exc.errors(include_url=False)[0]
+    kind, loc, msg = err["type"], tuple(err["loc"]), err["msg"]
+    if kind == "json_invalid":
+        return ConfigError(field, msg.replace("Invalid JSON", "invalid JSON"))
+    if kind in ("union_tag_invalid", "union_tag_not_found") and len(loc) == 0:
+        got = err.get("ctx", {}).get("tag", "nothing")
+        return FormatError("format", f"must be '{DAG_FORMAT}' or '{TRAFFIC_FORMAT}', got {got!r}")
+    if kind in ("dict_type", "model_type", "model_attributes_type") and len(loc) == 0:
+        return FormatError("<root>", "must be a JSON object")
+    if kind in ("union_tag_invalid", "union_tag_not_found"):
+        return FormatError(f"{_path(loc)}.kind", f"must be one of {', '.join(_NODE_KINDS)}")
+    if loc[1:] == ("version",):
+        return FormatError(
+            "version", f"unsupported version {err['input']!r} (this reads {VERSION})"
         )
-    pods = doc.get("pods")
-    if not isinstance(pods, int) or isinstance(pods, bool) or pods < 1:
-        raise FormatError("pods", "must be an integer >= 1")
-    return pods
+    return FormatError(_path(loc), msg.removeprefix("Value error, "))
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise FormatError("workload", f"file not found: {path}") from None
-    except json.JSONDecodeError as exc:
-        raise FormatError(
-            "workload", f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}"
-        ) from None
+def _first(bad: np.ndarray) -> int | None:
+    """Index of the first True of ``bad``, None when there is none."""
+    hits = np.flatnonzero(bad)
+    return int(hits[0]) if hits.size else None
 
 
 # -- task DAG ---------------------------------------------------------------------------------
@@ -152,95 +226,78 @@ def dag_to_dict(dag: TaskDAG) -> dict[str, Any]:
     }
 
 
-def dag_from_dict(doc: Any) -> TaskDAG:
-    """Validate and read an interchange document into a :class:`TaskDAG`."""
-    pods = _header(doc, DAG_FORMAT)
-    phases: list[Phase] = []
-    phase_id: dict[str, int] = {}
-    for k, p in enumerate(doc.get("phases") or []):
-        ph = _check(_Phase, p, f"phases[{k}]")
-        if ph.name in phase_id:
-            raise FormatError(f"phases[{k}].name", f"duplicate phase name {ph.name!r}")
-        phase_id[ph.name] = len(phases)
-        phases.append(Phase(ph.kind, ph.name, ph.intra_pod_bytes))
-    raw_nodes = doc.get("nodes")
-    if not isinstance(raw_nodes, list) or not raw_nodes:
-        raise FormatError("nodes", "must be a non-empty list")
-    n = len(raw_nodes)
-    kind = np.empty(n, np.int8)
-    pod = np.full(n, -1, np.int32)
-    dst = np.full(n, -1, np.int32)
-    dur, nbytes, lat = np.zeros(n), np.zeros(n), np.zeros(n)
-    phase = np.full(n, -1, np.int32)
-    index: dict[str | int, int] = {}
-    names = []
-    for i, raw in enumerate(raw_nodes):
-        where = f"nodes[{i}]"
-        if not isinstance(raw, dict) or raw.get("kind") not in _NODE_MODELS:
-            raise FormatError(f"{where}.kind", f"must be one of {', '.join(_NODE_MODELS)}")
-        node = _check(_NODE_MODELS[raw["kind"]], raw, f"{where} (id {raw.get('id')!r})")
-        where = f"{where} (id {node.id!r})"
-        if node.id in index:
-            raise FormatError(f"{where}.id", "duplicate node id")
-        index[node.id] = i
-        kind[i] = KIND_NAMES.index(node.kind)
-        names.append(node.name or str(node.id))
-        if isinstance(node, _Compute):
-            pod[i], dur[i] = node.pod, node.duration_s
-            if node.pod >= pods:
-                raise FormatError(f"{where}.pod", f"must be < pods ({pods})")
-            continue
-        if isinstance(node, _Comm):
-            for fld in ("src", "dst"):
-                if getattr(node, fld) >= pods:
-                    raise FormatError(f"{where}.{fld}", f"must be < pods ({pods})")
-            if node.src == node.dst:
-                raise FormatError(
-                    f"{where}.dst", "must differ from src (intra-pod traffic is not a comm node)"
-                )
-            pod[i], dst[i], nbytes[i], lat[i] = node.src, node.dst, node.bytes, node.latency_s
-        pname = (
-            node.phase
-            if node.phase is not None
-            else (f"node {node.id}" if kind[i] == COMM else None)
-        )
-        if pname is not None:
-            if pname not in phase_id:
-                phase_id[pname] = len(phases)
-                phases.append(Phase("custom", pname))
-            phase[i] = phase_id[pname]
-    src, tgt = _edges(doc.get("edges"), index)
+def _dag(doc: _DagDoc) -> TaskDAG:
+    """The validated document as a TaskDAG, after the cross-reference checks."""
+    phases = [Phase(p.kind, p.name, p.intra_pod_bytes) for p in doc.phases]
+    phase_id = _unique([p.name for p in phases], "phases", "name")
+    nodes = doc.nodes
+    index = _unique([n.id for n in nodes], "nodes", "id")
+    kind = np.array([KIND_NAMES.index(n.kind) for n in nodes], np.int8)
+    pod = np.array([getattr(n, "pod", getattr(n, "src", -1)) for n in nodes], np.int32)
+    dst = np.array([getattr(n, "dst", -1) for n in nodes], np.int32)
+    _check_pods(doc.pods, kind, pod, dst)
+    phase = np.full(len(nodes), -1, np.int32)
+    for i, n in enumerate(nodes):
+        name = getattr(n, "phase", None)
+        if name is None and kind[i] == COMM:
+            name = f"node {n.id}"
+        if name is not None:
+            if name not in phase_id:
+                phase_id[name] = len(phases)
+                phases.append(Phase("custom", name))
+            phase[i] = phase_id[name]
+    src, tgt = _edges(doc.edges, index)
     return from_arrays(
-        pods,
+        doc.pods,
         kind=kind,
         pod=pod,
         dst=dst,
-        duration_s=dur,
-        nbytes=nbytes,
-        latency_s=lat,
+        duration_s=np.array([getattr(n, "duration_s", 0.0) for n in nodes]),
+        nbytes=np.array([getattr(n, "bytes", 0.0) for n in nodes]),
+        latency_s=np.array([getattr(n, "latency_s", 0.0) for n in nodes]),
         phase=phase,
         edge_src=src,
         edge_dst=tgt,
         phases=tuple(phases),
-        names=tuple(names),
+        names=tuple(n.name or str(n.id) for n in nodes),
     )
 
 
-def _edges(raw: Any, index: dict) -> tuple[np.ndarray, np.ndarray]:
-    if raw is None:
-        raw = []
-    if not isinstance(raw, list):
-        raise FormatError("edges", "must be a list of [from, to] pairs")
+def _unique(keys: list, where: str, attr: str) -> dict:
+    """``{key: position}``; a repeated key is a FormatError naming its second occurrence."""
+    seen: dict = {}
+    for i, key in enumerate(keys):
+        if key in seen:
+            raise FormatError(f"{where}[{i}].{attr}", f"duplicate {attr} {key!r}")
+        seen[key] = i
+    return seen
+
+
+def _check_pods(pods: int, kind: np.ndarray, pod: np.ndarray, dst: np.ndarray) -> None:
+    """Every pod index < ``pods``; a comm node's ``src`` differs from its ``dst``."""
+    comm = kind == COMM
+    checks = (
+        ((kind == COMPUTE) & (pod >= pods), "pod", f"must be < pods ({pods})"),
+        (comm & (pod >= pods), "src", f"must be < pods ({pods})"),
+        (comm & (dst >= pods), "dst", f"must be < pods ({pods})"),
+        (comm & (pod == dst), "dst", "must differ from src (intra-pod traffic is not a comm node)"),
+    )
+    for bad, field, message in checks:
+        i = _first(bad)
+        if i is not None:
+            raise FormatError(f"nodes[{i}].{field}", message)
+
+
+def _edges(raw: list[tuple[Any, Any]], index: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Edge endpoints as node positions; unknown nodes and self-loops name the edge."""
     src, tgt = np.empty(len(raw), np.int64), np.empty(len(raw), np.int64)
-    for k, e in enumerate(raw):
-        if not isinstance(e, list | tuple) or len(e) != 2:
-            raise FormatError(f"edges[{k}]", "must be a [from, to] pair")
-        for end, node_id in zip(("from", "to"), e, strict=True):
+    for k, edge in enumerate(raw):
+        for end, node_id in zip(("from", "to"), edge, strict=True):
             if node_id not in index:
                 raise FormatError(f"edges[{k}]", f"{end} node {node_id!r} does not exist")
-        src[k], tgt[k] = index[e[0]], index[e[1]]
+        src[k], tgt[k] = index[edge[0]], index[edge[1]]
         if src[k] == tgt[k]:
-            raise FormatError(f"edges[{k}]", f"self-loop on node {e[0]!r}")
+            raise FormatError(f"edges[{k}]", f"self-loop on node {edge[0]!r}")
     return src, tgt
 
 
@@ -260,70 +317,97 @@ def traffic_to_dict(traffic: PhaseTraffic) -> dict[str, Any]:
     return {"format": TRAFFIC_FORMAT, "version": VERSION, "pods": traffic.n_pods, "phases": phases}
 
 
-def traffic_from_dict(doc: Any) -> PhaseTraffic:
-    pods = _header(doc, TRAFFIC_FORMAT)
-    raw = doc.get("phases")
-    if not isinstance(raw, list) or not raw:
-        raise FormatError("phases", "must be a non-empty list")
-    phases, srcs, dsts, nbs, offsets = [], [], [], [], [0]
-    seen = set()
-    for k, p in enumerate(raw):
-        where = f"phases[{k}]"
-        ph = _check(_Phase, p, where)
-        if ph.name in seen:
-            raise FormatError(f"{where}.name", f"duplicate phase name {ph.name!r}")
-        seen.add(ph.name)
-        if (ph.flows is None) == (ph.matrix is None):
-            raise FormatError(where, "give exactly one of 'flows' and 'matrix'")
-        if ph.matrix is not None:
-            m = np.asarray(ph.matrix, dtype=float)
-            if m.shape != (pods, pods):
-                raise FormatError(f"{where}.matrix", f"must be {pods}x{pods}, got {m.shape}")
-            if (m < 0).any():
-                raise FormatError(f"{where}.matrix", "bytes must be >= 0")
-            if np.diag(m).any():
-                raise FormatError(f"{where}.matrix", "diagonal must be 0 (intra-pod traffic)")
-            s, d = np.nonzero(m)
-            b = m[s, d]
-        else:
-            f = np.asarray(ph.flows, dtype=float).reshape(-1, 3)
-            s, d, b = f[:, 0].astype(np.int64), f[:, 1].astype(np.int64), f[:, 2]
-            for j in range(s.size):
-                fw = f"{where}.flows[{j}]"
-                if not (0 <= s[j] < pods and 0 <= d[j] < pods):
-                    raise FormatError(fw, f"pods must be in [0, {pods})")
-                if s[j] == d[j]:
-                    raise FormatError(fw, "src must differ from dst")
-                if not b[j] > 0:
-                    raise FormatError(fw, "bytes must be > 0")
-        phases.append(Phase(ph.kind, ph.name, ph.intra_pod_bytes))
-        srcs.append(s)
-        dsts.append(d)
-        nbs.append(b)
-        offsets.append(offsets[-1] + s.size)
+def _traffic(doc: _TrafficDoc) -> PhaseTraffic:
+    """The validated document as a PhaseTraffic, after the per-phase shape and pod checks."""
+    _unique([p.name for p in doc.phases], "phases", "name")
+    flows = [_phase_flows(p, doc.pods, f"phases[{k}]") for k, p in enumerate(doc.phases)]
+    sizes = [f[0].size for f in flows]
     return PhaseTraffic(
-        pods,
-        tuple(phases),
-        np.asarray(offsets, np.int64),
-        np.concatenate(srcs).astype(np.int32),
-        np.concatenate(dsts).astype(np.int32),
-        np.concatenate(nbs).astype(float),
+        doc.pods,
+        tuple(Phase(p.kind, p.name, p.intra_pod_bytes) for p in doc.phases),
+        np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+        np.concatenate([f[0] for f in flows]).astype(np.int32),
+        np.concatenate([f[1] for f in flows]).astype(np.int32),
+        np.concatenate([f[2] for f in flows]).astype(float),
     )
+
+
+def _phase_flows(ph: _TrafficPhase, pods: int, where: str) -> tuple[np.ndarray, ...]:
+    """(src, dst, bytes) of one phase from its flow list or its dense matrix."""
+    if ph.matrix is not None:
+        m = _square(ph.matrix, pods, f"{where}.matrix")
+        s, d = np.nonzero(m)
+        return s, d, m[s, d]
+    f = np.asarray(ph.flows, dtype=float).reshape(-1, 3)
+    s, d = f[:, 0].astype(np.int64), f[:, 1].astype(np.int64)
+    for bad, message in (
+        (np.maximum(s, d) >= pods, f"pods must be < {pods}"),
+        (s == d, "src must differ from dst"),
+    ):
+        j = _first(bad)
+        if j is not None:
+            raise FormatError(f"{where}.flows[{j}]", message)
+    return s, d, f[:, 2]
+
+
+def _square(rows: list[list[float]], pods: int, where: str) -> np.ndarray:
+    """A ``pods x pods`` matrix with a zero diagonal (entries already finite and >= 0)."""
+    if len(rows) != pods:
+        raise FormatError(where, f"must have {pods} rows (one per pod), got {len(rows)}")
+    for i, row in enumerate(rows):
+        if len(row) != pods:
+            raise FormatError(f"{where}[{i}]", f"must have {pods} entries, got {len(row)}")
+    m = np.asarray(rows, dtype=float).reshape(pods, pods)
+    i = _first(np.diag(m) != 0)
+    if i is not None:
+        raise FormatError(f"{where}[{i}][{i}]", "diagonal must be 0 (intra-pod traffic)")
+    return m
 
 
 # -- files ------------------------------------------------------------------------------------
 def save(obj: TaskDAG | PhaseTraffic, path: str | Path) -> Path:
     """Write a DAG or a traffic sequence as interchange JSON (atomically)."""
     doc = dag_to_dict(obj) if isinstance(obj, TaskDAG) else traffic_to_dict(obj)
-    return write_text(path, json.dumps(doc, separators=(",", ":")) + "\n")
+    return write_text(path, json.dumps(doc, separators=(",", ":"), allow_nan=False) + "\n")
 
 
-def load(path: str | Path) -> TaskDAG | PhaseTraffic:
-    """Read either interchange format, dispatching on its ``format`` field."""
-    doc = _read_json(Path(path))
-    fmt = doc.get("format") if isinstance(doc, dict) else None
-    if fmt == TRAFFIC_FORMAT:
-        return traffic_from_dict(doc)
-    if fmt == DAG_FORMAT:
-        return dag_from_dict(doc)
-    raise FormatError("format", f"must be '{DAG_FORMAT}' or '{TRAFFIC_FORMAT}', got {fmt!r}")
+def loads(data: str | bytes, field: str = "workload") -> TaskDAG | PhaseTraffic:
+    """Read either interchange format from JSON text (module doc); ``field`` names the
+    argument the text came from in errors about the text as a whole (not JSON)."""
+    try:
+        doc = _DOCUMENT.validate_json(data)
+    except ValidationError as exc:
+        raise _format_error(exc, field) from None
+    return _dag(doc) if isinstance(doc, _DagDoc) else _traffic(doc)
+
+
+def load(path: str | Path, field: str = "workload") -> TaskDAG | PhaseTraffic:
+    """Read an interchange file. A missing, unreadable, directory or non-UTF-8 file is a
+    ConfigError naming ``field``; a malformed one a FormatError naming the value's path, its
+    message ending with the file's name."""
+    path = Path(path)
+    data = _read_bytes(path, field)
+    try:
+        return loads(data, field)
+    except FormatError as exc:
+        raise FormatError(exc.field, f"{exc.message} (in {path})") from None
+    except ConfigError as exc:
+        raise ConfigError(exc.field, f"{path}: {exc.message}") from None
+
+
+def _read_bytes(path: Path, field: str) -> bytes:
+    """The file's bytes, checked to be UTF-8 and small enough to parse in memory."""
+    try:
+        if path.is_dir():
+            raise ConfigError(field, f"{path} is a directory; expected a JSON file")
+        check_memory(field, PARSE_BYTES_PER_FILE_BYTE * path.stat().st_size, f"parsing {path}")
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(field, f"file not found: {path}") from None
+    except OSError as exc:
+        raise ConfigError(field, f"cannot read {path}: {exc.strerror}") from None
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(field, f"{path}: not a UTF-8 text file (byte {exc.start})") from None
+    return data

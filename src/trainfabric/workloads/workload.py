@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from trainfabric.config import load_toml
+from trainfabric.config import read_toml, validate
 from trainfabric.errors import ConfigError
 from trainfabric.workloads import interchange
 from trainfabric.workloads.build import build_dag
@@ -44,22 +44,36 @@ def is_file_spec(spec: str) -> bool:
 
 
 def load_workload(spec: str, pods: int | None = None, seed: int = 0) -> Workload:
-    """Resolve a preset name or a file into a Workload (``pods`` re-maps presets and jobs)."""
+    """Resolve a preset name or a file into a Workload (``pods`` re-maps presets and jobs).
+
+    A file that cannot be read (missing, a directory, not UTF-8, not JSON/TOML) is a
+    ConfigError naming ``workload``; a malformed one names the bad value's path in it
+    (``nodes[3].bytes``, ``model.layers``)."""
     if not is_file_spec(spec):
         return Workload(spec, build_dag(get_preset(spec, pods), seed), get_preset(spec, pods))
     path = Path(spec)
     if path.suffix == ".toml":
-        job = load_toml(path, Job)
+        job = _load_job(path)
         if pods is not None and pods != job.placement.pods:
             job = remap_onto_pods(job, pods)
         return Workload(job.name, build_dag(job, seed), job)
-    obj = interchange.load(path)
+    obj = interchange.load(path, field="workload")
     n = obj.n_pods
     if pods is not None and pods != n:
         raise ConfigError("pods", f"{path} describes {n} pods; a file cannot be re-mapped")
     if isinstance(obj, PhaseTraffic):
         return Workload(path.stem, dag_from_traffic(obj), None, obj)
     return Workload(path.stem, obj)
+
+
+def _load_job(path: Path) -> Job:
+    """A job TOML: an unreadable file (missing, a directory, binary, bad TOML) is a
+    ConfigError naming ``workload``; a bad value one naming its TOML key (``model.layers``)."""
+    try:
+        data = read_toml(path)
+    except ConfigError as exc:
+        raise ConfigError("workload", exc.message) from None
+    return validate(Job, data)
 
 
 def summarize(w: Workload, rate_bps: float) -> dict[str, Any]:
