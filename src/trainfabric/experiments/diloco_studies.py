@@ -7,6 +7,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from trainfabric.runs.report import FIGURES
+from trainfabric.runs.report_figures import legend_outside
 
 PAPER_BURSTY = {"matched random": 6.54, "WA + EWMA forecast": 5.09}  # SLO %, their replay
 
@@ -31,7 +32,7 @@ def verdict_figures(table: pd.DataFrame) -> list[Figure]:
         ax.axhline(100 * rows["no_sync_slo"].iloc[0], color="k", ls=":", label="no-sync floor")
         ax.set_xticks(x, rows["policy"], rotation=30, ha="right")
         ax.set(ylabel="SLO violations (%)", title=f"{regime}: SLO violation rate")
-        ax.legend(fontsize="small")
+        legend_outside(fig)
         err = [
             rows["effect_size"] - rows["effect_ci_low"],
             rows["effect_ci_high"] - rows["effect_size"],
@@ -46,7 +47,7 @@ def verdict_figures(table: pd.DataFrame) -> list[Figure]:
         ax_e.set_xticks(x, rows["policy"], rotation=30, ha="right")
         ax_e.set(
             ylabel="policy - matched random (pp)",
-            title=f"{regime}: paired effect, 95% CI (green beats, red loses)",
+            title=f"{regime}: paired effect, 95% CI\n(green beats, red loses)",
         )
         figs.append(fig)
     return figs

@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 from trainfabric.fabric import scenarios as S
 from trainfabric.runs.registry import register
 from trainfabric.runs.report import FIGURES
+from trainfabric.runs.report_figures import legend_outside, line_style
 
 PAPER_LINE_RATE = 0.98  # "98% of theoretical line rate" (NVIDIA, arXiv 2605.21187)
 PAPER_LATENCY_AT_10PCT = 0.07  # "+7% latency at 10% fabric link failures" (same paper)
@@ -52,12 +53,14 @@ def line_rate_figures(table: pd.DataFrame) -> list[Figure]:
     if not {"collective", "size_bytes", "mode", "line_rate_fraction"} <= set(table.columns):
         return []
     kinds = list(dict.fromkeys(table["collective"]))
+    modes = list(dict.fromkeys(table["mode"]))
     fig, axes = _figure(len(kinds), 5.2)
     for ax, kind in zip(axes, kinds, strict=True):
         part = table[table["collective"] == kind]
         for mode, rows in part.groupby("mode", sort=False):
             rows = rows.sort_values("size_bytes")
-            ax.plot(rows["size_bytes"], rows["line_rate_fraction"], marker="o", label=mode)
+            style = line_style(modes.index(mode))
+            ax.plot(rows["size_bytes"], rows["line_rate_fraction"], label=mode, **style)
         ax.axhline(S.HEADER_BOUND, color="k", ls=":", lw=1, label="header bound 4096/4160")
         ax.axhline(PAPER_LINE_RATE, color="tab:red", ls="--", lw=1, label="paper: 98% (theirs)")
         ax.set(
@@ -67,7 +70,7 @@ def line_rate_figures(table: pd.DataFrame) -> list[Figure]:
             ylabel="busbw / NIC line rate",
             title=f"{kind} ({int(part['ranks'].iloc[0])} ranks)",
         )
-    axes[0].legend(fontsize="small")
+    legend_outside(fig)
     return [fig]
 
 
@@ -87,7 +90,7 @@ def isolation_figures(table: pd.DataFrame) -> list[Figure]:
     ax.axhline(0.95, color="tab:red", ls="--", lw=1, label="F4: within 5% of solo")
     ax.set_xticks(np.arange(len(modes)) + 0.4 - width / 2, modes)
     ax.set(ylim=(0, 1.05), ylabel="victim solo time / shared time", title="Tenant isolation")
-    ax.legend(title="oversubscription, failures", fontsize="x-small")
+    legend_outside(fig, title="oversubscription, failures")
     return [fig]
 
 
@@ -98,7 +101,7 @@ def failures_figures(table: pd.DataFrame) -> list[Figure]:
         return []
     fig, axes = _figure(3, 4.6)
     stats = table.groupby(["mode", "failed_fraction"], sort=False)
-    for mode in dict.fromkeys(table["mode"]):
+    for i, mode in enumerate(dict.fromkeys(table["mode"])):
         rows = table[table["mode"] == mode].groupby("failed_fraction")
         for ax, col in zip(axes[:2], ("bisection_fraction", "collective_increase"), strict=True):
             m = rows[col].agg(["mean", "min", "max"])
@@ -106,12 +109,12 @@ def failures_figures(table: pd.DataFrame) -> list[Figure]:
                 m.index,
                 m["mean"],
                 yerr=[m["mean"] - m["min"], m["max"] - m["mean"]],
-                marker="o",
                 capsize=3,
                 label=mode,
+                **line_style(i),
             )
         lat = rows["latency_increase_est"].mean().replace([np.inf, -np.inf], np.nan)
-        axes[2].plot(lat.index, lat.values, marker="o", label=mode)
+        axes[2].plot(lat.index, lat.values, label=mode, **line_style(i))
     lp = stats["lp_fraction"].mean().groupby("failed_fraction").mean()
     f = np.sort(table["failed_fraction"].unique())
     axes[0].plot(lp.index, lp.values, "k--", label="max-concurrent-flow LP (min flow)")
@@ -135,8 +138,7 @@ def failures_figures(table: pd.DataFrame) -> list[Figure]:
         ylabel="p50 latency increase (estimate)",
         title="Packet latency, M/M/1 estimate",
     )
-    for ax in axes:
-        ax.legend(fontsize="x-small")
+    legend_outside(fig)
     return [fig]
 
 
@@ -163,7 +165,7 @@ def flaps_figures(table: pd.DataFrame) -> list[Figure]:
         for r, name in ((5e-6, "hardware"), (5e-3, "host software"), (1.0, "routing")):
             ax.axhline(r, color="grey", ls=":", lw=1)
             ax.text(len(modes) - 0.5, r, name, fontsize="x-small", va="bottom", ha="right")
-    axes[0].legend(fontsize="small")
+    legend_outside(fig, title="flapped link")
     return [fig]
 
 
@@ -172,12 +174,14 @@ def flap_timeline_figures(table: pd.DataFrame) -> list[Figure]:
     if not {"mode", "flap", "t_s", "goodput_gbps"} <= set(table.columns):
         return []
     flaps = [f for f in dict.fromkeys(table["flap"]) if f != "none"] or ["none"]
+    modes = list(dict.fromkeys(table["mode"]))
     fig, axes = _figure(len(flaps), 5.2)
     for ax, flap in zip(axes, flaps, strict=True):
         for mode, rows in table[table["flap"] == flap].groupby("mode", sort=False):
-            ax.step(rows["t_s"], rows["goodput_gbps"], where="post", lw=0.8, label=mode)
+            style = line_style(modes.index(mode), markers=False)
+            ax.step(rows["t_s"], rows["goodput_gbps"], where="post", label=mode, **style)
         ax.set(xlabel="time (s)", ylabel="job goodput (Gb/s)", title=f"flap {flap}")
-    axes[0].legend(fontsize="small")
+    legend_outside(fig)
     return [fig]
 
 
@@ -201,7 +205,7 @@ def topology_figures(table: pd.DataFrame) -> list[Figure]:
             ax.bar(np.arange(len(counts)) + i * width, rows[col], width, label=build)
         ax.set_xticks(np.arange(len(counts)) + 0.4 - width / 2, [f"{n:,} GPUs" for n in counts])
         ax.set(yscale="log", title=title)
-    axes[0].legend(fontsize="small")
+    legend_outside(fig)
     return [fig]
 
 

@@ -17,6 +17,7 @@ from trainfabric.ocs.model import OcsModel
 from trainfabric.ocs.planner import plan
 from trainfabric.runs.registry import register
 from trainfabric.runs.report import FIGURES
+from trainfabric.runs.report_figures import legend_outside
 from trainfabric.workloads import load_workload
 
 
@@ -83,7 +84,7 @@ def ocs_compare_figures(table: pd.DataFrame) -> list[Figure]:
         yscale="log", ylabel="hard critical path / best", title="Wiring quality (lower is better)"
     )
     ax_t.set(yscale="log", ylabel="wall time (s)", title="Time to wiring")
-    ax.legend(fontsize="small")
+    legend_outside(fig, title="method")
     return [fig]
 
 

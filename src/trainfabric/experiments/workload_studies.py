@@ -17,6 +17,7 @@ from pydantic import Field, field_validator
 from trainfabric.config import Config
 from trainfabric.runs.registry import register
 from trainfabric.runs.report import FIGURES
+from trainfabric.runs.report_figures import legend_outside, line_style
 from trainfabric.workloads import build_dag, get_preset, load_workload
 from trainfabric.workloads.presets import PRESETS
 from trainfabric.workloads.workload import is_file_spec
@@ -73,12 +74,12 @@ def critical_path_figures(table: pd.DataFrame) -> list[Figure]:
     fig = Figure(figsize=(9, 4.5), layout="constrained")
     ax = fig.subplots()
     groups = table.groupby(keys, sort=False) if keys else [((), table)]
-    for label, g in groups:
+    for i, (label, g) in enumerate(groups):
         mean = g.groupby("rate_gbps")["slowdown"].mean()
         short = {"workload": "", "moe_skew_gini": "gini "}
         parts = zip(keys, label if keys else (), strict=True)
         name = ", ".join(f"{short[k]}{v}" for k, v in parts)
-        ax.plot(mean.index, mean.to_numpy(), marker="o", label=name or None)
+        ax.plot(mean.index, mean.to_numpy(), label=name or None, **line_style(i))
     rates = sorted(table["rate_gbps"].unique())
     ax.set(
         xscale="log",
@@ -91,7 +92,7 @@ def critical_path_figures(table: pd.DataFrame) -> list[Figure]:
     )
     ax.xaxis.set_minor_formatter(NullFormatter())
     if keys:
-        ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1.0))
+        legend_outside(fig)
     ax.grid(True, which="both", alpha=0.3)
     return [fig]
 
@@ -110,7 +111,7 @@ def presets_figures(table: pd.DataFrame) -> list[Figure]:
     ax.bar(idx + 0.2, table["compute_only_s"], 0.4, label="communication-free")
     ax.set_xticks(idx, table["preset"], rotation=30, ha="right")
     ax.set(yscale="log", ylabel="one iteration (s)", title="Workload presets: iteration time")
-    ax.legend(fontsize="small")
+    legend_outside(fig)
     return [fig]
 
 

@@ -1,65 +1,88 @@
-"""HTML reports of run directories: tables and matplotlib figures in one self-contained file.
+"""HTML reports of run directories, read like a results section; one self-contained file.
 
-:func:`render_report` renders every ``*.parquet`` table at the top level of a run directory
-(for a sweep, ``results.parquet``), with the manifest summary when ``manifest.json`` exists.
-Per table: a summary (means per grid point, or ``describe()`` without swept parameters), the
-first :data:`MAX_ROWS` rows, and figures (PNG, base64-embedded, rendered with Agg).
+:func:`render_report` renders a run directory (any directory holding ``*.parquet`` tables at
+its top level; ``manifest.json`` and ``summary.json`` optional) into ``report.html``:
 
-Generic figures, one per numeric result column (not ``seed``, ``cell_id``, swept parameters
-or the experiment's identifier ``keys``): the column's per-cell mean, averaged over seeds (and
-over any swept parameters beyond the first two) with min-max bars, against the first varying
-swept parameter (numeric preferred), one line per value of the next; a histogram when nothing
-is swept.
+1. the title and the run's full description (the manifest's);
+2. **Headline**: ``summary.json`` -- what the command's ``--json`` printed -- in words and
+   numbers (:mod:`.report_headline`); for a sweep without one, the per-grid-point mean of
+   each result column of ``results.parquet``;
+3. **Figures**, per table;
+4. **Tables**, each summarised per method and per grid point, never averaged across a
+   categorical column, a design column or an id (:mod:`.report_tables`);
+5. **Run**: the manifest (seeds, cells, timing, commit; versions and spec collapsed);
+6. **Raw rows**, the first rows of each table, collapsed.
+
+Every table scrolls sideways inside its own box, so the page itself keeps the window's width;
+non-finite values are shown as "—" with a note under the table.
 
 A table can have its own figures: ``FIGURES[key] = fn`` where ``fn(table)`` returns a list of
-:class:`matplotlib.figure.Figure` (build them with ``Figure()``, not pyplot). ``key`` is the
-table's file stem (e.g. ``ocs_compare`` for ``ocs_compare.parquet``) or, for
-``results.parquet``, the experiment named by the manifest. An empty list falls back to the
-generic figures.
+:class:`matplotlib.figure.Figure` (build them with ``Figure()``, not pyplot; see
+:mod:`.report_figures` for the shared styling). ``key`` is the table's file stem (e.g.
+``ocs_compare`` for ``ocs_compare.parquet``) or, for ``results.parquet``, the experiment
+named by the manifest. An empty list falls back to the generic figures.
 """
 
 from __future__ import annotations
 
-import base64
-import html
-import io as stdlib_io
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import pandas as pd
 
 from trainfabric import io
 from trainfabric.errors import ConfigError
 from trainfabric.runs import registry
+from trainfabric.runs.report_figures import generic_figures, png_base64
+from trainfabric.runs.report_headline import headline_html, read_summary
+from trainfabric.runs.report_tables import (
+    esc,
+    kv_html,
+    raw_rows_html,
+    replicate_columns,
+    split_columns,
+    summarize,
+    table_html,
+)
 from trainfabric.runs.store import RunDir
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 FIGURES: dict[str, Callable[[pd.DataFrame], list[Figure]]] = {}
-MAX_ROWS = 50
-MAX_FIGURES = 12
-BOOKKEEPING = ("seed", "cell_id")
+SUMMARY_NAME = "summary.json"
+SWEEP_STEM = "results"
 
 _CSS = """
-body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 72em; color: #222; }
-table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
-th, td { border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: right; }
+body { font-family: system-ui, sans-serif; margin: 2em auto; padding: 0 1em;
+       max-width: 72em; color: #222; line-height: 1.4; }
+.table-wrap { overflow-x: auto; max-width: 100%; margin: 0.5em 0 1.2em; }
+table { border-collapse: collapse; font-size: 0.9em; }
+caption { caption-side: top; text-align: left; color: #555; padding: 0.2em 0; }
+th, td { border: 1px solid #ccc; padding: 0.2em 0.6em; text-align: right; white-space: nowrap; }
 th { background: #f3f3f3; }
-img { max-width: 100%; margin: 0.5em 0; }
-pre { background: #f7f7f7; padding: 0.8em; overflow-x: auto; }
-.note { color: #666; }
+table.kv th { text-align: left; }
+table.kv td { text-align: left; white-space: normal; overflow-wrap: anywhere; }
+img { display: block; max-width: 100%; height: auto; margin: 0.5em 0 1em; }
+pre { background: #f7f7f7; padding: 0.8em; white-space: pre-wrap; overflow-wrap: anywhere; }
+.description { font-size: 1.05em; max-width: 60em; }
+.note { color: #666; font-size: 0.9em; margin: -0.8em 0 1em; }
+.verdict { font-weight: 600; padding: 0 0.4em; border-radius: 0.3em; background: #eee; }
+.verdict-beats { background: #d7f0d7; color: #145214; }
+.verdict-loses { background: #f6d5d5; color: #7a1010; }
+p.verdicts { font-size: 1.1em; }
+details { margin: 0.3em 0; }
+summary { cursor: pointer; }
 """
 
 
 def render_report(run_dir: str | Path) -> Path:
     """Write ``run_dir/report.html`` (atomically) and return its path.
 
-    Works for any directory holding Parquet tables at its top level; ``manifest.json`` is
-    optional. A missing directory, no tables or an unreadable table is a ConfigError.
+    A missing directory, no tables, an unreadable table or an unreadable ``summary.json``
+    is a ConfigError naming ``run_dir``.
     """
     store = RunDir(run_dir)
     if not store.path.is_dir():
@@ -69,11 +92,20 @@ def render_report(run_dir: str | Path) -> Path:
         hint = " (an unfinished sweep? re-run it to finish)" if store.cells_dir.is_dir() else ""
         raise ConfigError("run_dir", f"no Parquet tables in {store.path}{hint}")
     manifest = store.read_manifest() or {}
+    summary = read_summary(store.path / SUMMARY_NAME)
+    tables = {p.stem: _read_table(p) for p in paths}
     registry.load_library()  # tables' own figures register on import
-    title = f"trainfabric report: {manifest.get('spec', {}).get('name') or store.path.name}"
-    sections = [_manifest_section(manifest)]
-    sections += [_table_section(p.stem, _read_table(p), manifest) for p in paths]
-    return io.write_text(store.report_path, _page(title, sections))
+    name = manifest.get("spec", {}).get("name") or store.path.name
+    headline, shown = _headline_section(summary, tables, manifest)
+    sections = [
+        _header(f"trainfabric report: {name}", manifest),
+        headline,
+        _figures_section(tables, manifest),
+        _tables_section({k: t for k, t in tables.items() if k != shown}, manifest),
+        _run_section(manifest),
+        _raw_section(tables),
+    ]
+    return io.write_text(store.report_path, _page(f"trainfabric report: {name}", sections))
 
 
 def _read_table(path: Path) -> pd.DataFrame:
@@ -84,18 +116,107 @@ def _read_table(path: Path) -> pd.DataFrame:
 
 
 def _page(title: str, sections: list[str]) -> str:
-    body = "\n".join(sections)
     return (
         "<!DOCTYPE html>\n<html lang='en'>\n<head>\n<meta charset='utf-8'>\n"
-        f"<title>{_esc(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
-        f"<h1>{_esc(title)}</h1>\n{body}\n</body>\n</html>\n"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>\n"
+        f"<title>{esc(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
+        + "".join(sections)
+        + "</body>\n</html>\n"
     )
 
 
-def _manifest_section(manifest: dict[str, Any]) -> str:
-    """Experiment, seeds, cells, timing, git commit and package versions."""
+def _section(key: str, title: str, body: str) -> str:
+    return f"<section id='{key}'>\n<h2>{esc(title)}</h2>\n{body}</section>\n"
+
+
+def _header(title: str, manifest: dict[str, Any]) -> str:
+    """Title, and the run's description in full (never cut)."""
+    what = manifest.get("experiment")
+    lines = [f"<h1>{esc(title)}</h1>\n"]
+    if manifest.get("description"):
+        lead = f"<b>{esc(what)}</b>: " if what else ""
+        lines.append(f"<p class='description'>{lead}{esc(manifest['description'])}</p>\n")
+    return "<header>\n" + "".join(lines) + "</header>\n"
+
+
+def _headline_section(
+    summary: dict[str, Any] | None, tables: dict[str, pd.DataFrame], manifest: dict[str, Any]
+) -> tuple[str, str | None]:
+    """The headline section and the stem of the table it shows (None if no table)."""
+    if summary is not None:
+        lead = "<p>What the command printed with <code>--json</code>.</p>\n"
+        return _section("headline", "Headline", lead + headline_html(summary)), None
+    if SWEEP_STEM in tables and manifest.get("cells"):
+        table = tables[SWEEP_STEM]
+        frame, caption = _summary(table, manifest)
+        seeds, cells = len(manifest.get("seeds", [])), len(manifest["cells"])
+        lead = (
+            f"<p>Sweep of <b>{esc(manifest.get('experiment'))}</b>: {cells} cells "
+            f"({cells // max(seeds, 1)} grid points x {seeds} seeds), {len(table)} rows.</p>\n"
+        )
+        body = table_html(frame, caption) if frame is not None else f"<p>{esc(caption)}</p>\n"
+        return _section("headline", "Headline", lead + body), SWEEP_STEM
+    listed = ", ".join(f"{esc(k)} ({len(t)} rows)" for k, t in tables.items())
+    body = f"<p>No {SUMMARY_NAME} in this directory; its tables: {listed}.</p>\n"
+    return _section("headline", "Headline", body), None
+
+
+def _summary(table: pd.DataFrame, manifest: dict[str, Any]) -> tuple[pd.DataFrame | None, str]:
+    return summarize(table, _swept(table, manifest), list(manifest.get("keys", [])))
+
+
+def _swept(table: pd.DataFrame, manifest: dict[str, Any]) -> list[str]:
+    """The manifest's swept parameters that are columns of ``table`` with scalar values."""
+    return [
+        c
+        for c in manifest.get("swept", [])
+        if c in table.columns and table[c].map(lambda v: isinstance(v, str | int | float)).all()
+    ]
+
+
+def _figures_section(tables: dict[str, pd.DataFrame], manifest: dict[str, Any]) -> str:
+    parts = []
+    for stem, table in tables.items():
+        key = manifest.get("experiment") if stem == SWEEP_STEM else stem
+        figures, note = _figures(table, key, manifest)
+        images = "".join(
+            f"<img src='data:image/png;base64,{png_base64(f)}' alt='{esc(stem)}: figure {i + 1}'>\n"
+            for i, f in enumerate(figures)
+        )
+        note_html = f"<p class='note'>{esc(note)}</p>\n" if note else ""
+        parts.append(f"<h3>{esc(stem)}</h3>\n{images}{note_html}" if images else "")
+    return _section("figures", "Figures", "".join(parts) or "<p>No figures.</p>\n")
+
+
+def _figures(
+    table: pd.DataFrame, key: str | None, manifest: dict[str, Any]
+) -> tuple[list[Figure], str]:
+    """The table's own figures if any were registered, else the generic ones; and a note."""
+    hook = FIGURES.get(key) if key else None
+    own = hook(table) if hook is not None else []
+    if own:
+        return own, ""
+    swept = _swept(table, manifest)
+    replicates = replicate_columns(table, manifest.get("keys", []))
+    _, values = split_columns(table, swept, replicates)
+    return generic_figures(table, swept, values)
+
+
+def _tables_section(tables: dict[str, pd.DataFrame], manifest: dict[str, Any]) -> str:
+    parts = []
+    for stem, table in tables.items():
+        frame, caption = _summary(table, manifest)
+        body = table_html(frame, caption) if frame is not None else f"<p>{esc(caption)}</p>\n"
+        parts.append(f"<h3>{esc(stem)}</h3>\n{body}")
+    if not parts:
+        return ""
+    return _section("tables", "Tables", "".join(parts))
+
+
+def _run_section(manifest: dict[str, Any]) -> str:
+    """Experiment, seeds, cells, timing and git commit; versions and spec collapsed."""
     if not manifest:
-        return "<p class='note'>No manifest.json in this directory.</p>"
+        return _section("run", "Run", "<p class='note'>No manifest.json in this directory.</p>\n")
     git = manifest.get("git")
     commit = (
         "not a git checkout" if not git else git["commit"] + (" (dirty)" if git["dirty"] else "")
@@ -103,160 +224,32 @@ def _manifest_section(manifest: dict[str, Any]) -> str:
     seeds = manifest.get("seeds", [])
     rows = {
         "experiment": manifest.get("experiment"),
-        "description": manifest.get("description"),
         "seeds": f"{len(seeds)}: {_abbrev(seeds)}",
-        "cells": len(manifest.get("cells", [])),
+        "cells": len(manifest.get("cells", [])) or None,
         "swept": ", ".join(manifest.get("swept", [])) or "nothing",
         "fixed config": json.dumps(manifest.get("config", {}), sort_keys=True),
         "executor": manifest.get("executor"),
         "host": manifest.get("hostname"),
         "started (UTC)": manifest.get("started"),
         "finished (UTC)": manifest.get("finished"),
-        "computed / skipped": f"{manifest.get('computed')} / {manifest.get('skipped')}",
         "git commit": commit,
     }
-    versions = manifest.get("versions", {})
     spec = json.dumps(manifest.get("spec", {}), indent=2, sort_keys=True)
-    return (
-        "<h2>Run</h2>\n"
-        + _kv_table(rows)
-        + "<h3>Versions</h3>\n"
-        + _kv_table(versions)
-        + f"<h3>Sweep spec</h3>\n<pre>{_esc(spec)}</pre>\n"
+    body = (
+        kv_html({k: v for k, v in rows.items() if v is not None})
+        + "<details><summary>package versions</summary>\n"
+        + kv_html(manifest.get("versions", {}))
+        + "</details>\n"
+        + f"<details><summary>spec</summary>\n<pre>{esc(spec)}</pre>\n</details>\n"
     )
+    return _section("run", "Run", body)
 
 
-def _table_section(name: str, table: pd.DataFrame, manifest: dict[str, Any]) -> str:
-    swept = [c for c in manifest.get("swept", []) if c in table.columns and _is_scalar(table[c])]
-    values = _value_columns(table, [*swept, *manifest.get("keys", [])])
-    parts = [
-        f"<h2>Table {_esc(name)}</h2>\n",
-        f"<p>{len(table)} rows x {len(table.columns)} columns.</p>\n",
-    ]
-    if values:
-        if swept:
-            summary = table.groupby(swept, sort=False)[values].mean().reset_index()
-            caption = "Mean per grid point (over seeds and rows)"
-        else:
-            with np.errstate(invalid="ignore"):  # inf entries (e.g. unstable queues) give nan
-                summary = table[values].describe().reset_index(names="statistic")
-            caption = "Summary statistics"
-        parts.append(f"<h3>{caption}</h3>\n" + _html_table(summary))
-    shown = min(len(table), MAX_ROWS)
-    parts.append(f"<h3>Rows</h3>\n<p class='note'>First {shown} of {len(table)} rows.</p>\n")
-    parts.append(_html_table(table.head(MAX_ROWS)))
-    key = manifest.get("experiment") if name == "results" else name
-    figures, note = _figures(table, key, swept, values)
-    parts += [f'<img src="data:image/png;base64,{_png(fig)}" alt="figure">\n' for fig in figures]
-    if note:
-        parts.append(f"<p class='note'>{_esc(note)}</p>\n")
-    return "".join(parts)
-
-
-def _figures(
-    table: pd.DataFrame, key: str | None, swept: list[str], values: list[str]
-) -> tuple[list[Figure], str]:
-    """The table's own figures if any were registered, else the generic ones; and a note."""
-    hook = FIGURES.get(key) if key else None
-    if hook is not None:
-        own = hook(table)
-        if own:
-            return own, ""
-    varying = [c for c in swept if table[c].nunique() > 1]
-    x = next((c for c in varying if pd.api.types.is_numeric_dtype(table[c])), None)
-    x = x or (varying[0] if varying else None)
-    plotted = values[:MAX_FIGURES]
-    note = f"{len(values) - len(plotted)} more columns not plotted." if values[MAX_FIGURES:] else ""
-    if x is None:
-        return [_histogram(table, y) for y in plotted], note
-    others = [c for c in varying if c != x]
-    return [_sweep_figure(table, y, x, others) for y in plotted], note
-
-
-def _sweep_figure(table: pd.DataFrame, y: str, x: str, others: list[str]) -> Figure:
-    """Mean of ``y`` per cell, then mean and min-max over seeds (and ``others[1:]``) against
-    ``x``, one line per value of ``others[0]``."""
-    hue = others[0] if others else None
-    cell_keys = [x, *others] + (["seed"] if "seed" in table.columns else [])
-    per_cell = table.groupby(cell_keys, sort=False)[y].mean().reset_index()
-    keys = [x] + ([hue] if hue else [])
-    stats = per_cell.groupby(keys, sort=False)[y].agg(["mean", "min", "max"]).reset_index()
-    numeric_x = pd.api.types.is_numeric_dtype(stats[x])
-    categories = list(dict.fromkeys(stats[x]))
-    fig, ax = _new_figure()
-    for label, group in stats.groupby(hue, sort=False) if hue else [(None, stats)]:
-        group = group.sort_values(x) if numeric_x else group
-        xs = group[x] if numeric_x else [categories.index(v) for v in group[x]]
-        spread = [group["mean"] - group["min"], group["max"] - group["mean"]]
-        err = np.clip(np.vstack(spread), 0.0, None)  # rounding can put a mean past its min/max
-        name = f"{hue} = {label}" if hue else None
-        ax.errorbar(xs, group["mean"], yerr=err, marker="o", capsize=3, label=name)
-    if not numeric_x:
-        ax.set_xticks(range(len(categories)), [str(c) for c in categories])
-    if hue:
-        ax.legend(fontsize="small")
-    averaged = f", {', '.join(others[1:])}" if others[1:] else ""
-    ylabel = f"{y} (mean per cell)" if len(table) > len(per_cell) else y
-    ax.set(xlabel=x, ylabel=ylabel, title=f"{y}: mean and min-max over seeds{averaged}")
-    return fig
-
-
-def _histogram(table: pd.DataFrame, y: str) -> Figure:
-    values = table[y].to_numpy(dtype=float)
-    values = values[np.isfinite(values)]
-    fig, ax = _new_figure()
-    ax.hist(values, bins="auto" if values.size else 10)
-    ax.set(xlabel=y, ylabel="rows", title=f"{y}: distribution over {values.size} rows")
-    return fig
-
-
-def _new_figure() -> tuple[Figure, Any]:
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(6.4, 4.0), layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig, fig.subplots()
-
-
-def _png(fig: Figure) -> str:
-    buffer = stdlib_io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=100)
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
-def _value_columns(table: pd.DataFrame, exclude: list[str]) -> list[str]:
-    """Numeric (non-boolean) columns not in ``exclude`` nor bookkeeping: the results."""
-    skip = set(exclude) | set(BOOKKEEPING)
-    return [
-        c
-        for c in table.columns
-        if c not in skip
-        and pd.api.types.is_numeric_dtype(table[c])
-        and not pd.api.types.is_bool_dtype(table[c])
-    ]
-
-
-def _is_scalar(column: pd.Series) -> bool:
-    return bool(column.map(lambda v: isinstance(v, str | int | float | bool | np.generic)).all())
-
-
-def _html_table(frame: pd.DataFrame) -> str:
-    return frame.to_html(index=False, border=0, float_format=lambda v: f"{v:.6g}") + "\n"
-
-
-def _kv_table(rows: dict[str, Any]) -> str:
-    cells = "".join(
-        f"<tr><th>{_esc(k)}</th><td>{_esc('' if v is None else v)}</td></tr>"
-        for k, v in rows.items()
-    )
-    return f"<table>{cells}</table>\n"
+def _raw_section(tables: dict[str, pd.DataFrame]) -> str:
+    body = "".join(raw_rows_html(stem, table) for stem, table in tables.items())
+    return _section("raw", "Raw rows", body)
 
 
 def _abbrev(items: list[Any], limit: int = 20) -> str:
     text = ", ".join(str(i) for i in items[:limit])
     return text + (", ..." if len(items) > limit else "")
-
-
-def _esc(value: Any) -> str:
-    return html.escape(str(value), quote=True)
