@@ -23,14 +23,24 @@ same operation on different GPUs, so one node stands for them with the longest d
 
 Flows between GPUs of the same pod stay on the scale-up domain: they are recorded per phase
 as ``intra_pod_bytes`` and do not become comm nodes.
+
+**Size guard.** Before building, :func:`dag_size` counts the nodes the DAG will have without
+building it (per stage: compute nodes, and per distinct phase the directed pod pairs, from the
+pods of the TP-rank-0 GPUs, since a TP group never leaves its pod) and :func:`build_dag`
+refuses, through :func:`trainfabric.limits.check_memory`, a DAG whose builder would need more
+than the memory limit: ``DAG_BYTES_PER_NODE`` (measured peak of the builder, about 400 B per
+node with its ~2 edges, names and the topological renumbering) per node plus
+``FLOW_BYTES`` per GPU-level flow of the largest phase (its aggregation temporaries).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 
 import numpy as np
 
+from trainfabric.limits import check_memory
 from trainfabric.workloads import collectives, sizes
 from trainfabric.workloads.dag import DagBuilder, TaskDAG
 from trainfabric.workloads.job import Job
@@ -59,6 +69,7 @@ class _Builder:
         self.b = DagBuilder(pl.pods)
         self.fps = job.compute.flops_per_s * par.tp
         self.tokens = sizes.tokens_per_micro_batch(job)
+        self._segments: dict[tuple[int, str], list[tuple]] = {}
         rng = np.random.default_rng(seed)
         m = job.model
         self.share = {
@@ -116,7 +127,14 @@ class _Builder:
 
     # -- operations ------------------------------------------------------------------------
     def segments(self, p: int, direction: str) -> list[tuple]:
-        """Compute and MoE segments of one forward (or backward) operation of stage ``p``."""
+        """Compute and MoE segments of one forward (or backward) operation of stage ``p``
+        (computed once per stage and direction: every micro-batch has the same)."""
+        key = (p, direction)
+        if key not in self._segments:
+            self._segments[key] = self._stage_segments(p, direction)
+        return self._segments[key]
+
+    def _stage_segments(self, p: int, direction: str) -> list[tuple]:
         job, m = self.job, self.job.model
         segs: list[tuple] = []
         flops = 0.0
@@ -241,11 +259,6 @@ class _Builder:
             else [("all_reduce", par.grad_dtype_bytes)]
         )
         algo = par.dp_collective
-        table = {
-            "reduce_scatter": collectives.REDUCE_SCATTER,
-            "all_gather": collectives.ALL_GATHER,
-            "all_reduce": collectives.ALL_REDUCE,
-        }
         d = np.arange(par.dp)
         dense_groups = [self.ranks(t, d, p) for t in range(par.tp)]
         expert_groups = [
@@ -262,10 +275,135 @@ class _Builder:
                 continue
             for op, nbytes in plan:
                 size = nbytes * weights / denom
-                steps = [table[op][algo](g, size) for g in groups]
+                steps = [COLLECTIVE[op][algo](g, size) for g in groups]
                 last = self.steps_phases(f"{label}_{op}", f"{label}_{op} s{p}", steps, last)
 
 
+# Measured with tracemalloc (tests/workloads/test_size_guards.py): the builder's peak is
+# 400-410 B per node on moe/dp-ring/hybrid at 64-256 pods (edges ~ 2 per node).
+DAG_BYTES_PER_NODE = 400
+FLOW_BYTES = 120  # GPU-level flow of one phase: src/dst/bytes, their copies, keys, masks
+COLLECTIVE = {
+    "reduce_scatter": collectives.REDUCE_SCATTER,
+    "all_gather": collectives.ALL_GATHER,
+    "all_reduce": collectives.ALL_REDUCE,
+}
+
+
+@dataclass(frozen=True)
+class DagSize:
+    """Node counts of a job's DAG before it is built, and the builder's memory (bytes)."""
+
+    compute_nodes: int
+    phase_nodes: int  # comm nodes and phase barriers
+    max_phase_flows: int  # GPU-level flows of the largest phase
+
+    @property
+    def nodes(self) -> int:
+        return self.compute_nodes + self.phase_nodes
+
+    @property
+    def memory_bytes(self) -> float:
+        return DAG_BYTES_PER_NODE * float(self.nodes) + FLOW_BYTES * float(self.max_phase_flows)
+
+
+def _pods_of(job: Job, d: np.ndarray, p: int) -> np.ndarray:
+    """Pods of DP ranks ``d`` of stage ``p`` (TP rank 0; a TP group never leaves its pod)."""
+    par = job.parallelism
+    return (par.tp * (np.asarray(d, np.int64) + par.dp * p)) // job.placement.gpus_per_pod
+
+
+def _pairs(src_pods: np.ndarray, dst_pods: np.ndarray, n: int) -> int:
+    """Distinct directed inter-pod pairs among the flows ``src_pods -> dst_pods``."""
+    keep = src_pods != dst_pods
+    return int(np.unique(src_pods[keep] * n + dst_pods[keep]).size)
+
+
+def _phase_nodes(pairs: int) -> int:
+    """Nodes of a phase of ``pairs`` pod pairs (:meth:`DagBuilder.phase`): comm nodes plus
+    an entry and an exit barrier (one barrier without pairs, none for a single pair)."""
+    return pairs if pairs == 1 else pairs + (1 if pairs == 0 else 2)
+
+
+def _moe_pairs(pods: np.ndarray, ep: int) -> int:
+    """Pod pairs of one MoE all-to-all: each EP group (``ep`` consecutive DP ranks, pods
+    non-decreasing) exchanges between all ordered pairs of its ``k`` distinct pods,
+    ``k (k - 1)``; summed over groups (exact unless two groups share a pod pair)."""
+    rows = pods.reshape(-1, ep)
+    k = 1 + (np.diff(rows, axis=1) != 0).sum(axis=1)
+    return int((k * (k - 1)).sum())
+
+
+def _gradient_nodes(job: Job, p: int, pods: np.ndarray) -> int:
+    """Phase nodes of stage ``p``'s DP gradient collectives (as :meth:`_Builder.dp_gradients`
+    builds them, on DP-rank indices mapped to pods; identical ring steps counted once)."""
+    par = job.parallelism
+    w = sizes.stage_weights(job, p)
+    plan = ["reduce_scatter", "all_gather"] if par.distributed_optimizer else ["all_reduce"]
+    d = np.arange(par.dp)
+    total = 0
+    for groups, weights in ((d[None, :], w.dense), (d.reshape(-1, par.ep).T, w.expert)):
+        if weights == 0 or groups.shape[1] < 2:
+            continue
+        for op in plan:
+            per_group = [COLLECTIVE[op][par.dp_collective](g, 1.0) for g in groups]
+            last, nodes = None, 0
+            for parts in zip(*per_group, strict=True):
+                if last is None or any(a is not b for a, b in zip(parts, last, strict=True)):
+                    src = pods[np.concatenate([s.src for s in parts])]
+                    dst = pods[np.concatenate([s.dst for s in parts])]
+                    nodes = _phase_nodes(_pairs(src, dst, job.placement.pods))
+                last = parts
+                total += nodes
+    return total
+
+
+def dag_size(job: Job) -> DagSize:
+    """Count the DAG's nodes without building it (module doc); cost ``O(GPUs + layers)``."""
+    par, m, n = job.parallelism, job.model, job.placement.pods
+    n_ops = 2 * par.micro_batches
+    compute = phase = 0
+    flows = par.dp * par.tp  # a PP send or a DP collective step
+    d = np.arange(par.dp)
+    for p in range(par.pp):
+        pods = _pods_of(job, d, p)
+        stage_pods = 1 + int((np.diff(pods) != 0).sum())
+        moe = sum(m.is_moe_layer(layer) for layer in job.stage_layers(p))
+        compute += n_ops * (2 * moe + 1) * stage_pods
+        if moe:
+            phase += n_ops * 2 * moe * _phase_nodes(_moe_pairs(pods, par.ep))
+            flows = max(flows, par.dp * (par.ep - 1) * par.tp)
+        if p + 1 < par.pp:
+            phase += n_ops * _phase_nodes(_pairs(pods, _pods_of(job, d, p + 1), n))
+        phase += _gradient_nodes(job, p, pods)
+    return DagSize(compute, phase, flows)
+
+
+def check_dag_size(job: Job) -> DagSize:
+    """Refuse (ConfigError) a DAG whose construction would exceed the memory limit.
+
+    Raises, naming ``pods`` when communication phases hold most nodes (pod pairs grow with
+    the pods), else ``layers`` (compute nodes: layers x micro-batches x pods); a cheap lower
+    bound (every pod computes in every operation of its stage) is checked first, so that a
+    huge job is refused before the count itself allocates.
+    """
+    par = job.parallelism
+    floor = DAG_BYTES_PER_NODE * 2.0 * par.micro_batches * job.placement.pods
+    check_memory("pods", floor + FLOW_BYTES * float(par.gpus), "the task DAG (lower bound)")
+    size = dag_size(job)
+    what = (
+        f"a task DAG of ~{size.nodes:,} nodes ({size.compute_nodes:,} compute, "
+        f"{size.phase_nodes:,} in communication phases)"
+    )
+    field = "pods" if size.phase_nodes >= size.compute_nodes else "layers"
+    check_memory(field, size.memory_bytes, what)
+    return size
+
+
 def build_dag(job: Job, seed: int = 0) -> TaskDAG:
-    """The pod-level task DAG of one training iteration of ``job`` (see the module doc)."""
+    """The pod-level task DAG of one training iteration of ``job`` (see the module doc).
+
+    Refuses a DAG over the memory limit first (:func:`check_dag_size`: a ConfigError naming
+    ``pods`` or ``layers``)."""
+    check_dag_size(job)
     return _Builder(job, seed).build()

@@ -20,13 +20,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import TYPE_CHECKING
 
-import networkx as nx
 import numba
 import numpy as np
 import scipy.sparse as sp
 
 from trainfabric.errors import FormatError
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 COMPUTE, COMM, BARRIER = 0, 1, 2
 KIND_NAMES = ("compute", "comm", "barrier")
@@ -110,6 +113,8 @@ class TaskDAG:
 
     def to_networkx(self) -> nx.DiGraph:
         """The DAG as a networkx DiGraph with node attributes (for inspection and tests)."""
+        import networkx as nx  # here, not at module level: it costs start-up time
+
         g = nx.DiGraph()
         for i in range(self.n_nodes):
             attrs = {"kind": KIND_NAMES[self.kind[i]], "phase": int(self.phase[i])}

@@ -17,19 +17,53 @@ Compute time follows the usual ``6 x active params x tokens`` rule per iteration
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
 from trainfabric.config import Config, validate
 from trainfabric.errors import ConfigError
 
+MAX_LAYERS = 10_000
+MAX_PODS = 65_536
+MAX_MICRO_BATCHES = 4_096
+MAX_EXPERTS = 65_536
+MAX_GPUS_PER_POD = 4_096
+
+
+def _at_most(limit: int, why: str):
+    """An integer cap with a message saying why (pydantic ``AfterValidator``)."""
+
+    def check(value: int) -> int:
+        if value > limit:
+            raise ValueError(f"at most {limit:,} ({why}), got {value:,}")
+        return value
+
+    return AfterValidator(check)
+
+
+Layers = Annotated[
+    int, Field(ge=1), _at_most(MAX_LAYERS, "the largest published models have ~130 layers")
+]
+Pods = Annotated[int, Field(ge=1), _at_most(MAX_PODS, "pod-pair structures grow as pods^2")]
+MicroBatches = Annotated[
+    int, Field(ge=1), _at_most(MAX_MICRO_BATCHES, "each one is a node chain of the task DAG")
+]
+Experts = Annotated[int, Field(ge=0), _at_most(MAX_EXPERTS, "each expert's load is drawn")]
+GpusPerPod = Annotated[
+    int, Field(ge=1), _at_most(MAX_GPUS_PER_POD, "the largest scale-up domains hold ~576 GPUs")
+]
+
 
 class ModelSpec(Config):
-    """Transformer shape. Sizes are counts; ``dtype_bytes`` is bytes per activation element."""
+    """Transformer shape. Sizes are counts; ``dtype_bytes`` is bytes per activation element.
+
+    Validated caps (each refused with its reason, before any work): ``layers`` <= 10,000,
+    ``moe_experts`` <= 65,536.
+    """
 
     name: str = "model"
-    layers: int = Field(ge=1)
+    layers: Layers
     hidden: int = Field(ge=1)
     seq_len: int = Field(ge=1)
     vocab: int = Field(ge=1)
@@ -38,7 +72,7 @@ class ModelSpec(Config):
     ffn_hidden: int | None = Field(default=None, ge=1)
     gated_ffn: bool = False
     tied_embeddings: bool = True
-    moe_experts: int = Field(default=0, ge=0)
+    moe_experts: Experts = 0
     moe_shared_experts: int = Field(default=0, ge=0)
     moe_top_k: int = Field(default=0, ge=0)
     moe_ffn_hidden: int | None = Field(default=None, ge=1)
@@ -111,13 +145,14 @@ class ParallelismSpec(Config):
 
     EP groups are carved out of the DP dimension (Megatron's convention): ``ep`` must divide
     ``dp`` and the expert count. ``dp_collective`` picks the gradient all-reduce algorithm.
+    ``micro_batches`` <= 4,096.
     """
 
     tp: int = Field(default=1, ge=1)
     pp: int = Field(default=1, ge=1)
     dp: int = Field(default=1, ge=1)
     ep: int = Field(default=1, ge=1)
-    micro_batches: int = Field(default=4, ge=1)
+    micro_batches: MicroBatches = 4
     micro_batch_size: int = Field(default=1, ge=1)
     schedule: Literal["gpipe", "1f1b"] = "1f1b"
     dp_collective: Literal["ring", "halving_doubling"] = "ring"
@@ -138,10 +173,11 @@ class ParallelismSpec(Config):
 
 
 class PlacementSpec(Config):
-    """GPUs per pod (the scale-up domain that the inter-pod network does not see) and pods."""
+    """GPUs per pod (the scale-up domain that the inter-pod network does not see) and pods
+    (``pods`` <= 65,536, ``gpus_per_pod`` <= 4,096)."""
 
-    gpus_per_pod: int = Field(default=8, ge=1)
-    pods: int = Field(ge=1)
+    gpus_per_pod: GpusPerPod = 8
+    pods: Pods
 
 
 class ComputeSpec(Config):
@@ -207,9 +243,11 @@ def remap_onto_pods(job: Job, pods: int, absorb: Literal["dp", "pp"] = "dp") -> 
     """The same job on ``pods`` pods: the ``absorb`` dimension (DP or PP) takes up the change.
 
     EP follows DP when it spanned all of DP (largest common divisor with the experts).
-    Degrees that do not divide, or an MoE job left without EP, raise a ConfigError naming
-    ``pods``.
+    ``pods`` outside ``1..65,536``, degrees that do not divide, or an MoE job left without EP
+    raise a ConfigError naming ``pods``.
     """
+    if not 1 <= pods <= MAX_PODS:
+        raise ConfigError("pods", f"must be in 1..{MAX_PODS:,}, got {pods:,}")
     par, pl = job.parallelism, job.placement
     gpus = pods * pl.gpus_per_pod
     other = par.tp * (par.pp if absorb == "dp" else par.dp)
