@@ -4,25 +4,68 @@ import numpy as np
 import pytest
 
 from trainfabric.diloco import requests as R
-from trainfabric.errors import FormatError
+from trainfabric.errors import ConfigError, FormatError
 
-GOOD = "timestamp,prompt_tokens,output_tokens\n0.5,10,3\n0.0,20,1\n2.25,5,7\n"
+GOOD = "arrival_s,prompt_tokens,output_tokens\n0.5,10,3\n0.5,20,1\n2.25,5,7\n"
+AZURE = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 
 
-def test_parse_sorts_and_rebases():
+def test_parse_keeps_order_and_rebases():
     r = R.parse_trace(GOOD)
-    assert r.arrival_s.tolist() == [0.0, 0.5, 2.25]
-    assert r.prompt_tokens.tolist() == [20, 10, 5]
-    assert r.output_tokens.tolist() == [1, 3, 7]
+    assert r.arrival_s.tolist() == [0.0, 0.0, 1.75]
+    assert r.prompt_tokens.tolist() == [10, 20, 5]
+    assert r.output_tokens.tolist() == [3, 1, 7]
+
+
+def test_azure_and_generic_layouts_agree():
+    azure = AZURE + "2023-11-16 18:17:03.5000000,10,3\n2023-11-16 18:17:05.2500000,5,7\n"
+    generic = "id,arrival_s,output_tokens,prompt_tokens\nx,100.5,3,10\ny,102.25,7,5\n"
+    a, g = R.parse_trace(azure), R.parse_trace(generic)
+    for field in ("arrival_s", "prompt_tokens", "output_tokens"):
+        assert getattr(a, field).tolist() == getattr(g, field).tolist(), field
+    assert a.arrival_s.tolist() == [0.0, 1.75]
+
+
+def test_naive_timestamps_are_utc_not_local(monkeypatch):
+    """Berlin skips 02:00-03:00 on 2023-03-26: read as local time, 01:59:59 -> 03:00:01 is
+    2 s; as UTC (the rule) it is 3,602 s. A zone given in the file is honoured."""
+    import time
+
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    time.tzset()
+    try:
+        text = AZURE + "2023-03-26 01:59:59,1,1\n2023-03-26 03:00:01,1,1\n"
+        assert R.parse_trace(text).arrival_s.tolist() == [0.0, 3602.0]
+        zoned = AZURE + "2023-03-26 01:59:59+01:00,1,1\n2023-03-26 03:00:01+02:00,1,1\n"
+        assert R.parse_trace(zoned).arrival_s.tolist() == [0.0, 2.0]
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+
+
+H = "arrival_s,prompt_tokens,output_tokens\n"
 
 
 @pytest.mark.parametrize(
     ("text", "needle"),
     [
-        (GOOD + "3.0,abc,4\n", "line 5"),
-        (GOOD.replace("2.25,5,7", "2.25,5"), "line 4: missing column"),
-        (GOOD.replace("0.5,10,3", "0.5,10,0"), "line 2"),
-        ("time,foo\n1,2\n", "line 1: no prompt column"),
+        (GOOD + "3.0,abc,4\n", "t.csv:5: prompt_tokens: not a whole number of tokens: 'abc'"),
+        (GOOD.replace("2.25,5,7", "2.25,5"), "t.csv:4: output_tokens: not a whole number"),
+        (GOOD.replace("0.5,10,3", "0.5,10,0"), "t.csv:2: output_tokens: must be >= 1"),
+        (H + "0,1e30,1\n", "t.csv:2: prompt_tokens: not a whole number of tokens: '1e30'"),
+        (H + "0,-5,1\n", "t.csv:2: prompt_tokens: not a whole number"),
+        (H + "0,1,20000000\n", "t.csv:2: output_tokens: must be <= 10,000,000 tokens"),
+        (H + "nan,1,1\n", "t.csv:2: arrival_s: not a number of seconds"),
+        (H + "inf,1,1\n", "t.csv:2: arrival_s: not a number of seconds"),
+        (H + "1e308,1,1\n", "t.csv:2: arrival_s: not a number of seconds"),
+        (H + "0,1," + "9" * 200_000 + "\n", "t.csv:2: output_tokens: longer than 256"),
+        (H + "1,1,1\n0.5,1,1\n", "t.csv:3: arrival_s: '0.5' is before the previous row"),
+        (H + "1,1,1\n\n\n0,1,1\n", "t.csv:5: arrival_s: '0' is before"),
+        (H + "1,1,1\n2,1,1,9\n", "t.csv:3: 4 fields, the header has 3"),
+        (AZURE + "2023-11-16 18:17:03,1,1\nyesterday,1,1\n", "t.csv:3: TIMESTAMP: not an ISO"),
+        ("time,foo\n1,2\n", "line 1: header must name TIMESTAMP"),
+        (H, "no requests"),
+        (H + "\n\n", "no requests"),
         ("", "empty file"),
     ],
 )
@@ -30,6 +73,23 @@ def test_malformed_rows_name_the_line(text, needle):
     with pytest.raises(FormatError) as exc:
         R.parse_trace(text, "t.csv")
     assert needle in str(exc.value) and exc.value.field == "trace"
+    assert len(str(exc.value)) < 400  # a 200 KB field is not echoed back
+
+
+@pytest.mark.parametrize(
+    ("make", "words"),
+    [
+        (lambda p: p.mkdir(), "is a directory"),
+        (lambda p: p.write_bytes(b"arrival_s\xff,prompt_tokens\n"), "not a UTF-8 text file"),
+        (lambda p: None, "file not found"),
+    ],
+)
+def test_unreadable_trace_files(tmp_path, make, words):
+    path = tmp_path / "t.csv"
+    make(path)
+    with pytest.raises(ConfigError) as exc:
+        R.read_trace(path)
+    assert exc.value.field == "trace" and words in exc.value.message
 
 
 def test_azure_trace_is_the_shipped_file():

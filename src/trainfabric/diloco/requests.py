@@ -3,11 +3,26 @@
 A request has an arrival time (s), a prompt length and an output length (tokens).
 :class:`Requests` holds them as arrays sorted by arrival.
 
-**Trace files** (:func:`read_trace`): CSV with a header naming a timestamp column and the two
-token columns, in the common public LLM-serving layout: ``TIMESTAMP, ContextTokens,
-GeneratedTokens`` (Azure LLM inference traces) or ``timestamp, prompt_tokens,
-output_tokens``. Timestamps are ISO date-times or seconds; they become seconds since the
-first request. A malformed row is a :class:`~trainfabric.errors.FormatError` naming its line.
+**Trace files** (:func:`read_trace`, :func:`parse_trace`): CSV with a header line, in one of
+two layouts recognised from the header (other columns are allowed and ignored):
+
+* **Azure** (the Azure LLM inference traces): ``TIMESTAMP, ContextTokens, GeneratedTokens``;
+  ``TIMESTAMP`` is an ISO 8601 date-time; one without a time zone is read as **UTC** (never
+  the machine's local zone, which would shift a trace crossing a daylight-saving change);
+* **generic**: ``arrival_s, prompt_tokens, output_tokens``; ``arrival_s`` in seconds
+  (finite, ``0 <= arrival_s <= 1e10``).
+
+Token counts are whole decimal numbers, prompts ``0 <= prompt <= 10^7``, outputs
+``1 <= output <= 10^7``; no field may exceed 256 characters. Rows must be in arrival order
+(equal times allowed): a trace that goes back in time is refused at the offending line, never
+silently re-sorted (the shipped Azure trace is in order). Arrival times become seconds since
+the first request. Every problem is a :class:`~trainfabric.errors.FormatError` of field
+``trace`` whose message names the file, the line and the column
+(``trace.csv:17: TIMESTAMP: not an ISO 8601 date-time: 'abc'``); a missing, directory or
+non-UTF-8 file a :class:`~trainfabric.errors.ConfigError` of field ``trace``. The file is read
+vectorised (pandas ``read_csv``, the pyarrow engine when the text has no blank lines and no
+quotes, so that row ``i`` is line ``i + 2``; the C engine, which keeps blank lines and
+reports ragged rows by line, otherwise): a million rows load in about a second.
 :func:`azure_trace` reads the shipped copy of the Azure 2023 code trace (CC-BY 4.0, see
 ``diloco/data/README.md``).
 
@@ -25,20 +40,17 @@ from __future__ import annotations
 import csv
 import functools
 import io
+import re
 from dataclasses import dataclass
-from datetime import datetime
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
+import pyarrow as pa
 
 from trainfabric.errors import ConfigError, FormatError
-
-COLUMNS = {
-    "timestamp": ("timestamp", "TIMESTAMP", "arrival_time", "time"),
-    "prompt": ("prompt_tokens", "ContextTokens", "input_tokens", "prompt_len"),
-    "output": ("output_tokens", "GeneratedTokens", "generated_tokens", "output_len"),
-}
+from trainfabric.limits import check_memory
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,63 +81,164 @@ class Requests:
 
 
 # -- files -----------------------------------------------------------------------------------------
+AZURE = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+GENERIC = ("arrival_s", "prompt_tokens", "output_tokens")
+MAX_TOKENS = 10_000_000  # per prompt or output: far beyond any context window
+MAX_ARRIVAL_S = 1e10  # about 317 years
+MAX_FIELD_CHARS = 256
+MAX_HEADER_CHARS = 4096
+PARSE_BYTES_PER_FILE_BYTE = 20  # peak memory of the parse per byte of CSV (string columns)
+
+
 def read_trace(path: str | Path) -> Requests:
-    """A trace CSV (module doc); errors name the file and the line."""
+    """A trace CSV in the Azure or the generic layout (module doc); errors name the file,
+    the line and the column (field ``trace``)."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        if path.is_dir():
+            raise ConfigError("trace", f"{path} is a directory; expected a CSV file")
+        check_memory("trace", PARSE_BYTES_PER_FILE_BYTE * path.stat().st_size, f"parsing {path}")
+        data = path.read_bytes()
     except FileNotFoundError:
         raise ConfigError("trace", f"file not found: {path}") from None
-    return parse_trace(text, str(path))
+    except OSError as exc:
+        raise ConfigError("trace", f"cannot read {path}: {exc.strerror}") from None
+    return parse_trace(data, str(path))
 
 
-def parse_trace(text: str, name: str = "trace") -> Requests:
-    """Parse trace CSV text (see :func:`read_trace`)."""
-    reader = csv.reader(io.StringIO(text))
-    header = next(reader, None)
-    if not header:
-        raise FormatError("trace", f"{name}: empty file, expected a header line")
-    cols = {}
-    for key, names in COLUMNS.items():
-        hits = [i for i, h in enumerate(header) if h.strip() in names]
-        if not hits:
-            raise FormatError("trace", f"{name}: line 1: no {key} column (one of {names})")
-        cols[key] = hits[0]
-    times, prompt, output = [], [], []
-    for line, row in enumerate(reader, start=2):
-        if not row or all(not c.strip() for c in row):
-            continue
-        try:
-            t = _seconds(row[cols["timestamp"]])
-            p = int(row[cols["prompt"]])
-            o = int(row[cols["output"]])
-        except (IndexError, ValueError) as exc:
-            raise FormatError("trace", f"{name}: line {line}: {_why(exc)}: {row!r}") from None
-        if p < 0 or o < 1:
-            raise FormatError("trace", f"{name}: line {line}: prompt tokens >= 0, output >= 1")
-        times.append(t)
-        prompt.append(p)
-        output.append(o)
-    if not times:
-        raise FormatError("trace", f"{name}: no requests")
-    t = np.asarray(times)
-    return Requests(t - t.min(), np.asarray(prompt), np.asarray(output))
-
-
-def _seconds(value: str) -> float:
-    value = value.strip()
+def parse_trace(data: str | bytes, name: str = "trace") -> Requests:
+    """Parse trace CSV text or bytes (see :func:`read_trace`); ``name`` prefixes messages."""
+    raw = data.encode("utf-8") if isinstance(data, str) else data
     try:
-        return float(value)
-    except ValueError:
-        pass
-    if "." in value:  # fractional seconds beyond microseconds (the Azure traces use 7 digits)
-        head, frac = value.split(".", 1)
-        value = f"{head}.{frac[:6]}"
-    return datetime.fromisoformat(value).timestamp()
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError("trace", f"{name}: not a UTF-8 text file (byte {exc.start})") from None
+    raw = raw.removeprefix(b"\xef\xbb\xbf")
+    layout, cols = _layout(raw, name)
+    table = _read_table(raw, name)
+    text = [table.iloc[:, i].fillna("").astype(str).str.strip() for i in cols]
+    filled = np.logical_or.reduce([(c != "").to_numpy() for c in text])
+    if not filled.any():
+        raise FormatError("trace", f"{name}: no requests (a header line and no data rows)")
+    lines = table.index.to_numpy()[filled] + 2  # blank lines dropped, numbering kept
+    t, prompt, output = _columns([c[filled] for c in text], lines, layout, name)
+    return Requests(t - t[0], prompt, output)
 
 
-def _why(exc: Exception) -> str:
-    return "missing column" if isinstance(exc, IndexError) else "not a number or a date-time"
+def _layout(raw: bytes, name: str) -> tuple[tuple[str, ...], list[int]]:
+    """The layout named by the header line and the positions of its three columns."""
+    first = raw.split(b"\n", 1)[0].rstrip(b"\r").decode("utf-8")
+    if not first.strip():
+        raise FormatError("trace", f"{name}: empty file, expected a header line")
+    if len(first) > MAX_HEADER_CHARS:
+        raise FormatError("trace", f"{name}: line 1: header longer than {MAX_HEADER_CHARS} chars")
+    header = [h.strip() for h in next(csv.reader([first]))]
+    for layout in (AZURE, GENERIC):
+        if set(layout) <= set(header):
+            return layout, [header.index(c) for c in layout]
+    raise FormatError(
+        "trace",
+        f"{name}: line 1: header must name {', '.join(AZURE)} (Azure layout) or "
+        f"{', '.join(GENERIC)} (generic layout), got {', '.join(header)[:200]!r}",
+    )
+
+
+def _read_table(raw: bytes, name: str) -> pd.DataFrame:
+    """All columns as strings; data row ``i`` is line ``i + 2`` (blank lines kept as rows)."""
+    fast = b'"' not in raw and b"\n\n" not in raw and b"\n\r\n" not in raw
+    if fast:
+        try:
+            return pd.read_csv(io.BytesIO(raw), engine="pyarrow", dtype=str, keep_default_na=False)
+        except (ValueError, pa.ArrowException):
+            pass  # ragged or odd rows: the C engine says which line
+    try:
+        return pd.read_csv(
+            io.BytesIO(raw),
+            engine="c",
+            dtype=str,
+            na_filter=False,
+            skip_blank_lines=False,
+            encoding="utf-8",
+        )
+    except (ValueError, pd.errors.ParserError) as exc:
+        ragged = re.search(r"Expected (\d+) fields in line (\d+), saw (\d+)", str(exc))
+        if ragged:
+            want, line, saw = ragged.groups()
+            why = f"{line}: {saw} fields, the header has {want}"
+        else:
+            why = f" not readable as CSV ({_short(str(exc))})"
+        raise FormatError("trace", f"{name}:{why}") from None
+
+
+def _columns(text: list[pd.Series], lines: np.ndarray, layout, name: str) -> tuple:
+    """Arrival seconds, prompt and output tokens from the stripped text of the three columns
+    (row ``i`` from file line ``lines[i]``); the bad value on the earliest line raises (a
+    problem is ``(bad-row mask, column position, reason)``)."""
+    problems = [
+        (r.str.len() > MAX_FIELD_CHARS, k, f"longer than {MAX_FIELD_CHARS} characters")
+        for k, r in enumerate(text)
+    ]
+    t, bad_t, why_t = _arrivals(text[0], layout)
+    problems.append((bad_t, 0, why_t))
+    tokens = []
+    for k, low in ((1, 0), (2, 1)):
+        n, more = _tokens(text[k], low, k)
+        tokens.append(n)
+        problems += more
+    _raise_first(problems, text, lines, layout, name)
+    back = np.flatnonzero(np.diff(t) < 0)
+    if back.size:
+        i = int(back[0]) + 1
+        raise FormatError(
+            "trace",
+            f"{name}:{lines[i]}: {layout[0]}: {_short(text[0].iloc[i])!r} is before the previous "
+            "row's time; rows must be in arrival order",
+        )
+    return t, tokens[0], tokens[1]
+
+
+def _arrivals(text: pd.Series, layout) -> tuple[np.ndarray, np.ndarray, str]:
+    """Arrival times in seconds (relative to the first row for date-times), the mask of bad
+    rows and why they are bad: ISO 8601 date-times as UTC (Azure) or seconds (generic)."""
+    if layout is AZURE:
+        stamp = pd.to_datetime(text, format="ISO8601", utc=True, errors="coerce")
+        bad = stamp.isna().to_numpy()
+        t = (stamp - stamp[~bad].min()).dt.total_seconds().to_numpy() if not bad.all() else None
+        return t, bad, "not an ISO 8601 date-time"
+    secs = pd.to_numeric(text.where(text != "", "x"), errors="coerce").astype(float).to_numpy()
+    with np.errstate(invalid="ignore"):
+        bad = ~(np.isfinite(secs) & (secs >= 0) & (secs <= MAX_ARRIVAL_S))
+    return secs, bad, f"not a number of seconds in [0, {MAX_ARRIVAL_S:.0e}]"
+
+
+def _tokens(text: pd.Series, low: int, k: int) -> tuple[np.ndarray, list]:
+    """Whole token counts in ``[low, MAX_TOKENS]`` and the problems of column ``k``."""
+    whole = text.str.fullmatch(r"[0-9]{1,9}").fillna(False).to_numpy(bool)
+    n = text.where(whole, "0").astype(np.int64).to_numpy()
+    return n, [
+        (~whole, k, "not a whole number of tokens"),
+        (n < low, k, f"must be >= {low}"),
+        (n > MAX_TOKENS, k, f"must be <= {MAX_TOKENS:,} tokens"),
+    ]
+
+
+def _raise_first(problems, text: list[pd.Series], lines, layout, name: str) -> None:
+    """Raise for the problem on the earliest line (the first listed one on that line)."""
+    best = None
+    for bad, k, why in problems:
+        hits = np.flatnonzero(np.asarray(bad, bool))
+        if hits.size and (best is None or hits[0] < best[0]):
+            best = (int(hits[0]), k, why)
+    if best is not None:
+        i, k, why = best
+        value = text[k].iloc[i]
+        shown = repr(_short(value)) if value else "missing"
+        raise FormatError("trace", f"{name}:{lines[i]}: {layout[k]}: {why}: {shown}")
+
+
+def _short(text: str, limit: int = 60) -> str:
+    """``text`` cut to ``limit`` characters (a 200 KB field is not echoed back)."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} chars)"
 
 
 @functools.lru_cache(maxsize=1)
@@ -133,7 +246,7 @@ def azure_trace() -> Requests:
     """The shipped Azure LLM inference trace 2023, code service (8,819 requests; parsed once,
     treat as read-only)."""
     text = resources.files("trainfabric.diloco").joinpath("data/azure_llm_code_2023.csv")
-    return parse_trace(text.read_text(encoding="utf-8"), "azure_llm_code_2023.csv")
+    return parse_trace(text.read_bytes(), "azure_llm_code_2023.csv")
 
 
 # -- generators ------------------------------------------------------------------------------------
