@@ -12,7 +12,8 @@
 
 Input checks (each a ConfigError naming the field): an even port total (a loopless multigraph
 needs it), no pod with more than half of all ports (else ``W`` is empty), ``s`` divides every
-``d_v``.
+``d_v``; and a size guard naming ``pods``: the planner's memory for the pairs
+(:meth:`OcsModel.memory_bytes`) must fit the limit of :func:`trainfabric.limits.check_memory`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,11 @@ from functools import cached_property
 import numpy as np
 
 from trainfabric.errors import ConfigError, InfeasibleError
+from trainfabric.limits import check_memory
+
+# Planner memory per unordered pod pair (pair indices, wiring, prior, gradient and solver
+# vectors, rounding state), fitted with tracemalloc on 64-256 pods (tests/ocs/test_size_guards).
+PAIR_BYTES = 300
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,6 +60,19 @@ class OcsModel:
             raise ConfigError("rate_bps", "must be > 0")
         if not self.fallback_bps > 0:
             raise ConfigError("fallback_bps", "must be > 0 (it keeps the cost finite and smooth)")
+        check_memory(
+            "pods",
+            self.memory_bytes(),
+            f"an OCS model of {self.n:,} pods ({self.n_pairs:,} pod pairs, "
+            f"{self.ocs + 2} dense {self.n:,} x {self.n:,} matrices)",
+        )
+
+    def memory_bytes(self) -> float:
+        """Bytes the planner needs for the pairs: ``PAIR_BYTES`` per pair plus ``s + 2`` dense
+        ``n x n`` float64/int64 matrices (one cross-connect matrix per OCS in the
+        decomposition, the projection's Hessian, the full wiring matrix)."""
+        n = float(self.n)
+        return PAIR_BYTES * self.n_pairs + 8.0 * (self.ocs + 2) * n * n
 
     @classmethod
     def uniform(cls, pods: int, ports: int, ocs: int, **kw) -> OcsModel:

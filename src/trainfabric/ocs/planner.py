@@ -5,6 +5,10 @@ uniform mesh, demand-proportional, traffic-matrix-only objective) on the same in
 wiring scored by the same hard critical-path function (CLARIFICATIONS: one function for all).
 Temperatures are dimensionless knobs scaled by the uniform mesh's critical path ``CP0``:
 ``b2 = b2_rel · log|Π| / CP0`` and ``b1 = b1_rel / CP0`` (absolute values are reported).
+
+Size guard: :func:`plan` and :func:`compare` first check :func:`plan_memory_bytes` (the
+model's pair structures plus ``NODE_BYTES`` per DAG node for the path cost's sweeps) against
+:func:`trainfabric.limits.check_memory`, refusing with a ConfigError naming ``pods``.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import pandas as pd
 
 from trainfabric.errors import ConfigError
 from trainfabric.io import write_json, write_parquet
+from trainfabric.limits import check_memory
 from trainfabric.ocs import baselines, decompose, rounding, solver
 from trainfabric.ocs.cost import PathCost, temperatures
 from trainfabric.ocs.model import OcsModel
@@ -76,6 +81,25 @@ class Plan:
         }
 
 
+# Planner memory per DAG node (durations, α/μ sweeps, predecessor CSR, comm-pair maps),
+# fitted with tracemalloc: 250-260 B per node on moe/dp-ring at 32-256 pods.
+NODE_BYTES = 250
+
+
+def plan_memory_bytes(dag: TaskDAG, model: OcsModel) -> float:
+    """Peak bytes of :func:`plan`: ``NODE_BYTES`` per DAG node plus the model's pair part."""
+    return NODE_BYTES * float(dag.n_nodes) + model.memory_bytes()
+
+
+def check_plan_size(dag: TaskDAG, model: OcsModel) -> None:
+    """ConfigError naming ``pods`` when planning ``dag`` on ``model`` exceeds the limit."""
+    check_memory(
+        "pods",
+        plan_memory_bytes(dag, model),
+        f"planning a {dag.n_nodes:,}-node task DAG on {model.n:,} pods",
+    )
+
+
 def plan(
     dag: TaskDAG,
     model: OcsModel,
@@ -89,8 +113,10 @@ def plan(
     """Plan the wiring of ``dag`` on ``model`` (see module doc); timings per stage in seconds.
 
     ``max_iter`` bounds the solver's iterations per annealing stage; ``round_budget_s`` bounds
-    the swap polishing (small instances reach a local optimum long before it).
+    the swap polishing (small instances reach a local optimum long before it). Refuses an
+    instance over the memory limit first (:func:`check_plan_size`, field ``pods``).
     """
+    check_plan_size(dag, model)
     t0 = time.perf_counter()
     cost = PathCost(dag, model)
     b1, b2, _ = temperatures(cost, model, b1_rel, b2_rel)
@@ -188,7 +214,9 @@ def compare(
     milp_time_limit_s: float = 60.0,
     methods: tuple[str, ...] = ("entropic", "milp", "uniform", "demand", "traffic-only"),
 ) -> list[dict[str, Any]]:
-    """Every method's integer wiring on one instance, scored by the same hard critical path."""
+    """Every method's integer wiring on one instance, scored by the same hard critical path
+    (size guard first: :func:`check_plan_size`, field ``pods``)."""
+    check_plan_size(dag, model)
     cost = PathCost(dag, model)
     rows = []
     for method in methods:
