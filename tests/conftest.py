@@ -1,6 +1,8 @@
 """Test-wide settings (a deterministic, deadline-free hypothesis profile for CI) and shared
 fixtures: one Ray session for the whole run, small sweeps, an in-process test experiment."""
 
+import contextlib
+import io
 import json
 import os
 
@@ -50,6 +52,21 @@ def cli(capsys):
         return exc.value.code, cap.out, cap.err
 
     return run
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory):
+    """``trainfabric demo --out DIR --json``, run once per session: (DIR, the JSON printed).
+    Shared by the demo test and the browser test of the demo's report."""
+    from trainfabric.cli import main
+
+    run_dir = tmp_path_factory.mktemp("demo") / "demo"
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout), pytest.raises(SystemExit) as exc:
+        main(["demo", "--out", str(run_dir), "--json"])
+        raise SystemExit(0)
+    assert exc.value.code == 0
+    return run_dir, stdout.getvalue()
 
 
 @pytest.fixture(scope="session")

@@ -51,20 +51,17 @@ def test_sweep_figure_has_one_line_per_workload(tmp_path):
     assert critical_path_figures(res.results[res.results.rate_gbps == 50.0]) == []
 
 
-def test_demo_writes_a_report_and_resumes(tmp_path, capsys):
+def test_demo_writes_a_report_and_resumes(demo_run, capsys):
     from trainfabric.cli import main
 
-    with pytest.raises(SystemExit) as exc:
-        main(["demo", "--out", str(tmp_path / "demo"), "--json"])
-        raise SystemExit(0)
-    assert exc.value.code == 0
-    out = json.loads(capsys.readouterr().out)
-    assert (tmp_path / "demo" / "report.html").stat().st_size > 10_000
+    run_dir, printed = demo_run
+    out = json.loads(printed)
+    assert (run_dir / "report.html").stat().st_size > 10_000
     assert out["steps"]["sweep"]["computed"] == out["steps"]["sweep"]["cells"] == 60
-    presets = pd.read_parquet(tmp_path / "demo" / "presets.parquet")
+    presets = pd.read_parquet(run_dir / "presets.parquet")
     assert set(presets.preset) >= {"gpt3-175b", "llama3-70b", "deepseek-v3", "mixtral-8x7b"}
     with pytest.raises(SystemExit):
-        main(["demo", "--out", str(tmp_path / "demo"), "--json"])
+        main(["demo", "--out", str(run_dir), "--json"])
         raise SystemExit(0)
     again = json.loads(capsys.readouterr().out)
     assert again["steps"]["sweep"]["computed"] == 0  # resumed, nothing recomputed
