@@ -45,10 +45,11 @@ def browser():
         from playwright.sync_api import sync_playwright
     except ImportError:
         _unavailable("playwright is not installed")
-    if not (Path(CHROMIUM).exists() or shutil.which("chromium")):
-        _unavailable(f"no chromium at {CHROMIUM}")
+    executable = CHROMIUM if Path(CHROMIUM).exists() else shutil.which("chromium")
+    if executable is None:
+        _unavailable(f"no chromium at {CHROMIUM} nor on PATH")
     with sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        chromium = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         yield chromium
         chromium.close()
 
