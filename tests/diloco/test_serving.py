@@ -14,6 +14,7 @@ from trainfabric.diloco.serving import (
     EngineState,
     ServingModel,
     advance,
+    violation_rates,
 )
 
 
@@ -107,3 +108,59 @@ def test_queue_invariants(seed, rate, replicas, batch, kv):
     assert np.all(done >= first - 1e-12)
     for q in range(replicas):  # FIFO: first tokens in arrival order on each replica
         assert np.all(np.diff(first[q::replicas]) > 0)
+
+
+def run_last(reqs, model, horizon, step=1.0):
+    """Like :func:`run`, also returning the counters of the final window."""
+    arr, pr, out = (x[None, :] for x in (reqs.arrival_s, reqs.prompt_tokens, reqs.output_tokens))
+    st_ = EngineState.empty(1, model)
+    tot, t, last = np.zeros((1, 8)), 0.0, None
+    while t < horizon:
+        t = min(t + step, horizon)
+        last = advance(
+            st_, arr, pr, out, np.array([reqs.n]), np.array([0]), t, np.array([-1.0]), model
+        )
+        tot += last
+    return tot, last
+
+
+def test_a_blocking_prompt_counts_its_queue_as_violations():
+    """One replica: a 10^7-token prompt at t = 0 (10^4 s of prefill) blocks two small
+    requests; at a 5 s horizon nothing finished, 3 requests arrived, all 3 violate: 100%
+    (the old finished-only denominator reported 0%)."""
+    reqs = R.Requests(np.array([0.0, 0.1, 1.0]), np.array([10**7, 10, 10]), np.array([2, 2, 2]))
+    tot, last = run_last(reqs, ONE, 5.0)
+    assert tot[0, FINISHED] == 0
+    rates = violation_rates(tot, last)
+    assert rates["unfinished_requests"].tolist() == [3.0]
+    assert rates["slo_violation_rate"].tolist() == [1.0]
+
+
+def test_unfinished_requests_join_numerator_and_denominator():
+    """Two replicas, round robin: the blocking prompt (request 0) and request 2 sit on
+    replica 0, request 1 finishes within its SLOs on replica 1 -> exactly 2 / 3."""
+    reqs = R.Requests(np.array([0.0, 0.0, 1.0]), np.array([10**7, 10, 10]), np.array([2, 2, 2]))
+    two = ONE.model_copy(update={"replicas": 2})
+    tot, last = run_last(reqs, two, 5.0)
+    rates = violation_rates(tot, last)
+    assert tot[0, FINISHED] == 1 and tot[0, VIOLATED] == 0
+    assert rates["requests"].tolist() == [3.0]
+    assert rates["slo_violation_rate"].tolist() == [2 / 3]
+    assert rates["ttft_violation_rate"].tolist() == [2 / 3]
+
+
+def test_fleet_reports_the_blocked_queue():
+    """The fleet table carries the same rates: the blocked replica is not a 0% run."""
+    from trainfabric.diloco.fleet import Block, FleetConfig, Regime, simulate
+    from trainfabric.diloco.policies import make_policy
+
+    class Blocked(Regime):
+        def requests(self, horizon_s, seed):
+            return R.Requests(np.array([0.0, 0.0, 1.0]), np.array([10**7, 10, 10]), np.full(3, 2))
+
+    cfg = FleetConfig(windows=10, serving=ONE.model_copy(update={"replicas": 2}))
+    table = simulate(
+        cfg, Blocked(name="blocked"), [Block(make_policy("fixed_h"), np.array([0]))]
+    ).table
+    assert table["slo_violation_rate"].tolist() == [2 / 3]
+    assert table["unfinished_requests"].tolist() == [2.0] and table["requests"].tolist() == [3.0]

@@ -29,7 +29,8 @@ delta averaging (``averaging_efficiency``) and per-learner votes (a random defer
 only when all 8 learners draw "sync"). The same seed gives every policy the same requests
 (common random numbers), so policy comparisons are paired.
 
-Outcomes per run: SLO violation rate (requests over the TTFT or TPOT SLO / requests finished),
+Outcomes per run: SLO violation rate (requests over the TTFT or TPOT SLO or unfinished at the
+horizon / requests arrived, :func:`~.serving.violation_rates`),
 syncs, the share of time spent syncing, tokens trained, effective tokens and the final loss
 ``L(effective tokens)`` at the horizon (equal wall-clock), the work since the last sync valued
 as if a closing sync happened then — so a policy is not charged for where the horizon cuts
@@ -41,11 +42,11 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 import pandas as pd
-from pydantic import Field
+from pydantic import AfterValidator, Field
 
 from trainfabric.config import Config
 from trainfabric.diloco import requests as R
@@ -54,14 +55,14 @@ from trainfabric.diloco.policies import Observation, Policy
 from trainfabric.diloco.serving import (
     BUSY_S,
     FINISHED,
-    TPOT_VIOL,
-    TTFT_VIOL,
     VIOLATED,
     EngineState,
     ServingModel,
     advance,
+    violation_rates,
 )
 from trainfabric.errors import ConfigError
+from trainfabric.limits import check_memory
 
 
 class Regime(Config):
@@ -158,10 +159,28 @@ def get_regime(name: str) -> Regime:
     return REGIMES[name]
 
 
-class FleetConfig(Config):
-    """One simulated fleet: horizon, window, serving, learners, EWMA forecast."""
+MAX_WINDOWS = 100_000_000  # over three years of 1 s windows
+# Memory of :func:`simulate`, fitted with tracemalloc (tests/diloco/test_size_guards.py): per
+# run and window (sync/SLO arrays, loads), per request (packed arrival/prompt/output arrays,
+# generation temporaries), and per run and window of the artifact's 32-request sidecar noise.
+RUN_WINDOW_BYTES = 32
+REQUEST_BYTES = 56
+COMPAT_RUN_WINDOW_BYTES = 512
 
-    windows: int = Field(10_000, ge=10, description="control windows simulated")
+
+def _at_most_windows(value: int) -> int:
+    if value > MAX_WINDOWS:
+        raise ValueError(f"at most {MAX_WINDOWS:,} (over three years of 1 s windows)")
+    return value
+
+
+class FleetConfig(Config):
+    """One simulated fleet: horizon, window, serving, learners, EWMA forecast
+    (``windows`` in ``10..100,000,000``)."""
+
+    windows: Annotated[int, AfterValidator(_at_most_windows)] = Field(
+        10_000, ge=10, description="control windows simulated"
+    )
     window_s: float = Field(1.0, gt=0)
     serving: ServingModel = ServingModel()
     progress: ProgressModel = ProgressModel()
@@ -190,13 +209,35 @@ class FleetResult:
     finished: np.ndarray  # [runs, windows]
 
 
+def fleet_memory_bytes(config: FleetConfig, regime: Regime, runs: int, seeds: int) -> float:
+    """Peak bytes of :func:`simulate` for ``runs`` runs over ``seeds`` distinct seeds:
+    ``runs x windows x RUN_WINDOW_BYTES`` (plus ``COMPAT_RUN_WINDOW_BYTES`` in seed_compat
+    mode) ``+ seeds x rate x horizon x REQUEST_BYTES`` (``rate``: the regime's mean
+    requests/s)."""
+    per_run = RUN_WINDOW_BYTES + (COMPAT_RUN_WINDOW_BYTES if regime.seed_compat else 0)
+    requests = float(seeds) * regime.rate * config.horizon_s
+    return float(runs) * config.windows * per_run + requests * REQUEST_BYTES
+
+
+def check_fleet_size(config: FleetConfig, regime: Regime, runs: int, seeds: int) -> None:
+    """ConfigError naming ``windows`` when :func:`fleet_memory_bytes` exceeds the limit."""
+    check_memory(
+        "windows",
+        fleet_memory_bytes(config, regime, runs, seeds),
+        f"a fleet simulation of {runs:,} runs x {config.windows:,} windows "
+        f"({seeds:,} request sets at {regime.rate:.3g} requests/s)",
+    )
+
+
 def simulate(
     config: FleetConfig, regime: Regime, blocks: list[Block], *, sync: bool = True
 ) -> FleetResult:
     """Run every block's policy on its seeds (module doc); ``sync=False`` removes every sync
-    (the no-sync load match: the same offered load, nothing else)."""
+    (the no-sync load match: the same offered load, nothing else). Refuses a run over the
+    memory limit before drawing any request (:func:`check_fleet_size`, field ``windows``)."""
     seeds = np.concatenate([np.asarray(b.seeds, np.int64) for b in blocks])
     uniq, req_of = np.unique(seeds, return_inverse=True)
+    check_fleet_size(config, regime, seeds.size, uniq.size)
     sets = [regime.requests(config.horizon_s, int(s)) for s in uniq]
     arrival, prompt, output, n_req = _pack(sets)
     W, dt, K = config.windows, config.window_s, seeds.size
@@ -286,7 +327,6 @@ def simulate(
         config.horizon_s * prog.steps_per_s * prog.tokens_per_step
         - syncing_s * prog.steps_per_s * prog.tokens_per_step
     )
-    finished = np.maximum(totals[:, FINISHED], 1)
     table = pd.DataFrame(
         {
             "policy": np.concatenate([[b.policy.name] * len(b.seeds) for b in blocks]),
@@ -294,10 +334,7 @@ def simulate(
             "seed": seeds,
             "regime": regime.name,
             "windows": W,
-            "slo_violation_rate": totals[:, VIOLATED] / finished,
-            "ttft_violation_rate": totals[:, TTFT_VIOL] / finished,
-            "tpot_violation_rate": totals[:, TPOT_VIOL] / finished,
-            "requests": totals[:, FINISHED],
+            **violation_rates(totals, c),  # unfinished at the horizon count as violations
             "syncs": started.sum(axis=1),
             "sync_s": D,
             "sync_time_fraction": syncing_s / config.horizon_s,

@@ -18,7 +18,11 @@ goes to replica ``i mod R`` (round-robin dispatch). A replica is one engine:
   the same HBM, PCIe/NVLink and NICs). A documented model, calibrated by real replay.
 
 A request violates the SLO when ``TTFT > ttft_slo_s`` or ``TPOT > tpot_slo_s``; it is counted in
-the window in which it finishes. Everything is in seconds and tokens.
+the window in which it finishes. A request that arrived but has not finished by the horizon
+(waiting, or admitted and still in prefill or decode) is a violation too: it is in both the
+numerator and the denominator of every rate of :func:`violation_rates` (otherwise a prompt
+that blocks a replica for longer than the run would take its queue out of the denominator and
+report 0%). Everything is in seconds and tokens.
 """
 
 from __future__ import annotations
@@ -63,6 +67,27 @@ class ServingModel(Config):
 # window counters, per run
 FINISHED, VIOLATED, TTFT_VIOL, TPOT_VIOL, WAITING, RUNNING, BUSY_S, KV_FRAC = range(8)
 N_COUNTERS = 8
+
+
+def violation_rates(totals: np.ndarray, last: np.ndarray) -> dict[str, np.ndarray]:
+    """SLO outcomes per run over every request that arrived by the horizon.
+
+    ``totals`` are the window counters summed over a run's windows and ``last`` those of its
+    final window (whose ``WAITING + RUNNING`` are the requests unfinished at the horizon,
+    ``u``). With ``f`` finished requests of which ``v`` violated (``v_ttft``, ``v_tpot`` per
+    SLO): ``slo_violation_rate = (v + u) / (f + u)``, likewise for TTFT and TPOT; 0 when no
+    request arrived. Also returns ``requests = f + u`` and ``unfinished_requests = u``.
+    """
+    u = last[:, WAITING] + last[:, RUNNING]
+    arrived = totals[:, FINISHED] + u
+    denom = np.maximum(arrived, 1)
+    return {
+        "slo_violation_rate": (totals[:, VIOLATED] + u) / denom,
+        "ttft_violation_rate": (totals[:, TTFT_VIOL] + u) / denom,
+        "tpot_violation_rate": (totals[:, TPOT_VIOL] + u) / denom,
+        "requests": arrived,
+        "unfinished_requests": u,
+    }
 
 
 @dataclass
