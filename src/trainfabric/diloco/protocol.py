@@ -47,6 +47,7 @@ from trainfabric.diloco.fleet import (
     Block,
     FleetConfig,
     Regime,
+    check_fleet_size,
     get_regime,
     simulate,
     trace_regime,
@@ -122,6 +123,37 @@ def matched_blocks(
         sched = Schedule(name=f"matched_random[{policy.name}]", sync_at=np.concatenate(rows))
         blocks.append(Block(sched, np.repeat(seeds, draws)))
     return blocks
+
+
+def min_windows(regime, fleet: FleetConfig) -> int:
+    """Fewest windows the protocol accepts on ``regime``: ``lo + hi`` of the seed's guards
+    (:func:`gaps`). In fewer, the ``max_h`` guard forces at most one sync per run, so a policy
+    and its matched-random control differ by one sync's position at most and the paired
+    tests have (almost) nothing to compare."""
+    lo, hi = gaps(make_policy("wa_diloco"), regime, fleet)
+    return lo + hi
+
+
+def check_protocol_size(cfg: ProtocolConfig, regime) -> None:
+    """Refuse, before any simulation, what the protocol cannot do on ``regime``.
+
+    Raises a ConfigError naming ``windows`` when ``cfg.fleet.windows`` is below
+    :func:`min_windows`, or when the largest fleet simulation of the regime (the matched
+    controls: policies x seeds x envelope draws runs; or the calibration grid) exceeds the
+    memory limit (:func:`~trainfabric.diloco.fleet.check_fleet_size`).
+    """
+    fleet, need = cfg.fleet, min_windows(regime, cfg.fleet)
+    if fleet.windows < need:
+        lo, hi = gaps(make_policy("wa_diloco"), regime, fleet)
+        raise ConfigError(
+            "windows",
+            f"the protocol needs at least {need:,} windows on regime {regime.name} (syncs are "
+            f"{lo:,}..{hi:,} windows apart under the guards, so fewer leave at most one sync "
+            f"per run to compare), got {fleet.windows:,}",
+        )
+    calibration = (1 + math.prod(map(len, CALIBRATION_GRID.values()))) * cfg.calibration_seeds
+    runs = max(len(cfg.policies) * cfg.seeds * cfg.envelope_draws, calibration)
+    check_fleet_size(fleet, regime, runs, max(cfg.seeds, cfg.calibration_seeds))
 
 
 def calibrate(regime, fleet: FleetConfig, n_seeds: int) -> dict:
@@ -224,11 +256,12 @@ def run_protocol(cfg: ProtocolConfig, console=None, progress=None) -> dict:
     """Every regime; returns ``runs``/``verdicts`` tables, wall time and windows per second.
 
     ``progress``: a rich Progress advanced once per regime (:func:`trainfabric.progress.track`).
+    Every regime's size is checked before the first simulation (:func:`check_protocol_size`).
     """
-    for n in cfg.regimes:
-        cfg.regime(n)
     for n in cfg.policies:
         make_policy(n)
+    for n in cfg.regimes:
+        check_protocol_size(cfg, cfg.regime(n))
     t0 = time.perf_counter()
     runs, verdicts = [], []
     for name in track(cfg.regimes, "regimes", progress):
