@@ -126,6 +126,29 @@ def test_summary_json_is_the_headline_in_words_and_numbers(tmp_path):
     assert "— : not finite" in html
 
 
+def test_per_step_scalars_share_one_table():
+    from trainfabric.runs.report_headline import headline_html
+
+    steps = {
+        "fabric": {"wall_s": 7.5, "modes": {"ecmp": {"ratio": 0.5}, "spray": {"ratio": 1.0}}},
+        "sweep": {"wall_s": 8.0, "cells": 60},
+        "diloco": {"wall_s": 3.0, "verdicts": {"ties": 16}},
+    }
+    page = _parse(headline_html({"steps": steps}))
+    assert [rows for _, rows in page.tables] == [
+        [
+            ["steps", "wall (s)", "cells"],
+            ["fabric", "7.5", ""],
+            ["sweep", "8", "60"],
+            ["diloco", "3", ""],
+        ],
+        [["modes", "ratio"], ["ecmp", "0.5"], ["spray", "1"]],
+    ]
+    html = headline_html({"steps": steps})
+    assert "<h3>steps · fabric · modes</h3>" in html and "<h3>steps · sweep</h3>" not in html
+    assert "16 x <span class='verdict verdict-ties'>ties</span>" in html
+
+
 def test_nonfinite_values_show_as_a_dash_with_a_note(tmp_path):
     table = pd.DataFrame(
         {

@@ -26,6 +26,7 @@ named by the manifest. An empty list falls back to the generic figures.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
 FIGURES: dict[str, Callable[[pd.DataFrame], list[Figure]]] = {}
 SUMMARY_NAME = "summary.json"
 SWEEP_STEM = "results"
+_LITERAL = re.compile(r"``(.+?)``")  # reStructuredText literals in docstring descriptions
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; padding: 0 1em;
@@ -135,7 +137,8 @@ def _header(title: str, manifest: dict[str, Any]) -> str:
     lines = [f"<h1>{esc(title)}</h1>\n"]
     if manifest.get("description"):
         lead = f"<b>{esc(what)}</b>: " if what else ""
-        lines.append(f"<p class='description'>{lead}{esc(manifest['description'])}</p>\n")
+        text = _LITERAL.sub(r"<code>\1</code>", esc(manifest["description"]))
+        lines.append(f"<p class='description'>{lead}{text}</p>\n")
     return "<header>\n" + "".join(lines) + "</header>\n"
 
 

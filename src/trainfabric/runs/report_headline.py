@@ -99,20 +99,41 @@ def label(key: str) -> str:
     return key.replace("_", " ")
 
 
-def _object_html(obj: dict[str, Any], path: tuple[str, ...]) -> str:
+def _object_html(obj: dict[str, Any], path: tuple[str, ...], scalars: bool = True) -> str:
     """Scalars of ``obj`` in one table (under a heading naming ``path``), then each nested
-    value: deeper objects recurse, anything else gets its own heading."""
-    scalars = {label(k): v for k, v in obj.items() if _is_scalar(v) and k not in SKIPPED}
-    parts = [_heading(path) + kv_html(scalars)] if scalars else []
+    value: deeper objects recurse, anything else gets its own heading. When two or more
+    nested objects hold scalars (per-step timings and counts), those scalars go in one
+    table, a row per object."""
+    own = _scalars(obj)
+    parts = [_heading(path) + kv_html({label(k): v for k, v in own.items()})]
+    parts = parts if scalars and own else []
+    gathered = {k: _scalars(v) for k, v in obj.items() if _gatherable(k, v) and _scalars(v)}
+    gathered = gathered if len(gathered) >= 2 else {}
+    if gathered:
+        rows = ({(path[-1] if path else ""): k} | v for k, v in gathered.items())
+        parts.append(_heading(path) + table_html(_records(rows)))
     for key, value in obj.items():
         where = (*path, key)
-        if _is_scalar(value):
-            continue
-        if isinstance(value, dict) and not _is_flat_object(value) and not _is_matrix(value):
-            parts.append(_object_html(value, where))
-        else:
+        if _is_mixed(value):
+            parts.append(_object_html(value, where, scalars=key not in gathered))
+        elif not _is_scalar(value) and key not in gathered:
             parts.append(_heading(where) + _value_html(value, where))
     return "".join(parts)
+
+
+def _gatherable(key: str, value: Any) -> bool:
+    """Nested objects whose scalars may share one table (not verdict counts)."""
+    flat = _is_flat_object(value) and not is_verdict(key)
+    return flat or _is_mixed(value)
+
+
+def _scalars(obj: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in obj.items() if _is_scalar(v) and k not in SKIPPED}
+
+
+def _is_mixed(value: Any) -> bool:
+    """An object that is neither flat nor a matrix: rendered by recursion."""
+    return isinstance(value, dict) and not _is_flat_object(value) and not _is_matrix(value)
 
 
 def _heading(path: tuple[str, ...]) -> str:
