@@ -10,7 +10,7 @@ import pytest
 
 from trainfabric.errors import ConfigError
 from trainfabric.runs import RunDir, SweepSpec, run_sweep
-from trainfabric.runs.store import git_state
+from trainfabric.runs.store import git_state, prepare_out, safe_child
 
 
 def _mtimes(run: RunDir) -> dict[str, int]:
@@ -131,3 +131,58 @@ def test_non_run_directory_is_refused(tmp_path, small_spec):
         run_sweep(small_spec, tmp_path, executor="serial", progress=False)
     assert info.value.field == "--out"
     assert not (tmp_path / "cells").exists()
+
+
+def test_prepare_out_creates_and_probes(tmp_path):
+    out = prepare_out(tmp_path / "a" / "b")
+    assert out.is_dir() and list(out.iterdir()) == []  # the probe file is gone
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda tmp: tmp / "file.txt", "exists and is not a directory"),
+        (lambda tmp: tmp / "file.txt" / "sub", "cannot create directory"),
+        (lambda tmp: "/proc/trainfabric-out", "cannot create directory"),
+        (lambda tmp: "/proc/self", "cannot write in /proc/self"),
+    ],
+)
+def test_prepare_out_refuses_unusable_paths(tmp_path, make, message):
+    (tmp_path / "file.txt").write_text("x")
+    with pytest.raises(ConfigError) as info:
+        prepare_out(make(tmp_path), field="--out-dir")
+    assert info.value.field == "--out-dir"
+    assert message in info.value.message and "\n" not in str(info.value)
+
+
+def test_safe_child_accepts_plain_names(tmp_path):
+    assert safe_child(tmp_path, "fabric-eval_2.1", "name") == tmp_path / "fabric-eval_2.1"
+    assert safe_child(tmp_path, "..hidden..", "name") == tmp_path / "..hidden.."
+
+
+@pytest.mark.parametrize(
+    ("name", "problem"),
+    [
+        ("", "empty"),
+        (".", "above or at the root"),
+        ("..", "above or at the root"),
+        ("../escape", "path separator"),
+        ("a/b", "path separator"),
+        ("/etc", "path separator"),
+        ("a\\b", "path separator"),
+        ("bell\x07", "control character"),
+        ("new\nline", "control character"),
+        ("x" * 256, "longer than 255 bytes"),
+    ],
+)
+def test_safe_child_refuses_unsafe_names(tmp_path, name, problem):
+    with pytest.raises(ConfigError) as info:
+        safe_child(tmp_path, name, "scenario.name")
+    assert info.value.field == "scenario.name" and problem in info.value.message
+
+
+def test_safe_child_refuses_a_link_leading_outside(tmp_path):
+    (tmp_path / "root").mkdir()
+    (tmp_path / "root" / "out").symlink_to(tmp_path)
+    with pytest.raises(ConfigError, match="outside"):
+        safe_child(tmp_path / "root", "out", "name")

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 
 import pytest
 
+from trainfabric import limits
 from trainfabric.errors import ConfigError
 from trainfabric.runs import (
     SweepSpec,
@@ -15,6 +17,7 @@ from trainfabric.runs import (
     load_sweep,
     run_cell,
 )
+from trainfabric.runs.sweep import CELL_BYTES
 
 DEMO = Path(__file__).resolve().parents[2] / "configs" / "sweep-demo.toml"
 
@@ -165,3 +168,43 @@ def test_run_cell_validates_params():
     with pytest.raises(ConfigError) as info:
         run_cell("moe_skew", {"experts": -1}, 0)
     assert info.value.field == "params.experts"
+
+
+def test_a_billion_seeds_is_refused_at_once():
+    spec = SweepSpec(experiment="moe_skew", seeds=1_000_000_000, base={"experts": 8, "ep": 2})
+    start = time.perf_counter()
+    with pytest.raises(ConfigError) as info:
+        expand(spec)
+    assert time.perf_counter() - start < 1.0
+    assert info.value.field == "seeds"
+    assert info.value.message == (
+        "too large: 1 grid points x 1,000,000,000 seeds = 1,000,000,000 cells, "
+        "over the limit of 1,000,000 cells"
+    )
+
+
+def test_a_huge_grid_is_refused_naming_grid():
+    spec = SweepSpec(
+        experiment="moe_skew",
+        seeds=2,
+        base={"experts": 8},
+        grid={"gini": [0.01 * i for i in range(1, 90)], "ep": list(range(1, 20000))},
+    )
+    with pytest.raises(ConfigError) as info:
+        expand(spec)
+    assert info.value.field == "grid" and "1,779,911 grid points x 2 seeds" in info.value.message
+
+
+def test_sweep_over_the_memory_limit_is_refused():
+    spec = SweepSpec(experiment="moe_skew", seeds=1000, base={"experts": 8, "ep": 2})
+    with limits.memory_limit(1000 * CELL_BYTES / 2 / 1e9), pytest.raises(ConfigError) as info:
+        expand(spec)
+    assert info.value.field == "seeds" and "--max-memory-gb" in info.value.message
+    with limits.memory_limit(1000 * CELL_BYTES * 2 / 1e9):
+        assert len(expand(spec)) == 1000
+
+
+def test_size_counts_do_not_build_the_seed_list():
+    spec = SweepSpec(experiment="moe_skew", seeds=10**15, grid={"ep": [2, 4]})
+    assert (spec.seed_count, spec.point_count) == (10**15, 2)
+    assert SweepSpec(experiment="moe_skew", seeds=[3, 5]).seed_count == 2
