@@ -22,6 +22,13 @@ step. The shortcut is used only then (and never for ``flowlet``), and results sa
 (``steps_simulated`` < ``n_steps``); with ``sync="rank"`` the steps overlap and every step
 is simulated.
 
+Size guard (:func:`check_collective_size`): before any step or flow is built, the flows the
+engine will hold (:func:`flow_count`: ``n (n-1)`` for an all-to-all, ``n`` per ring or
+halving-doubling step, one step under the ring shortcut, times ``channels``) are priced by
+:func:`~trainfabric.fabric.flows.flow_memory_bytes` and refused over the memory limit. The
+uniform all-to-all is built from index arithmetic (:func:`uniform_all_to_all`), never from a
+dense ``n x n`` matrix.
+
 Metrics (NCCL-tests, ``doc/PERFORMANCE.md``): for a per-rank buffer of ``S`` bytes taking
 ``t`` seconds, ``algbw = S / t`` and ``busbw = algbw x factor`` with factor ``2(n-1)/n``
 (all-reduce), ``(n-1)/n`` (reduce-scatter, all-gather, all-to-all), ``1`` (permutation /
@@ -40,7 +47,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainfabric.errors import ConfigError, InfeasibleError
-from trainfabric.fabric.flows import FlowTable, mix64
+from trainfabric.fabric.flows import FlowTable, flow_memory_bytes, mix64
+from trainfabric.limits import check_memory
 from trainfabric.workloads import collectives as wc
 
 KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "permutation")
@@ -133,7 +141,7 @@ def collective_steps(kind: str, n: int, size_bytes: float, algorithm: str = "rin
         perm = _derangement(n, np.random.default_rng(seed))
         return [wc.Step(ranks, perm, np.full(n, float(size_bytes)))]
     if kind == "all_to_all":
-        return wc.all_to_all(ranks, size_bytes)
+        return uniform_all_to_all(n, size_bytes)
     table = {"all_reduce": wc.ALL_REDUCE, "reduce_scatter": wc.REDUCE_SCATTER}
     table["all_gather"] = wc.ALL_GATHER
     if kind not in table:
@@ -141,6 +149,65 @@ def collective_steps(kind: str, n: int, size_bytes: float, algorithm: str = "rin
     if algorithm not in table[kind]:
         raise ConfigError("algorithm", f"unknown {algorithm!r}; known: {', '.join(ALGORITHMS)}")
     return table[kind][algorithm](ranks, size_bytes)
+
+
+def uniform_all_to_all(n: int, size_bytes: float) -> list:
+    """One step of all ``n (n-1)`` flows of ``size_bytes / n`` each, in the order of
+    :func:`trainfabric.workloads.collectives.all_to_all` (shift ``k = 1..n-1``, then rank
+    ``i -> (i + k) mod n``), without its dense ``n x n`` byte matrix: ``O(n^2)`` memory only
+    for the flows themselves (src, dst: int64; bytes: float64)."""
+    i = np.tile(np.arange(n, dtype=np.int64), n - 1)
+    dst = np.repeat(np.arange(1, n, dtype=np.int64), n)
+    dst += i
+    dst %= n
+    return [wc.Step(i, dst, np.full(i.size, size_bytes / n))]
+
+
+def _steps_and_flows(kind: str, n: int, algorithm: str) -> tuple[int, int]:
+    """``(steps, flows per step)`` of a collective over ``n`` ranks (:func:`collective_steps`)."""
+    if kind == "all_to_all":
+        return 1, n * (n - 1)
+    if kind == "permutation":
+        return 1, n
+    per_pass = n - 1 if algorithm == "ring" else max(1, int(n).bit_length() - 1)
+    return (2 if kind == "all_reduce" else 1) * per_pass, n
+
+
+def flow_count(
+    kind: str, n: int, algorithm: str = "ring", sync: str = "rank", mode: str = "ecmp"
+) -> int:
+    """Flows (per channel) the engine simulates for one collective: every step's flows, or one
+    step when the ring shortcut applies (:func:`run_collective`: ``sync="step"``, identical
+    ring steps, not ``flowlet``)."""
+    steps, per_step = _steps_and_flows(kind, n, algorithm)
+    ring = kind in ("all_reduce", "reduce_scatter", "all_gather") and algorithm == "ring"
+    if ring and sync == "step" and mode != "flowlet":
+        steps = 1
+    return steps * per_step
+
+
+def collective_memory_bytes(
+    kind: str, n: int, *, algorithm="ring", sync="rank", channels=1, planes=1, modes=("ecmp",)
+) -> tuple[float, int]:
+    """``(bytes, flows)``: the largest over ``modes`` of the flows x per-flow bytes
+    (:func:`~trainfabric.fabric.flows.flow_memory_bytes`), with ``channels`` flows per
+    transfer plus their ``2 x channels`` dependencies (8 B each) per flow."""
+    worst = (0.0, 0)
+    for mode in modes:
+        flows = flow_count(kind, n, algorithm, sync, mode) * channels
+        split = mode in ("spray", "adaptive")
+        nbytes = flow_memory_bytes(flows, planes, split) + 16.0 * channels * flows
+        worst = max(worst, (nbytes, flows))
+    return worst
+
+
+def check_collective_size(field: str, kind: str, n: int, **options) -> int:
+    """Refuse (ConfigError naming ``field``, e.g. ``topology.gpus`` or ``collective.ranks``)
+    a collective whose flows exceed the memory limit; returns the flow count. ``options``:
+    those of :func:`collective_memory_bytes`."""
+    nbytes, flows = collective_memory_bytes(kind, n, **options)
+    check_memory(field, nbytes, f"a {kind} over {n:,} ranks ({flows:,} flows)")
+    return flows
 
 
 def _derangement(n: int, rng: np.random.Generator) -> np.ndarray:

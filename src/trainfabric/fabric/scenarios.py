@@ -26,6 +26,14 @@ A scenario file (TOML) has a ``kind`` and the fields of that kind; every kind sh
   (collective step) against the flap-free run, which also counts the slowdown of running on
   ``(P-1)/P`` of a host's bandwidth while its link is down.
 
+Size guards: before building any flow, every scenario prices the flows it will simulate
+(:func:`trainfabric.fabric.collectives.collective_memory_bytes`: per collective, its flow
+count times the per-flow memory of the costliest mode) and, in ``failures``, the
+concurrent-flow LP (:func:`trainfabric.fabric.mcf.check_lp_size`), and refuses over the
+memory limit with a ConfigError naming the input that sets the size: the collective's
+``ranks`` when given (``collectives.<i>.ranks``, ``victim.ranks``, ``aggressor.ranks``,
+``collective.ranks``), else ``topology.gpus``.
+
 Units: bytes, seconds; rates in Gb/s in files (``nic_rate_gbps``), bits/s inside.
 """
 
@@ -42,6 +50,7 @@ from pydantic import Field
 from trainfabric.config import Config, read_toml, validate
 from trainfabric.errors import ConfigError
 from trainfabric.io import write_json
+from trainfabric.limits import check_memory
 from trainfabric.progress import track
 from trainfabric.runs.store import now, write_run_manifest
 
@@ -236,6 +245,37 @@ def _steps(c: CollectiveConfig, n: int, size_bytes: float, seed: int, field: str
         raise ConfigError(f"{field}.{exc.field}", exc.message) from None
 
 
+def _size_field(c: CollectiveConfig, prefix: str) -> str:
+    """The input that sets a collective's size: its ``ranks`` when given, else the hosts."""
+    return f"{prefix}.ranks" if c.ranks else "topology.gpus"
+
+
+def _check_flows(field: str, topo, modes, parts: list[tuple]) -> None:
+    """Refuse (ConfigError naming ``field``) flows over the memory limit. ``parts``: tuples
+    ``(kind, ranks, algorithm, sync, channels, repeats)`` simulated together."""
+    from trainfabric.fabric.collectives import collective_memory_bytes
+
+    total, flows, labels = 0.0, 0, []
+    for kind, n, algorithm, sync, channels, repeats in parts:
+        nbytes, f = collective_memory_bytes(
+            kind,
+            n,
+            algorithm=algorithm,
+            sync=sync,
+            channels=channels,
+            planes=topo.planes,
+            modes=tuple(modes),
+        )
+        total += repeats * nbytes
+        flows += repeats * f
+        labels.append(f"{kind} over {n:,} ranks" + (f" x {repeats:,}" if repeats > 1 else ""))
+    check_memory(field, total, f"{' + '.join(labels)} ({flows:,} flows)")
+
+
+def _collective_part(c: CollectiveConfig, n: int, repeats: int = 1, sync: str | None = None):
+    return (c.kind, n, c.algorithm, sync or c.sync, c.channels, repeats)
+
+
 def _flow_options(c: CollectiveConfig, seed: int, job: int = 0) -> dict:
     return dict(
         job=job, step_latency_s=c.step_latency_s, sync=c.sync, channels=c.channels, seed=seed
@@ -258,6 +298,8 @@ def run_line_rate(sc: LineRateScenario, seed: int | None = None) -> pd.DataFrame
     for i, c in enumerate(sc.collectives):
         hosts = _hosts(topo, c, seed + i, field=f"collectives.{i}")
         n = hosts.size
+        field = _size_field(c, f"collectives.{i}")
+        _check_flows(field, topo, sc.modes, [_collective_part(c, n)])
         for size in sc.sizes_bytes:
             steps = _steps(c, n, size, seed + i, field=f"collectives.{i}")
             for mode in sc.modes:
@@ -314,6 +356,9 @@ def run_isolation(sc: IsolationScenario, seed: int | None = None) -> pd.DataFram
         v_hosts = _hosts(topo, sc.victim.model_copy(update={"ranks": n_v}), seed, field="victim")
         rest = np.setdiff1d(np.arange(topo.n_hosts), v_hosts)
         a_hosts = _hosts(topo, sc.aggressor, seed + 1, available=rest, field="aggressor")
+        parts = [_collective_part(sc.victim, v_hosts.size)]
+        parts.append(_collective_part(sc.aggressor, a_hosts.size))
+        _check_flows(_size_field(sc.aggressor, "aggressor"), topo, sc.modes, parts)
         victim = collective_flows(
             _steps(sc.victim, v_hosts.size, sc.victim.size_bytes, seed, "victim"),
             v_hosts,
@@ -404,6 +449,26 @@ def _latency(topo, router, flows, load: float, link_up) -> dict[str, float]:
     }
 
 
+def _check_failures_size(sc: FailuresScenario, topo, ranks: int) -> None:
+    """The collective's flows, the permutation's ``hosts x connections`` flows, and (with
+    ``lp`` or the adaptive mode) the concurrent-flow LP over the permutation's host pairs."""
+    from trainfabric.fabric.mcf import check_lp_size
+
+    _check_flows(
+        _size_field(sc.collective, "collective"),
+        topo,
+        sc.modes,
+        [
+            _collective_part(sc.collective, ranks),
+        ],
+    )
+    perm = ("permutation", topo.n_hosts, "ring", "rank", sc.connections, 1)
+    _check_flows("topology.gpus", topo, sc.modes, [perm])
+    if topo.kind != "fat_tree" and (sc.lp or "adaptive" in sc.modes):
+        spines = topo.tables["spine_down"].shape[1]
+        check_lp_size(topo.n_hosts, topo.planes, spines, field="topology.gpus")
+
+
 def run_failures(sc: FailuresScenario, seed: int | None = None) -> pd.DataFrame:
     """One row per failed fraction x draw x mode."""
     from trainfabric.fabric import topology as T
@@ -414,6 +479,7 @@ def run_failures(sc: FailuresScenario, seed: int | None = None) -> pd.DataFrame:
     topo = build_topology(sc.topology)
     c = sc.collective
     hosts = _hosts(topo, c, seed)
+    _check_failures_size(sc, topo, hosts.size)
     steps = _steps(c, hosts.size, c.size_bytes, seed)
     rows = []
     for frac in sc.fractions:
@@ -515,6 +581,8 @@ def run_flaps(sc: FlapsScenario, seed: int | None = None, timeline: list | None 
     seed = sc.seed if seed is None else seed
     topo = build_topology(sc.topology)
     hosts = _hosts(topo, sc.collective, seed)
+    part = _collective_part(sc.collective, hosts.size, sc.iterations, sync="rank")  # no shortcut
+    _check_flows(_size_field(sc.collective, "collective"), topo, sc.modes, [part])
     steps, delay, per_iter = _iteration_steps(sc, hosts.size, seed)
     opts = _flow_options(sc.collective, seed) | {"step_latency_s": delay}
     cf = collective_flows(steps, hosts, **opts)
