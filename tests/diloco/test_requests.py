@@ -63,7 +63,7 @@ H = "arrival_s,prompt_tokens,output_tokens\n"
         (H + "1,1,1\n\n\n0,1,1\n", "t.csv:5: arrival_s: '0' is before"),
         (H + "1,1,1\n2,1,1,9\n", "t.csv:3: 4 fields, the header has 3"),
         (AZURE + "2023-11-16 18:17:03,1,1\nyesterday,1,1\n", "t.csv:3: TIMESTAMP: not an ISO"),
-        ("time,foo\n1,2\n", "line 1: header must name TIMESTAMP"),
+        ("time,foo\n1,2\n", "t.csv:1: header must name TIMESTAMP"),
         (H, "no requests"),
         (H + "\n\n", "no requests"),
         ("", "empty file"),

@@ -127,34 +127,39 @@ def parse_trace(data: str | bytes, name: str = "trace") -> Requests:
 
 def _layout(raw: bytes, name: str) -> tuple[tuple[str, ...], list[int]]:
     """The layout named by the header line and the positions of its three columns."""
-    first = raw.split(b"\n", 1)[0].rstrip(b"\r").decode("utf-8")
+    lines = raw[: 4 * MAX_HEADER_CHARS + 4].decode("utf-8", errors="ignore").splitlines()
+    first = lines[0] if lines else ""
     if not first.strip():
         raise FormatError("trace", f"{name}: empty file, expected a header line")
     if len(first) > MAX_HEADER_CHARS:
-        raise FormatError("trace", f"{name}: line 1: header longer than {MAX_HEADER_CHARS} chars")
-    header = [h.strip() for h in next(csv.reader([first]))]
+        raise FormatError("trace", f"{name}:1: header longer than {MAX_HEADER_CHARS} characters")
+    try:
+        header = [h.strip() for h in next(csv.reader([first]))]
+    except csv.Error as exc:
+        raise FormatError("trace", f"{name}:1: header is not a CSV line ({exc})") from None
     for layout in (AZURE, GENERIC):
         if set(layout) <= set(header):
             return layout, [header.index(c) for c in layout]
     raise FormatError(
         "trace",
-        f"{name}: line 1: header must name {', '.join(AZURE)} (Azure layout) or "
-        f"{', '.join(GENERIC)} (generic layout), got {', '.join(header)[:200]!r}",
+        f"{name}:1: header must name {', '.join(AZURE)} (Azure layout) or "
+        f"{', '.join(GENERIC)} (generic layout), got {_short(', '.join(header))!r}",
     )
 
 
 def _read_table(raw: bytes, name: str) -> pd.DataFrame:
-    """All columns as strings; data row ``i`` is line ``i + 2`` (blank lines kept as rows)."""
-    fast = b'"' not in raw and b"\n\n" not in raw and b"\n\r\n" not in raw
-    if fast:
-        try:
+    """All columns as strings, the header's width; data row with index ``i`` is line
+    ``i + 2`` (blank lines kept as rows of empty strings)."""
+    if _one_row_per_line(raw):
+        try:  # every line a row: positions are line numbers; a ragged row raises
             return pd.read_csv(io.BytesIO(raw), engine="pyarrow", dtype=str, keep_default_na=False)
         except (ValueError, pa.ArrowException):
-            pass  # ragged or odd rows: the C engine says which line
-    try:
-        return pd.read_csv(
+            pass  # the C engine says which line
+    try:  # the header as row 0 fixes the width: a longer row anywhere is an error by line
+        table = pd.read_csv(
             io.BytesIO(raw),
             engine="c",
+            header=None,
             dtype=str,
             na_filter=False,
             skip_blank_lines=False,
@@ -168,6 +173,16 @@ def _read_table(raw: bytes, name: str) -> pd.DataFrame:
         else:
             why = f" not readable as CSV ({_short(str(exc))})"
         raise FormatError("trace", f"{name}:{why}") from None
+    table = table.iloc[1:]
+    table.index = table.index - 1
+    return table
+
+
+def _one_row_per_line(raw: bytes) -> bool:
+    """No quotes, no blank lines and no bare carriage return (``\\n`` or ``\\r\\n`` ends
+    every line): then the pyarrow engine's row ``i`` is line ``i + 2``."""
+    blank = b"\n\n" in raw or b"\n\r\n" in raw or raw.startswith((b"\n", b"\r"))
+    return b'"' not in raw and not blank and raw.count(b"\r") == raw.count(b"\r\n")
 
 
 def _columns(text: list[pd.Series], lines: np.ndarray, layout, name: str) -> tuple:

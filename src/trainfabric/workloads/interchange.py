@@ -133,7 +133,7 @@ class _TrafficPhase(_Phase):
 
 class _DagDoc(_Strict):
     format: Literal["trainfabric.taskdag"]
-    version: Literal[1]
+    version: Annotated[int, Field(ge=VERSION, le=VERSION)]
     pods: Annotated[int, Field(ge=1, le=MAX_PODS)]
     phases: list[_Phase] = []
     nodes: Annotated[list[_Node], Field(min_length=1)]
@@ -142,7 +142,7 @@ class _DagDoc(_Strict):
 
 class _TrafficDoc(_Strict):
     format: Literal["trainfabric.traffic"]
-    version: Literal[1]
+    version: Annotated[int, Field(ge=VERSION, le=VERSION)]
     pods: Annotated[int, Field(ge=1, le=MAX_PODS)]
     phases: Annotated[list[_TrafficPhase], Field(min_length=1)]
 
