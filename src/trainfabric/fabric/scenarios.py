@@ -454,14 +454,8 @@ def _check_failures_size(sc: FailuresScenario, topo, ranks: int) -> None:
     ``lp`` or the adaptive mode) the concurrent-flow LP over the permutation's host pairs."""
     from trainfabric.fabric.mcf import check_lp_size
 
-    _check_flows(
-        _size_field(sc.collective, "collective"),
-        topo,
-        sc.modes,
-        [
-            _collective_part(sc.collective, ranks),
-        ],
-    )
+    field = _size_field(sc.collective, "collective")
+    _check_flows(field, topo, sc.modes, [_collective_part(sc.collective, ranks)])
     perm = ("permutation", topo.n_hosts, "ring", "rank", sc.connections, 1)
     _check_flows("topology.gpus", topo, sc.modes, [perm])
     if topo.kind != "fat_tree" and (sc.lp or "adaptive" in sc.modes):
