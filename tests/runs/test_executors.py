@@ -1,13 +1,21 @@
-"""The serial, local (process pool) and Ray executors give the same results."""
+"""The serial, local (process pool) and Ray executors give the same results; a local Ray
+listens on loopback only and dies with its driver; worker errors cross process boundaries."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import pickle
+import subprocess
 import sys
+import textwrap
+import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
-from trainfabric.errors import ConfigError
+from trainfabric.errors import ConfigError, FormatError
 from trainfabric.runs import SweepSpec, expand, run_sweep
 from trainfabric.runs.executors import execute, run_ray
 
@@ -85,3 +93,125 @@ def test_experiment_config_error_keeps_its_field(step_experiment):
     assert info.value.field == "x"
     assert "simulated user error" in str(info.value) and cells[1].cell_id in str(info.value)
     assert done == [cells[0].cell_id]
+
+
+@pytest.mark.parametrize("cls", [ConfigError, FormatError])
+def test_config_errors_survive_pickling(cls):
+    """Workers send a ConfigError back by pickle: class, field and message survive."""
+    back = pickle.loads(pickle.dumps(cls("--rate-gbps", "must be finite")))
+    assert type(back) is cls
+    assert (back.field, back.message) == ("--rate-gbps", "must be finite")
+    assert str(back) == "--rate-gbps: must be finite"
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, start time) of a live, non-zombie process."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2 :].split()
+    return None if fields[0] == "Z" else (int(fields[1]), int(fields[19]))
+
+
+def _descendants(root: int) -> set[tuple[int, int]]:
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (info := _stat(int(entry))) is not None:
+            parents[(int(entry), info[1])] = info[0]
+    found, frontier = set(), {root}
+    while frontier:
+        new = {proc for proc, ppid in parents.items() if ppid in frontier} - found
+        found |= new
+        frontier = {pid for pid, _ in new}
+    return found
+
+
+def _alive(procs: set[tuple[int, int]]) -> set[tuple[int, int]]:
+    return {(pid, start) for pid, start in procs if (_stat(pid) or (0, -1))[1] == start}
+
+
+WATCHED = textwrap.dedent(
+    """
+    import subprocess, sys, time
+    from trainfabric.runs.executors import start_watchdog
+    start_watchdog()
+    child = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    time.sleep(0.6)  # the watchdog polls every 0.25 s
+    print(child.pid, flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def test_watchdog_kills_the_descendants_of_a_killed_parent():
+    parent = subprocess.Popen([sys.executable, "-c", WATCHED], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        watched = {p for p in _descendants(parent.pid) if p[0] == child}
+        assert len(watched) == 1
+    finally:
+        parent.kill()
+        parent.wait(timeout=10)
+    deadline = time.monotonic() + 5
+    while _alive(watched) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _alive(watched) == set()
+
+
+def _listening(pids: set[int]) -> list[tuple[int, str]]:
+    """(pid, local address as hex) of every TCP LISTEN socket owned by ``pids``."""
+    inodes = {}
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    link = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if link.startswith("socket:["):
+                        inodes[link[8:-1]] = pid
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                found.append((inodes[fields[9]], fields[1].split(":")[0]))
+    return found
+
+
+LOOPBACK = {
+    "0100007F",  # 127.0.0.1 (little-endian hex in /proc/net/tcp)
+    "00000000000000000000000001000000",  # ::1
+    "0000000000000000FFFF00000100007F",  # ::ffff:127.0.0.1
+}
+
+
+def test_local_ray_listens_on_loopback_only(ray_session):
+    procs = {pid for pid, _ in _descendants(os.getpid())} | {os.getpid()}
+    sockets = _listening(procs)
+    assert len({pid for pid, _ in sockets}) >= 3  # at least driver, GCS server and raylet
+    assert [s for s in sockets if s[1] not in LOOPBACK] == []
+
+
+RAY_DRIVER = textwrap.dedent(
+    """
+    import ray
+    from trainfabric.runs.executors import start_local_ray
+    start_local_ray(ray, num_cpus=1)
+    print("up", flush=True)
+    import time; time.sleep(120)
+    """
+)
+
+
+def test_local_ray_dies_with_a_killed_driver():
+    driver = subprocess.Popen([sys.executable, "-c", RAY_DRIVER], stdout=subprocess.PIPE, text=True)
+    try:
+        assert driver.stdout.readline() == "up\n"
+        time.sleep(1.0)  # agents started by the raylet; the watchdog has polled since
+        procs = _descendants(driver.pid)
+    finally:
+        driver.kill()
+        driver.wait(timeout=10)
+    assert len(procs) >= 4  # watchdog, GCS server, raylet, agents
+    time.sleep(5)
+    assert _alive(procs) == set()
