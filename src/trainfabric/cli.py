@@ -275,15 +275,20 @@ def main(argv: list[str] | None = None) -> None:
     contextvars.copy_context().run(_main, argv)
 
 
+INTERRUPTED = (
+    "interrupted: files already written are kept (a sweep run again resumes its finished cells)"
+)
+
+
 def _main(argv: list[str] | None) -> None:
     try:
-        app(args=argv, standalone_mode=False)
+        code = app(args=argv, standalone_mode=False)
     except TrainfabricError as exc:
         _fail(f"error: {exc}", 2)
     except typer.Exit as exc:
         raise SystemExit(exc.exit_code) from None
     except (typer.Abort, KeyboardInterrupt):
-        _fail("interrupted: finished work is kept; run the same command again to resume", 130)
+        _fail(INTERRUPTED, 130)
     except typer.TyperException as exc:
         if type(exc).__name__ == "NoArgsIsHelpError":
             exc.show()
@@ -291,6 +296,12 @@ def _main(argv: list[str] | None) -> None:
         _fail(f"error: {exc.format_message()}", 2)
     except MemoryError:
         _fail("error: out of memory; lower the input sizes or set --max-memory-gb", 2)
+    # Without standalone mode Typer returns, not raises, the code of an Exit: 130 is its
+    # translation of KeyboardInterrupt (Ctrl-C), anything else an explicit exit code.
+    if code == 130:
+        _fail(INTERRUPTED, 130)
+    if isinstance(code, int) and code:
+        raise SystemExit(code)
 
 
 def _fail(line: str, code: int) -> None:

@@ -1,0 +1,22 @@
+"""Ctrl-C (SIGINT) on a long command: exit 130 and one line on stderr, never exit 0."""
+
+import signal
+import subprocess
+import sys
+import time
+
+
+def test_sigint_exits_130_with_one_line(tmp_path):
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainfabric.cli", "fabric", "eval", "--quick", "--json"]
+        + ["--out", str(tmp_path / "eval")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(4.0)  # imports done, the first scenario running (the whole run takes minutes)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert err.strip().startswith("interrupted") and len(err.strip().splitlines()) == 1
+    assert out == ""
