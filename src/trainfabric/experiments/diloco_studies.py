@@ -1,4 +1,5 @@
-"""DiLoCo studies: figures of the protocol's verdicts (policy vs matched random vs no sync)."""
+"""DiLoCo studies: figures of the protocol's verdicts (policy vs matched random vs no sync)
+and of its runs (SLO against progress, per regime)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from trainfabric.runs.report import FIGURES
-from trainfabric.runs.report_figures import legend_outside
+from trainfabric.runs.report_figures import legend_outside, line_style
 
 PAPER_BURSTY = {"matched random": 6.54, "WA + EWMA forecast": 5.09}  # SLO %, their replay
 
@@ -53,4 +54,44 @@ def verdict_figures(table: pd.DataFrame) -> list[Figure]:
     return figs
 
 
+def run_figures(table: pd.DataFrame) -> list[Figure]:
+    """Per regime: SLO violation rate (%) against final loss, the trade-off every verdict
+    weighs; a policy's mean over seeds with its min-max range, its matched-random draws as
+    grey dots behind."""
+    if not {"regime", "policy", "slo_violation_rate", "final_loss"} <= set(table.columns):
+        return []
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    regimes = list(dict.fromkeys(table["regime"]))
+    ncols = min(2, len(regimes))
+    nrows = -(-len(regimes) // ncols)
+    fig = Figure(figsize=(5.5 * ncols + 2.5, 3.8 * nrows), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = np.atleast_1d(fig.subplots(nrows, ncols)).ravel()
+    for ax in axes[len(regimes) :]:
+        ax.set_axis_off()
+    random = table["policy"].str.startswith("matched_random")
+    policies = list(dict.fromkeys(table.loc[~random, "policy"]))
+    for ax, regime in zip(axes, regimes, strict=False):
+        rows = table[table["regime"] == regime]
+        controls = rows[random.loc[rows.index]]
+        ax.scatter(
+            controls["final_loss"],
+            100 * controls["slo_violation_rate"],
+            s=6,
+            color="0.75",
+            label="matched random (draws)",
+        )
+        for i, policy in enumerate(policies):
+            stats = rows[rows["policy"] == policy][["final_loss", "slo_violation_rate"]]
+            x, y = stats["final_loss"], 100 * stats["slo_violation_rate"]
+            err = [[y.mean() - y.min()], [y.max() - y.mean()]]
+            style = line_style(i) | {"linestyle": "none"}
+            ax.errorbar([x.mean()], [y.mean()], yerr=err, capsize=2, label=policy, **style)
+        ax.set(xlabel="final loss", ylabel="SLO violations (%)", title=regime)
+    legend_outside(fig, title="policy (mean, min-max over seeds)")
+    return [fig]
+
+
 FIGURES["diloco_verdicts"] = verdict_figures
+FIGURES["diloco_runs"] = run_figures

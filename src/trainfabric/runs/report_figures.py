@@ -8,10 +8,10 @@ dashes. :func:`legend_outside`
 puts one legend for the whole figure to the right of the axes, so no legend covers a bar or
 a line.
 
-Generic figures, one per numeric result column: the column's per-cell mean, averaged over
-seeds (and over any swept parameters beyond the first two) with min-max bars, against the
-first varying swept parameter (numeric preferred), one line per value of the next; a
-histogram when nothing is swept.
+Generic figures, one per numeric result column that varies (not a boolean): the column's
+per-cell mean, averaged over seeds (and over any swept parameters beyond the first two) with
+min-max bars, against the first varying swept parameter (numeric preferred), one line per
+value of the next; a histogram when nothing is swept.
 """
 
 from __future__ import annotations
@@ -89,12 +89,18 @@ def generic_figures(
     varying = [c for c in swept if table[c].nunique() > 1]
     x = next((c for c in varying if pd.api.types.is_numeric_dtype(table[c])), None)
     x = x or (varying[0] if varying else None)
+    values = [y for y in values if _varies(table[y])]
     plotted = values[:MAX_FIGURES]
     note = f"{len(values) - len(plotted)} more columns not plotted." if values[MAX_FIGURES:] else ""
     if x is None:
         return [_histogram(table, y) for y in plotted], note
     others = [c for c in varying if c != x]
     return [_sweep_figure(table, y, x, others) for y in plotted], note
+
+
+def _varies(column: pd.Series) -> bool:
+    """A number (not a boolean) with at least two distinct values: worth a figure."""
+    return not pd.api.types.is_bool_dtype(column) and column.nunique() > 1
 
 
 def _sweep_figure(table: pd.DataFrame, y: str, x: str, others: list[str]) -> Figure:

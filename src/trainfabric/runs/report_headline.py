@@ -11,7 +11,10 @@ float it was and shown as "—" with a note. Layout, by shape:
 * an object of objects of scalars (per mode, per policy): one table, a row per outer key;
 * counts under a verdict key (``{"beats": 3, "ties": 13}``): a line of badges;
 * deeper objects: a heading per key, naming its path (``regimes · bursty``), then recursion;
-* a list of objects: a table of its first rows; a list of scalars: one line.
+  when two or more sibling objects hold scalars (``steps.sweep.wall_s``,
+  ``steps.fabric.wall_s``), those scalars share one table, a row per sibling;
+* a list of objects (per-row data, not a headline figure): a table of its first rows,
+  collapsed; a list of scalars: one line.
 """
 
 from __future__ import annotations
@@ -158,17 +161,21 @@ def _verdict_counts(counts: dict[str, int]) -> str:
 
 def _list_html(items: list[Any]) -> str:
     if items and all(_is_flat_object(v) for v in items):
-        cut = f"first {MAX_ROWS} of {len(items)}" if len(items) > MAX_ROWS else ""
-        return table_html(_records(items[:MAX_ROWS]), cut)
+        cut = f"first {MAX_ROWS} of " if len(items) > MAX_ROWS else ""
+        table = table_html(_records(items[:MAX_ROWS]))
+        return f"<details><summary>{cut}{len(items)} records</summary>\n{table}</details>\n"
     seen: set[str] = set()
     return f"<p>{', '.join(cell(v, '', seen) for v in items)}</p>\n" + notes_html(seen)
 
 
 def _records(records: Iterable[dict[str, Any]]) -> pd.DataFrame:
-    """Flat objects as a frame, a column per key (in words) in order of appearance; a key
-    absent from an object is ``None`` (a blank cell, not a NaN's "—")."""
+    """Flat objects as a frame, a column per key (in words) in order of appearance, verdicts
+    right after the first; a key absent from an object is ``None`` (a blank cell, not a NaN's
+    "—")."""
     records = list(records)
     columns = list(dict.fromkeys(k for r in records for k in r))
+    verdicts = [c for c in columns[1:] if is_verdict(c)]  # shown first, after the row name
+    columns = columns[:1] + verdicts + [c for c in columns[1:] if c not in verdicts]
     rows = [[r.get(c) for c in columns] for r in records]
     return pd.DataFrame(rows, columns=[label(c) for c in columns], dtype=object)
 
