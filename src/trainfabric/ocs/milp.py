@@ -48,6 +48,8 @@ requested relative gap is the only gap criterion) and no output.
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -446,6 +448,47 @@ def _assemble(model, g, order, ends, keys_table, sig_keys, t_ref, stats) -> Milp
     )
 
 
+def _quiet_highs() -> highspy.Highs:
+    """A ``highspy.Highs`` whose construction prints nothing on stdout.
+
+    highspy's public ``Highs`` prints the HiGHS banner on C-level stdout the first time one is
+    constructed in a process (when it installs its callbacks, before ``output_flag`` can be
+    set), which would corrupt ``--json`` output. The banner is sent to stderr instead, by
+    pointing file descriptor 1 at stderr for the duration of the construction.
+    """
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        return highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _highs_lp(mm: MilpModel, integrality: np.ndarray) -> highspy.HighsLp:
+    """The model as a ``highspy.HighsLp`` (row-wise constraint matrix, minimisation)."""
+    lp = highspy.HighsLp()
+    lp.num_col_ = mm.n_vars
+    lp.num_row_ = mm.n_cons
+    lp.sense_ = highspy.ObjSense.kMinimize
+    lp.offset_ = 0.0
+    lp.col_cost_ = mm.col_cost
+    lp.col_lower_ = mm.col_lower
+    lp.col_upper_ = mm.col_upper
+    lp.row_lower_ = mm.row_lower
+    lp.row_upper_ = mm.row_upper
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    lp.a_matrix_.num_col_ = mm.n_vars
+    lp.a_matrix_.num_row_ = mm.n_cons
+    lp.a_matrix_.start_ = mm.a_start
+    lp.a_matrix_.index_ = mm.a_index
+    lp.a_matrix_.value_ = mm.a_value
+    kinds = (highspy.HighsVarType.kContinuous, highspy.HighsVarType.kInteger)
+    lp.integrality_ = [kinds[v] for v in integrality.tolist()]
+    return lp
+
+
 def solve_milp(
     dag: TaskDAG,
     model: OcsModel,
@@ -478,8 +521,7 @@ def solve_milp(
             raise ConfigError("x_start", str(err)) from None
     mm = milp_model(dag, model, reduce=reduce)
     integrality = np.zeros_like(mm.integrality) if relax else mm.integrality
-    # highspy._Highs is the bare binding: highspy.Highs prints a banner on construction.
-    h = highspy._Highs()
+    h = _quiet_highs()
     for name, value in (
         ("output_flag", False),
         ("threads", int(threads)),
@@ -489,23 +531,7 @@ def solve_milp(
         ("mip_abs_gap", 0.0),
     ):
         h.setOptionValue(name, value)
-    h.passModel(
-        mm.n_vars,
-        mm.n_cons,
-        int(mm.a_value.size),
-        int(highspy.MatrixFormat.kRowwise),
-        int(highspy.ObjSense.kMinimize),
-        0.0,
-        mm.col_cost,
-        mm.col_lower,
-        mm.col_upper,
-        mm.row_lower,
-        mm.row_upper,
-        mm.a_start,
-        mm.a_index,
-        mm.a_value,
-        integrality,
-    )
+    h.passModel(_highs_lp(mm, integrality))
     if x_start is not None and not relax:
         idx = np.arange(mm.n_pairs, dtype=np.int32)
         h.setSolution(mm.n_pairs, idx, np.asarray(x_start, dtype=float))
