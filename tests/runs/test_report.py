@@ -109,6 +109,7 @@ def test_summary_json_is_the_headline_in_words_and_numbers(tmp_path):
         "modes": {"ecmp": {"stall_s": 1.0, "queue_s": np.inf}, "spray": {"stall_s": 0.0}},
         "regimes": {"bursty": {"wa": {"vs_matched_random": "beats", "p_value": 0.004}}},
         "verdicts": {"beats": 3, "ties": 13},
+        "rows": [{"mode": "ecmp", "stall_s": 1.0}, {"mode": "spray", "stall_s": 0.0}],
     }
     write_json(tmp_path / "summary.json", summary)
     html = render_report(tmp_path).read_text()
@@ -120,6 +121,8 @@ def test_summary_json_is_the_headline_in_words_and_numbers(tmp_path):
     assert list(modes.columns) == ["modes", "queue (s)", "stall (s)"]  # keys sorted in the file
     assert modes.values.tolist() == [["ecmp", "—", "1"], ["spray", "", "0"]]
     assert "<h3>regimes · bursty</h3>" in html
+    assert headline[2][0] == ["bursty", "vs matched random", "p value"]  # verdict first
+    assert "<h3>rows</h3>\n<details><summary>2 records</summary>" in html
     assert "<span class='verdict verdict-beats'>beats</span>" in html
     assert "3 x <span class='verdict verdict-beats'>beats</span>" in html
     assert "not shown" not in html
