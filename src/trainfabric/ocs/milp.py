@@ -449,21 +449,24 @@ def _assemble(model, g, order, ends, keys_table, sig_keys, t_ref, stats) -> Milp
 
 
 def _quiet_highs() -> highspy.Highs:
-    """A ``highspy.Highs`` whose construction prints nothing on stdout.
+    """A ``highspy.Highs`` whose construction prints nothing.
 
     highspy's public ``Highs`` prints the HiGHS banner on C-level stdout the first time one is
     constructed in a process (when it installs its callbacks, before ``output_flag`` can be
-    set), which would corrupt ``--json`` output. The banner is sent to stderr instead, by
-    pointing file descriptor 1 at stderr for the duration of the construction.
+    set), which would corrupt ``--json`` output and add lines to a one-line error. File
+    descriptor 1 points at ``os.devnull`` for the duration of the construction; the version
+    is recorded in :attr:`MilpResult.solver` instead.
     """
     sys.stdout.flush()
     saved = os.dup(1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
     try:
-        os.dup2(2, 1)
+        os.dup2(devnull, 1)
         return highspy.Highs()
     finally:
         os.dup2(saved, 1)
         os.close(saved)
+        os.close(devnull)
 
 
 def _highs_lp(mm: MilpModel, integrality: np.ndarray) -> highspy.HighsLp:
