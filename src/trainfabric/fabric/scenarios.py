@@ -186,7 +186,7 @@ def parse_scenario(data: dict, prefix: str = "") -> Scenario:
     if not isinstance(data, dict):
         raise ConfigError(prefix.rstrip(".") or "scenario", "must be a table")
     kind = data.get("kind")
-    if kind not in SCENARIOS:
+    if not isinstance(kind, str) or kind not in SCENARIOS:
         raise ConfigError(f"{prefix}kind", f"must be one of {', '.join(SCENARIOS)}, got {kind!r}")
     return validate(SCENARIOS[kind], data, prefix)
 
