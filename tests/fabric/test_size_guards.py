@@ -19,11 +19,13 @@ from trainfabric.fabric.collectives import (
 )
 from trainfabric.fabric.mcf import lp_size, max_concurrent_flow
 from trainfabric.fabric.scenarios import (
+    LINK_BYTES,
     TopologyConfig,
     build_topology,
     half_to_half_permutation,
     parse_scenario,
     run_scenario,
+    topology_links,
 )
 from trainfabric.limits import memory_limit
 from trainfabric.workloads import collectives as wc
@@ -195,3 +197,40 @@ def test_lp_estimate_within_a_factor_of_the_measured_peak():
     )
     ratio = float(out.stdout.strip().splitlines()[-1])  # measured / estimate
     assert 0.25 <= ratio <= 2.0
+
+
+@pytest.mark.parametrize(
+    "topology",
+    [
+        {"gpus": 4096, "switch_radix": 128},
+        {"gpus": 4096, "switch_radix": 128, "oversubscription": 2.0},
+        {"gpus": 4096, "switch_radix": 32, "kind": "fat_tree"},
+        {"gpus": 2048, "switch_radix": 64, "kind": "leaf_spine"},
+    ],
+)
+def test_topology_links_and_memory_against_the_built_fabric(topology):
+    """Links: 4 per host and plane at full bisection (exact), ``2 + 2/over`` oversubscribed
+    (the builder rounds spines up), 6 per host in a fat tree; ~100-115 B per link measured."""
+    cfg = TopologyConfig(**topology)
+    tracemalloc.start()
+    try:
+        topo = build_topology(cfg)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    links = topology_links(cfg, cfg.oversubscription)
+    assert links <= topo.n_links <= 1.01 * links
+    assert 0.5 * peak <= LINK_BYTES * links <= 4.0 * peak
+
+
+def test_topology_refused_before_building_and_absurd_sizes_by_the_schema():
+    cfg = TopologyConfig(gpus=1_048_576, switch_radix=2048, planes=64)
+    t0 = time.perf_counter()
+    with memory_limit(8.0), pytest.raises(ConfigError) as exc:
+        build_topology(cfg)
+    assert time.perf_counter() - t0 < 1.0
+    assert exc.value.field == "topology.gpus"
+    assert "a multiplane fabric of 268,435,456 links" in exc.value.message
+    with pytest.raises(ConfigError) as exc:
+        parse_scenario({"kind": "line_rate", "topology": {"gpus": 2**21}})
+    assert exc.value.field == "topology.gpus"

@@ -32,7 +32,8 @@ count times the per-flow memory of the costliest mode) and, in ``failures``, the
 concurrent-flow LP (:func:`trainfabric.fabric.mcf.check_lp_size`), and refuses over the
 memory limit with a ConfigError naming the input that sets the size: the collective's
 ``ranks`` when given (``collectives.<i>.ranks``, ``victim.ranks``, ``aggressor.ranks``,
-``collective.ranks``), else ``topology.gpus``.
+``collective.ranks``), else ``topology.gpus``. The topology itself is priced per link
+(:func:`topology_links`) before it is built.
 
 Units: bytes, seconds; rates in Gb/s in files (``nic_rate_gbps``), bits/s inside.
 """
@@ -61,12 +62,16 @@ Fraction = Annotated[float, Field(ge=0, lt=1)]
 Positive = Annotated[float, Field(gt=0)]
 
 
+MAX_GPUS = 1_048_576  # ten times the largest clusters built
+
+
 class TopologyConfig(Config):
-    """A fabric: ``multiplane`` (P planes of 2-tier leaf-spine), ``leaf_spine`` or ``fat_tree``."""
+    """A fabric: ``multiplane`` (P planes of 2-tier leaf-spine), ``leaf_spine`` or ``fat_tree``
+    (``gpus`` <= 1,048,576, ``planes`` <= 64)."""
 
     kind: Literal["multiplane", "leaf_spine", "fat_tree"] = "multiplane"
-    gpus: int = Field(64, ge=2, description="hosts (one NIC per GPU)")
-    planes: int = Field(4, ge=1, description="planes (multiplane only)")
+    gpus: int = Field(64, ge=2, le=MAX_GPUS, description="hosts (one NIC per GPU)")
+    planes: int = Field(4, ge=1, le=64, description="planes (multiplane only)")
     switch_radix: int = Field(16, ge=4, description="ports per switch per plane")
     nic_rate_gbps: float = Field(800.0, gt=0, description="NIC total rate, all planes")
     oversubscription: float = Field(1.0, ge=1, description="leaf host ports : uplinks")
@@ -200,14 +205,31 @@ def load_scenario(path: str | Path) -> Scenario:
 HEADER_BOUND = 4096 / 4160  # payload share of the wire with 64 B headers per 4096 B MTU
 
 
+LINK_BYTES = 120  # per directed link of a topology (tables, capacities, ids): 100-115 measured
+
+
+def topology_links(cfg: TopologyConfig, oversubscription: float) -> float:
+    """Directed links of ``cfg``: per plane of a 2-tier fabric, 2 per host (up and down) and
+    ``2 / oversubscription`` per host between leaves and spines; a 3-tier fat tree, 6 per host."""
+    if cfg.kind == "fat_tree":
+        return 6.0 * cfg.gpus
+    planes = cfg.planes if cfg.kind == "multiplane" else 1
+    return planes * cfg.gpus * (2.0 + 2.0 / oversubscription)
+
+
 def build_topology(cfg: TopologyConfig, oversubscription: float | None = None):
-    """The topology of ``cfg``; builder errors are re-labelled ``topology.<field>``."""
+    """The topology of ``cfg``; builder errors are re-labelled ``topology.<field>``. Refuses
+    first a topology whose links (:func:`topology_links` x ``LINK_BYTES``) exceed the memory
+    limit (ConfigError naming ``topology.gpus``)."""
     from trainfabric.fabric import topology as T
 
+    over = cfg.oversubscription if oversubscription is None else oversubscription
+    links = topology_links(cfg, over)
+    check_memory("topology.gpus", LINK_BYTES * links, f"a {cfg.kind} fabric of {links:,.0f} links")
     kw = dict(
         switch_radix=cfg.switch_radix,
         nic_rate_bps=cfg.nic_rate_gbps * 1e9,
-        oversubscription=cfg.oversubscription if oversubscription is None else oversubscription,
+        oversubscription=over,
         hop_latency_s=cfg.hop_latency_s,
     )
     try:
