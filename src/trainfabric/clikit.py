@@ -145,12 +145,14 @@ def emit_json(obj: Any) -> None:
     sys.stdout.write(io.dumps(obj) + "\n")
 
 
-def progress(json_out: bool, label: str, show: bool | None = None) -> Any:
-    """A rich progress display on stderr for the running command, or a disabled one.
+@contextmanager
+def progress(json_out: bool, label: str, show: bool | None = None) -> Iterator[Any]:
+    """A rich progress display on stderr for the running command (or a disabled one).
 
     ``show`` is the ``--progress/--no-progress`` flag (None when not given): shown by default,
-    under ``--json`` only with ``--progress``.
-    Engines take it as ``progress`` and call :func:`trainfabric.progress.track` on it.
+    under ``--json`` only with ``--progress``. The command's own row pulses with the elapsed
+    time; engines given the display as ``progress`` add their stages and cells below it
+    (:func:`trainfabric.progress.track`) and print stage lines above it (``.console``).
     """
     from rich.progress import (
         BarColumn,
@@ -161,15 +163,21 @@ def progress(json_out: bool, label: str, show: bool | None = None) -> Any:
     )
 
     enabled = (not json_out) if show is None else show
-    return Progress(
+    bar = Progress(
         TextColumn(f"[bold]{label}[/] {{task.description}}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         console=Console(stderr=True),
         disable=not enabled,
-        transient=False,
+        transient=True,  # gone when the command ends; stage lines printed above it stay
     )
+    with bar:
+        task = bar.add_task("running", total=None)
+        try:
+            yield bar
+        finally:
+            bar.update(task, total=1, completed=1)
 
 
 def writable_dir(path: Path, field: str = "--out") -> Path:

@@ -76,6 +76,7 @@ def sim_cmd(
     trace: TraceOpt = None,
     rate_scale: RateScaleOpt = 1.0,
     max_memory_gb: MaxMemoryOpt = None,
+    show_progress: ProgressOpt = None,
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -85,7 +86,7 @@ def sim_cmd(
     from trainfabric.diloco.fleet import Block, FleetConfig, simulate
     from trainfabric.diloco.policies import make_policy
 
-    with options(**NAMES):
+    with progress(json_out, "diloco sim", show_progress), options(**NAMES):
         reg = _regime(regime, trace, rate_scale)
         res = simulate(
             FleetConfig(windows=windows), reg, [Block(make_policy(policy), np.array([seed]))]

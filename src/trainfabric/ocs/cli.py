@@ -17,11 +17,13 @@ from trainfabric.clikit import (
     ConfigOpt,
     JsonOpt,
     MaxMemoryOpt,
+    ProgressOpt,
     SeedOpt,
     emit_json,
     finite,
     options,
     out,
+    progress,
     writable_dir,
 )
 
@@ -112,6 +114,7 @@ def ocs_plan(
         Path, typer.Option("--out", help="Where the cross-connect tables go.")
     ] = Path("runs/ocs-plan"),
     max_memory_gb: MaxMemoryOpt = None,
+    show_progress: ProgressOpt = None,
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -119,9 +122,10 @@ def ocs_plan(
     from trainfabric.ocs.planner import plan, write_plan
 
     writable_dir(out_dir, "--out")
-    w, model = _ocs_instance(workload, pods, ports, ocs, rate_gbps, fallback_gbps, seed, b1, b2)
-    with options(**NAMES):
-        result = plan(w.dag, model, b1_rel=b1, b2_rel=b2, seed=seed)
+    with progress(json_out, "ocs plan", show_progress):
+        w, model = _ocs_instance(workload, pods, ports, ocs, rate_gbps, fallback_gbps, seed, b1, b2)
+        with options(**NAMES):
+            result = plan(w.dag, model, b1_rel=b1, b2_rel=b2, seed=seed)
     summary = {"workload": w.name, **result.summary(model)}
     summary["tables_path"] = str(write_plan(out_dir, model, result, summary))
     if json_out:
@@ -156,14 +160,15 @@ def ocs_compare(
         float, typer.Option(help="HiGHS time limit, s (> 0).", callback=finite(gt=0, le=86_400))
     ] = 60.0,
     max_memory_gb: MaxMemoryOpt = None,
+    show_progress: ProgressOpt = None,
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Our planner beside the MILP (HiGHS), uniform mesh, demand and TM-only wirings."""
     from trainfabric.ocs.planner import compare
 
-    w, model = _ocs_instance(workload, pods, ports, ocs, rate_gbps, fallback_gbps, seed, b1, b2)
-    with options(**NAMES):
+    with progress(json_out, "ocs compare", show_progress), options(**NAMES):
+        w, model = _ocs_instance(workload, pods, ports, ocs, rate_gbps, fallback_gbps, seed, b1, b2)
         rows = compare(
             w.dag, model, b1_rel=b1, b2_rel=b2, seed=seed, milp_time_limit_s=milp_time_limit_s
         )

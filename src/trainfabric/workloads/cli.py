@@ -16,12 +16,14 @@ from trainfabric.clikit import (
     ConfigOpt,
     JsonOpt,
     MaxMemoryOpt,
+    ProgressOpt,
     SeedOpt,
     emit_json,
     err,
     finite,
     options,
     out,
+    progress,
     writable_dir,
 )
 from trainfabric.errors import ConfigError
@@ -70,13 +72,14 @@ def workloads_show(
     ] = 100.0,
     seed: SeedOpt = 0,
     max_memory_gb: MaxMemoryOpt = None,
+    show_progress: ProgressOpt = None,
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Summarise a workload: nodes, edges, bytes per phase, critical path at a uniform rate."""
     from trainfabric.workloads import load_workload, summarize
 
-    with options(**NAMES):
+    with progress(json_out, "workloads show", show_progress), options(**NAMES):
         s = summarize(load_workload(workload, pods, seed), rate_gbps * 1e9)
     if json_out:
         return emit_json(s)
@@ -112,6 +115,7 @@ def workloads_export(
     pods: PodsOpt = None,
     seed: SeedOpt = 0,
     max_memory_gb: MaxMemoryOpt = None,
+    show_progress: ProgressOpt = None,
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -121,9 +125,9 @@ def workloads_export(
     writable_dir(file.parent, "FILE")
     if file.is_dir():
         raise ConfigError("FILE", f"{file} is a directory; expected a file name")
-    with options(**NAMES):
+    with progress(json_out, "workloads export", show_progress), options(**NAMES):
         w = load_workload(workload, pods, seed)
-    path = interchange.save(w.traffic if traffic else w.dag, file)
+        path = interchange.save(w.traffic if traffic else w.dag, file)
     info = {
         "path": str(path),
         "format": interchange.TRAFFIC_FORMAT if traffic else interchange.DAG_FORMAT,
