@@ -55,6 +55,7 @@ def _alive(procs: set[tuple[int, int]]) -> set[tuple[int, int]]:
 
 
 def _wait_for(predicate, timeout_s: float, what: str):
+    """The first truthy value of ``predicate()`` (polled every 0.1 s) within ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         value = predicate()
@@ -68,7 +69,9 @@ def _first_cell_and_workers(proc: subprocess.Popen, run: RunDir) -> set[tuple[in
     """Wait until one cell is stored and both workers run; return the sweep's children."""
     _wait_for(lambda: run.finished_ids() or proc.poll() is not None, 90, "a finished cell")
     assert proc.poll() is None, "the sweep ended before it could be interrupted"
-    workers = _wait_for(lambda: len(_children(proc.pid)) >= 2 and _children(proc.pid), 30, "")
+    workers = _wait_for(
+        lambda: len(_children(proc.pid)) >= 2 and _children(proc.pid), 30, "two workers"
+    )
     assert len(run.finished_ids()) < len(expand(SPEC)), "all cells finished: cells too fast"
     return workers
 
@@ -84,8 +87,7 @@ def test_sigkill_leaves_no_worker_and_resume_recomputes_nothing(tmp_path):
     finally:
         proc.kill()
         proc.wait(timeout=10)
-    time.sleep(5)
-    assert _alive(children) == set(), "processes of the killed sweep survived 5 s"
+    _wait_for(lambda: not _alive(children), 5, "the killed sweep's processes to end")
     finished = run.finished_ids()
     mtimes = {p.name: p.stat().st_mtime_ns for p in run.cells_dir.iterdir()}
     again = run_sweep(SPEC, run.path, executor="serial", progress=False)
