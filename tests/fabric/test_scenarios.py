@@ -109,7 +109,7 @@ def test_cli_run_json_and_errors(cli, tmp_path):
     assert code == 2 and out == ""
     assert err.startswith("error: topology.gpus") and err.count("\n") == 1
     code, _, err = cli("fabric", "run", str(tmp_path / "missing.toml"))
-    assert code == 2 and "file not found" in err
+    assert code == 2 and err.startswith("error: SCENARIO") and "not found" in err
 
 
 @pytest.mark.slow
