@@ -30,7 +30,7 @@ from rich.console import Console
 
 from trainfabric import io, limits
 from trainfabric.config import read_toml
-from trainfabric.errors import ConfigError
+from trainfabric.errors import ConfigError, FormatError
 
 out = Console()
 err = Console(stderr=True)
@@ -96,7 +96,7 @@ def options(**names: str) -> Iterator[None]:
         yield
     except ConfigError as exc:
         head, dot, rest = exc.field.partition(".")
-        if head in names:
+        if head in names and not isinstance(exc, FormatError):  # file paths stay
             raise ConfigError(names[head] + (dot + rest if rest else ""), exc.message) from None
         raise
 

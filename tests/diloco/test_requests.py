@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from trainfabric.diloco import requests as R
-from trainfabric.errors import ConfigError, FormatError
+from trainfabric.errors import ConfigError
 
 GOOD = "arrival_s,prompt_tokens,output_tokens\n0.5,10,3\n0.5,20,1\n2.25,5,7\n"
 AZURE = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
@@ -70,7 +70,7 @@ H = "arrival_s,prompt_tokens,output_tokens\n"
     ],
 )
 def test_malformed_rows_name_the_line(text, needle):
-    with pytest.raises(FormatError) as exc:
+    with pytest.raises(ConfigError) as exc:
         R.parse_trace(text, "t.csv")
     assert needle in str(exc.value) and exc.value.field == "trace"
     assert len(str(exc.value)) < 400  # a 200 KB field is not echoed back
@@ -129,3 +129,11 @@ def test_replay_keeps_the_trace_order_and_scales_the_rate():
     r = R.replay(trace, 1.0, 300.0, np.random.default_rng(0))
     assert set(r.prompt_tokens.tolist()) <= {20, 10, 5}
     assert r.n / 300.0 == pytest.approx(1.0, rel=0.05)
+
+
+def test_cli_names_the_option_and_the_line(cli, tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text(H + "0,1,1\n1,1e30,1\n")
+    code, out, err = cli("diloco", "sim", "--trace", str(bad), "--windows", "20")
+    assert code == 2 and out == ""
+    assert err == f"error: --trace: {bad}:3: prompt_tokens: not a whole number of tokens: '1e30'\n"

@@ -59,3 +59,12 @@ def test_help_lists_the_groups(cli):
     assert code == 0
     for group in ("workloads", "ocs", "fabric", "diloco", "sweep", "report", "demo"):
         assert group in out
+
+
+def test_a_file_field_is_not_renamed_to_an_option(cli, tmp_path):
+    """The file's ``pods`` is not the ``--pods`` option: the error names the file's field."""
+    doc = {"format": "trainfabric.traffic", "version": 1, "pods": 0, "phases": []}
+    path = tmp_path / "w.json"
+    path.write_text(json.dumps(doc))
+    code, _, err = cli("workloads", "show", str(path))
+    assert code == 2 and "error: pods: " in err and "--pods" not in err and str(path) in err
