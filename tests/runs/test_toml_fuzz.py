@@ -204,3 +204,17 @@ def test_mutated_cli_config_files(tmp, case):
     assert "Traceback" not in err
     if must is not None:
         assert f"--{must}" in err or f"config.{must}" in err, err
+
+
+@pytest.mark.parametrize("value", ["[]", "{}", "1", "true", "nan"])
+def test_scenario_kind_of_any_type_is_named(tmp, value):
+    """Found by the fuzzer: ``kind = []`` raised TypeError (unhashable) in parse_scenario."""
+    text = SCENARIO.replace('kind = "failures"', f"kind = {value}")
+    with pytest.raises(TrainfabricError) as exc:
+        load_scenario(_write(tmp / "kind.toml", text))
+    assert exc.value.field == "kind"
+
+
+def _write(path, text):
+    path.write_text(text)
+    return path

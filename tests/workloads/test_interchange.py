@@ -210,3 +210,59 @@ def test_not_json_reports_line(tmp_path):
     with pytest.raises(ConfigError, match="line 2") as exc:
         ix.load(p)
     assert exc.value.field == "workload"
+
+
+JOB_TOML = """name = "tiny"
+[model]
+name = "tiny"
+layers = 2
+hidden = 1024
+seq_len = 1024
+vocab = 32000
+heads = 8
+[parallelism]
+tp = 2
+pp = 2
+dp = 2
+micro_batches = 2
+[placement]
+gpus_per_pod = 2
+pods = 4
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "make", "field", "words"),
+    [
+        ("dir", lambda p: p.mkdir(), "workload", "is a directory"),
+        ("dir.toml", lambda p: p.mkdir(), "workload", "is a directory"),
+        ("bin", lambda p: p.write_bytes(bytes(range(256))), "workload", "not a UTF-8"),
+        ("bin.toml", lambda p: p.write_bytes(bytes(range(256))), "workload", "not a UTF-8"),
+        ("bad.toml", lambda p: p.write_text("layers = \n"), "workload", "invalid TOML"),
+        (
+            "layers.toml",
+            lambda p: p.write_text(JOB_TOML.replace("layers = 2", "layers = 1.5")),
+            "model.layers",
+            "valid integer",
+        ),
+        (
+            "extra.toml",
+            lambda p: p.write_text(JOB_TOML.replace("heads = 8", "heads = 8\nhead = 8")),
+            "model.head",
+            "not permitted",
+        ),
+    ],
+)
+def test_load_workload_file_errors(tmp_path, name, make, field, words):
+    path = tmp_path / name
+    make(path)
+    with pytest.raises(ConfigError) as exc:
+        load_workload(str(path))
+    assert exc.value.field == field and words in exc.value.message
+
+
+def test_load_workload_reads_a_job_toml(tmp_path):
+    path = tmp_path / "tiny.toml"
+    path.write_text(JOB_TOML)
+    w = load_workload(str(path))
+    assert w.name == "tiny" and w.dag.n_pods == 4
