@@ -123,7 +123,7 @@ ProgressOpt = Annotated[
     bool | None,
     typer.Option(
         "--progress/--no-progress",
-        help="Progress bars on stderr (default: on, off under --json).",
+        help="Progress bars on stderr (default: on a terminal, off under --json).",
         show_default=False,
     ),
 ]
@@ -149,8 +149,8 @@ def emit_json(obj: Any) -> None:
 def progress(json_out: bool, label: str, show: bool | None = None) -> Iterator[Any]:
     """A rich progress display on stderr for the running command (or a disabled one).
 
-    ``show`` is the ``--progress/--no-progress`` flag (None when not given): shown by default,
-    under ``--json`` only with ``--progress``. The command's own row pulses with the elapsed
+    ``show`` is the ``--progress/--no-progress`` flag (None when not given): by default shown
+    when stderr is a terminal and ``--json`` is off; ``--progress`` forces it. The command's own row pulses with the elapsed
     time; engines given the display as ``progress`` add their stages and cells below it
     (:func:`trainfabric.progress.track`) and print stage lines above it (``.console``).
     """
@@ -162,13 +162,14 @@ def progress(json_out: bool, label: str, show: bool | None = None) -> Iterator[A
         TimeElapsedColumn,
     )
 
-    enabled = (not json_out) if show is None else show
+    console = Console(stderr=True)
+    enabled = (not json_out and console.is_terminal) if show is None else show
     bar = Progress(
         TextColumn(f"[bold]{label}[/] {{task.description}}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
-        console=Console(stderr=True),
+        console=console,
         disable=not enabled,
         transient=True,  # gone when the command ends; stage lines printed above it stay
     )

@@ -24,6 +24,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 NONFINITE_SUFFIX = "_nonfinite"
 
 
@@ -92,8 +94,28 @@ def write_json(path: str | Path, obj: Any) -> Path:
 
 
 def write_parquet(path: str | Path, table: Any) -> Path:
-    """Atomically write a pandas DataFrame as Parquet (pyarrow engine, no index)."""
+    """Atomically write a pandas DataFrame (no index), or a mapping of column name -> 1-D
+    numeric numpy array, as Parquet. The mapping is written by pyarrow alone, from the
+    arrays' buffers: ``pyarrow.array`` would import pandas (0.3-0.4 s of a CLI's start-up)."""
+    if isinstance(table, Mapping):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        names = list(table)
+        arrays = [_arrow_column(np.ascontiguousarray(table[name])) for name in names]
+        columns = pa.Table.from_arrays(arrays, names=names)
+        return atomic_write(path, lambda p: pq.write_table(columns, p))
     return atomic_write(path, lambda p: table.to_parquet(p, engine="pyarrow", index=False))
+
+
+def _arrow_column(values: np.ndarray) -> Any:
+    """A pyarrow array viewing the buffer of a 1-D int/float numpy array (no copy, no nulls)."""
+    import pyarrow as pa
+
+    if values.ndim != 1 or values.dtype.kind not in "iuf":
+        raise TypeError(f"expected a 1-D numeric array, got {values.dtype} of shape {values.shape}")
+    kind = pa.from_numpy_dtype(values.dtype)
+    return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
 
 
 def dumps(obj: Any, indent: int | None = None, sort_keys: bool = False) -> str:

@@ -85,9 +85,9 @@ def test_cli_plan_json_keys_and_tables(cli, tmp_path):
 @pytest.mark.parametrize(
     ("argv", "field"),
     [
-        (("--ports", "6", "--ocs", "4"), "ocs:"),
-        (("--pods", "7"), "pods:"),
-        (("--b1", "0"), "b1:"),
+        (("--ports", "6", "--ocs", "4"), "--ocs:"),
+        (("--pods", "7"), "--pods:"),
+        (("--b1", "0"), "'--b1'"),
     ],
 )
 def test_cli_plan_bad_input_exits_2(cli, argv, field):

@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from trainfabric.errors import ConfigError
 from trainfabric.io import write_json, write_parquet
@@ -156,11 +155,13 @@ def port_owner(model: OcsModel) -> np.ndarray:
     return np.repeat(np.arange(model.n), model.ports_per_ocs)
 
 
-def cross_connect_table(model: OcsModel, tables: list) -> pd.DataFrame:
-    """One row per cross-connect: ``ocs, a_port, a_pod, b_port, b_pod``."""
+def cross_connect_table(model: OcsModel, tables: list) -> dict[str, np.ndarray]:
+    """One row per cross-connect, as columns ``ocs, a_port, a_pod, b_port, b_pod``."""
     owner = port_owner(model)
-    rows = [(k, a, owner[a], b, owner[b]) for k, table in enumerate(tables) for a, b in table]
-    return pd.DataFrame(rows, columns=["ocs", "a_port", "a_pod", "b_port", "b_pod"])
+    ocs = np.repeat(np.arange(len(tables)), [len(t) for t in tables]).astype(np.int64)
+    ends = np.array([pair for t in tables for pair in t], dtype=np.int64).reshape(-1, 2)
+    a, b = ends[:, 0], ends[:, 1]
+    return {"ocs": ocs, "a_port": a, "a_pod": owner[a], "b_port": b, "b_pod": owner[b]}
 
 
 def write_plan(out_dir, model: OcsModel, result: Plan, summary: dict[str, Any]) -> Path:
@@ -170,7 +171,7 @@ def write_plan(out_dir, model: OcsModel, result: Plan, summary: dict[str, Any]) 
     keep = result.x > 0
     write_parquet(
         out_dir / "wiring.parquet",
-        pd.DataFrame({"u": iu[keep], "v": iv[keep], "circuits": result.x[keep].astype(int)}),
+        {"u": iu[keep], "v": iv[keep], "circuits": result.x[keep].astype(np.int64)},
     )
     path = write_parquet(
         out_dir / "cross_connects.parquet", cross_connect_table(model, result.tables)
