@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import textwrap
@@ -214,4 +215,38 @@ def test_local_ray_dies_with_a_killed_driver():
         driver.wait(timeout=10)
     assert len(procs) >= 4  # watchdog, GCS server, raylet, agents
     time.sleep(5)
+    assert _alive(procs) == set()
+
+
+RAY_SWEEP = textwrap.dedent(
+    """
+    from trainfabric.runs import SweepSpec, expand
+    from trainfabric.runs.executors import run_ray
+    spec = SweepSpec(experiment="critical_path", seeds=8, base={"workload": "moe", "pods": 128})
+    run_ray(expand(spec), None, lambda cell, table: print("done", flush=True), num_cpus=1)
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("signum", "code"),
+    [
+        (signal.SIGTERM, 143),  # SystemExit(128 + SIGTERM) after cleanup
+        pytest.param(signal.SIGINT, -signal.SIGINT, marks=pytest.mark.slow),  # KeyboardInterrupt
+    ],
+)
+def test_a_signal_shuts_a_local_ray_down(signum, code):
+    driver = subprocess.Popen([sys.executable, "-c", RAY_SWEEP], stdout=subprocess.PIPE, text=True)
+    try:
+        assert driver.stdout.readline() == "done\n"
+        procs = _descendants(driver.pid)
+        driver.send_signal(signum)
+        assert driver.wait(timeout=60) == code
+    finally:
+        driver.kill()
+        driver.wait()
+    assert len(procs) >= 3
+    deadline = time.monotonic() + 5
+    while _alive(procs) and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert _alive(procs) == set()

@@ -200,20 +200,23 @@ def run_ray(
     if ray.is_initialized():
         _collect_ray(ray, cells, on_done)
         return
-    with _sigterm_as_exit(), _ray_session(ray, address, num_cpus):
+    with _ray_session(ray, address, num_cpus):
         _collect_ray(ray, cells, on_done)
 
 
 def _collect_ray(ray: ModuleType, cells: Sequence[Cell], on_done: OnDone) -> None:
-    """Submit every cell, then poll for finished ones in batches."""
+    """Submit every cell, then poll for finished ones in batches; SIGINT and SIGTERM are
+    acted on between polls (:func:`_deferred_signals`)."""
     task = ray.remote(num_cpus=1)(_task)
     by_ref = {task.remote(cell): cell for cell in cells}
     pending = list(by_ref)
     try:
-        while pending:
-            done, pending = ray.wait(pending, num_returns=len(pending), timeout=RAY_WAIT_S)
-            for ref in done:
-                on_done(by_ref[ref], _ray_result(ray, ref, by_ref[ref]))
+        with _deferred_signals() as check:
+            while pending:
+                done, pending = ray.wait(pending, num_returns=len(pending), timeout=RAY_WAIT_S)
+                for ref in done:
+                    on_done(by_ref[ref], _ray_result(ray, ref, by_ref[ref]))
+                check()
     except BaseException:
         for ref in pending:
             ray.cancel(ref, force=True)
@@ -336,6 +339,36 @@ def _sigterm_as_exit() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def _deferred_signals() -> Iterator[Callable[[], None]]:
+    """Within the block, SIGINT and SIGTERM are recorded instead of raised; yields
+    ``check()``, which raises KeyboardInterrupt (SIGINT) or ``SystemExit(143)`` (SIGTERM)
+    once one has arrived. Ray needs this: an exception raised by a Python signal handler
+    inside ``ray.wait`` comes out as Ray's own ``SystemExit(1)``, and ``ray.init`` installs
+    a C-level SIGTERM handler that exits at once. Only in the main thread (elsewhere
+    ``check()`` never raises)."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: None
+        return
+
+    def record(signum: int, frame: object) -> None:
+        received.append(signum)
+
+    def check() -> None:
+        if signal.SIGINT in received:
+            raise KeyboardInterrupt
+        if received:
+            raise SystemExit(128 + received[0])
+
+    previous = {sig: signal.signal(sig, record) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield check
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
 
 
 def _task(cell: Cell) -> pd.DataFrame:
