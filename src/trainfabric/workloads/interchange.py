@@ -46,10 +46,11 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
+    StrictInt,
+    StrictStr,
     TypeAdapter,
     ValidationError,
     model_validator,
@@ -58,7 +59,15 @@ from pydantic import (
 from trainfabric.errors import ConfigError, FormatError
 from trainfabric.io import write_text
 from trainfabric.limits import check_memory
-from trainfabric.workloads.dag import COMM, COMPUTE, KIND_NAMES, Phase, TaskDAG, from_arrays
+from trainfabric.workloads.dag import (
+    BARRIER,
+    COMM,
+    COMPUTE,
+    KIND_NAMES,
+    Phase,
+    TaskDAG,
+    from_arrays,
+)
 from trainfabric.workloads.traffic import PhaseTraffic
 
 DAG_FORMAT, TRAFFIC_FORMAT, VERSION = "trainfabric.taskdag", "trainfabric.traffic", 1
@@ -68,13 +77,7 @@ MAX_PODS = 1_000_000
 PARSE_BYTES_PER_FILE_BYTE = 40  # peak memory of the parsed document per byte of JSON (measured)
 
 
-def _node_id(value: Any) -> str | int:
-    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
-        return value
-    raise ValueError("must be a string or an integer")
-
-
-NodeId = Annotated[Any, AfterValidator(_node_id)]
+NodeId = StrictStr | StrictInt
 Pod = Annotated[int, Field(ge=0, lt=MAX_PODS)]
 Bytes = Annotated[float, Field(gt=0, le=MAX_BYTES)]
 Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS)]
@@ -150,12 +153,20 @@ class _TrafficDoc(_Strict):
 _DOCUMENT = TypeAdapter(Annotated[_DagDoc | _TrafficDoc, Field(discriminator="format")])
 
 
+def _id_member(loc: tuple[Any, ...], k: int) -> bool:
+    """Whether ``loc[k]`` is pydantic's label of a NodeId union member (``str``/``int``),
+    the last element after a node's ``id`` or an edge end."""
+    if k != len(loc) - 1 or k == 0 or loc[k] not in ("str", "int"):
+        return False
+    return loc[k - 1] == "id" or (isinstance(loc[k - 1], int) and "edges" in loc)
+
+
 def _path(loc: tuple[Any, ...]) -> str:
     """``('trainfabric.taskdag', 'nodes', 3, 'comm', 'bytes')`` -> ``nodes[3].bytes``: list
     indices in brackets, the union tags (format and node kind) dropped."""
     parts: list[str] = []
     for k, p in enumerate(loc):
-        if k == 0 and p in (DAG_FORMAT, TRAFFIC_FORMAT):
+        if (k == 0 and p in (DAG_FORMAT, TRAFFIC_FORMAT)) or _id_member(loc, k):
             continue
         if isinstance(p, int):
             parts.append(f"[{p}]")
@@ -183,6 +194,8 @@ def _format_error(exc: ValidationError, field: str) -> ConfigError:
         return FormatError(
             "version", f"unsupported version {err['input']!r} (this reads {VERSION})"
         )
+    if _id_member(loc, len(loc) - 1):  # a node id (in a node or an edge)
+        return FormatError(_path(loc), "must be a string or an integer")
     return FormatError(_path(loc), msg.removeprefix("Value error, "))
 
 
@@ -232,15 +245,10 @@ def _dag(doc: _DagDoc) -> TaskDAG:
     phase_id = _unique([p.name for p in phases], "phases", "name")
     nodes = doc.nodes
     index = _unique([n.id for n in nodes], "nodes", "id")
-    kind = np.array([KIND_NAMES.index(n.kind) for n in nodes], np.int8)
-    pod = np.array([getattr(n, "pod", getattr(n, "src", -1)) for n in nodes], np.int32)
-    dst = np.array([getattr(n, "dst", -1) for n in nodes], np.int32)
-    _check_pods(doc.pods, kind, pod, dst)
+    cols = _node_columns(nodes)
+    _check_pods(doc.pods, cols["kind"], cols["pod"], cols["dst"])
     phase = np.full(len(nodes), -1, np.int32)
-    for i, n in enumerate(nodes):
-        name = getattr(n, "phase", None)
-        if name is None and kind[i] == COMM:
-            name = f"node {n.id}"
+    for i, name in enumerate(cols["phase_name"]):
         if name is not None:
             if name not in phase_id:
                 phase_id[name] = len(phases)
@@ -249,18 +257,46 @@ def _dag(doc: _DagDoc) -> TaskDAG:
     src, tgt = _edges(doc.edges, index)
     return from_arrays(
         doc.pods,
-        kind=kind,
-        pod=pod,
-        dst=dst,
-        duration_s=np.array([getattr(n, "duration_s", 0.0) for n in nodes]),
-        nbytes=np.array([getattr(n, "bytes", 0.0) for n in nodes]),
-        latency_s=np.array([getattr(n, "latency_s", 0.0) for n in nodes]),
+        kind=cols["kind"],
+        pod=cols["pod"],
+        dst=cols["dst"],
+        duration_s=cols["duration_s"],
+        nbytes=cols["bytes"],
+        latency_s=cols["latency_s"],
         phase=phase,
         edge_src=src,
         edge_dst=tgt,
         phases=tuple(phases),
         names=tuple(n.name or str(n.id) for n in nodes),
     )
+
+
+def _node_columns(nodes: list) -> dict[str, Any]:
+    """The nodes as columns (one pass): kind code, pod (compute) or src (comm), dst, seconds,
+    bytes, latency and the phase name (a comm node without one: ``node <id>``)."""
+    n = len(nodes)
+    kind = np.empty(n, np.int8)
+    pod, dst = np.full(n, -1, np.int32), np.full(n, -1, np.int32)
+    dur, nbytes, lat = np.zeros(n), np.zeros(n), np.zeros(n)
+    phase_name: list[str | None] = [None] * n
+    for i, node in enumerate(nodes):
+        if isinstance(node, _Compute):
+            kind[i], pod[i], dur[i] = COMPUTE, node.pod, node.duration_s
+        elif isinstance(node, _Comm):
+            kind[i], pod[i], dst[i] = COMM, node.src, node.dst
+            nbytes[i], lat[i] = node.bytes, node.latency_s
+            phase_name[i] = node.phase if node.phase is not None else f"node {node.id}"
+        else:
+            kind[i], phase_name[i] = BARRIER, node.phase
+    return {
+        "kind": kind,
+        "pod": pod,
+        "dst": dst,
+        "duration_s": dur,
+        "bytes": nbytes,
+        "latency_s": lat,
+        "phase_name": phase_name,
+    }
 
 
 def _unique(keys: list, where: str, attr: str) -> dict:
