@@ -150,9 +150,10 @@ def progress(json_out: bool, label: str, show: bool | None = None) -> Iterator[A
     """A rich progress display on stderr for the running command (or a disabled one).
 
     ``show`` is the ``--progress/--no-progress`` flag (None when not given): by default shown
-    when stderr is a terminal and ``--json`` is off; ``--progress`` forces it. The command's own row pulses with the elapsed
-    time; engines given the display as ``progress`` add their stages and cells below it
-    (:func:`trainfabric.progress.track`) and print stage lines above it (``.console``).
+    when stderr is a terminal and ``--json`` is off; ``--progress`` forces it. The command's
+    own row pulses with the elapsed time; engines given the display as ``progress`` add
+    their stages and cells below it (:func:`trainfabric.progress.track`) and print stage
+    lines above it (``.console``).
     """
     from rich.progress import (
         BarColumn,

@@ -14,7 +14,7 @@ def test_sigint_exits_130_with_one_line(tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(4.0)  # imports done, the first scenario running (the whole run takes minutes)
+    time.sleep(10.0)  # imports and kernel loading done, the first scenario running (of minutes)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err

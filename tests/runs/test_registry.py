@@ -8,8 +8,8 @@ from pydantic import BaseModel
 
 from trainfabric.config import Config
 from trainfabric.errors import ConfigError
-from trainfabric.runs import get, names, register, registry
 from trainfabric.experiments.library import MoeSkewConfig, moe_skew
+from trainfabric.runs import get, names, register, registry
 
 
 def test_library_registers_moe_skew():
