@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from trainfabric.errors import ConfigError, FormatError
-from trainfabric.runs import SweepSpec, expand, run_sweep
+from trainfabric.runs import Cell, SweepSpec, expand, run_sweep
 from trainfabric.runs.executors import execute, run_ray
 
 
@@ -250,3 +250,26 @@ def test_a_signal_shuts_a_local_ray_down(signum, code):
     while _alive(procs) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _alive(procs) == set()
+
+
+BAD_CELL = Cell(
+    experiment="moe_skew",
+    params={"experts": -1, "ep": 2, "gini": 0.2},
+    seed=0,
+    cell_id="badcell000000000",
+    swept=(),
+)
+
+
+@pytest.mark.parametrize("executor", ["local", "ray"])
+def test_worker_config_error_reaches_the_parent_as_one_line(executor, request):
+    """A ConfigError raised in a spawned worker / Ray task keeps its field and names the cell
+    (the worker re-validates the cell's params, which are bad here)."""
+    if executor == "ray":
+        request.getfixturevalue("ray_session")
+    done = []
+    with pytest.raises(ConfigError) as info:
+        execute(executor, [BAD_CELL], lambda cell, table: done.append(cell))
+    assert type(info.value) is ConfigError and info.value.field == "params.experts"
+    assert "badcell000000000" in info.value.message and "\n" not in str(info.value)
+    assert done == []
