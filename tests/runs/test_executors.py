@@ -160,6 +160,35 @@ def test_watchdog_kills_the_descendants_of_a_killed_parent():
     assert _alive(watched) == set()
 
 
+DISMISSED = textwrap.dedent(
+    """
+    import subprocess, time
+    from trainfabric.runs.executors import start_watchdog, stop_watchdog
+    watchdog = start_watchdog()
+    child = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    time.sleep(0.6)
+    stop_watchdog(watchdog)
+    print(child.pid, flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def test_a_dismissed_watchdog_kills_nothing():
+    parent = subprocess.Popen([sys.executable, "-c", DISMISSED], stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(parent.stdout.readline())
+        watched = {p for p in _descendants(parent.pid) if p[0] == child}
+    finally:
+        parent.kill()
+        parent.wait(timeout=10)
+    time.sleep(1.0)  # four watchdog polls
+    try:
+        assert _alive(watched) == watched
+    finally:
+        os.kill(child, signal.SIGKILL)
+
+
 def _listening(pids: set[int]) -> list[tuple[int, str]]:
     """(pid, local address as hex) of every TCP LISTEN socket owned by ``pids``."""
     inodes = {}
