@@ -149,7 +149,9 @@ def worker_init(parent_pid: int) -> None:
     """Initializer of local pool workers: ignore SIGINT (the parent handles Ctrl-C and stops
     the workers), ask the kernel for SIGKILL when the parent dies (Linux), and start a daemon
     thread that ends this worker when the parent is gone (any POSIX: re-parenting changes
-    ``os.getppid()``)."""
+    ``os.getppid()``). The kernel sends the death signal when the *thread* that started the
+    worker ends; the pool starts workers from the thread that submits the cells, which
+    stays in :func:`run_local` until the pool is shut down."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _set_pdeathsig()
     if os.getppid() != parent_pid:  # the parent died before the prctl above
@@ -166,6 +168,7 @@ def _set_pdeathsig() -> None:
 
 
 def _watch_parent(parent_pid: int) -> None:
+    """End this worker (``os._exit``) once ``parent_pid`` is no longer its parent."""
     while os.getppid() == parent_pid:
         time.sleep(PARENT_POLL_S)
     os._exit(1)
