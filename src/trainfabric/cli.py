@@ -27,13 +27,14 @@ from trainfabric.clikit import (
     emit_json,
     err,
     input_file,
+    options,
     out,
     progress,
-    writable_dir,
 )
 from trainfabric.diloco import cli as diloco_cli
 from trainfabric.errors import ConfigError, TrainfabricError
 from trainfabric.fabric import cli as fabric_cli
+from trainfabric.io import prepare_dir
 from trainfabric.ocs import cli as ocs_cli
 from trainfabric.workloads import cli as workloads_cli
 
@@ -116,7 +117,7 @@ def _emit_sweep(spec, out_dir, executor, workers, address, json_out, show_progre
     """Run ``spec`` into its run directory, render its report, print the summary."""
     from trainfabric.runs import default_run_dir, render_report, run_sweep
 
-    run_dir = writable_dir(out_dir or default_run_dir(spec), "--out")
+    run_dir = prepare_dir(out_dir or default_run_dir(spec), "--out")
     shown = (not json_out) if show_progress is None else show_progress
     res = run_sweep(
         spec, run_dir, executor=executor, workers=workers, address=address, progress=shown
@@ -236,7 +237,8 @@ def report(
     """Render RUN_DIR/report.html (headline, figures, tables) from any run directory."""
     from trainfabric.runs import render_report
 
-    path = render_report(run_dir)
+    with options(run_dir="RUN_DIR"):
+        path = render_report(run_dir)
     if json_out:
         return emit_json({"report": str(path)})
     err.print(f"report: {path}")
@@ -255,7 +257,7 @@ def demo(
     """The main job on embedded defaults: every pillar's small scenario, then one report."""
     from trainfabric.demo import run_demo
 
-    run_dir = writable_dir(out_dir, "--out")
+    run_dir = prepare_dir(out_dir, "--out")
     with progress(json_out, "demo", show_progress) as bar:
         console = bar.console if not bar.disable else (None if json_out else out)
         result = run_demo(run_dir, console=console or _quiet(), progress=bar)

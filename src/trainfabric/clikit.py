@@ -17,8 +17,6 @@ these, so all commands share one contract:
 from __future__ import annotations
 
 import math
-import os
-import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -180,39 +178,6 @@ def progress(json_out: bool, label: str, show: bool | None = None) -> Iterator[A
             yield bar
         finally:
             bar.update(task, total=1, completed=1)
-
-
-def writable_dir(path: Path, field: str = "--out") -> Path:
-    """Check, before any compute, that ``path`` is (or can be created as) a writable folder.
-
-    Refused with a ConfigError naming ``field``: an existing file, a folder without write
-    permission, or a missing folder under a parent that cannot be created or written.
-    Creates nothing: the run creates the folder when it writes its first file.
-    """
-    path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise ConfigError(field, f"{path} exists and is not a directory")
-    probe = path
-    while not probe.exists():
-        probe = probe.parent
-    if not probe.is_dir():
-        raise ConfigError(field, f"cannot create {path}: {probe} is not a directory")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise ConfigError(field, f"cannot write to {probe} (permission denied)")
-    return path
-
-
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-
-
-def run_name(name: str, field: str) -> str:
-    """``name`` as one plain path component (letters, digits, ``.``, ``_``, ``-``), so a run
-    directory named after it stays inside its root; anything else is a ConfigError."""
-    if not _NAME.match(name) or name in {".", ".."}:
-        raise ConfigError(
-            field, f"{name!r} is not a plain name (letters, digits, '.', '_', '-'; at most 128)"
-        )
-    return name
 
 
 def input_file(path: Path, field: str) -> Path:

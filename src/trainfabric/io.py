@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from trainfabric.errors import ConfigError
+
 NONFINITE_SUFFIX = "_nonfinite"
 
 
@@ -171,3 +173,33 @@ def _reason(value: float) -> str:
     if math.isnan(value):
         return "nan"
     return "inf" if value > 0 else "-inf"
+
+
+def prepare_dir(path: str | Path, field: str = "--out") -> Path:
+    """Check, before any compute, that ``path`` can be used as an output directory, and
+    create it (with its parents); return it.
+
+    Refused with a one-line ``ConfigError(field, ...)``: an existing path that is not a
+    directory, a directory that cannot be created (a parent is a file, a read-only file
+    system, no permission) and one that cannot be written (checked by creating and removing
+    a probe file, which also covers read-only mounts where permission bits say yes).
+    """
+    out = Path(path)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(field, f"{out} exists and is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(field, f"cannot create directory {out}: {_reason(exc)}") from None
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".write-probe.", dir=out)
+    except OSError as exc:
+        raise ConfigError(field, f"cannot write in {out}: {_reason(exc)}") from None
+    os.close(fd)
+    os.unlink(probe)
+    return out
+
+
+def _reason(exc: OSError) -> str:
+    """An OSError's reason on one line (``strerror``, else its text)."""
+    return (exc.strerror or str(exc)).replace("\n", " ")

@@ -38,6 +38,70 @@ def files(tmp_path_factory) -> dict[str, Path]:
     paths["option_names"].write_text("rate-gbps = -1.0\n")
     paths["escape"].write_text('kind = "line_rate"\nname = "../../escaped"\n')
     paths["sweep_bad"].write_text('experiment = "moe_skew"\nseeds = 2\n[grid]\ngini = [0.1, 2.0]\n')
+    paths.update(_bad_interchange(d))
+    paths.update(_bad_traces(d))
+    paths.update(_bad_tomls(d))
+    return paths
+
+
+def _bad_interchange(d: Path) -> dict[str, Path]:
+    """A valid exported DAG (dp-ring on 4 pods), each broken in one field."""
+    from trainfabric.workloads import interchange, load_workload
+
+    doc = interchange.dag_to_dict(load_workload("dp-ring", 4).dag)
+    comm = next(i for i, n in enumerate(doc["nodes"]) if n["kind"] == "comm")
+    mutations = {
+        "dag_1e308": ("nodes", comm, "bytes", 1e308),
+        "dag_string_bytes": ("nodes", comm, "bytes", "1e8"),
+        "dag_bool_id": ("nodes", 0, "id", True),
+        "dag_inf_duration": ("nodes", 0, "duration_s", "INF"),
+    }
+    texts = {}
+    for key, (part, index, field, value) in mutations.items():
+        broken = json.loads(json.dumps(doc))
+        broken[part][index][field] = value
+        texts[key] = json.dumps(broken).replace('"INF"', "Infinity")
+    tm = '{"format": "trainfabric.traffic", "version": 1, "pods": 3, "phases": [{"name": "a", '
+    texts["tm_ragged"] = tm + '"matrix": [[0, 1, 2], [1, 0], [2, 1, 0]]}]}'
+    texts["tm_nan"] = tm + '"matrix": [[0, NaN, 2], [1, 0, 1], [2, 1, 0]]}]}'
+    return _write(d, texts, ".json")
+
+
+def _bad_traces(d: Path) -> dict[str, Path]:
+    head = "arrival_s,prompt_tokens,output_tokens\n"
+    rows = {
+        "trace_1e30": "0.0,100,10\n1.0,1e30,10\n2.0,100,10\n",
+        "trace_backwards": "0.0,100,10\n2.0,100,10\n1.0,100,10\n",
+        "trace_huge_field": "0.0,100,10\n1.0," + "9" * 200_000 + ",10\n",
+    }
+    return _write(d, {key: head + body for key, body in rows.items()}, ".csv")
+
+
+def _bad_tomls(d: Path) -> dict[str, Path]:
+    texts = {
+        "sweep_seeds": 'experiment = "moe_skew"\nseeds = 1000000000\n',
+        "job_layers": (
+            'name = "deep"\n[model]\nname = "deep"\nlayers = 1000000000\nhidden = 1024\n'
+            "seq_len = 1024\nvocab = 32000\nheads = 8\n[parallelism]\ntp = 2\npp = 2\n"
+            "dp = 2\nmicro_batches = 2\n[placement]\ngpus_per_pod = 2\npods = 4\n"
+        ),
+        "alltoall_32k": (
+            'kind = "line_rate"\nmodes = ["ecmp"]\n[topology]\ngpus = 32768\n'
+            'switch_radix = 256\n[[collectives]]\nkind = "all_to_all"\n'
+        ),
+        "adaptive_131k": (
+            'kind = "failures"\nmodes = ["adaptive"]\nfractions = [0.1]\n[topology]\n'
+            "gpus = 131072\nswitch_radix = 256\n"
+        ),
+    }
+    return _write(d, texts, ".toml")
+
+
+def _write(d: Path, texts: dict[str, str], suffix: str) -> dict[str, Path]:
+    """Write each text to ``d/<key><suffix>``; the paths by key."""
+    paths = {key: d / f"{key}{suffix}" for key in texts}
+    for key, text in texts.items():
+        paths[key].write_text(text)
     return paths
 
 
@@ -104,6 +168,28 @@ CASES = [
     ("experiments run nosuch", "experiment"),
     ("experiments run moe_skew --param gini", "--param"),
     ("experiments run moe_skew --param gini=2.0 --executor serial", "base.gini"),
+    ("report /no/such/run", "RUN_DIR"),
+    ("report {dir}", "RUN_DIR"),
+    # interchange files: strict JSON, finite bounded numbers, the field's path
+    ("workloads show {dag_1e308}", "nodes["),
+    ("workloads show {dag_string_bytes}", ".bytes"),
+    ("workloads show {dag_bool_id}", "nodes[0].id"),
+    ("workloads show {dag_inf_duration}", "nodes[0]"),
+    ("workloads show {tm_ragged}", "phases[0].matrix"),
+    ("workloads show {tm_nan}", "phases[0]"),
+    ("ocs plan --workload {tm_ragged}", "phases[0].matrix"),
+    # serving traces
+    ("diloco sim --trace {trace_1e30}", "prompt_tokens"),
+    ("diloco sim --trace {trace_backwards}", ":4:"),
+    ("diloco sim --trace {trace_huge_field}", "--trace"),
+    # sizes refused before allocating, naming the field
+    ("sweep {sweep_seeds} --executor serial", "seeds"),
+    ("workloads show {job_layers}", "layers"),
+    ("fabric run {alltoall_32k} --max-memory-gb 8", "topology.gpus"),
+    ("fabric run {adaptive_131k} --max-memory-gb 8", "topology.gpus"),
+    ("workloads show moe --pods 65536 --max-memory-gb 8", "--pods"),
+    ("diloco sim --windows 100000000 --max-memory-gb 4", "--windows"),
+    ("diloco protocol --windows 500", "--windows"),
     # usage errors
     ("ocs plan --no-such-option 3", "--no-such-option"),
     ("ocs plan --pods three", "--pods"),
@@ -123,7 +209,7 @@ def test_bad_invocation_exits_2_with_one_line(cli, files, argv, needle):
 
 def test_the_table_is_large():
     """The closing note reports this count; keep it honest."""
-    assert len(CASES) >= 55
+    assert len(CASES) >= 77
 
 
 @pytest.mark.parametrize(

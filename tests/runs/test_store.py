@@ -9,8 +9,9 @@ import pandas as pd
 import pytest
 
 from trainfabric.errors import ConfigError
+from trainfabric.io import prepare_dir
 from trainfabric.runs import RunDir, SweepSpec, run_sweep
-from trainfabric.runs.store import git_state, prepare_out, safe_child
+from trainfabric.runs.store import git_state, safe_child
 
 
 def _mtimes(run: RunDir) -> dict[str, int]:
@@ -134,7 +135,7 @@ def test_non_run_directory_is_refused(tmp_path, small_spec):
 
 
 def test_prepare_out_creates_and_probes(tmp_path):
-    out = prepare_out(tmp_path / "a" / "b")
+    out = prepare_dir(tmp_path / "a" / "b")
     assert out.is_dir() and list(out.iterdir()) == []  # the probe file is gone
 
 
@@ -150,7 +151,7 @@ def test_prepare_out_creates_and_probes(tmp_path):
 def test_prepare_out_refuses_unusable_paths(tmp_path, make, message):
     (tmp_path / "file.txt").write_text("x")
     with pytest.raises(ConfigError) as info:
-        prepare_out(make(tmp_path), field="--out-dir")
+        prepare_dir(make(tmp_path), field="--out-dir")
     assert info.value.field == "--out-dir"
     assert message in info.value.message and "\n" not in str(info.value)
 

@@ -26,8 +26,8 @@ from trainfabric.clikit import (
     options,
     out,
     progress,
-    writable_dir,
 )
+from trainfabric.io import prepare_dir
 
 app = typer.Typer(help="Workload-aware DiLoCo sync policies.", no_args_is_help=True)
 SUMMARY = ("slo_violation_rate", "syncs", "vs_matched_random", "p_value", "effect_size")
@@ -142,7 +142,7 @@ def protocol_cmd(
 
         with options(**NAMES):
             cfg = validate(ProtocolConfig, cfg.model_dump() | update)
-    out_dir = writable_dir(out_dir or Path("runs/diloco-protocol" + ("-quick" if quick else "")))
+    out_dir = prepare_dir(out_dir or Path("runs/diloco-protocol" + ("-quick" if quick else "")))
     with progress(json_out, "diloco protocol", show_progress) as bar, options(**NAMES):
         res = run_to_dir(cfg, out_dir, console=None if bar.disable else bar.console, progress=bar)
     if json_out:

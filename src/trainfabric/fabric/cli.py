@@ -24,9 +24,8 @@ from trainfabric.clikit import (
     input_file,
     out,
     progress,
-    run_name,
-    writable_dir,
 )
+from trainfabric.io import prepare_dir
 
 app = typer.Typer(help="Multiplane Ethernet fabric simulation.", no_args_is_help=True)
 
@@ -68,7 +67,7 @@ def eval_cmd(
     """Line rate, isolation, failures and flaps per load-balancing mode, with a report."""
     from trainfabric.fabric.scenarios import run_eval
 
-    out_dir = writable_dir(out_dir or Path(f"runs/fabric-eval{'-quick' if quick else ''}"))
+    out_dir = prepare_dir(out_dir or Path(f"runs/fabric-eval{'-quick' if quick else ''}"))
     with progress(json_out, "fabric eval", show_progress) as bar:
         res = run_eval(out_dir, quick=quick, seed=seed, console=_console(bar), progress=bar)
     if json_out:
@@ -108,8 +107,10 @@ def run_cmd(
     from trainfabric.fabric.scenarios import load_scenario, run_to_dir
 
     sc = load_scenario(input_file(scenario, "SCENARIO"))
-    name = run_name(sc.name or scenario.stem, "name")
-    out_dir = writable_dir(out_dir or Path("runs") / f"fabric-{name}")
+    from trainfabric.runs.store import safe_child
+
+    default = safe_child(Path("runs"), f"fabric-{sc.name or scenario.stem}", "name")
+    out_dir = prepare_dir(out_dir or default)
     with progress(json_out, "fabric run", show_progress) as bar:
         res = run_to_dir(sc, out_dir, console=_console(bar))
     if json_out:

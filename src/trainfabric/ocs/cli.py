@@ -24,8 +24,8 @@ from trainfabric.clikit import (
     options,
     out,
     progress,
-    writable_dir,
 )
+from trainfabric.io import prepare_dir
 
 app = typer.Typer(
     help="Optical circuit switch wiring: plan it, compare it with the MILP.", no_args_is_help=True
@@ -121,7 +121,7 @@ def ocs_plan(
     """Plan the inter-pod wiring through parallel OCSes and write per-OCS cross-connect tables."""
     from trainfabric.ocs.planner import plan, write_plan
 
-    writable_dir(out_dir, "--out")
+    prepare_dir(out_dir, "--out")
     with progress(json_out, "ocs plan", show_progress):
         w, model = _ocs_instance(workload, pods, ports, ocs, rate_gbps, fallback_gbps, seed, b1, b2)
         with options(**NAMES):

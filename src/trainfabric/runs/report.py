@@ -86,7 +86,7 @@ def render_report(run_dir: str | Path) -> Path:
     A missing directory, no tables, an unreadable table or an unreadable ``summary.json``
     is a ConfigError naming ``run_dir``.
     """
-    store = RunDir(run_dir)
+    store = RunDir(run_dir, field="run_dir")
     if not store.path.is_dir():
         raise ConfigError("run_dir", f"not a directory: {store.path}")
     paths = sorted(store.path.glob("*.parquet"))

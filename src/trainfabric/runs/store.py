@@ -14,8 +14,8 @@ invocation at top level and the earlier ones under ``history``.
 
 Safety of outputs (every writer, sweeps and single runs alike):
 
-- :func:`prepare_out` checks, before any compute, that an output directory can be created and
-  written to (a user error naming the option otherwise);
+- :func:`trainfabric.io.prepare_dir` checks, before any compute, that an output directory
+  can be created and written to (a user error naming the option otherwise);
 - :func:`safe_child` turns a user-given run name into a directory inside a chosen root (no
   ``..``, no separators, no control characters);
 - :meth:`RunDir.lock` holds an exclusive ``fcntl.flock`` on ``RUNDIR/.lock`` while a process
@@ -33,7 +33,6 @@ import os
 import platform
 import socket
 import subprocess
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -212,31 +211,6 @@ class RunDir:
         return manifest
 
 
-def prepare_out(path: str | Path, field: str = "--out") -> Path:
-    """Check, before any compute, that ``path`` can be used as an output directory, and
-    create it (with its parents); return it.
-
-    Refused with a one-line ``ConfigError(field, ...)``: an existing path that is not a
-    directory, a directory that cannot be created (a parent is a file, a read-only file
-    system, no permission) and one that cannot be written (checked by creating and removing
-    a probe file, which also covers read-only mounts where permission bits say yes).
-    """
-    out = Path(path)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(field, f"{out} exists and is not a directory")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(field, f"cannot create directory {out}: {_reason(exc)}") from None
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".write-probe.", dir=out)
-    except OSError as exc:
-        raise ConfigError(field, f"cannot write in {out}: {_reason(exc)}") from None
-    os.close(fd)
-    os.unlink(probe)
-    return out
-
-
 def safe_child(root: str | Path, name: str, field: str) -> Path:
     """``root/name`` for a user-given run-directory ``name``, guaranteed to stay inside
     ``root``.
@@ -270,11 +244,6 @@ def _name_problem(name: str) -> str | None:
     if len(name.encode("utf-8", "surrogateescape")) > NAME_MAX_BYTES:
         return f"it is longer than {NAME_MAX_BYTES} bytes"
     return None
-
-
-def _reason(exc: OSError) -> str:
-    """An OSError's reason on one line (``strerror``, else its text)."""
-    return (exc.strerror or str(exc)).replace("\n", " ")
 
 
 def package_versions() -> dict[str, str]:

@@ -50,9 +50,10 @@ from rich.progress import (
 
 from trainfabric.config import Config, field_path, read_toml, validate
 from trainfabric.errors import ConfigError
+from trainfabric.io import prepare_dir
 from trainfabric.limits import check_memory
 from trainfabric.runs import executors, registry
-from trainfabric.runs.store import RunDir, prepare_out
+from trainfabric.runs.store import RunDir
 
 DEFAULT_RUNS_ROOT = Path("runs")
 MAX_CELLS = 1_000_000
@@ -258,16 +259,16 @@ def run_sweep(
     finished cells. ``progress`` shows a progress bar on stderr.
 
     Before any cell runs: the options and every cell are validated, the run directory is
-    checked creatable and writable (:func:`prepare_out`) and locked (:meth:`RunDir.lock`,
-    held until the end). A run directory that cannot be written, is locked by another
-    process or holds a different sweep is a ConfigError naming ``out_field`` (the option
-    that chose the directory). Ctrl-C (KeyboardInterrupt) stops the workers and propagates,
-    keeping every finished cell for a resume.
+    checked creatable and writable (:func:`trainfabric.io.prepare_dir`) and locked
+    (:meth:`RunDir.lock`, held until the end). A run directory that cannot be written, is
+    locked by another process or holds a different sweep is a ConfigError naming
+    ``out_field`` (the option that chose the directory). Ctrl-C (KeyboardInterrupt) stops
+    the workers and propagates, keeping every finished cell for a resume.
     """
     executors.check_options(executor, workers, address)
     cells = expand(spec)
     store = RunDir(run_dir if run_dir is not None else default_run_dir(spec), field=out_field)
-    prepare_out(store.path, out_field)
+    prepare_dir(store.path, out_field)
     with store.lock():
         return _run_locked(spec, cells, store, executor, workers, address, progress)
 

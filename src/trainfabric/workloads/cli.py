@@ -24,9 +24,9 @@ from trainfabric.clikit import (
     options,
     out,
     progress,
-    writable_dir,
 )
 from trainfabric.errors import ConfigError
+from trainfabric.io import prepare_dir
 
 app = typer.Typer(help="Training jobs -> task DAGs and traffic matrices.", no_args_is_help=True)
 
@@ -122,7 +122,7 @@ def workloads_export(
     """Write a workload in the versioned JSON interchange format (task DAG or traffic)."""
     from trainfabric.workloads import interchange, load_workload
 
-    writable_dir(file.parent, "FILE")
+    prepare_dir(file.parent, "FILE")
     if file.is_dir():
         raise ConfigError("FILE", f"{file} is a directory; expected a file name")
     with progress(json_out, "workloads export", show_progress), options(**NAMES):
