@@ -298,12 +298,29 @@ def _main(argv: list[str] | None) -> None:
         _fail(f"error: {exc.format_message()}", 2)
     except MemoryError:
         _fail("error: out of memory; lower the input sizes or set --max-memory-gb", 2)
+    except SystemError as exc:
+        # Ctrl-C landing inside a Python callback of compiled code (numba's cache loader)
+        # surfaces as a SystemError whose context is the KeyboardInterrupt.
+        if not _caused_by(exc, KeyboardInterrupt):
+            raise
+        _fail(INTERRUPTED, 130)
     # Without standalone mode Typer returns, not raises, the code of an Exit: 130 is its
     # translation of KeyboardInterrupt (Ctrl-C), anything else an explicit exit code.
     if code == 130:
         _fail(INTERRUPTED, 130)
     if isinstance(code, int) and code:
         raise SystemExit(code)
+
+
+def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
+    """Whether ``exc`` or an exception in its cause/context chain is a ``kind``."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, kind):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def _fail(line: str, code: int) -> None:

@@ -190,16 +190,16 @@ def prepare_dir(path: str | Path, field: str = "--out") -> Path:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ConfigError(field, f"cannot create directory {out}: {_reason(exc)}") from None
+        raise ConfigError(field, f"cannot create directory {out}: {_os_reason(exc)}") from None
     try:
         fd, probe = tempfile.mkstemp(prefix=".write-probe.", dir=out)
     except OSError as exc:
-        raise ConfigError(field, f"cannot write in {out}: {_reason(exc)}") from None
+        raise ConfigError(field, f"cannot write in {out}: {_os_reason(exc)}") from None
     os.close(fd)
     os.unlink(probe)
     return out
 
 
-def _reason(exc: OSError) -> str:
+def _os_reason(exc: OSError) -> str:
     """An OSError's reason on one line (``strerror``, else its text)."""
     return (exc.strerror or str(exc)).replace("\n", " ")
