@@ -3,7 +3,6 @@ fixtures: one Ray session for the whole run, small sweeps, an in-process test ex
 
 import contextlib
 import io
-import json
 import os
 
 import matplotlib
@@ -28,27 +27,28 @@ settings.register_profile("dev", deadline=None, max_examples=200)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
-def _refuse_constant(name: str) -> None:
-    raise ValueError(f"not strict JSON: {name}")
-
-
 @pytest.fixture(scope="session")
 def strict_loads():
     """``strict_loads(text)``: ``json.loads`` that refuses ``NaN``, ``Infinity`` and
     ``-Infinity`` (which Python's parser accepts but JavaScript's and jq's reject)."""
-    return lambda text: json.loads(text, parse_constant=_refuse_constant)
+    from trainfabric.io import loads
+
+    return loads
 
 
 @pytest.fixture
 def cli(capsys):
     """Run ``trainfabric ARGS...`` in-process; returns (exit code, stdout, stderr)."""
     from trainfabric.cli import main
+    from trainfabric.io import loads
 
     def run(*argv):
         with pytest.raises(SystemExit) as exc:
             main(list(argv))
             raise SystemExit(0)
         cap = capsys.readouterr()
+        if "--json" in argv and exc.value.code == 0:
+            loads(cap.out)  # every --json output of every CLI test is strict JSON
         return exc.value.code, cap.out, cap.err
 
     return run

@@ -127,6 +127,16 @@ def dumps(obj: Any, indent: int | None = None, sort_keys: bool = False) -> str:
     return json.dumps(jsonable(obj), indent=indent, sort_keys=sort_keys, allow_nan=False)
 
 
+def loads(text: str | bytes) -> Any:
+    """Parse strict JSON: ``NaN``, ``Infinity`` and ``-Infinity`` (which Python's parser
+    accepts and JavaScript's and jq's reject) raise a ValueError, as malformed JSON does."""
+    return json.loads(text, parse_constant=_refuse_constant)
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"not strict JSON: {name}")
+
+
 def jsonable(obj: Any) -> Any:
     """``obj`` with every value mapped to what strict JSON can hold (the mapping of
     :func:`dumps`, without the encoding)."""

@@ -1,12 +1,11 @@
 """The protocol end to end on a small configuration, the transfer check, and the CLI."""
 
-import json
-
 import numpy as np
 import pytest
 
 from trainfabric.diloco.fleet import FleetConfig
 from trainfabric.diloco.protocol import ProtocolConfig, run_protocol, transfer
+from trainfabric.io import loads
 
 SMALL = ProtocolConfig(
     regimes=["bursty"],
@@ -70,7 +69,7 @@ def test_cli_sim_and_errors(cli):
         "--json",
     )
     assert code == 0
-    row = json.loads(out)
+    row = loads(out)
     assert row["policy"] == "fixed_h" and row["syncs"] == 1 and 0 <= row["slo_violation_rate"] < 1
     for argv, field in (
         (("diloco", "sim", "--policy", "oracle"), "--policy"),
@@ -86,7 +85,7 @@ def test_cli_sim_and_errors(cli):
 def test_cli_protocol_quick_json(cli, tmp_path):
     code, out, _ = cli("diloco", "protocol", "--quick", "--json", "--out", str(tmp_path / "p"))
     assert code == 0
-    res = json.loads(out)
+    res = loads(out)
     for rows in res["regimes"].values():
         for row in rows.values():
             assert {

@@ -1,13 +1,12 @@
 """The critical_path experiment and the demo end to end."""
 
-import json
-
 import pandas as pd
 import pytest
 
 from trainfabric.config import validate
 from trainfabric.errors import ConfigError
 from trainfabric.experiments.workload_studies import CriticalPathConfig, critical_path_figures
+from trainfabric.io import loads
 from trainfabric.runs import SweepSpec, expand, get, run_sweep
 from trainfabric.workloads import build_dag, get_preset
 
@@ -55,7 +54,7 @@ def test_demo_writes_a_report_and_resumes(demo_run, capsys):
     from trainfabric.cli import main
 
     run_dir, printed = demo_run
-    out = json.loads(printed)
+    out = loads(printed)
     assert (run_dir / "report.html").stat().st_size > 10_000
     assert out["steps"]["sweep"]["computed"] == out["steps"]["sweep"]["cells"] == 60
     presets = pd.read_parquet(run_dir / "presets.parquet")
@@ -63,5 +62,5 @@ def test_demo_writes_a_report_and_resumes(demo_run, capsys):
     with pytest.raises(SystemExit):
         main(["demo", "--out", str(run_dir), "--json"])
         raise SystemExit(0)
-    again = json.loads(capsys.readouterr().out)
+    again = loads(capsys.readouterr().out)
     assert again["steps"]["sweep"]["computed"] == 0  # resumed, nothing recomputed

@@ -1,6 +1,5 @@
 """Fabric scenarios end to end: files in, tables/report out, bad files -> one-line errors."""
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +8,7 @@ import pytest
 
 from trainfabric.errors import ConfigError
 from trainfabric.fabric import scenarios as S
+from trainfabric.io import loads
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 SMALL = {"gpus": 16, "switch_radix": 8, "planes": 2}
@@ -39,7 +39,7 @@ def test_each_kind_runs_to_a_run_directory(kind, tmp_path):
     table = pd.read_parquet(tmp_path / kind / f"{S.STEMS[kind]}.parquet")
     assert len(table) == len(res["rows"]) > 0
     assert set(res["modes"]) == {"ecmp", "adaptive"}
-    manifest = json.loads((tmp_path / kind / "manifest.json").read_text())
+    manifest = loads((tmp_path / kind / "manifest.json").read_text())
     assert manifest["config"]["kind"] == kind
     html = Path(res["report"]).read_text()
     assert html.count("data:image/png") >= 1  # the scenario's own figure rendered
@@ -101,7 +101,7 @@ def test_cli_run_json_and_errors(cli, tmp_path):
     )
     code, out, _ = cli("fabric", "run", str(f), "--out", str(tmp_path / "run"), "--json")
     assert code == 0
-    res = json.loads(out)
+    res = loads(out)
     assert 0 < res["modes"]["spray"]["line_rate_fraction"] <= S.HEADER_BOUND
     bad = tmp_path / "bad.toml"
     bad.write_text('kind = "line_rate"\n[topology]\ngpus = "many"\n')
@@ -116,7 +116,7 @@ def test_cli_run_json_and_errors(cli, tmp_path):
 def test_eval_quick_json_has_the_headline_figures(cli, tmp_path):
     code, out, _ = cli("fabric", "eval", "--quick", "--json", "--out", str(tmp_path / "e"))
     assert code == 0
-    modes = json.loads(out)["modes"]
+    modes = loads(out)["modes"]
     for row in modes.values():
         assert set(S.HEADLINE) <= set(row)
 

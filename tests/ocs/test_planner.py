@@ -1,11 +1,10 @@
 """Planner end to end and `trainfabric ocs plan/compare`: keys, tables within port limits."""
 
-import json
-
 import numpy as np
 import pandas as pd
 import pytest
 
+from trainfabric.io import loads
 from trainfabric.ocs.cost import PathCost
 from trainfabric.ocs.model import OcsModel
 from trainfabric.ocs.planner import compare, plan, port_owner
@@ -68,7 +67,7 @@ def test_cli_plan_json_keys_and_tables(cli, tmp_path):
         str(tmp_path),
     )
     assert code == 0
-    s = json.loads(out)
+    s = loads(out)
     for key in (
         "hard_critical_path_s",
         "smoothed_cost_s",

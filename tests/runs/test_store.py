@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import re
 
 import pandas as pd
 import pytest
 
 from trainfabric.errors import ConfigError
-from trainfabric.io import prepare_dir
+from trainfabric.io import loads, prepare_dir
 from trainfabric.runs import RunDir, SweepSpec, run_sweep
 from trainfabric.runs.store import git_state, safe_child
 
@@ -24,7 +23,7 @@ def test_layout_and_manifest(tmp_path, small_spec):
     assert run.results_path.is_file() and run.manifest_path.is_file()
     assert {p.stem for p in run.cells_dir.glob("*.parquet")} == set(result.computed)
     assert len(result.computed) == 8 and result.skipped == []
-    manifest = json.loads(run.manifest_path.read_text())
+    manifest = loads(run.manifest_path.read_text())
     for key in ("spec", "config", "seeds", "versions", "git", "cells", "executor", "hostname"):
         assert key in manifest
     assert manifest["spec"]["grid"] == {"gini": [0.1, 0.3], "ep": [2, 4]}

@@ -4,11 +4,13 @@ import json
 
 import pytest
 
+from trainfabric.io import loads
+
 
 def test_show_json_has_required_keys(cli):
     code, out, _ = cli("workloads", "show", "gpt3-175b", "--json")
     assert code == 0
-    s = json.loads(out)
+    s = loads(out)
     assert {"nodes", "edges", "comm_bytes", "phases"} <= set(s)
     assert s["pods"] == 64 and s["job"]["params"] == 174_563_733_504
 
@@ -16,15 +18,15 @@ def test_show_json_has_required_keys(cli):
 def test_export_then_show_file_agrees(cli, tmp_path):
     f = tmp_path / "pipe.json"
     assert cli("workloads", "export", "pipeline", str(f), "--pods", "8")[0] == 0
-    a = json.loads(cli("workloads", "show", "pipeline", "--pods", "8", "--json")[1])
-    b = json.loads(cli("workloads", "show", str(f), "--json")[1])
+    a = loads(cli("workloads", "show", "pipeline", "--pods", "8", "--json")[1])
+    b = loads(cli("workloads", "show", str(f), "--json")[1])
     for key in ("nodes", "edges", "comm_bytes", "phases", "critical_path_s"):
         assert a[key] == pytest.approx(b[key]), key
     t = tmp_path / "pipe_tm.json"
     assert cli("workloads", "export", "pipeline", str(t), "--traffic")[0] == 0
-    c = json.loads(cli("workloads", "show", str(t), "--json")[1])
+    c = loads(cli("workloads", "show", str(t), "--json")[1])
     assert c["comm_bytes"] == pytest.approx(
-        json.loads(cli("workloads", "show", "pipeline", "--json")[1])["comm_bytes"]
+        loads(cli("workloads", "show", "pipeline", "--json")[1])["comm_bytes"]
     )
 
 
@@ -46,7 +48,7 @@ def test_user_errors_exit_2_with_one_line(cli, argv, needle):
 def test_config_file_supplies_options_and_rejects_unknown_keys(cli, tmp_path):
     good = tmp_path / "c.toml"
     good.write_text("rate-gbps = 400\npods = 8\n")
-    s = json.loads(cli("workloads", "show", "dp-ring", "--config", str(good), "--json")[1])
+    s = loads(cli("workloads", "show", "dp-ring", "--config", str(good), "--json")[1])
     assert s["rate_bps"] == 400e9 and s["pods"] == 8
     bad = tmp_path / "b.toml"
     bad.write_text("rate_gbs = 1\n")

@@ -19,13 +19,13 @@ float it was and shown as "—" with a note. Layout, by shape:
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from trainfabric import io
 from trainfabric.errors import ConfigError
 from trainfabric.io import NONFINITE_SUFFIX
 from trainfabric.runs.report_tables import (
@@ -59,16 +59,12 @@ def read_summary(path: Path) -> dict[str, Any] | None:
     except OSError as exc:
         raise ConfigError("run_dir", f"cannot read {path}: {exc}") from None
     try:
-        summary = json.loads(text, parse_constant=_refuse_constant)
+        summary = io.loads(text)
     except ValueError as exc:
         raise ConfigError("run_dir", f"{path} is not strict JSON: {exc}") from None
     if not isinstance(summary, dict):
         raise ConfigError("run_dir", f"{path} is not a JSON object")
     return summary
-
-
-def _refuse_constant(name: str) -> None:
-    raise ValueError(f"{name} is not JSON")
 
 
 def headline_html(summary: dict[str, Any]) -> str:

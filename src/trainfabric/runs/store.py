@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import fcntl
 import importlib.metadata
-import json
 import os
 import platform
 import socket
@@ -140,7 +139,7 @@ class RunDir:
     def read_manifest(self) -> dict[str, Any] | None:
         """The manifest, or None when there is none; an unreadable one is a ConfigError."""
         try:
-            manifest = json.loads(self.manifest_path.read_text(encoding="utf-8"))
+            manifest = io.loads(self.manifest_path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:
