@@ -30,3 +30,17 @@ def test_memory_limit_is_scoped_and_defaults_to_available_memory():
         assert limits.memory_limit_bytes() == 0.5e9
     assert limits.memory_limit_bytes() != 0.5e9
     assert limits.available_memory_bytes() > 0
+
+
+def test_worker_share_hands_each_child_process_its_part(monkeypatch):
+    """A sweep's workers inherit limit / workers, so together they stay within the limit."""
+    import os
+    import subprocess
+    import sys
+
+    monkeypatch.delenv(limits.ENV, raising=False)
+    probe = "from trainfabric import limits; print(limits.memory_limit_bytes())"
+    with limits.memory_limit(8.0), limits.worker_share(4):
+        child = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert float(child.stdout) == 2e9
+    assert limits.ENV not in os.environ

@@ -75,6 +75,13 @@ def root(
 
 
 # -- sweeps, reports, experiments, demo -------------------------------------------------------
+# Internal field names of the run substrate -> what the user typed.
+SWEEP_NAMES = {
+    "executor": "--executor",
+    "workers": "--workers",
+    "address": "--address",
+    "run_dir": "--out",
+}
 OutOpt = Annotated[
     Path | None,
     typer.Option("--out", help="Run directory.", show_default="runs/<name>"),
@@ -109,19 +116,21 @@ def sweep(
     """Run a parameter grid x seeds; re-running the same command resumes finished cells."""
     from trainfabric.runs import load_sweep
 
-    spec = load_sweep(input_file(file, "FILE"))
+    with options(config="FILE"):
+        spec = load_sweep(input_file(file, "FILE"))
     _emit_sweep(spec, out_dir, executor, workers, address, json_out, show_progress)
 
 
 def _emit_sweep(spec, out_dir, executor, workers, address, json_out, show_progress) -> None:
     """Run ``spec`` into its run directory, render its report, print the summary."""
-    from trainfabric.runs import default_run_dir, render_report, run_sweep
+    from trainfabric.runs import render_report, run_sweep
 
-    run_dir = prepare_dir(out_dir or default_run_dir(spec), "--out")
     shown = (not json_out) if show_progress is None else show_progress
-    res = run_sweep(
-        spec, run_dir, executor=executor, workers=workers, address=address, progress=shown
-    )
+    with options(**SWEEP_NAMES):
+        res = run_sweep(
+            spec, out_dir, executor=executor, workers=workers, address=address, progress=shown
+        )
+        report = render_report(res.run_dir)
     info = {
         "experiment": spec.experiment,
         "run_dir": str(res.run_dir),
@@ -129,7 +138,7 @@ def _emit_sweep(spec, out_dir, executor, workers, address, json_out, show_progre
         "computed": len(res.computed),
         "skipped": len(res.skipped),
         "rows": len(res.results),
-        "report": str(render_report(res.run_dir)),
+        "report": str(report),
     }
     if json_out:
         return emit_json(info)
@@ -190,7 +199,8 @@ def experiments_run(
     from trainfabric.config import validate
     from trainfabric.runs import SweepSpec, registry
 
-    experiment = registry.get(name)
+    with options(experiment="NAME"):
+        experiment = registry.get(name)
     base = (dict(experiment.quick) if quick else {}) | _params(param or [])
     count = seeds or (1 if quick else 3)
     label = f"{name}-quick" if quick else name

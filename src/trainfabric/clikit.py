@@ -40,11 +40,13 @@ def load_config(ctx: typer.Context, _param: typer.CallbackParam, value: str | No
         return value
     by_key = _option_keys(ctx)
     defaults = {}
-    for key, item in read_toml(value).items():
+    with options(config="--config"):
+        data = read_toml(value)
+    for key, item in data.items():
         name = by_key.get(key.replace("_", "-"))
         if name is None:
             known = ", ".join(sorted(by_key))
-            raise ConfigError(f"config.{key}", f"unknown option; known: {known}")
+            raise ConfigError("--config", f"unknown option {key!r} in {value}; known: {known}")
         defaults[name] = item
     ctx.default_map = {**(ctx.default_map or {}), **defaults}
     return value

@@ -39,7 +39,8 @@ def validate(model: type[C], data: Any, prefix: str = "") -> C:
     except ValidationError as exc:
         err = exc.errors()[0]
         path = field_path(tuple(err["loc"]))
-        raise ConfigError(f"{prefix}{path}" if prefix else path, err["msg"]) from None
+        message = str(err["msg"]).removeprefix("Value error, ")
+        raise ConfigError(f"{prefix}{path}" if prefix else path, message) from None
 
 
 def read_toml(path: str | Path) -> dict[str, Any]:

@@ -2,8 +2,10 @@
 
 Every engine estimates the memory its inputs need (pods, flows, windows, seeds, cells) and
 calls :func:`check_memory` before building anything large. The limit is the one set by the
-command's ``--max-memory-gb`` (:func:`memory_limit`), else the machine's available memory
-(``MemAvailable`` of ``/proc/meminfo``, or physical memory where that is not readable). A
+command's ``--max-memory-gb`` (:func:`memory_limit`), else the ``TRAINFABRIC_MAX_MEMORY_GB``
+environment variable (how a sweep hands each worker process its share, :func:`worker_share`),
+else the machine's available memory (``MemAvailable`` of ``/proc/meminfo``, or physical
+memory where that is not readable). A
 refusal is a :class:`~trainfabric.errors.ConfigError` naming the input that drives the size,
 the estimate and the limit, so the CLI prints one line and exits 2.
 """
@@ -18,6 +20,7 @@ from contextvars import ContextVar
 from trainfabric.errors import ConfigError
 
 GB = 1e9
+ENV = "TRAINFABRIC_MAX_MEMORY_GB"
 _LIMIT_BYTES: ContextVar[float | None] = ContextVar("trainfabric_memory_limit", default=None)
 
 
@@ -36,7 +39,10 @@ def available_memory_bytes() -> float:
 def memory_limit_bytes() -> float:
     """The limit in force: ``--max-memory-gb`` when a command set it, else what is free."""
     limit = _LIMIT_BYTES.get()
-    return available_memory_bytes() if limit is None else limit
+    if limit is not None:
+        return limit
+    inherited = os.environ.get(ENV)
+    return float(inherited) * GB if inherited else available_memory_bytes()
 
 
 def set_memory_limit(max_memory_gb: float | None) -> None:
@@ -52,6 +58,21 @@ def memory_limit(max_memory_gb: float | None) -> Iterator[None]:
         yield
     finally:
         _LIMIT_BYTES.reset(token)
+
+
+@contextmanager
+def worker_share(workers: int) -> Iterator[None]:
+    """Within the block, processes started by this one inherit 1/``workers`` of the limit in
+    force (through :data:`ENV`), so ``workers`` of them together stay within it."""
+    previous = os.environ.get(ENV)
+    os.environ[ENV] = repr(memory_limit_bytes() / max(workers, 1) / GB)
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(ENV, None)
+        else:
+            os.environ[ENV] = previous
 
 
 def check_memory(field: str, estimate_bytes: float, what: str) -> None:

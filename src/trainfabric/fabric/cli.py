@@ -22,6 +22,7 @@ from trainfabric.clikit import (
     emit_json,
     err,
     input_file,
+    options,
     out,
     progress,
 )
@@ -106,11 +107,14 @@ def run_cmd(
     """
     from trainfabric.fabric.scenarios import load_scenario, run_to_dir
 
-    sc = load_scenario(input_file(scenario, "SCENARIO"))
-    from trainfabric.runs.store import safe_child
+    with options(config="SCENARIO"):
+        sc = load_scenario(input_file(scenario, "SCENARIO"))
+    if out_dir is None:
+        from trainfabric.runs.store import safe_child
 
-    default = safe_child(Path("runs"), f"fabric-{sc.name or scenario.stem}", "name")
-    out_dir = prepare_dir(out_dir or default)
+        field = "name" if sc.name else "SCENARIO"
+        out_dir = safe_child(Path("runs"), f"fabric-{sc.name or scenario.stem}", field)
+    out_dir = prepare_dir(out_dir)
     with progress(json_out, "fabric run", show_progress) as bar:
         res = run_to_dir(sc, out_dir, console=_console(bar))
     if json_out:

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from trainfabric import limits
 from trainfabric.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -122,7 +123,7 @@ def run_local(cells: Sequence[Cell], workers: int | None, on_done: OnDone) -> No
         initargs=(os.getpid(),),
     )
     try:
-        with _sigterm_as_exit():
+        with _sigterm_as_exit(), limits.worker_share(size):
             _collect_local(pool, cells, on_done)
     except BaseException:
         workers_now = [p for p in multiprocessing.active_children() if p not in before]
@@ -135,7 +136,8 @@ def run_local(cells: Sequence[Cell], workers: int | None, on_done: OnDone) -> No
 def _collect_local(pool: ProcessPoolExecutor, cells: Sequence[Cell], on_done: OnDone) -> None:
     """Submit every cell and hand each result to ``on_done`` as it finishes (``as_completed``
     waits on all futures once: O(cells) in all, not per finished cell)."""
-    futures = {pool.submit(_task, cell): cell for cell in cells}
+    with _sigint_ignored():  # workers spawned here start with Ctrl-C ignored
+        futures = {pool.submit(_task, cell): cell for cell in cells}
     for future in as_completed(futures):
         cell = futures[future]
         try:
@@ -143,6 +145,22 @@ def _collect_local(pool: ProcessPoolExecutor, cells: Sequence[Cell], on_done: On
         except ConfigError as exc:
             raise _cell_error(cell, exc) from None
         on_done(cell, table)
+
+
+@contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored (``SIG_IGN``) in this process for the block, so that workers spawned in
+    it inherit the disposition and Python installs no KeyboardInterrupt handler in them: a
+    Ctrl-C during their imports prints nothing. The block only submits cells (milliseconds);
+    a Ctrl-C within it is dropped."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def worker_init(parent_pid: int) -> None:
@@ -201,13 +219,15 @@ def run_ray(
     """
     ray = _import_ray()
     if ray.is_initialized():
-        _collect_ray(ray, cells, on_done)
+        _collect_ray(ray, cells, on_done, started_here=False)
         return
     with _ray_session(ray, address, num_cpus):
-        _collect_ray(ray, cells, on_done)
+        _collect_ray(ray, cells, on_done, started_here=address is None)
 
 
-def _collect_ray(ray: ModuleType, cells: Sequence[Cell], on_done: OnDone) -> None:
+def _collect_ray(
+    ray: ModuleType, cells: Sequence[Cell], on_done: OnDone, started_here: bool
+) -> None:
     """Submit every cell, then poll for finished ones in batches; SIGINT and SIGTERM are
     acted on between polls (:func:`_deferred_signals`)."""
     task = ray.remote(num_cpus=1)(_task)
@@ -222,7 +242,7 @@ def _collect_ray(ray: ModuleType, cells: Sequence[Cell], on_done: OnDone) -> Non
                 check()
     except BaseException:
         for ref in pending:
-            ray.cancel(ref, force=True)
+            ray.cancel(ref, force=started_here)
         raise
 
 
@@ -242,7 +262,8 @@ def _ray_session(ray: ModuleType, address: str | None, num_cpus: int | None) -> 
     :func:`start_local_ray`; shut down (and its watchdog dismissed) however the block ends."""
     watchdog = None
     if address is None:
-        watchdog = start_local_ray(ray, num_cpus)
+        with limits.worker_share(num_cpus or os.cpu_count() or 1):
+            watchdog = start_local_ray(ray, num_cpus)
     else:
         _connect_ray(ray, address)
     try:
