@@ -183,9 +183,16 @@ def progress(json_out: bool, label: str, show: bool | None = None) -> Iterator[A
 
 
 def input_file(path: Path, field: str) -> Path:
-    """``path`` must be an existing regular file (a directory or a missing path is refused)."""
+    """``path`` must be an existing regular file (a directory, a device or FIFO, or a missing
+    path is refused)."""
     path = Path(path)
     if not path.is_file():
-        what = "is a directory" if path.is_dir() else "not found"
+        what = (
+            "is a directory"
+            if path.is_dir()
+            else "is not a regular file"
+            if path.exists()
+            else "not found"
+        )
         raise ConfigError(field, f"{path} {what}; expected a file")
     return path

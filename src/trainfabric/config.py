@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from trainfabric.errors import ConfigError
+from trainfabric.io import read_file
 
 C = TypeVar("C", bound=BaseModel)
 MAX_TOML_BYTES = 10_000_000
@@ -43,24 +44,16 @@ def validate(model: type[C], data: Any, prefix: str = "") -> C:
         raise ConfigError(f"{prefix}{path}" if prefix else path, message) from None
 
 
-def read_toml(path: str | Path) -> dict[str, Any]:
-    """Parse a TOML file (at most :data:`MAX_TOML_BYTES`); a missing, unreadable, binary or
-    oversized file or a syntax error is a ConfigError naming the file."""
-    path = Path(path)
+def read_toml(path: str | Path, field: str = "config") -> dict[str, Any]:
+    """Parse a TOML file (a regular file of at most :data:`MAX_TOML_BYTES`, UTF-8); anything
+    else, or a syntax error, is a ConfigError naming ``field`` and the file."""
+    data = read_file(path, field, "TOML file", max_bytes=MAX_TOML_BYTES)
     try:
-        if path.stat().st_size > MAX_TOML_BYTES:
-            raise ConfigError("config", f"{path}: larger than {MAX_TOML_BYTES:,} bytes")
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError("config", f"file not found: {path}") from None
-    except IsADirectoryError:
-        raise ConfigError("config", f"{path} is a directory; expected a TOML file") from None
+        return tomllib.loads(data.decode("utf-8"))
     except UnicodeDecodeError:
-        raise ConfigError("config", f"{path}: not a UTF-8 text file") from None
-    except OSError as exc:
-        raise ConfigError("config", f"cannot read {path}: {exc.strerror}") from None
+        raise ConfigError(field, f"{path}: not a UTF-8 text file") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError("config", f"{path}: invalid TOML ({exc})") from None
+        raise ConfigError(field, f"{path}: invalid TOML ({exc})") from None
 
 
 def load_toml(path: str | Path, model: type[C]) -> C:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import stat
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -26,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from trainfabric import limits
 from trainfabric.errors import ConfigError
 
 NONFINITE_SUFFIX = "_nonfinite"
@@ -183,6 +185,47 @@ def _reason(value: float) -> str:
     if math.isnan(value):
         return "nan"
     return "inf" if value > 0 else "-inf"
+
+
+def read_file(
+    path: str | Path,
+    field: str,
+    kind: str = "file",
+    max_bytes: int | None = None,
+    parse_factor: float | None = None,
+) -> bytes:
+    """The bytes of the regular file at ``path``, read with a bound.
+
+    Refused with a one-line ``ConfigError(field, ...)``: a missing or unreadable path, a
+    directory, anything that is not a regular file (a FIFO, ``/dev/zero``: their size says
+    nothing about what a read returns), a file over ``max_bytes``, one whose parse needs
+    more memory than allowed (``parse_factor`` x its size, :func:`trainfabric.limits.
+    check_memory`), and one that grows while read (at most size + 1 bytes are read).
+    ``kind`` names what was expected (``"TOML file"``).
+    """
+    path = Path(path)
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise ConfigError(field, f"file not found: {path}") from None
+    except OSError as exc:
+        raise ConfigError(field, f"cannot read {path}: {_os_reason(exc)}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise ConfigError(field, f"{path} is a directory; expected a {kind}")
+    if not stat.S_ISREG(info.st_mode):
+        raise ConfigError(field, f"{path} is not a regular file; expected a {kind}")
+    if max_bytes is not None and info.st_size > max_bytes:
+        raise ConfigError(field, f"{path}: larger than {max_bytes:,} bytes")
+    if parse_factor is not None:
+        limits.check_memory(field, parse_factor * info.st_size, f"parsing {path}")
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(info.st_size + 1)
+    except OSError as exc:
+        raise ConfigError(field, f"cannot read {path}: {_os_reason(exc)}") from None
+    if len(data) > info.st_size:
+        raise ConfigError(field, f"{path} changed size while being read")
+    return data
 
 
 def prepare_dir(path: str | Path, field: str = "--out") -> Path:

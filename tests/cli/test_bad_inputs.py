@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from trainfabric.io import loads
@@ -42,6 +43,10 @@ def files(tmp_path_factory) -> dict[str, Path | int]:
     paths["sweep_bad"].write_text('experiment = "moe_skew"\nseeds = 2\n[grid]\ngini = [0.1, 2.0]\n')
     paths["sweep_ok"] = d / "sweep-ok.toml"
     paths["sweep_ok"].write_text('experiment = "moe_skew"\nseeds = 1\n')
+    paths["bad_manifest"] = d / "foreign-run"
+    paths["bad_manifest"].mkdir()
+    (paths["bad_manifest"] / "manifest.json").write_text('{"spec": 1}')
+    pd.DataFrame({"x": [1.0]}).to_parquet(paths["bad_manifest"] / "results.parquet")
     paths.update(_bad_interchange(d))
     paths.update(_bad_traces(d))
     paths.update(_bad_tomls(d))
@@ -173,6 +178,12 @@ CASES = [
     ("experiments run moe_skew --param gini", "--param"),
     ("experiments run moe_skew --param gini=2.0 --executor serial", "base.gini"),
     ("report /no/such/run", "RUN_DIR"),
+    ("report {bad_manifest}", "RUN_DIR", "spec: Input should be a valid dictionary"),
+    # special files: their size says nothing about what a read returns (/dev/zero never ends)
+    ("ocs plan --config /dev/zero", "--config", "not a regular file"),
+    ("workloads show /dev/zero", "WORKLOAD", "not a regular file"),
+    ("diloco sim --trace /dev/zero", "--trace", "not a regular file"),
+    ("sweep /dev/zero", "FILE", "not a regular file"),
     ("report {dir}", "RUN_DIR"),
     # interchange files: strict JSON, finite bounded numbers, the field's path
     ("workloads show {dag_1e308}", "nodes[{comm_index}].bytes"),
@@ -223,7 +234,7 @@ def test_bad_invocation_exits_2_with_one_line(cli, files, case):
 
 def test_the_table_is_large():
     """The closing note reports this count; keep it honest."""
-    assert len(CASES) >= 77
+    assert len(CASES) >= 82
 
 
 @pytest.mark.parametrize(

@@ -51,7 +51,7 @@ import pandas as pd
 import pyarrow as pa
 
 from trainfabric.errors import ConfigError
-from trainfabric.limits import check_memory
+from trainfabric.io import read_file
 
 
 @dataclass(frozen=True, eq=False)
@@ -94,16 +94,7 @@ PARSE_BYTES_PER_FILE_BYTE = 20  # peak memory of the parse per byte of CSV (stri
 def read_trace(path: str | Path) -> Requests:
     """A trace CSV in the Azure or the generic layout (module doc); errors name the file,
     the line and the column (field ``trace``)."""
-    path = Path(path)
-    try:
-        if path.is_dir():
-            raise ConfigError("trace", f"{path} is a directory; expected a CSV file")
-        check_memory("trace", PARSE_BYTES_PER_FILE_BYTE * path.stat().st_size, f"parsing {path}")
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError("trace", f"file not found: {path}") from None
-    except OSError as exc:
-        raise ConfigError("trace", f"cannot read {path}: {exc.strerror}") from None
+    data = read_file(path, "trace", "CSV file", parse_factor=PARSE_BYTES_PER_FILE_BYTE)
     return parse_trace(data, str(path))
 
 

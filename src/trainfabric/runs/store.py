@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 import trainfabric
 from trainfabric import io
@@ -54,6 +55,29 @@ VERSIONED = ("trainfabric", "numpy", "scipy", "pandas", "pyarrow", "pydantic", "
 _INVOCATION_KEYS = ("started", "finished", "executor", "hostname", "computed", "skipped", "git")
 LOCK_NAME = ".lock"
 NAME_MAX_BYTES = 255
+
+
+class _GitState(BaseModel):
+    commit: str
+    dirty: bool
+
+
+class _ManifestShape(BaseModel):
+    """The keys readers of a manifest rely on, with their types (others are allowed), so a
+    foreign or damaged ``manifest.json`` is a user error, not a crash in the report."""
+
+    model_config = ConfigDict(extra="allow")
+
+    experiment: str | None = None
+    description: str | None = None
+    spec: dict[str, Any] = {}
+    config: dict[str, Any] = {}
+    seeds: list[int] = []
+    cells: list[dict[str, Any]] = []
+    swept: list[str] = []
+    keys: list[str] = []
+    versions: dict[str, str] = {}
+    git: _GitState | None = None
 
 
 class RunDir:
@@ -144,8 +168,14 @@ class RunDir:
             return None
         except (OSError, ValueError) as exc:
             raise ConfigError(self.field, f"cannot read {self.manifest_path}: {exc}") from None
-        if not isinstance(manifest, dict):
-            raise ConfigError(self.field, f"{self.manifest_path} is not a JSON object")
+        try:
+            _ManifestShape.model_validate(manifest)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"]) or "the document"
+            raise ConfigError(
+                self.field, f"{self.manifest_path}: {where}: {err['msg']} (not a run manifest?)"
+            ) from None
         return manifest
 
     def finished_ids(self) -> set[str]:

@@ -57,8 +57,7 @@ from pydantic import (
 )
 
 from trainfabric.errors import ConfigError, FormatError
-from trainfabric.io import write_text
-from trainfabric.limits import check_memory
+from trainfabric.io import read_file, write_text
 from trainfabric.workloads.dag import (
     BARRIER,
     COMM,
@@ -433,15 +432,7 @@ def load(path: str | Path, field: str = "workload") -> TaskDAG | PhaseTraffic:
 
 def _read_bytes(path: Path, field: str) -> bytes:
     """The file's bytes, checked to be UTF-8 and small enough to parse in memory."""
-    try:
-        if path.is_dir():
-            raise ConfigError(field, f"{path} is a directory; expected a JSON file")
-        check_memory(field, PARSE_BYTES_PER_FILE_BYTE * path.stat().st_size, f"parsing {path}")
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise ConfigError(field, f"file not found: {path}") from None
-    except OSError as exc:
-        raise ConfigError(field, f"cannot read {path}: {exc.strerror}") from None
+    data = read_file(path, field, "JSON file", parse_factor=PARSE_BYTES_PER_FILE_BYTE)
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as exc:
