@@ -88,17 +88,22 @@ def test_write_json_is_strict_and_sorted(tmp_path, strict_loads):
     assert list(strict_loads(text)) == ["a", "b", "b_nonfinite"]
 
 
-def test_atomic_write_fsyncs_file_then_directory(tmp_path, monkeypatch):
-    synced = []
-    real_fsync = os.fsync
+def test_atomic_write_fsyncs_file_then_directory_around_the_rename(tmp_path, monkeypatch):
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
 
     def spy(fd):
-        synced.append(stat.S_ISDIR(os.fstat(fd).st_mode))
+        events.append("dir" if stat.S_ISDIR(os.fstat(fd).st_mode) else "file")
         real_fsync(fd)
 
+    def replace(src, dst):
+        events.append("rename")
+        real_replace(src, dst)
+
     monkeypatch.setattr(os, "fsync", spy)
+    monkeypatch.setattr(os, "replace", replace)
     io.write_text(tmp_path / "t.txt", "hello")
-    assert synced == [False, True]  # the temporary file, then the folder after the rename
+    assert events == ["file", "dir", "rename", "dir"]
     assert (tmp_path / "t.txt").read_text() == "hello"
 
 

@@ -52,8 +52,9 @@ UMASK = _read_umask()
 
 
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
-    """Call ``write(tmp_path)``, fsync the temporary file, rename it onto ``path`` and fsync
-    ``path``'s directory. On any failure the temporary file is removed and ``path`` is left
+    """Call ``write(tmp_path)``, fsync the temporary file and the directory (its entry is
+    durable before it replaces anything), rename it onto ``path`` and fsync the directory
+    again (the rename is durable). On any failure the temporary file is removed and ``path`` is left
     as it was. The parent directory is created when missing."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -64,6 +65,7 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
         write(tmp_path)
         _fsync(tmp_path)
         tmp_path.chmod(0o666 & ~UMASK)
+        _fsync(path.parent, directory=True)
         os.replace(tmp_path, path)
     except BaseException:
         tmp_path.unlink(missing_ok=True)

@@ -43,6 +43,9 @@ def files(tmp_path_factory) -> dict[str, Path | int]:
     paths["sweep_bad"].write_text('experiment = "moe_skew"\nseeds = 2\n[grid]\ngini = [0.1, 2.0]\n')
     paths["sweep_ok"] = d / "sweep-ok.toml"
     paths["sweep_ok"].write_text('experiment = "moe_skew"\nseeds = 1\n')
+    paths["other_run"] = d / "other-run"
+    paths["other_run"].mkdir()
+    (paths["other_run"] / "manifest.json").write_text('{"experiment": "fabric-eval-quick"}')
     paths["bad_manifest"] = d / "foreign-run"
     paths["bad_manifest"].mkdir()
     (paths["bad_manifest"] / "manifest.json").write_text('{"spec": 1}')
@@ -172,6 +175,7 @@ CASES = [
     ("diloco protocol --quick --out {file}", "--out"),
     ("sweep {sweep_ok} --out {file}", "--out"),
     ("demo --out {file}", "--out"),
+    ("diloco protocol --quick --out {other_run}", "--out", "holds run 'fabric-eval-quick'"),
     ("workloads export moe {dir}", "FILE"),
     ("workloads export moe {file}/x.json", "FILE"),
     ("experiments run nosuch", "NAME"),
@@ -234,7 +238,7 @@ def test_bad_invocation_exits_2_with_one_line(cli, files, case):
 
 def test_the_table_is_large():
     """The closing note reports this count; keep it honest."""
-    assert len(CASES) >= 82
+    assert len(CASES) >= 83
 
 
 @pytest.mark.parametrize(

@@ -34,7 +34,7 @@ def test_second_writer_in_process_is_refused_before_computing(tmp_path, small_sp
     assert info.value.field == "--out"
     assert str(info.value) == (
         f"--out: run directory {run.path} is locked by PID {os.getpid()} "
-        "(another sweep is writing it)"
+        "(another run is writing it)"
     )
     assert sorted(p.name for p in run.path.iterdir()) == [".lock"]  # nothing computed
     result = run_sweep(small_spec, run.path, executor="serial", progress=False)  # released
@@ -59,10 +59,32 @@ def test_second_writer_process_exits_2_naming_the_pid(tmp_path):
         assert refused.returncode == 2, refused.stderr
         lines = refused.stderr.splitlines()
         assert len(lines) == 1 and "--out" in lines[0]
-        assert f"locked by PID {holder.pid} (another sweep is writing it)" in lines[0]
+        assert f"locked by PID {holder.pid} (another run is writing it)" in lines[0]
         assert not (run_dir / "manifest.json").exists()
     finally:
         holder.send_signal(signal.SIGKILL)
         holder.wait(timeout=10)
     with RunDir(run_dir).lock():  # the kernel released the killed holder's lock
+        pass
+
+
+def test_single_run_keeps_to_its_own_directory(tmp_path):
+    """A single run may redo itself in place but never writes into another run's directory
+    (whose tables would end up in its report)."""
+    from trainfabric.runs.store import now, write_run_manifest
+
+    run = tmp_path / "run"
+    with RunDir(run).single_run("fabric-flaps"):
+        write_run_manifest(run, "fabric-flaps", "flaps", {}, [0], now())
+    with RunDir(run).single_run("fabric-flaps"):
+        pass
+    with (
+        pytest.raises(ConfigError, match="holds run 'fabric-flaps', not 'diloco-protocol'"),
+        RunDir(run).single_run("diloco-protocol"),
+    ):
+        pass
+    stranger = tmp_path / "stranger"
+    stranger.mkdir()
+    (stranger / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="no run manifest"), RunDir(stranger).single_run("x"):
         pass

@@ -128,13 +128,14 @@ def protocol_cmd(
 ) -> None:
     """Every policy vs matched random over paired seeds and regimes; verdicts and a report."""
     from trainfabric.diloco.protocol import ProtocolConfig, quick_config, run_to_dir
+    from trainfabric.runs.store import RunDir
 
     cfg = quick_config() if quick else ProtocolConfig()
     update = {}
     if seeds is not None:
         update["seeds"] = seeds
     if windows is not None:
-        update["fleet"] = cfg.fleet.model_copy(update={"windows": windows})
+        update["fleet"] = cfg.fleet.model_dump() | {"windows": windows}
     if trace is not None:
         update |= {"trace": str(input_file(trace, "--trace")), "rate_scale": rate_scale}
     if update:
@@ -143,7 +144,11 @@ def protocol_cmd(
         with options(**NAMES):
             cfg = validate(ProtocolConfig, cfg.model_dump() | update)
     out_dir = prepare_dir(out_dir or Path("runs/diloco-protocol" + ("-quick" if quick else "")))
-    with progress(json_out, "diloco protocol", show_progress) as bar, options(**NAMES):
+    with (
+        RunDir(out_dir).single_run("diloco-protocol"),
+        progress(json_out, "diloco protocol", show_progress) as bar,
+        options(**NAMES),
+    ):
         res = run_to_dir(cfg, out_dir, console=None if bar.disable else bar.console, progress=bar)
     if json_out:
         return emit_json(res)

@@ -67,9 +67,11 @@ def eval_cmd(
 ) -> None:
     """Line rate, isolation, failures and flaps per load-balancing mode, with a report."""
     from trainfabric.fabric.scenarios import run_eval
+    from trainfabric.runs.store import RunDir
 
     out_dir = prepare_dir(out_dir or Path(f"runs/fabric-eval{'-quick' if quick else ''}"))
-    with progress(json_out, "fabric eval", show_progress) as bar:
+    name = "fabric-eval" + ("-quick" if quick else "")
+    with RunDir(out_dir).single_run(name), progress(json_out, "fabric eval", show_progress) as bar:
         res = run_eval(out_dir, quick=quick, seed=seed, console=_console(bar), progress=bar)
     if json_out:
         return emit_json(res)
@@ -106,16 +108,18 @@ def run_cmd(
     fabric-isolation.toml, fabric-failures.toml, fabric-flaps.toml.
     """
     from trainfabric.fabric.scenarios import load_scenario, run_to_dir
+    from trainfabric.runs.store import RunDir, safe_child
 
     with options(config="SCENARIO"):
         sc = load_scenario(input_file(scenario, "SCENARIO"))
     if out_dir is None:
-        from trainfabric.runs.store import safe_child
-
         field = "name" if sc.name else "SCENARIO"
         out_dir = safe_child(Path("runs"), f"fabric-{sc.name or scenario.stem}", field)
     out_dir = prepare_dir(out_dir)
-    with progress(json_out, "fabric run", show_progress) as bar:
+    with (
+        RunDir(out_dir).single_run(f"fabric-{sc.kind}"),
+        progress(json_out, "fabric run", show_progress) as bar,
+    ):
         res = run_to_dir(sc, out_dir, console=_console(bar))
     if json_out:
         return emit_json(res)

@@ -86,7 +86,7 @@ NAMES = {
 }
 
 
-def _ocs_instance(workload, pods, ports, ocs, rate_gbps, fallback_gbps, seed, b1, b2):
+def _ocs_instance(workload, pods, ports, ocs, rate_gbps, fallback_gbps, seed):
     """The workload and OCS model of a CLI call (errors name the options)."""
     from trainfabric.ocs.model import OcsModel
     from trainfabric.workloads import load_workload
@@ -120,10 +120,11 @@ def ocs_plan(
 ) -> None:
     """Plan the inter-pod wiring through parallel OCSes and write per-OCS cross-connect tables."""
     from trainfabric.ocs.planner import plan, write_plan
+    from trainfabric.runs.store import RunDir
 
     prepare_dir(out_dir, "--out")
-    with progress(json_out, "ocs plan", show_progress):
-        w, model = _ocs_instance(workload, pods, ports, ocs, rate_gbps, fallback_gbps, seed, b1, b2)
+    with RunDir(out_dir).single_run(None), progress(json_out, "ocs plan", show_progress):
+        w, model = _ocs_instance(workload, pods, ports, ocs, rate_gbps, fallback_gbps, seed)
         with options(**NAMES):
             result = plan(w.dag, model, b1_rel=b1, b2_rel=b2, seed=seed)
     summary = {"workload": w.name, **result.summary(model)}
@@ -168,7 +169,7 @@ def ocs_compare(
     from trainfabric.ocs.planner import compare
 
     with progress(json_out, "ocs compare", show_progress), options(**NAMES):
-        w, model = _ocs_instance(workload, pods, ports, ocs, rate_gbps, fallback_gbps, seed, b1, b2)
+        w, model = _ocs_instance(workload, pods, ports, ocs, rate_gbps, fallback_gbps, seed)
         rows = compare(
             w.dag, model, b1_rel=b1, b2_rel=b2, seed=seed, milp_time_limit_s=milp_time_limit_s
         )

@@ -7,39 +7,46 @@ process pool or on Ray into a resumable, locked run directory (:class:`RunDir`);
 :func:`render_report` turns any run directory into ``report.html``.
 
 This package imports no pillar and no experiment: the registered experiments are found
-through the ``trainfabric.experiments`` entry-point group (see :mod:`.registry`).
+through the ``trainfabric.experiments`` entry-point group (see :mod:`.registry`). Names are
+imported on first use (PEP 562), so a command that only locks a run directory does not pay
+for pandas and matplotlib.
 """
 
-from trainfabric.runs import registry
-from trainfabric.runs.registry import Experiment, get, names, register
-from trainfabric.runs.report import FIGURES, render_report
-from trainfabric.runs.store import RunDir
-from trainfabric.runs.sweep import (
-    Cell,
-    SweepResult,
-    SweepSpec,
-    default_run_dir,
-    expand,
-    load_sweep,
-    run_cell,
-    run_sweep,
-)
+from __future__ import annotations
 
-__all__ = [
-    "FIGURES",
-    "Cell",
-    "Experiment",
-    "RunDir",
-    "SweepResult",
-    "SweepSpec",
-    "default_run_dir",
-    "expand",
-    "get",
-    "load_sweep",
-    "names",
-    "register",
-    "registry",
-    "render_report",
-    "run_cell",
-    "run_sweep",
-]
+import importlib
+from typing import Any
+
+# Submodule of each public name.
+_EXPORTS = {
+    "Experiment": "registry",
+    "get": "registry",
+    "names": "registry",
+    "register": "registry",
+    "FIGURES": "report",
+    "render_report": "report",
+    "RunDir": "store",
+    "Cell": "sweep",
+    "SweepResult": "sweep",
+    "SweepSpec": "sweep",
+    "default_run_dir": "sweep",
+    "expand": "sweep",
+    "load_sweep": "sweep",
+    "run_cell": "sweep",
+    "run_sweep": "sweep",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    """Import the submodule defining ``name`` on first access."""
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

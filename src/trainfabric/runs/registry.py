@@ -50,6 +50,7 @@ class Experiment:
 
 
 _REGISTRY: dict[str, Experiment] = {}
+_LOADED = False
 
 
 def register(
@@ -106,9 +107,19 @@ def names() -> list[str]:
 
 
 def load_library() -> None:
-    """Import every module of the ``trainfabric.experiments`` entry-point group (idempotent)."""
+    """Import every module of the ``trainfabric.experiments`` entry-point group, once per
+    process; a module that fails to import is a ConfigError naming its entry point."""
+    global _LOADED
+    if _LOADED:
+        return
     for entry in importlib.metadata.entry_points(group=ENTRY_POINTS):
-        importlib.import_module(entry.value)
+        try:
+            importlib.import_module(entry.value)
+        except ImportError as exc:
+            raise ConfigError(
+                "experiment", f"entry point {entry.name} = {entry.value!r} fails to import: {exc}"
+            ) from None
+    _LOADED = True
 
 
 def _qualname(function: Callable[..., object]) -> str:

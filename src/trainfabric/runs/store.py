@@ -39,16 +39,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 import trainfabric
 from trainfabric import io
 from trainfabric.config import validate
 from trainfabric.errors import ConfigError
-from trainfabric.runs import registry
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from trainfabric.runs.sweep import Cell, SweepSpec
 
 VERSIONED = ("trainfabric", "numpy", "scipy", "pandas", "pyarrow", "pydantic", "matplotlib", "ray")
@@ -100,9 +100,10 @@ class RunDir:
         Creates the directory when missing, then takes ``fcntl.flock(LOCK_EX | LOCK_NB)`` on
         ``RUNDIR/.lock`` and writes this process's PID into it. When another process holds
         the lock, raises at once ``ConfigError(field, "run directory X is locked by PID N
-        (another sweep is writing it)")``. The lock is released at the end of the block, and
-        by the kernel if this process dies; the descriptor is not inherited by child
-        processes, so a surviving worker never keeps the directory locked.
+        (another run is writing it)")``. The lock is released at the end of the block, and
+        by the kernel if this process dies. The descriptor is close-on-exec, so a spawned
+        (fork + exec) worker never keeps the directory locked; a plainly *forked* child
+        would share the lock until it exits (the executors only spawn).
         """
         self.path.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
@@ -113,7 +114,7 @@ class RunDir:
             raise ConfigError(
                 self.field,
                 f"run directory {self.path} is locked by PID {self._holder()} "
-                "(another sweep is writing it)",
+                "(another run is writing it)",
             ) from None
         try:
             os.ftruncate(fd, 0)
@@ -122,6 +123,32 @@ class RunDir:
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
+
+    @contextmanager
+    def single_run(self, name: str | None) -> Iterator[RunDir]:
+        """Hold :meth:`lock` for a single (non-sweep) run called ``name`` (its manifest's
+        ``experiment``): a directory holding another run (another ``experiment``, or files
+        but no manifest) is refused, so its tables never mix into this run's report; the same
+        run again overwrites its own tables. ``name=None`` only locks."""
+        with self.lock():
+            if name is not None:
+                self._check_owner(name)
+            yield self
+
+    def _check_owner(self, name: str) -> None:
+        existing = self.read_manifest()
+        if existing is None:
+            others = [p.name for p in self.path.iterdir() if p.name != LOCK_NAME]
+            if others:
+                raise ConfigError(
+                    self.field, f"{self.path} holds files but no run manifest; use another --out"
+                )
+        elif existing.get("experiment") != name:
+            raise ConfigError(
+                self.field,
+                f"{self.path} holds run {existing.get('experiment')!r}, not {name!r}; "
+                "use another --out",
+            )
 
     def _holder(self, attempts: int = 20, pause_s: float = 0.01) -> str:
         """The PID written in the lock file; a holder that has just locked may not have
@@ -224,6 +251,8 @@ class RunDir:
         missing = [c.cell_id for c in cells if not self.cell_path(c.cell_id).exists()]
         if missing:
             raise ConfigError(self.field, f"{len(missing)} cells unfinished, e.g. {missing[0]}")
+        import pandas as pd
+
         tables = [pd.read_parquet(self.cell_path(c.cell_id)) for c in cells]
         return pd.concat(tables, ignore_index=True)
 
@@ -338,6 +367,8 @@ def write_run_manifest(
 
 
 def _manifest(spec: SweepSpec, cells: list[Cell], executor: str) -> dict[str, Any]:
+    from trainfabric.runs import registry
+
     experiment = registry.get(spec.experiment)
     swept = list(spec.grid)
     full = validate(experiment.config_model, cells[0].params).model_dump(mode="json")
