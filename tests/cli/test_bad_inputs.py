@@ -286,8 +286,16 @@ def test_config_takes_option_names(cli, tmp_path):
     assert summary["tables_path"].startswith(str(out))
 
 
-def test_json_is_strict_json(cli):
-    """`--json` never prints NaN/Infinity (strict parsers reject them)."""
-    code, stdout, _ = cli("workloads", "show", "pipeline", "--json")
+def test_json_is_strict_json(cli, tmp_path):
+    """`--json` never prints NaN/Infinity (strict parsers reject them): an ECMP fabric's
+    unstable queue has an infinite latency estimate, printed as null with its reason."""
+    scenario = tmp_path / "failures.toml"
+    scenario.write_text(
+        'kind = "failures"\nmodes = ["ecmp"]\nfractions = [0.0]\ndraws = 1\n'
+        "[topology]\ngpus = 16\nswitch_radix = 8\nplanes = 2\n"
+    )
+    code, stdout, _ = cli("fabric", "run", str(scenario), "--out", str(tmp_path / "r"), "--json")
     assert code == 0
-    loads(stdout)
+    assert "Infinity" not in stdout and "NaN" not in stdout
+    (row,) = loads(stdout)["rows"]
+    assert row["latency_p99_us_est"] is None and row["latency_p99_us_est_nonfinite"] == "inf"

@@ -50,6 +50,19 @@ def _children(pid: int) -> set[tuple[int, int]]:
     return found
 
 
+def _workers(pid: int) -> set[tuple[int, int]]:
+    """The pool workers among ``pid``'s children (multiprocessing's spawn entry point; the
+    resource tracker, also a child, is not one)."""
+    return {(child, start) for child, start in _children(pid) if b"spawn_main" in _cmdline(child)}
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def _alive(procs: set[tuple[int, int]]) -> set[tuple[int, int]]:
     return {(pid, start) for pid, start in procs if (_stat(pid) or (0, -1))[1] == start}
 
@@ -69,11 +82,9 @@ def _first_cell_and_workers(proc: subprocess.Popen, run: RunDir) -> set[tuple[in
     """Wait until one cell is stored and both workers run; return the sweep's children."""
     _wait_for(lambda: run.finished_ids() or proc.poll() is not None, 90, "a finished cell")
     assert proc.poll() is None, "the sweep ended before it could be interrupted"
-    workers = _wait_for(
-        lambda: len(_children(proc.pid)) >= 2 and _children(proc.pid), 30, "two workers"
-    )
+    workers = _wait_for(lambda: len(_workers(proc.pid)) == 2 and _workers(proc.pid), 30, "workers")
     assert len(run.finished_ids()) < len(expand(SPEC)), "all cells finished: cells too fast"
-    return workers
+    return workers | _children(proc.pid)
 
 
 def test_sigkill_leaves_no_worker_and_resume_recomputes_nothing(tmp_path):

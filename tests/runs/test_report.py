@@ -165,7 +165,7 @@ def test_nonfinite_values_show_as_a_dash_with_a_note(tmp_path):
     html = render_report(tmp_path).read_text()
     summary = _frame(next(rows for section, rows in _parse(html).tables if section == "tables"))
     assert summary.values.tolist() == [["ecmp", "2", "—", "—"], ["spray", "2", "3", "1"]]
-    assert "— : not finite (an infinite value: an unstable queue" in html
+    assert "— : not finite (an infinite value, as an unstable queue" in html
     assert "— : not a number" in html
     assert not re.search(r">\s*(inf|nan|NaN)\s*<", html)
 

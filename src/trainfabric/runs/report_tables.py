@@ -31,7 +31,7 @@ IDENTIFIERS = ("cell_id",)
 MAX_ROWS = 50
 DASH = "—"
 NOTES = {
-    "inf": "not finite (an infinite value: an unstable queue or a zero rate gives inf)",
+    "inf": "not finite (an infinite value, as an unstable queue or a zero rate gives)",
     "nan": "not a number (undefined: a missing value, or 0/0)",
 }
 
