@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 import numba
 import numpy as np
 import scipy.sparse as sp
-from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse.csgraph import maximum_bipartite_matching
 
 from trainfabric.errors import ConfigError, InfeasibleError
+from trainfabric.ocs.highs import integer_program
 from trainfabric.ocs.model import OcsModel
 
 Table = list[tuple[int, int]]
@@ -225,17 +225,13 @@ def _split_ip(
         cost = np.concatenate([np.full(n_y, weight), np.ones(n_z)])
         ub = np.concatenate([ub, np.minimum(pz[zi], y_ub[zi]).astype(float)])
     a = sp.vstack(blocks).tocsr()
-    res = milp(
-        -cost,
-        integrality=np.ones(cost.size),
-        bounds=Bounds(0, ub),
-        constraints=LinearConstraint(a, np.concatenate(lo), np.concatenate(hi)),
-        options={"time_limit": float(time_limit_s), "mip_rel_gap": 0.0},
+    x = integer_program(
+        -cost, a, np.concatenate(lo), np.concatenate(hi), ub, time_limit_s, mip_rel_gap=0.0
     )
-    if res.x is None:
+    if x is None:
         return None
     y = np.zeros((s, model.n_pairs), dtype=np.int64)
-    y[:, sup] = np.round(res.x[:n_y]).astype(np.int64).reshape(s, n_e)
+    y[:, sup] = np.round(x[:n_y]).astype(np.int64).reshape(s, n_e)
     return y
 
 

@@ -48,8 +48,6 @@ requested relative gap is the only gap criterion) and no output.
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -60,6 +58,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from trainfabric.errors import ConfigError, InfeasibleError
+from trainfabric.ocs.highs import quiet_highs
 from trainfabric.ocs.model import OcsModel
 from trainfabric.workloads.dag import TaskDAG
 
@@ -448,27 +447,6 @@ def _assemble(model, g, order, ends, keys_table, sig_keys, t_ref, stats) -> Milp
     )
 
 
-def _quiet_highs() -> highspy.Highs:
-    """A ``highspy.Highs`` whose construction prints nothing.
-
-    highspy's public ``Highs`` prints the HiGHS banner on C-level stdout the first time one is
-    constructed in a process (when it installs its callbacks, before ``output_flag`` can be
-    set), which would corrupt ``--json`` output and add lines to a one-line error. File
-    descriptor 1 points at ``os.devnull`` for the duration of the construction; the version
-    is recorded in :attr:`MilpResult.solver` instead.
-    """
-    sys.stdout.flush()
-    saved = os.dup(1)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 1)
-        return highspy.Highs()
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-        os.close(devnull)
-
-
 def _highs_lp(mm: MilpModel, integrality: np.ndarray) -> highspy.HighsLp:
     """The model as a ``highspy.HighsLp`` (row-wise constraint matrix, minimisation)."""
     lp = highspy.HighsLp()
@@ -524,7 +502,7 @@ def solve_milp(
             raise ConfigError("x_start", str(err)) from None
     mm = milp_model(dag, model, reduce=reduce)
     integrality = np.zeros_like(mm.integrality) if relax else mm.integrality
-    h = _quiet_highs()
+    h = quiet_highs()
     for name, value in (
         ("output_flag", False),
         ("threads", int(threads)),

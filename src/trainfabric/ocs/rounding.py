@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 import scipy.sparse as sp
-from scipy.optimize import Bounds, LinearConstraint, milp
 
 from trainfabric.errors import ConfigError
+from trainfabric.ocs.highs import integer_program
 from trainfabric.ocs.model import OcsModel
 
 _INT_TOL = 1e-9
@@ -130,7 +130,7 @@ def _solve_residual_ip(
 
     ``w ∈ [0, 1]`` (rescaled weights) and ``Q = Σρ/2 + 1`` exceeds the weight of any
     b-matching, so the circuits beyond ``ceil`` (``Σ t``) are minimised first and the weight
-    second (lexicographic). HiGHS via ``scipy.optimize.milp``; if the time limit passes before
+    second (lexicographic). HiGHS (:func:`.highs.integer_program`); if the time limit passes before
     it has a point, the greedy one is used. Returns ``[z, t]`` on ``cand``.
     """
     iu, iv = model.pairs
@@ -144,16 +144,18 @@ def _solve_residual_ip(
         shape=(live.size, 2 * n_c),
     )
     t_cap = np.minimum(rho[iu[cand]], rho[iv[cand]])
-    res = milp(
+    x = integer_program(
         -np.concatenate([w, w - (rho.sum() / 2 + 1.0)]),
-        integrality=np.ones(2 * n_c),
-        bounds=Bounds(0, np.concatenate([cap, t_cap]).astype(float)),
-        constraints=LinearConstraint(a, rho[live], rho[live]),
-        options={"time_limit": float(time_limit_s), "mip_rel_gap": 1e-9},
+        a,
+        rho[live],
+        rho[live],
+        np.concatenate([cap, t_cap]),
+        time_limit_s,
+        mip_rel_gap=1e-9,
     )
-    if res.x is None:
+    if x is None:
         return _residual_greedy(model, rho, cand, w, cap)
-    return np.round(res.x).astype(np.int64)
+    return np.round(x).astype(np.int64)
 
 
 def _residual_greedy(

@@ -12,9 +12,9 @@ that shard ``j`` hosts (experts ``j·E/ep .. (j+1)·E/ep - 1``).
 
 from __future__ import annotations
 
+from statistics import NormalDist
+
 import numpy as np
-from scipy.optimize import brentq
-from scipy.special import ndtri
 
 from trainfabric.errors import ConfigError
 
@@ -30,9 +30,31 @@ def gini(x: np.ndarray) -> float:
 
 
 def _lognormal_quantiles(sigma: float, n: int) -> np.ndarray:
-    z = ndtri((np.arange(n) + 0.5) / n)
+    z = _normal_quantiles(n)
     w = np.exp(sigma * (z - z.max()))
     return w / w.sum()
+
+
+def _normal_quantiles(n: int) -> np.ndarray:
+    """Standard normal quantiles at the midpoints ``(i + 0.5) / n``, ``i = 0 .. n-1``."""
+    inv_cdf = NormalDist().inv_cdf
+    return np.array([inv_cdf((i + 0.5) / n) for i in range(n)])
+
+
+def _bisect(f, hi: float, tol: float = 1e-14) -> float:
+    """The root of the increasing ``f`` on ``[0, hi]`` (``f(0) < 0 <= f(hi)``), to ``tol``.
+
+    Plain bisection: Gini is monotone in sigma, and 60-odd halvings of a bracket of a few
+    units reach ``tol``; it keeps ``scipy.optimize`` out of the command line's start-up.
+    """
+    lo = 0.0
+    while hi - lo > tol * max(1.0, hi):
+        mid = 0.5 * (lo + hi)
+        if f(mid) < 0:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
 
 
 def expert_popularity(experts: int, target_gini: float, rng: np.random.Generator) -> np.ndarray:
@@ -54,12 +76,7 @@ def expert_popularity(experts: int, target_gini: float, rng: np.random.Generator
         sigma_hi = 1.0
         while gini(_lognormal_quantiles(sigma_hi, experts)) < target_gini:
             sigma_hi *= 2
-        sigma = brentq(
-            lambda s: gini(_lognormal_quantiles(s, experts)) - target_gini,
-            0.0,
-            sigma_hi,
-            xtol=1e-14,
-        )
+        sigma = _bisect(lambda s: gini(_lognormal_quantiles(s, experts)) - target_gini, sigma_hi)
         p = _lognormal_quantiles(sigma, experts)
     return rng.permutation(p)
 
