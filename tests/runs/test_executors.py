@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from proctable import alive, descendants
 
 from trainfabric.errors import ConfigError, FormatError
 from trainfabric.runs import Cell, SweepSpec, expand, run_sweep
@@ -105,33 +106,6 @@ def test_config_errors_survive_pickling(cls):
     assert str(back) == "--rate-gbps: must be finite"
 
 
-def _stat(pid: int) -> tuple[int, int] | None:
-    """(parent pid, start time) of a live, non-zombie process."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2 :].split()
-    return None if fields[0] == "Z" else (int(fields[1]), int(fields[19]))
-
-
-def _descendants(root: int) -> set[tuple[int, int]]:
-    parents = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (info := _stat(int(entry))) is not None:
-            parents[(int(entry), info[1])] = info[0]
-    found, frontier = set(), {root}
-    while frontier:
-        new = {proc for proc, ppid in parents.items() if ppid in frontier} - found
-        found |= new
-        frontier = {pid for pid, _ in new}
-    return found
-
-
-def _alive(procs: set[tuple[int, int]]) -> set[tuple[int, int]]:
-    return {(pid, start) for pid, start in procs if (_stat(pid) or (0, -1))[1] == start}
-
-
 WATCHED = textwrap.dedent(
     """
     import subprocess, sys, time
@@ -149,15 +123,15 @@ def test_watchdog_kills_the_descendants_of_a_killed_parent():
     parent = subprocess.Popen([sys.executable, "-c", WATCHED], stdout=subprocess.PIPE, text=True)
     try:
         child = int(parent.stdout.readline())
-        watched = {p for p in _descendants(parent.pid) if p[0] == child}
+        watched = {p for p in descendants(parent.pid) if p[0] == child}
         assert len(watched) == 1
     finally:
         parent.kill()
         parent.wait(timeout=10)
     deadline = time.monotonic() + 5
-    while _alive(watched) and time.monotonic() < deadline:
+    while alive(watched) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _alive(watched) == set()
+    assert alive(watched) == set()
 
 
 DISMISSED = textwrap.dedent(
@@ -178,13 +152,13 @@ def test_a_dismissed_watchdog_kills_nothing():
     parent = subprocess.Popen([sys.executable, "-c", DISMISSED], stdout=subprocess.PIPE, text=True)
     try:
         child = int(parent.stdout.readline())
-        watched = {p for p in _descendants(parent.pid) if p[0] == child}
+        watched = {p for p in descendants(parent.pid) if p[0] == child}
     finally:
         parent.kill()
         parent.wait(timeout=10)
     time.sleep(1.0)  # four watchdog polls
     try:
-        assert _alive(watched) == watched
+        assert alive(watched) == watched
     finally:
         os.kill(child, signal.SIGKILL)
 
@@ -216,7 +190,7 @@ LOOPBACK = {
 
 
 def test_local_ray_listens_on_loopback_only(ray_session):
-    procs = {pid for pid, _ in _descendants(os.getpid())} | {os.getpid()}
+    procs = {pid for pid, _ in descendants(os.getpid())} | {os.getpid()}
     sockets = _listening(procs)
     assert len({pid for pid, _ in sockets}) >= 3  # at least driver, GCS server and raylet
     assert [s for s in sockets if s[1] not in LOOPBACK] == []
@@ -238,13 +212,13 @@ def test_local_ray_dies_with_a_killed_driver():
     try:
         assert driver.stdout.readline() == "up\n"
         time.sleep(1.0)  # agents started by the raylet; the watchdog has polled since
-        procs = _descendants(driver.pid)
+        procs = descendants(driver.pid)
     finally:
         driver.kill()
         driver.wait(timeout=10)
     assert len(procs) >= 4  # watchdog, GCS server, raylet, agents
     time.sleep(5)
-    assert _alive(procs) == set()
+    assert alive(procs) == set()
 
 
 RAY_SWEEP = textwrap.dedent(
@@ -268,7 +242,7 @@ def test_a_signal_shuts_a_local_ray_down(signum, code):
     driver = subprocess.Popen([sys.executable, "-c", RAY_SWEEP], stdout=subprocess.PIPE, text=True)
     try:
         assert driver.stdout.readline() == "done\n"
-        procs = _descendants(driver.pid)
+        procs = descendants(driver.pid)
         driver.send_signal(signum)
         assert driver.wait(timeout=60) == code
     finally:
@@ -276,9 +250,9 @@ def test_a_signal_shuts_a_local_ray_down(signum, code):
         driver.wait()
     assert len(procs) >= 3
     deadline = time.monotonic() + 5
-    while _alive(procs) and time.monotonic() < deadline:
+    while alive(procs) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _alive(procs) == set()
+    assert alive(procs) == set()
 
 
 BAD_CELL = Cell(

@@ -14,9 +14,9 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import pandas as pd
+from proctable import Proc, alive, children, cmdline
 
 from trainfabric.runs import RunDir, SweepSpec, expand, run_sweep
 
@@ -32,39 +32,10 @@ RUNNER = textwrap.dedent(
 )
 
 
-def _stat(pid: int) -> tuple[int, int] | None:
-    """(parent pid, start time) of a live, non-zombie ``pid``; None otherwise."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2 :].split()
-    return None if fields[0] == "Z" else (int(fields[1]), int(fields[19]))
-
-
-def _children(pid: int) -> set[tuple[int, int]]:
-    found = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (info := _stat(int(entry))) is not None and info[0] == pid:
-            found.add((int(entry), info[1]))
-    return found
-
-
-def _workers(pid: int) -> set[tuple[int, int]]:
+def _workers(pid: int) -> set[Proc]:
     """The pool workers among ``pid``'s children (multiprocessing's spawn entry point; the
     resource tracker, also a child, is not one)."""
-    return {(child, start) for child, start in _children(pid) if b"spawn_main" in _cmdline(child)}
-
-
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
-
-
-def _alive(procs: set[tuple[int, int]]) -> set[tuple[int, int]]:
-    return {(pid, start) for pid, start in procs if (_stat(pid) or (0, -1))[1] == start}
+    return {proc for proc in children(pid) if b"spawn_main" in cmdline(proc[0])}
 
 
 def _wait_for(predicate, timeout_s: float, what: str):
@@ -84,7 +55,7 @@ def _first_cell_and_workers(proc: subprocess.Popen, run: RunDir) -> set[tuple[in
     assert proc.poll() is None, "the sweep ended before it could be interrupted"
     workers = _wait_for(lambda: len(_workers(proc.pid)) == 2 and _workers(proc.pid), 30, "workers")
     assert len(run.finished_ids()) < len(expand(SPEC)), "all cells finished: cells too fast"
-    return workers | _children(proc.pid)
+    return workers | children(proc.pid)
 
 
 def test_sigkill_leaves_no_worker_and_resume_recomputes_nothing(tmp_path):
@@ -98,7 +69,7 @@ def test_sigkill_leaves_no_worker_and_resume_recomputes_nothing(tmp_path):
     finally:
         proc.kill()
         proc.wait(timeout=10)
-    _wait_for(lambda: not _alive(children), 5, "the killed sweep's processes to end")
+    _wait_for(lambda: not alive(children), 5, "the killed sweep's processes to end")
     finished = run.finished_ids()
     mtimes = {p.name: p.stat().st_mtime_ns for p in run.cells_dir.iterdir()}
     again = run_sweep(SPEC, run.path, executor="serial", progress=False)
@@ -131,7 +102,7 @@ def test_sigint_exits_130_with_one_line_and_stops_workers(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("interrupted"), lines
     assert out == b""
     # the workers are reaped before the exit; multiprocessing's resource tracker ends on EOF
-    _wait_for(lambda: not _alive(children), 5, f"the sweep's processes to end: {children}")
+    _wait_for(lambda: not alive(children), 5, f"the sweep's processes to end: {children}")
     finished = run.finished_ids()
     assert finished and finished < {c.cell_id for c in expand(SPEC)}
     for cell_id in finished:

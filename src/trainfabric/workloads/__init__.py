@@ -8,8 +8,7 @@ formats in :mod:`~trainfabric.workloads.interchange`.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from trainfabric.lazy import exports
 
 # Submodule of each public name; imported on first use, so `trainfabric --help` and the other
 # pillars' commands do not pay for numba, scipy and networkx (see __getattr__).
@@ -38,15 +37,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    """Import the submodule defining ``name`` on first access (PEP 562)."""
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = exports(__name__, _EXPORTS)
