@@ -92,3 +92,28 @@ def test_cli_plan_json_keys_and_tables(cli, tmp_path):
 def test_cli_plan_bad_input_exits_2(cli, argv, field):
     code, _, err = cli("ocs", "plan", "--workload", "moe", *argv)
     assert code == 2 and field in err and err.count("\n") == 1
+
+
+def test_same_seed_same_plan_on_a_cold_and_a_warm_compile_cache(tmp_path):
+    """The polishing budget starts after the kernel has run once, so a first run that compiles
+    every kernel (empty NUMBA_CACHE_DIR) returns the same wiring as a warm one."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "from trainfabric.ocs.model import OcsModel\n"
+        "from trainfabric.ocs.planner import plan\n"
+        "from trainfabric.workloads import build_dag, get_preset\n"
+        "p = plan(build_dag(get_preset('moe', pods=8)), OcsModel.uniform(8, 8, 4), seed=1)\n"
+        "print(p.x.tolist(), p.hard_critical_path_s)\n"
+    )
+    env = os.environ | {"NUMBA_CACHE_DIR": str(tmp_path / "numba")}
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+        )
+        for _ in ("cold", "warm")
+    ]
+    assert all(r.returncode == 0 for r in runs), runs[0].stderr[-2000:]
+    assert runs[0].stdout == runs[1].stdout
