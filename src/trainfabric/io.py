@@ -1,10 +1,11 @@
 """Atomic, durable file writes and the one strict JSON encoder.
 
 Writes go to a temporary file in the target's directory, which is flushed to disk (``fsync``)
-and then renamed onto the target; the directory is ``fsync``-ed after the rename so the new
-name survives a crash too. An interrupted run therefore never leaves a half-written table,
-manifest or report behind. Written files get mode ``0o666 & ~umask`` like any ``open()``; the
-umask is read once, at import (flipping it around each write would race with other threads).
+and then renamed onto the target; the directory is ``fsync``-ed before and after the rename
+so the new name survives a crash too. An interrupted run therefore never leaves a
+half-written table, manifest or report behind. Written files get mode ``0o666 & ~umask``
+like any ``open()``; the umask is read once, at import (flipping it around each write would
+race with other threads).
 
 :func:`dumps` is the one JSON encoder of the toolkit (``--json`` output, run manifests,
 benchmark results). Its output is strict JSON (RFC 8259): numpy scalars and arrays become
@@ -23,12 +24,13 @@ import stat
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from trainfabric import limits
 from trainfabric.errors import ConfigError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 NONFINITE_SUFFIX = "_nonfinite"
 
@@ -54,8 +56,8 @@ UMASK = _read_umask()
 def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     """Call ``write(tmp_path)``, fsync the temporary file and the directory (its entry is
     durable before it replaces anything), rename it onto ``path`` and fsync the directory
-    again (the rename is durable). On any failure the temporary file is removed and ``path`` is left
-    as it was. The parent directory is created when missing."""
+    again (the rename is durable). On any failure the temporary file is removed and ``path``
+    is left as it was. The parent directory is created when missing."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -104,6 +106,7 @@ def write_parquet(path: str | Path, table: Any) -> Path:
     numeric numpy array, as Parquet. The mapping is written by pyarrow alone, from the
     arrays' buffers: ``pyarrow.array`` would import pandas (0.3-0.4 s of a CLI's start-up)."""
     if isinstance(table, Mapping):
+        import numpy as np
         import pyarrow as pa
         import pyarrow.parquet as pq
 

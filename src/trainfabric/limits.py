@@ -5,9 +5,9 @@ calls :func:`check_memory` before building anything large. The limit is the one 
 command's ``--max-memory-gb`` (:func:`memory_limit`), else the ``TRAINFABRIC_MAX_MEMORY_GB``
 environment variable (how a sweep hands each worker process its share, :func:`worker_share`),
 else the machine's available memory (``MemAvailable`` of ``/proc/meminfo``, or physical
-memory where that is not readable). A
-refusal is a :class:`~trainfabric.errors.ConfigError` naming the input that drives the size,
-the estimate and the limit, so the CLI prints one line and exits 2.
+memory where that is not readable). A refusal is a :class:`~trainfabric.errors.ConfigError`
+naming the input that drives the size, the estimate and the limit, so the CLI prints one
+line and exits 2.
 """
 
 from __future__ import annotations
