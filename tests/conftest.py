@@ -4,6 +4,7 @@ fixtures: one Ray session for the whole run, small sweeps, an in-process test ex
 import contextlib
 import io
 import os
+import tracemalloc
 
 import matplotlib
 import pandas as pd
@@ -125,3 +126,19 @@ def step_experiment(monkeypatch):
     monkeypatch.setitem(STEP, "fail_at", None)
     monkeypatch.setitem(STEP, "error", RuntimeError)
     return STEP
+
+
+@pytest.fixture
+def traced():
+    """``traced(fn, *args)``: ``(fn(*args), peak bytes allocated while it ran)``, by
+    tracemalloc (the size-guard tests check their estimates against it)."""
+
+    def run(fn, *args, **kwargs):
+        tracemalloc.start()
+        try:
+            result = fn(*args, **kwargs)
+            return result, tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    return run

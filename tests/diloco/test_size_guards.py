@@ -2,7 +2,6 @@
 memory estimated before any request is drawn, too few windows for the protocol refused."""
 
 import time
-import tracemalloc
 
 import numpy as np
 import pytest
@@ -53,17 +52,13 @@ def test_memory_closed_form():
 @pytest.mark.parametrize(
     ("regime", "windows", "seeds"), [("steady", 2000, 10), ("seed_bursty", 1000, 10)]
 )
-def test_estimate_within_a_factor_of_the_measured_peak(regime, windows, seeds):
+def test_estimate_within_a_factor_of_the_measured_peak(traced, regime, windows, seeds):
     """Measured: steady 2,000 windows x 10 runs 3.7 MB (estimate 4.0 MB); seed_bursty
     ~0.68 kB per run-window (estimate 0.71 kB)."""
     _run(20, regime, 2)  # compile the serving kernel outside the measurement
     with memory_limit(1.0):  # a moderate size under an explicit limit still runs
-        tracemalloc.start()
-        try:
-            table = _run(windows, regime, seeds).table
-            peak = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
+        result, peak = traced(_run, windows, regime, seeds)
+    table = result.table
     assert len(table) == seeds
     estimate = fleet_memory_bytes(FleetConfig(windows=windows), REGIMES[regime], seeds, seeds)
     assert 0.5 * peak <= estimate <= 4.0 * peak

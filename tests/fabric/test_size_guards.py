@@ -5,7 +5,6 @@ n x n matrix; the estimates are checked against measured peaks."""
 import subprocess
 import sys
 import time
-import tracemalloc
 
 import numpy as np
 import pytest
@@ -49,15 +48,10 @@ def test_uniform_all_to_all_equals_the_matrix_version(n):
     np.testing.assert_allclose(ours.bytes, ref.bytes, rtol=0, atol=0)
 
 
-def test_uniform_all_to_all_allocates_only_its_flows():
+def test_uniform_all_to_all_allocates_only_its_flows(traced):
     """24 B per flow (src, dst, bytes), against ~65 B per flow through the dense matrix."""
     n = 1024
-    tracemalloc.start()
-    try:
-        uniform_all_to_all(n, 1e6)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    _, peak = traced(uniform_all_to_all, n, 1e6)
     assert peak <= 1.1 * 24 * n * (n - 1)
 
 
@@ -145,18 +139,14 @@ def test_lp_size_closed_form():
 
 
 @pytest.mark.parametrize(("mode", "channels"), [("spray", 4), ("ecmp", 1)])
-def test_flow_estimate_within_a_factor_of_the_measured_peak(mode, channels):
+def test_flow_estimate_within_a_factor_of_the_measured_peak(traced, mode, channels):
     """Measured on 128 GPUs: spray, 4 channels, 65,024 flows 57.9 MB (estimate 65.3 MB);
     ecmp, 1 channel, 16,256 flows 7.1 MB (estimate 7.6 MB)."""
     run_scenario(parse_scenario(_line_rate(16, 8, mode, channels)))  # compile first
     sc = parse_scenario(_line_rate(128, 16, mode, channels))
     with memory_limit(1.0):  # a moderate size under an explicit limit still runs
-        tracemalloc.start()
-        try:
-            (table,) = run_scenario(sc).values()
-            peak = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
+        tables, peak = traced(run_scenario, sc)
+    (table,) = tables.values()
     estimate, flows = collective_memory_bytes(
         "all_to_all", 128, channels=channels, planes=4, modes=(mode,)
     )
@@ -208,16 +198,11 @@ def test_lp_estimate_within_a_factor_of_the_measured_peak():
         {"gpus": 2048, "switch_radix": 64, "kind": "leaf_spine"},
     ],
 )
-def test_topology_links_and_memory_against_the_built_fabric(topology):
+def test_topology_links_and_memory_against_the_built_fabric(traced, topology):
     """Links: 4 per host and plane at full bisection (exact), ``2 + 2/over`` oversubscribed
     (the builder rounds spines up), 6 per host in a fat tree; ~100-115 B per link measured."""
     cfg = TopologyConfig(**topology)
-    tracemalloc.start()
-    try:
-        topo = build_topology(cfg)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    topo, peak = traced(build_topology, cfg)
     links = topology_links(cfg, cfg.oversubscription)
     assert links <= topo.n_links <= 1.01 * links
     assert 0.5 * peak <= LINK_BYTES * links <= 4.0 * peak

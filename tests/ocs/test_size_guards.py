@@ -2,7 +2,6 @@
 arrays are estimated before any work and refused over an explicit memory limit."""
 
 import time
-import tracemalloc
 
 import numpy as np
 import pytest
@@ -44,17 +43,12 @@ def test_planner_refuses_a_dag_too_large_for_the_limit():
 
 
 @pytest.mark.parametrize(("name", "pods"), [("moe", 32), ("pipeline", 64)])
-def test_estimate_within_a_factor_of_the_measured_peak(name, pods):
+def test_estimate_within_a_factor_of_the_measured_peak(traced, name, pods):
     """Measured: moe 32 pods 4.6 MB (estimate 4.9), pipeline 64 pods 1.6 MB (estimate 1.3)."""
     dag = build_dag(get_preset(name, pods))
     model = OcsModel.uniform(pods, 8, 4)
     plan(build_dag(get_preset("moe")), OcsModel.uniform(16, 8, 4), max_iter=5)  # compile first
     with memory_limit(1.0):  # a moderate instance under an explicit limit still plans
-        tracemalloc.start()
-        try:
-            result = plan(dag, model)
-            peak = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
+        result, peak = traced(plan, dag, model)
     assert np.array_equal(model.pod_degrees(result.x), model.degrees)
     assert 0.5 * peak <= plan_memory_bytes(dag, model) <= 4.0 * peak

@@ -4,7 +4,6 @@ building, and a memory estimate checked against the builder's measured peak."""
 import subprocess
 import sys
 import time
-import tracemalloc
 
 import pytest
 
@@ -94,16 +93,11 @@ def test_compute_heavy_job_names_layers():
 
 
 @pytest.mark.parametrize(("name", "pods"), [("moe", 64), ("dp-ring", 128)])
-def test_estimate_within_a_factor_of_the_measured_peak(name, pods):
+def test_estimate_within_a_factor_of_the_measured_peak(traced, name, pods):
     """Measured here: ~405 B per node for both (tracemalloc peak of the builder)."""
     job = get_preset(name, pods)
     with memory_limit(1.0):  # a moderate size under an explicit limit still builds
-        tracemalloc.start()
-        try:
-            dag = build_dag(job)
-            peak = tracemalloc.get_traced_memory()[1]
-        finally:
-            tracemalloc.stop()
+        dag, peak = traced(build_dag, job)
     size = dag_size(job)
     assert size.nodes == dag.n_nodes
     assert 0.5 * peak <= size.memory_bytes <= 4.0 * peak
