@@ -4,16 +4,26 @@
   has ``p_v = d_v / s`` ports on every OCS, [A1]).
 * Duplex circuits [A2]: a wiring is a symmetric non-negative integer matrix ``X`` with zero
   diagonal, stored as the vector ``x`` over unordered pairs ``e = (u < v)`` in
-  ``numpy.triu_indices(n, 1)`` order. Every port is used [A4]: ``Σ_u X_uv = d_v``.
+  ``numpy.triu_indices(n, 1)`` order. At most ``d_v`` ports of pod ``v`` carry a circuit [A4]:
+  ``Σ_u X_uv ≤ d_v``; the others stay dark (more circuits never slow a transfer, so a wiring
+  that can be completed to exact degrees is completed by the planner, but a skewed optimum may
+  need dark ports: at 4 pods exact degrees force ``X01 = X23``, ``X02 = X13``, ``X03 = X12``).
 * Pair rate, each direction: ``B · X_e + B0`` bits/s (``B`` circuit rate, ``B0 > 0`` fallback
   through the electrical network, [A3]).
 * Normalised wiring ``w = x / M`` with ``M = Σ_v d_v / 2`` circuits: a point of the simplex over
-  pairs inside the degree slice ``W = {w ≥ 0 : Σ_u w_uv = r_v}``, ``r_v = d_v / M``.
+  pairs inside the degree polytope ``W = {w ≥ 0 : Σ_u w_uv ≤ r_v}``, ``r_v = d_v / M``
+  (``M = ⌊Σ_v d_v / 2⌋``; with dark ports ``w`` may sum to less than 1).
 
-Input checks (each a ConfigError naming the field): an even port total (a loopless multigraph
-needs it), no pod with more than half of all ports (else ``W`` is empty), ``s`` divides every
-``d_v``; and a size guard naming ``pods``: the planner's memory for the pairs
-(:meth:`OcsModel.memory_bytes`) must fit the limit of :func:`trainfabric.limits.check_memory`.
+Input checks (each a ConfigError naming the field): at least 2 pods, positive integer ports,
+``s`` divides every ``d_v``, positive rates; and a size guard naming ``pods``: the planner's
+memory for the pairs (:meth:`OcsModel.memory_bytes`) must fit the limit of
+:func:`trainfabric.limits.check_memory`. With dark ports every degree vector is a legal
+instance (``X = 0`` is a wiring), so two former checks are gone: an odd port total leaves at
+least one port dark, and a pod with more than half of all ports keeps its surplus dark (no
+wiring can use more than ``Σ_{u≠v} d_u`` of its ports). Whether every port *can* carry a
+circuit is :attr:`OcsModel.completable` (``Σ d`` even and ``2 max d ≤ Σ d``, the condition for a
+loopless multigraph with degrees exactly ``d``); :attr:`OcsModel.max_circuits` is the most
+circuits any wiring carries.
 """
 
 from __future__ import annotations
@@ -52,10 +62,6 @@ class OcsModel:
         if (d % self.ocs).any():
             bad = int(np.flatnonzero(d % self.ocs)[0])
             raise ConfigError("ocs", f"must divide every pod's ports (pod {bad} has {d[bad]})")
-        if d.sum() % 2:
-            raise ConfigError("ports", "the port total must be even")
-        if (2 * d > d.sum()).any():
-            raise ConfigError("ports", "no pod may own more than half of all ports")
         if not self.rate_bps > 0:
             raise ConfigError("rate_bps", "must be > 0")
         if not self.fallback_bps > 0:
@@ -91,8 +97,23 @@ class OcsModel:
 
     @property
     def total_circuits(self) -> int:
-        """``M = Σ d_v / 2``."""
+        """``M = ⌊Σ d_v / 2⌋``, the normalisation of ``w = x / M``."""
         return int(self.degrees.sum() // 2)
+
+    @property
+    def completable(self) -> bool:
+        """Some wiring uses every port (``Σ_u X_uv = d_v`` for all ``v``): ``Σ d`` even and no
+        pod above half of all ports (Hakimi's condition for loopless multigraphs; for 2 pods
+        it reads ``d_0 = d_1``)."""
+        d = self.degrees
+        return bool(d.sum() % 2 == 0 and 2 * d.max() <= d.sum())
+
+    @property
+    def max_circuits(self) -> int:
+        """Most circuits a wiring can carry: ``min(⌊Σ d / 2⌋, Σ d − max d)`` (every circuit of
+        the largest pod ends at another pod; below that bound Hakimi's greedy reaches it)."""
+        d = self.degrees
+        return int(min(d.sum() // 2, d.sum() - d.max()))
 
     @property
     def r(self) -> np.ndarray:
@@ -139,14 +160,20 @@ class OcsModel:
         """Rate of every pair, each direction: ``B · x_e + B0``."""
         return self.rate_bps * np.asarray(x, dtype=float) + self.fallback_bps
 
-    def check_wiring(self, x: np.ndarray) -> None:
-        """Raise InfeasibleError unless ``x`` is a non-negative integer wiring, exact degrees."""
+    def free_ports(self, x: np.ndarray) -> np.ndarray:
+        """Dark ports per pod, ``d_v − Σ_u x_uv`` (int64 [n]; negative where ``x`` overuses)."""
+        return self.degrees - np.rint(self.pod_degrees(x)).astype(np.int64)
+
+    def check_wiring(self, x: np.ndarray, exact: bool = False) -> None:
+        """Raise InfeasibleError unless ``x`` is a non-negative integer wiring [P] with
+        ``Σ_u x_uv ≤ d_v`` (dark ports allowed), or ``= d_v`` when ``exact``."""
         x = np.asarray(x)
         if x.shape != (self.n_pairs,):
             raise InfeasibleError(f"wiring has shape {x.shape}, expected ({self.n_pairs},)")
         if (x < 0).any() or not np.array_equal(x, np.round(x)):
             raise InfeasibleError("wiring must be a non-negative integer vector")
         deg = self.pod_degrees(x)
-        if not np.array_equal(deg, self.degrees):
-            bad = int(np.flatnonzero(deg != self.degrees)[0])
-            raise InfeasibleError(f"pod {bad} uses {deg[bad]:g} ports, has {self.degrees[bad]}")
+        bad = deg != self.degrees if exact else deg > self.degrees
+        if bad.any():
+            v = int(np.flatnonzero(bad)[0])
+            raise InfeasibleError(f"pod {v} uses {deg[v]:g} ports, has {self.degrees[v]}")
