@@ -3,7 +3,7 @@
 Model (times in seconds, ``X`` in circuits)::
 
     min  T
-    s.t. Σ_{u≠v} X_uv = d_v                                  (degrees, every port used)
+    s.t. Σ_{u≠v} X_uv ≤ d_v                                  (degrees; dark ports allowed)
          X_e ∈ Z,  0 ≤ X_e ≤ K_e = s·min(p_u, p_v) = min(d_u, d_v)   (pair cap, uniform striping)
          τ_m ≥ a_m + f_m(k) + (f_m(k+1) − f_m(k))·(X_e − k),   k = 0..K_e−1,  e = e(m)
          S_j ≥ S_i + dur_i   for every arc i → j,   dur_i = duration_s[i] or τ_i (comm)
@@ -12,7 +12,11 @@ Model (times in seconds, ``X`` in circuits)::
 with ``f_m(k) = 8·b_m / (B·k + B0)``. ``f_m`` is convex, so the upper envelope of its secants
 through consecutive integers is the piecewise-linear interpolant ``PL_m`` of ``f_m`` on
 ``[0, K_e]``: equal to ``f_m`` at every integer, hence the MILP optimum is the exact minimum
-over integer wirings of the hard critical path, without "X_e = k" indicator binaries. The LP
+over integer wirings of the hard critical path, without "X_e = k" indicator binaries. A port
+may stay dark (``≤``): every ``f_m`` is non-increasing, so a wiring with free ports at two
+different pods is never worse after adding a circuit between them, and where an exact-degree
+wiring is optimal the ``≤`` model finds an optimum of the same value; where skew calls for it
+(4 pods, one skewed phase) the ``≤`` optimum is strictly better. The LP
 relaxation (``relax=True``: ``X`` continuous) minimises the critical path under ``PL_m``; since
 ``PL_m = f_m`` at integers it is a valid lower bound on the integer optimum (it is *not* a bound
 on the continuous optimum under the true ``f_m``, which lies below ``PL_m`` between integers).
@@ -411,7 +415,7 @@ def _assemble(model, g, order, ends, keys_table, sig_keys, t_ref, stats) -> Milp
     cols.append(deg_c)
     vals.append(np.ones(deg_r.size))
     n_rows = r0 + model.n
-    row_lower = np.concatenate(lo + [model.degrees.astype(float)])
+    row_lower = np.concatenate(lo + [np.zeros(model.n)])
     row_upper = np.full(n_rows, np.inf)
     row_upper[r0:] = model.degrees
     a = sp.csr_matrix(
@@ -485,8 +489,9 @@ def solve_milp(
 
     Parameters: ``time_limit_s`` (HiGHS wall-clock limit, s), ``mip_rel_gap`` (relative gap at
     which HiGHS stops), ``threads``, ``seed`` (HiGHS ``random_seed``), ``x_start`` (integer
-    wiring [P] passed as a MIP start), ``relax`` (solve the LP relaxation instead: a lower
-    bound on the integer optimum), ``reduce`` (apply the exact reductions of the module doc).
+    wiring [P] with at most ``d_v`` ports per pod, passed as a MIP start), ``relax`` (solve
+    the LP relaxation instead: a lower bound on the integer optimum), ``reduce`` (apply the
+    exact reductions of the module doc).
     """
     t0 = time.perf_counter()
     if not time_limit_s > 0:
