@@ -32,21 +32,31 @@ to 1 to a few ulps at every node, so ``μ`` conserves flow (``Σ_leaves μ = 1``
 transfers carry exactly its barrier's mass) whatever the size of ``b2 U``, where evaluating
 ``exp(b2 (α + γ − U))`` would lose ~ eps·b2·U.
 
-A communication phase (entry barrier → parallel comm nodes → exit barrier) is one LSE over the
-exit node's predecessors, so one value-and-gradient costs ``O(N + E)``: two compiled passes
-over the predecessor CSR with a running-max (online) log-sum-exp, plus vectorised numpy for
-the durations and the scatter onto pairs. Everything independent of ``x`` is built once.
+The sweeps run on the exact compression of :mod:`.compress`: the parallel comm nodes of a
+phase are one bundle node of duration ``LSE_m bt_m`` (hard: ``max_m t_m``), and bundles with
+identical contents (the steps of a ring all-reduce) share one type whose value is computed
+once. One value-and-gradient costs ``O(K + R)`` — ``K`` type members, ``R`` compressed nodes —
+instead of ``O(N + E)``: a compiled pass over the type members (durations, per-type LSE and
+normalised weights), the two sweeps over the compressed predecessor CSR (running-max LSE,
+adjoint), and a compiled scatter ``∂U/∂x_e = −Σ_{k on e} μ_k 8 b_k B / (B x_e + B0)^2`` with
+``μ_k = (Σ_{bundles of its type} μ_b)·exp(bt_k − bt_type)``. The uncompressed sweeps are kept
+for arbitrary node durations (:meth:`PathCost._sweeps`) and for the tests, which check the
+compressed value and gradient against them to 1e-12. Everything independent of ``x`` is built
+once.
 ``U`` is convex in ``x`` (each ``t_m`` is convex and decreasing, LSE is convex and
 non-decreasing in every argument).
 """
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import numba
 import numpy as np
 import scipy.sparse as sp
 
 from trainfabric.errors import ConfigError
+from trainfabric.ocs.compress import CompressedDag
 from trainfabric.ocs.model import OcsModel
 from trainfabric.ocs.prior import uniform_prior
 from trainfabric.workloads.dag import COMM, TaskDAG, _longest_finish
@@ -75,7 +85,6 @@ class PathCost:
             raise ConfigError("workload", "the task DAG has no nodes")
         self.dag = dag
         self.model = model
-        n = dag.n_nodes
         self.comm_nodes = np.flatnonzero(dag.kind == COMM).astype(np.int64)
         src, dst = dag.pod[self.comm_nodes], dag.dst[self.comm_nodes]
         invalid = (src < 0) | (dst < 0) | (src >= model.n) | (dst >= model.n) | (src == dst)
@@ -89,17 +98,25 @@ class PathCost:
         self._base[self.comm_nodes] = 0.0
         self._indptr = dag.indptr.astype(np.int64)
         self._indices = dag.indices.astype(np.int64)
+        self.leaves = np.flatnonzero(np.diff(self._indptr) == 0).astype(np.int64)
+        self.compressed = c = CompressedDag(dag, self.comm_nodes, self.comm_pair)
+        self._bundles = c.bundle_nodes()
+        self._bundle_type = c.rtype[self._bundles]
+        self._member_type = np.repeat(np.arange(c.n_types), np.diff(c.t_ptr))
+        bt = np.zeros(c.n_nodes)
+        bt[self._bundles] = np.log(np.diff(c.t_ptr))[self._bundle_type]
+        self._log_paths = float(_forward_value(c.pindptr, c.pindices, c.leaves, bt))
+
+    @cached_property
+    def _pred_csr(self) -> tuple[np.ndarray, np.ndarray]:
+        """Predecessor CSR of the uncompressed DAG (built on first use: ``_sweeps`` only)."""
+        n = self.dag.n_nodes
         adj = sp.csr_matrix(
             (np.ones(self._indices.size, dtype=np.int8), self._indices, self._indptr), shape=(n, n)
         )
         pred = adj.T.tocsr()
         pred.sort_indices()
-        self._pindptr = pred.indptr.astype(np.int64)
-        self._pindices = pred.indices.astype(np.int64)
-        self.leaves = np.flatnonzero(np.diff(self._indptr) == 0).astype(np.int64)
-        self._log_paths = float(
-            _forward_value(self._pindptr, self._pindices, self.leaves, np.zeros(n))
-        )
+        return pred.indptr.astype(np.int64), pred.indices.astype(np.int64)
 
     # -- durations ------------------------------------------------------------------------
 
@@ -109,22 +126,28 @@ class PathCost:
             raise ConfigError("x", f"has shape {x.shape}, expected ({self.model.n_pairs},)")
         return x
 
-    def _durations_and_rates(self, x) -> tuple[np.ndarray, np.ndarray]:
+    def durations(self, x) -> np.ndarray:
+        """Node durations ``t(x)`` [N] in seconds (comm: latency + 8·bytes / (B x_e + B0))."""
         x = self._check_x(x)
         rate = self.model.rate_bps * x[self.comm_pair] + self.model.fallback_bps
         t = self._base.copy()
         t[self.comm_nodes] = self._comm_latency + self._comm_bits / rate
-        return t, rate
-
-    def durations(self, x) -> np.ndarray:
-        """Node durations ``t(x)`` [N] in seconds (comm: latency + 8·bytes / (B x_e + B0))."""
-        return self._durations_and_rates(x)[0]
+        return t
 
     # -- hard critical path ---------------------------------------------------------------
 
     def hard(self, x) -> float:
-        """Exact critical path ``max_π L(π)`` (s): one longest-path sweep."""
-        return float(_longest_finish(self._indptr, self._indices, self.durations(x)).max())
+        """Exact critical path ``max_π L(π)`` (s): one longest-path sweep over the compressed
+        DAG with every bundle at its slowest member (bit-identical to the full sweep)."""
+        c = self.compressed
+        x = self._check_x(x)
+        t_type = _type_max(c.t_ptr, c.m_pair, c.m_bits, c.m_latency, x, *self._rates())
+        dur = c.fixed.copy()
+        dur[self._bundles] = t_type[self._bundle_type]
+        return float(_longest_finish(c.indptr, c.indices, dur).max())
+
+    def _rates(self) -> tuple[float, float]:
+        return float(self.model.rate_bps), float(self.model.fallback_bps)
 
     def critical_nodes(self, x, rtol: float = 1e-12) -> np.ndarray:
         """Bool [N]: nodes on at least one hard critical path.
@@ -146,31 +169,52 @@ class PathCost:
 
     # -- smoothed critical path -----------------------------------------------------------
 
+    def _scaled(self, x, b2: float) -> tuple[np.ndarray, tuple]:
+        """Scaled durations ``b2·t`` [R] of the compressed nodes and the type state
+        ``(rate [K], expo [K], z [T])`` of :func:`_type_lse`."""
+        c = self.compressed
+        x = self._check_x(x)
+        k = c.m_pair.size
+        state = (np.empty(k), np.empty(k), np.empty(c.n_types))
+        val = _type_lse(c.t_ptr, c.m_pair, c.m_bits, c.m_latency, x, *self._rates(), b2, *state)
+        bt = b2 * c.fixed
+        bt[self._bundles] = val[self._bundle_type]
+        return bt, state
+
     def smoothed(self, x, b2: float) -> float:
         """``U(x)`` in seconds at inverse temperature ``b2`` (1/s): forward sweep only."""
         b2 = check_b2(b2)
-        bt = b2 * self.durations(x)
-        return float(_forward_value(self._pindptr, self._pindices, self.leaves, bt)) / b2
+        c = self.compressed
+        bt = self._scaled(x, b2)[0]
+        return float(_forward_value(c.pindptr, c.pindices, c.leaves, bt)) / b2
 
     def marginals(self, x, b2: float) -> np.ndarray:
         """Gibbs node marginals ``μ = ∂U/∂t`` [N]: each in [0, 1], summing to 1 over the
-        leaves and over the roots."""
+        leaves and over the roots (a comm node gets its bundle's mass times its share)."""
         b2 = check_b2(b2)
-        return self._sweeps(b2 * self.durations(x))[1]
+        c = self.compressed
+        bt, (_, expo, z) = self._scaled(x, b2)
+        mu_r = _forward_backward(c.pindptr, c.pindices, c.leaves, bt)[1]
+        mu = mu_r[c.node_r]
+        k = c.comm_member
+        mu[self.comm_nodes] *= expo[k] / z[self._member_type[k]]
+        return mu
 
     def value_and_grad(self, x, b2: float) -> tuple[float, np.ndarray]:
-        """``U(x)`` (s) and ``∂U/∂x`` [P] (s per circuit) by the forward-backward sweeps."""
+        """``U(x)`` (s) and ``∂U/∂x`` [P] (s per circuit) by the forward-backward sweeps on
+        the compressed DAG (module doc)."""
         b2 = check_b2(b2)
-        t, rate = self._durations_and_rates(x)
-        u_scaled, mu = self._sweeps(b2 * t)
-        dt_dx = -self._comm_bits * self.model.rate_bps / (rate * rate)
-        grad = np.bincount(
-            self.comm_pair, weights=mu[self.comm_nodes] * dt_dx, minlength=self.model.n_pairs
-        )
+        c = self.compressed
+        bt, (rate, expo, z) = self._scaled(x, b2)
+        u_scaled, mu_r = _forward_backward(c.pindptr, c.pindices, c.leaves, bt)
+        weight = np.bincount(self._bundle_type, mu_r[self._bundles], c.n_types) / z
+        grad = np.zeros(self.model.n_pairs)
+        _scatter_grad(c.t_ptr, c.m_pair, c.m_bits, rate, expo, weight, self.model.rate_bps, grad)
         return u_scaled / b2, grad
 
     def _sweeps(self, bt: np.ndarray) -> tuple[float, np.ndarray]:
-        return _forward_backward(self._pindptr, self._pindices, self.leaves, bt)
+        """``(b2 U, μ [N])`` of the uncompressed DAG for arbitrary scaled node durations."""
+        return _forward_backward(*self._pred_csr, self.leaves, bt)
 
 
 def temperatures(
@@ -226,6 +270,62 @@ def _forward(pindptr, pindices, bt):  # pragma: no cover - compiled
         shift[i] = m
         total[i] = z
     return beta, shift, total
+
+
+@numba.njit(cache=True)
+def _type_lse(
+    t_ptr, pair, bits, lat, x, rate_bps, fallback_bps, b2, rate, expo, z
+):  # pragma: no cover - compiled
+    """Per type ``T``: ``bt_T = LSE_{k∈T} b2 t_k`` with ``t_k = lat_k + bits_k / rate_k``,
+    ``rate_k = B x_{pair_k} + B0``. Fills ``rate`` [K], ``expo_k = exp(b2 t_k − max_T)`` [K]
+    and ``z_T = Σ_{k∈T} expo_k`` [T] (so a member's share is ``expo_k / z_T``); returns
+    ``bt`` [T]."""
+    n_t = t_ptr.size - 1
+    val = np.empty(n_t)
+    for t in range(n_t):
+        m = -np.inf
+        for k in range(t_ptr[t], t_ptr[t + 1]):
+            r = rate_bps * x[pair[k]] + fallback_bps
+            rate[k] = r
+            v = b2 * (lat[k] + bits[k] / r)
+            expo[k] = v
+            m = max(m, v)
+        s = 0.0
+        for k in range(t_ptr[t], t_ptr[t + 1]):
+            e = np.exp(expo[k] - m)
+            expo[k] = e
+            s += e
+        z[t] = s
+        val[t] = m + np.log(s)
+    return val
+
+
+@numba.njit(cache=True)
+def _type_max(t_ptr, pair, bits, lat, x, rate_bps, fallback_bps):  # pragma: no cover - compiled
+    """Per type: ``max_{k∈T} (lat_k + bits_k / (B x_{pair_k} + B0))`` (s)."""
+    n_t = t_ptr.size - 1
+    out = np.empty(n_t)
+    for t in range(n_t):
+        m = -np.inf
+        for k in range(t_ptr[t], t_ptr[t + 1]):
+            m = max(m, lat[k] + bits[k] / (rate_bps * x[pair[k]] + fallback_bps))
+        out[t] = m
+    return out
+
+
+@numba.njit(cache=True)
+def _scatter_grad(
+    t_ptr, pair, bits, rate, expo, weight, rate_bps, grad
+):  # pragma: no cover - compiled
+    """``grad[pair_k] −= μ_k · bits_k B / rate_k²`` with ``μ_k = weight_T · expo_k`` (``weight``
+    already divided by ``z_T``): ``∂U/∂x`` in seconds per circuit."""
+    for t in range(t_ptr.size - 1):
+        w = weight[t]
+        if w == 0.0:
+            continue
+        for k in range(t_ptr[t], t_ptr[t + 1]):
+            r = rate[k]
+            grad[pair[k]] -= w * expo[k] * bits[k] * rate_bps / (r * r)
 
 
 @numba.njit(cache=True)
