@@ -239,3 +239,127 @@ def test_kl_conventions():
     assert kl(np.array([0.5, 0.5, 0.0]), np.array([0.5, 0.0, 0.5])) == np.inf
     with pytest.raises(ConfigError):
         kl(np.ones(3), np.ones(2))
+
+
+# -- inequality version (dark ports): onto W≤ = {w ≥ 0 : Σ_u w_uv ≤ r_v} -----------------------
+
+
+@st.composite
+def box_kernels(draw):
+    """Any positive degrees (odd totals and a pod above half are legal with dark ports) and a
+    kernel ``log y`` whose overall scale puts anywhere from no pod to every pod at its bound."""
+    n = draw(st.integers(3, 9))
+    d = np.array(draw(st.lists(st.integers(1, 8), min_size=n, max_size=n)), dtype=np.int64)
+    model = OcsModel(d, ocs=1)
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    spread = draw(st.sampled_from([1.0, 4.0, 10.0]))
+    shift = draw(st.floats(-8.0, 4.0))
+    return model, rng.uniform(-spread, spread, model.n_pairs) + shift
+
+
+def assert_kkt(model: OcsModel, logy: np.ndarray, duals: np.ndarray, tol: float) -> None:
+    """The KKT conditions of min KL(w||y) on W≤, from the duals alone (w rebuilt here):
+    stationarity ``w = y e^{−λ_u−λ_v}``, ``λ ≥ 0``, ``S ≤ r`` and ``λ_v (r_v − S_v) = 0``
+    (relative, ``tol``). They certify the unique minimiser of this strictly convex problem."""
+    iu, iv = model.pairs
+    w = np.exp(logy - duals[iu] - duals[iv])
+    slack = (model.r - model.pod_degrees(w)) / model.r
+    assert (duals >= 0).all()
+    assert slack.min() >= -tol
+    assert np.max(np.minimum(duals, np.abs(slack))) <= tol
+
+
+@given(box_kernels())
+def test_inequality_meets_kkt_and_methods_agree(case):
+    model, logy = case
+    ref = project(logy, model, method="newton", log=True, inequality=True)
+    for method in ("newton", "auto", "sinkhorn"):
+        r = project(logy, model, method=method, log=True, inequality=True)
+        assert r.inequality
+        if method == "sinkhorn" and not r.converged:
+            continue  # clipped Sinkhorn may crawl (rate ≈ 1/2 or worse); auto hands over
+        assert r.converged and r.residual <= RESIDUAL, method
+        assert_kkt(model, logy, r.duals, 2 * RESIDUAL)
+        np.testing.assert_allclose(r.w, ref.w, rtol=1e-8, atol=1e-14)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_inequality_minimiser_against_slsqp(seed):
+    """Primal check on W≤ with scipy's SLSQP, including an odd total and a pod above half."""
+    rng = np.random.default_rng(seed)
+    degrees = [np.array([2, 4, 2, 6, 4]), np.array([1, 3, 2, 5, 4]), np.array([9, 1, 2, 2, 1])]
+    model = OcsModel(degrees[seed % 3], ocs=1)
+    y = np.exp(rng.uniform(-2, 2, model.n_pairs)) * 0.1
+    ours = project(y, model, inequality=True)
+    a = incidence(model)
+
+    def objective(w):
+        return float(kl_div(w, y).sum())
+
+    ref = minimize(
+        objective,
+        np.full(model.n_pairs, 1e-3),
+        jac=lambda w: np.log(np.maximum(w, 1e-300) / y),
+        method="SLSQP",
+        bounds=[(0.0, 1.0)] * model.n_pairs,
+        constraints=[{"type": "ineq", "fun": lambda w: model.r - a.T @ w, "jac": lambda w: -a.T}],
+        options={"ftol": 1e-14, "maxiter": 500},
+    )
+    assert ref.success
+    assert (ours.duals > 0).any() and (ours.duals == 0).any()  # both kinds of pods occur
+    assert objective(ours.w) <= objective(ref.x) + 1e-10
+    np.testing.assert_allclose(ours.w, ref.x, atol=1e-6)
+
+
+def test_inequality_inside_and_far_outside():
+    """A kernel inside W≤ is its own projection (all duals 0); a kernel so large that the
+    equality projection has only positive duals projects onto the same point (same KKT)."""
+    rng = np.random.default_rng(7)
+    model = OcsModel(np.array([4, 6, 2, 8, 4, 4]), ocs=1)
+    y = np.exp(rng.uniform(-1, 1, model.n_pairs)) * 1e-3
+    inside = project(y, model, inequality=True)
+    assert inside.iterations == 0 and not inside.duals.any()
+    np.testing.assert_allclose(inside.w, y, rtol=1e-14)
+    big = y * 1e9
+    eq = project(big, model)
+    assert (eq.duals > 0).all()
+    ineq = project(big, model, inequality=True, method="newton")
+    np.testing.assert_allclose(ineq.w, eq.w, rtol=1e-9)
+
+
+def test_inequality_two_pods_closed_form():
+    model = OcsModel(np.array([3, 5]), ocs=1)  # odd total; r = (3/4, 5/4)
+    for y, want in ((7.3, 0.75), (0.5, 0.5)):
+        r = project(np.array([y]), model, inequality=True)
+        np.testing.assert_allclose(r.w, [want], rtol=1e-15)
+        assert r.converged and (r.duals >= 0).all() and r.duals[1] == 0.0
+
+
+def test_inequality_large_newton_is_quick():
+    """512 pods, 64 hot pods at their bound, the rest slack: a few projected Newton steps."""
+    model = OcsModel.uniform(512, 8, 1)
+    rng = np.random.default_rng(2)
+    iu, iv = model.pairs
+    logy = rng.uniform(-5, 5, model.n_pairs) - 15.0 + 6.0 * ((iu < 64) | (iv < 64))
+    r = project(logy, model, method="newton", log=True, inequality=True)
+    assert r.converged and r.iterations <= 12
+    assert (r.duals[:64] > 0).all() and not r.duals[64:].any()
+    assert_kkt(model, logy, r.duals, 2 * RESIDUAL)
+
+
+def test_uniform_prior_with_a_dominant_pod():
+    """A pod with more than half of all ports (legal with dark ports): the prior is the
+    gravity kernel projected onto W≤, every other pod at its bound, the big pod's surplus
+    dark."""
+    model = OcsModel(np.array([9, 1, 2, 2, 1]), ocs=1)
+    q = uniform_prior(model)
+    r = project(
+        np.outer(model.degrees, model.degrees)[model.pairs].astype(float),
+        model,
+        inequality=True,
+        method="newton",
+    )
+    np.testing.assert_allclose(q, r.w, rtol=1e-9)
+    s = model.pod_degrees(q)
+    np.testing.assert_allclose(s[1:], model.r[1:], rtol=1e-9)
+    assert s[0] < model.r[0] and q.sum() < 1.0

@@ -18,12 +18,14 @@ from trainfabric.ocs.projection import project
 
 def uniform_prior(model: OcsModel) -> np.ndarray:
     """The uniform mesh ``q`` [P] in ``W`` (sums to 1): gravity ``d_u d_v`` projected onto
-    ``W``; exactly ``1/|P|`` per pair when all degrees are equal."""
+    ``W``; exactly ``1/|P|`` per pair when all degrees are equal. A pod with more than half
+    of all ports leaves the slice ``Σ_u w_uv = r_v`` empty (its surplus must stay dark): then
+    the projection is onto ``{Σ_u w_uv ≤ r_v}`` and ``q`` sums to less than 1."""
     d = model.degrees
     if (d == d[0]).all():
         return np.full(model.n_pairs, 1.0 / model.n_pairs)
     iu, iv = model.pairs
-    return project(d[iu] * d[iv].astype(float), model).w
+    return project(d[iu] * d[iv].astype(float), model, inequality=2 * d.max() > d.sum()).w
 
 
 def kl(w, q) -> float:

@@ -36,6 +36,24 @@ than the float64 range are fine: only ``w`` itself may underflow, ``log w`` is e
 
 Convergence: the relative degree residual ``max_v |S_v − r_v| / r_v ≤ tol`` of the returned
 ``w``. For ``n = 2`` there is one pair and ``W = {1}``.
+
+**Inequality version** (``inequality=True``, dark ports): the projection onto
+``W≤ = {w ≥ 0 : Σ_u w_uv ≤ r_v}``. Same form ``w_uv = y_uv e^{−λ_u−λ_v}``, now with ``λ ≥ 0``
+(``a_v ≤ 1``): the dual is ``min_{λ ≥ 0} ψ(λ)`` and the KKT conditions are ``S_v ≤ r_v``,
+``λ_v ≥ 0``, ``λ_v (r_v − S_v) = 0``. The residual is the relative projected gradient
+``max_v |λ_v − max(0, λ_v − (r_v − S_v)/r_v)|``, i.e. ``(S_v − r_v)/r_v`` where a degree is
+exceeded and ``min(λ_v, (r_v − S_v)/r_v)`` where it is not (zero exactly at the KKT point).
+
+* ``"sinkhorn"`` — the damped sweep with the dual clipped at 0:
+  ``λ ← max(0, λ + ½ (log S − log r))``. By ``e^{−δ_u−δ_v} ≤ ½(e^{−2δ_u} + e^{−2δ_v})`` the
+  damped step minimises a separable majoriser of ``ψ``, and clipping solves each separable
+  piece on ``λ_v ≥ 0``, so ``ψ`` decreases monotonically (majorisation-minimisation).
+* ``"newton"`` — projected Newton (Bertsekas' two-metric method): pods with ``λ_v`` within
+  ``ε`` of 0 and ``∇_v ψ > 0`` (slack degree pushing the dual below 0) take a diagonally
+  scaled gradient step, the others a Newton step on their block of the Hessian; the step is
+  projected onto ``λ ≥ 0`` and backtracked by Armijo on ``ψ``. Once the active set is right it
+  is Newton on the free duals: quadratic convergence.
+* ``"auto"`` — clipped Sinkhorn, switching to projected Newton by the same stall rule.
 """
 
 from __future__ import annotations
@@ -56,6 +74,7 @@ _FAST_SINKHORN_BELOW = 0.25
 _STALL_WINDOW = 3
 _FULL_NEWTON_STEP = 0.1
 _ARMIJO = 1e-4
+_MAX_HALVINGS = 30
 _SAFE_EXP = 600.0  # largest log-weight allowed in an absorbed kernel (float64 overflows at 709)
 _ABSORB = 100.0  # |λ − μ|_∞ beyond which the duals are absorbed into the kernel
 _DEFAULT_MAX_ITER = {"sinkhorn": 10_000, "newton": 100, "auto": 10_000}
@@ -69,8 +88,10 @@ class ProjectionResult:
     underflows); ``duals`` [n]: ``λ`` with ``w_uv = y_uv · exp(−λ_u − λ_v)`` (the scaling
     ``a = exp(−λ)`` is :attr:`scaling`; pass ``duals`` back as ``warm``); ``iterations``:
     Sinkhorn sweeps plus Newton steps; ``residual``: ``max_v |Σ_u w_uv − r_v| / r_v`` of the
-    returned ``w``; ``method``: ``"sinkhorn"``, ``"newton"`` or ``"sinkhorn+newton"`` (auto
-    after switching); ``converged``: ``residual ≤ tol``.
+    returned ``w`` (with ``inequality``, the relative projected-gradient residual of the
+    module doc); ``method``: ``"sinkhorn"``, ``"newton"`` or ``"sinkhorn+newton"`` (auto after
+    switching); ``converged``: ``residual ≤ tol``; ``inequality``: projected onto ``W≤``
+    (duals ``≥ 0``).
     """
 
     w: np.ndarray
@@ -80,6 +101,7 @@ class ProjectionResult:
     residual: float
     method: str
     converged: bool
+    inequality: bool = False
 
     @property
     def scaling(self) -> np.ndarray:
@@ -289,11 +311,11 @@ class _Kernel:
         s, _ = _fill_log(self.logy, lam, self.log_w, self.w)
         return 0.5 * float(s.sum()) + float(self.r @ lam)
 
-    def finish(self, lam: np.ndarray) -> float:
+    def finish(self, lam: np.ndarray, inequality: bool = False) -> float:
         """Materialise ``w`` and ``log w`` at ``λ``; return the residual of that ``w``."""
         a = self._scaling(lam)
         s = _fill_both_product(self.y, a, self.logy, lam, self.log_w, self.w)
-        return self.residual(s)
+        return self.box_residual(s, lam) if inequality else self.residual(s)
 
     def log_rowsums(self, s: np.ndarray, lam: np.ndarray) -> np.ndarray:
         """``log S(λ)``, exact also for pods whose row sum underflows."""
@@ -305,29 +327,47 @@ class _Kernel:
     def residual(self, s: np.ndarray) -> float:
         return float(np.max(np.abs(s - self.r) / self.r))
 
-    def hessian_solve(self, s: np.ndarray, rhs: np.ndarray, rtol: float) -> np.ndarray:
-        """Solve ``(diag(S) + W) δ = rhs`` with ``w`` filled at the current ``λ``.
+    def box_residual(self, s: np.ndarray, lam: np.ndarray) -> float:
+        """KKT residual on ``λ ≥ 0``: ``max_v |λ_v − max(0, λ_v − (r_v − S_v)/r_v)|``."""
+        g = (self.r - s) / self.r
+        return float(np.max(np.abs(lam - np.maximum(0.0, lam - g))))
+
+    def hessian_solve(
+        self, s: np.ndarray, rhs: np.ndarray, rtol: float, free: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Solve ``(diag(S) + W) δ = rhs`` with ``w`` filled at the current ``λ``; with
+        ``free`` (bool [n]) only the block of the free pods (``rhs`` and the result are [F]).
 
         Dense for ``n ≤ 512``: Cholesky of the Jacobi-scaled matrix ``I + D^{-1/2}WD^{-1/2}``
         (eigenvalues in ``(0, 2]``; a tiny ridge if it is numerically singular, i.e. the weight
         sits on a nearly bipartite support). Above: Jacobi-preconditioned CG.
         """
         n = self.n
+        idx = np.arange(n) if free is None else np.flatnonzero(free)
+        sf = s[idx]
         if n <= _DENSE_NEWTON_MAX_N:
-            d = 1.0 / np.sqrt(s)
+            d = 1.0 / np.sqrt(sf)
             for ridge in (0.0, 1e-12, 1e-8):
+                h = _scaled_hessian(self.w, s, ridge)
+                if free is not None:
+                    h = np.ascontiguousarray(h[np.ix_(idx, idx)])
                 try:
-                    factor = sla.cho_factor(
-                        _scaled_hessian(self.w, s, ridge), overwrite_a=True, check_finite=False
-                    )
+                    factor = sla.cho_factor(h, overwrite_a=True, check_finite=False)
                 except np.linalg.LinAlgError:
                     continue
                 return d * sla.cho_solve(factor, d * rhs, check_finite=False)
             raise np.linalg.LinAlgError("the Hessian of the dual is not positive definite")
         w = self.w
-        op = spla.LinearOperator((n, n), matvec=lambda x: s * x + _pair_matvec(w, x), dtype=float)
-        jacobi = spla.LinearOperator((n, n), matvec=lambda x: x / s, dtype=float)
-        delta, _ = spla.cg(op, rhs, rtol=rtol, maxiter=10 * n, M=jacobi)
+        full = np.zeros(n)
+
+        def matvec(x):
+            full[idx] = x
+            return sf * x + _pair_matvec(w, full)[idx]
+
+        m = idx.size
+        op = spla.LinearOperator((m, m), matvec=matvec, dtype=float)
+        jacobi = spla.LinearOperator((m, m), matvec=lambda x: x / sf, dtype=float)
+        delta, _ = spla.cg(op, rhs, rtol=rtol, maxiter=10 * m, M=jacobi)
         return delta
 
 
@@ -412,6 +452,85 @@ def _newton(k: _Kernel, lam, tol, max_iter):
     return lam, it
 
 
+def _clipped_sweep(k: _Kernel, s: np.ndarray, lam: np.ndarray) -> np.ndarray:
+    """One damped Sinkhorn sweep on ``λ ≥ 0``: ``max(0, λ + ½ (log S − log r))``."""
+    return np.maximum(0.0, lam + 0.5 * (k.log_rowsums(s, lam) - k.log_r))
+
+
+def _sinkhorn_box(k: _Kernel, lam, tol, max_iter, stall: bool):
+    """Clipped symmetric Sinkhorn on ``λ ≥ 0`` (monotone in ``ψ``, module doc). Returns
+    ``(λ, sweeps, stalled)`` with the stall rule of :func:`_sinkhorn`."""
+    history: list[float] = []
+    newton_cost = _newton_cost_in_sweeps(k.n)
+    for it in range(max_iter):
+        s = k.rowsums(lam)
+        res = k.box_residual(s, lam)
+        if res <= tol:
+            return lam, it, False
+        history.append(res)
+        if stall and len(history) > _STALL_WINDOW:
+            rate = (res / history[-1 - _STALL_WINDOW]) ** (1.0 / _STALL_WINDOW)
+            if rate >= 1.0 or np.log(res / tol) > -np.log(rate) * newton_cost:
+                return lam, it, True
+        lam = _clipped_sweep(k, s, lam)
+    return lam, max_iter, False
+
+
+def _newton_box(k: _Kernel, lam, tol, max_iter):
+    """Projected Newton on ``min_{λ ≥ 0} ψ`` (two-metric projection, module doc). Returns
+    ``(λ, steps)``.
+
+    ε-active pods ``A = {λ_v ≤ ε, ∇_v ψ > 0}`` with ``ε = min(10⁻³, |λ − P(λ − ∇ψ/r)|_∞)``
+    step ``−∇_v ψ / S_v`` (the Hessian's diagonal), the rest solve their Hessian block; the
+    trial point ``P(λ + tδ)`` is accepted by Armijo on ``ψ`` with the slope
+    ``∇ψ·(P(λ + tδ) − λ)`` (:func:`_projected_step`). A Hessian that cannot be factorised
+    or a dual row sum that underflows falls back to one clipped Sinkhorn sweep.
+    """
+    s = k.fill(lam)
+    res = k.box_residual(s, lam)
+    it = 0
+    while res > tol and it < max_iter:
+        it += 1
+        grad = k.r - s
+        active = (lam <= min(1e-3, res)) & (grad > 0)
+        free = ~active
+        delta = np.zeros(k.n)
+        delta[active] = -grad[active] / np.maximum(s[active], 1e-300)
+        try:
+            if s.min() < 1e-200 * k.r.min():
+                raise np.linalg.LinAlgError("a row sum underflows")
+            if free.any():
+                delta[free] = k.hessian_solve(s, -grad[free], rtol=min(0.1, res), free=free)
+        except np.linalg.LinAlgError:
+            lam = _clipped_sweep(k, s, lam)
+        else:
+            lam = _projected_step(k, s, lam, grad, delta, free)
+        s = k.fill(lam)
+        res = k.box_residual(s, lam)
+    return lam, it
+
+
+def _projected_step(k: _Kernel, s, lam, grad, delta, free) -> np.ndarray:
+    """``P(λ + tδ)`` by Armijo backtracking on ``ψ`` along the projection arc. When the
+    active duals are already 0 and no free dual is clipped, the step is a Newton step on the
+    free block and is taken without comparing values once ``t|δ_F|_∞ ≤ 0.1`` (as in
+    :func:`_newton`). If no ``t ≥ 2⁻³⁰`` passes, one clipped Sinkhorn sweep (which never
+    increases ``ψ``)."""
+    step = float(np.abs(delta[free]).max(initial=0.0))
+    psi = 0.5 * float(s.sum()) + float(k.r @ lam)
+    newton_block = not lam[~free].any()
+    t = 1.0
+    for _ in range(_MAX_HALVINGS):
+        raw = lam + t * delta
+        trial = np.maximum(0.0, raw)
+        if newton_block and t * step <= _FULL_NEWTON_STEP and (raw[free] >= 0.0).all():
+            return trial
+        if k.psi(trial) <= psi + _ARMIJO * float(grad @ (trial - lam)):
+            return trial
+        t *= 0.5
+    return _clipped_sweep(k, s, lam)
+
+
 def project(
     y,
     model: OcsModel,
@@ -420,14 +539,18 @@ def project(
     tol: float = 1e-12,
     max_iter: int | None = None,
     log: bool = False,
+    inequality: bool = False,
 ) -> ProjectionResult:
-    """KL projection of ``y > 0`` [P] onto ``W = {w ≥ 0 : Σ_u w_uv = r_v}`` (see module doc).
+    """KL projection of ``y > 0`` [P] onto ``W = {w ≥ 0 : Σ_u w_uv = r_v}`` (see module doc),
+    or with ``inequality`` onto ``W≤ = {w ≥ 0 : Σ_u w_uv ≤ r_v}`` (duals ``λ ≥ 0``; dark ports).
 
     Parameters: ``y`` [P], positive pair weights in ``triu_indices`` order (``log y`` when
     ``log=True``: any finite values); ``method`` ``"auto"``, ``"sinkhorn"`` or ``"newton"``;
     ``warm`` [n], the ``duals`` of an earlier projection; ``tol``, bound on the relative degree
     residual; ``max_iter``, sweeps (Sinkhorn, auto) or steps (Newton), default 10,000 / 100.
-    The result may have ``converged = False`` when ``max_iter`` runs out.
+    The result may have ``converged = False`` when ``max_iter`` runs out. With
+    ``inequality`` the start (``warm`` or the default) is clipped to ``λ ≥ 0`` and ``tol``
+    bounds the KKT residual of the module doc.
     """
     if method not in METHODS:
         raise ConfigError("method", f"must be one of {METHODS}, got {method!r}")
@@ -447,15 +570,23 @@ def project(
     if max_iter is None:
         max_iter = _DEFAULT_MAX_ITER[method]
     if model.n == 2:
-        lam = np.full(2, 0.5 * logy[0])
+        if inequality:  # w = min(y, min r): the whole dual on the pod with fewer ports
+            lam = np.zeros(2)
+            j = int(np.argmin(model.r))
+            lam[j] = max(0.0, logy[0] - float(np.log(model.r[j])))
+        else:
+            lam = np.full(2, 0.5 * logy[0])
         k = _Kernel(logy, model, lam)
-        return ProjectionResult(k.w, k.log_w, lam, 0, k.finish(lam), method, True)
+        res = k.finish(lam, inequality)
+        return ProjectionResult(k.w, k.log_w, lam, 0, res, method, res <= tol, inequality)
     if warm is None:
         lam = np.full(model.n, 0.5 * _lse(logy))
     else:
         lam = np.array(warm, dtype=float)
         if lam.shape != (model.n,) or not np.isfinite(lam).all():
             raise ConfigError("warm", f"must be finite duals of shape ({model.n},)")
+    if inequality:
+        return _project_box(logy, model, method, lam, tol, max_iter)
     k = _Kernel(logy, model, lam)
     # The sweeps' row sums (product form) and those of the materialised w differ by rounding:
     # aim at half the tolerance so that the returned w meets it.
@@ -472,3 +603,22 @@ def project(
             used = "sinkhorn+newton"
     res = k.finish(lam)
     return ProjectionResult(k.w, k.log_w, lam, it, res, used, res <= tol)
+
+
+def _project_box(logy, model: OcsModel, method: str, lam, tol, max_iter) -> ProjectionResult:
+    """:func:`project` onto ``W≤`` from the start duals ``lam`` (clipped to ``≥ 0``)."""
+    lam = np.maximum(lam, 0.0)
+    k = _Kernel(logy, model, lam)  # an overflowing start is shifted up: still λ ≥ 0
+    target = 0.5 * tol
+    if method == "newton":
+        lam, it = _newton_box(k, lam, target, max_iter)
+        used = "newton"
+    else:
+        lam, it, stalled = _sinkhorn_box(k, lam, target, max_iter, stall=method == "auto")
+        used = "sinkhorn"
+        if stalled:
+            lam, it_newton = _newton_box(k, lam, target, _DEFAULT_MAX_ITER["newton"])
+            it += it_newton
+            used = "sinkhorn+newton"
+    res = k.finish(lam, inequality=True)
+    return ProjectionResult(k.w, k.log_w, lam, it, res, used, res <= tol, True)
