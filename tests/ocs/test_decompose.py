@@ -5,7 +5,7 @@ from __future__ import annotations
 import networkx as nx
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from trainfabric.errors import ConfigError
@@ -30,8 +30,15 @@ def _random_wiring(model: OcsModel, rng: np.random.Generator, shape: float = 0.5
     return round_to_degrees(model, y * a[iu] * a[iv])
 
 
+def _darken(model: OcsModel, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Take a random share (0-60%) of the circuits off ``x``: their ports stay dark."""
+    ends = np.repeat(np.arange(model.n_pairs), x)
+    off = rng.choice(ends, size=int(rng.uniform(0.0, 0.6) * ends.size), replace=False)
+    return x - np.bincount(off, minlength=model.n_pairs)
+
+
 @st.composite
-def wirings(draw, even=None):
+def wirings(draw, even=None, dark=False):
     n = draw(st.integers(3, 10))
     s = draw(st.sampled_from([1, 2, 3, 4]))
     p = np.array(draw(st.lists(st.integers(1, 3), min_size=n, max_size=n)))
@@ -46,7 +53,8 @@ def wirings(draw, even=None):
         d[np.argmin(d)] += 2 * s
     model = OcsModel(d.astype(np.int64), ocs=s)
     rng = np.random.default_rng(draw(st.integers(0, 2**31)))
-    return model, _random_wiring(model, rng, draw(st.sampled_from([0.2, 1.0])))
+    x = _random_wiring(model, rng, draw(st.sampled_from([0.2, 1.0])))
+    return model, _darken(model, x, rng) if dark else x
 
 
 def _check_split(model: OcsModel, x: np.ndarray, dec) -> None:
@@ -60,14 +68,13 @@ def _check_split(model: OcsModel, x: np.ndarray, dec) -> None:
         left[model.pair_index(u, v)] += k
     # never a dropped circuit: placed + reported = wiring
     assert np.array_equal(total + left, x)
-    if dec.feasible:
-        assert not dec.unrealised
+    assert dec.feasible == (not dec.unrealised)
+    for c in dec.configs:  # dark ports allowed: at most p_v busy ports per OCS
+        assert (c.sum(axis=1) <= model.ports_per_ocs).all()
+    if dec.feasible:  # a pod using all its ports uses all of them on every OCS
+        full = model.free_ports(x) == 0
         for c in dec.configs:
-            assert np.array_equal(c.sum(axis=1), model.ports_per_ocs)
-    else:
-        assert dec.unrealised
-        for c in dec.configs:
-            assert (c.sum(axis=1) <= model.ports_per_ocs).all()
+            assert np.array_equal(c.sum(axis=1)[full], model.ports_per_ocs[full])
 
 
 def _check_tables(model: OcsModel, dec, tables) -> None:
@@ -94,6 +101,40 @@ def test_even_ports_always_split_exactly(inst):
     model, x = inst
     dec = decompose(model, x)
     assert dec.feasible and dec.method == "euler"
+    _check_split(model, x, dec)
+    _check_tables(model, dec, cross_connects(model, dec))
+
+
+@given(wirings(even=True, dark=True))
+def test_even_ports_split_exactly_with_dark_ports(inst):
+    """Dark ports are padded with placeholders (self-loops, dummy circuits between pods with
+    an odd number of free ports) and dropped after the split: every circuit placed."""
+    model, x = inst
+    dec = decompose(model, x)
+    assert dec.feasible and dec.method == "euler"
+    _check_split(model, x, dec)
+    tables = cross_connects(model, dec)
+    _check_tables(model, dec, tables)
+    assert sum(len(t) for t in tables) == x.sum()  # a dark port has no cross-connect
+
+
+def test_dark_ports_with_odd_free_counts_and_an_empty_wiring():
+    """4 pods, 4 ports on 2 OCSes: a path 0-1-2-3 leaves pods 0 and 3 with 3 free ports
+    (odd) and pods 1 and 2 with 2; and the empty wiring (every port dark)."""
+    model = OcsModel.uniform(4, 4, 2)
+    path = np.zeros(model.n_pairs, dtype=np.int64)
+    path[model.pair_index([0, 1, 2], [1, 2, 3])] = 1
+    for x in (path, np.zeros(model.n_pairs, dtype=np.int64)):
+        dec = decompose(model, x)
+        assert dec.feasible and dec.method == "euler"
+        _check_split(model, x, dec)
+        _check_tables(model, dec, cross_connects(model, dec))
+
+
+@given(wirings(even=False, dark=True))
+def test_odd_ports_with_dark_ports_split_or_report(inst):
+    model, x = inst
+    dec = decompose(model, x)
     _check_split(model, x, dec)
     _check_tables(model, dec, cross_connects(model, dec))
 
@@ -207,6 +248,22 @@ def test_churn_aware_keeps_every_unchanged_circuit_when_possible():
     assert _changes(diff(cross_connects(model, old), cross_connects(model, new))) == 4
 
 
+@given(wirings(dark=True), st.integers(0, 2**31))
+def test_churn_aware_darkening_keeps_every_circuit(inst, seed):
+    """Turning circuits dark only frees ports: every remaining circuit stays on its OCS and
+    ports, and the diff only deletes."""
+    model, x = inst
+    prev = decompose(model, x)
+    assume(prev.feasible)
+    y = _darken(model, x, np.random.default_rng(seed))
+    dec = decompose_churn_aware(model, y, prev)
+    _check_split(model, y, dec)
+    assert dec.feasible and dec.kept == y.sum()
+    changes = diff(cross_connects(model, prev), cross_connects(model, dec))
+    assert not any(ch["adds"] for ch in changes)
+    assert sum(len(ch["deletes"]) for ch in changes) == x.sum() - y.sum()
+
+
 def test_unchanged_wiring_has_empty_diff():
     model = OcsModel.uniform(10, 8, 4)
     x = _random_wiring(model, np.random.default_rng(2))
@@ -241,8 +298,10 @@ def test_apply_diff_refuses_a_busy_port():
 
 def test_bad_input():
     model = OcsModel.uniform(4, 2, 2)
+    with pytest.raises(ConfigError, match="pod 0 uses 3 ports"):
+        decompose(model, np.array([3, 0, 0, 0, 0, 0]))
     with pytest.raises(ConfigError, match="x"):
-        decompose(model, np.zeros(model.n_pairs, dtype=np.int64))
+        decompose(model, np.full(model.n_pairs, -1))
     with pytest.raises(ConfigError, match="previous"):
         other = decompose(OcsModel.uniform(4, 2, 1), np.array([2, 0, 0, 0, 0, 2]))
         decompose_churn_aware(model, np.array([2, 0, 0, 0, 0, 2]), other)

@@ -1,17 +1,21 @@
 """Integer wiring -> per-OCS configurations -> cross-connect tables (spec §1.8 step S, §6.2).
 
-A wiring ``X`` (circuits per pod pair, every port used) is split into ``s`` symmetric
-configurations ``X^(k)``, one per OCS, with ``Σ_k X^(k) = X`` and row sums ``p_v = d_v / s``
-(uniform striping [A1]).
+A wiring ``X`` (circuits per pod pair, at most ``d_v`` ports of pod ``v`` used) is split into
+``s`` symmetric configurations ``X^(k)``, one per OCS, with ``Σ_k X^(k) = X`` and row sums at
+most ``p_v = d_v / s`` (uniform striping [A1]); a dark port carries no cross-connect.
 
-* **Every ``p_v`` even** (:func:`decompose`, always succeeds): orient ``X`` along closed
+* **Every ``p_v`` even** (:func:`decompose`, always succeeds): first pad ``X`` to exact
+  degrees with placeholders for its ``f_v = d_v − Σ_u X_uv`` dark ports: ``⌊f_v / 2⌋``
+  self-loops at ``v`` and one dummy circuit between consecutive pods with odd ``f_v`` (their
+  number is even, as ``Σ f ≡ Σ d`` is even). Then orient the padded multigraph along closed
   trails so that every pod has ``in = out = d_v / 2``; split every pod into ``p_v / 2``
   transmit and ``p_v / 2`` receive copies, each taking ``s`` of its out- (in-) circuits, which
   gives an ``s``-regular bipartite multigraph; peel ``s`` perfect matchings off it (König: a
   ``k``-regular bipartite multigraph has one; Hopcroft-Karp via
   ``scipy.sparse.csgraph.maximum_bipartite_matching``). Matching ``k`` gives every pod
   ``p_v / 2`` outgoing and ``p_v / 2`` incoming circuits: read undirected, a ``p_v``-regular
-  multigraph = OCS ``k``.
+  multigraph = OCS ``k``. Dropping the placeholders leaves every circuit of ``X`` on one OCS
+  and at most ``p_v`` ports of pod ``v`` busy on every OCS.
 * **Some ``p_v`` odd**: the split may not exist (the Petersen graph has no 3-edge-colouring).
   An exact integer program (HiGHS) maximises the circuits placed, ``y_{k,e} ∈ Z_{≥0}``,
   ``Σ_k y_{k,e} ≤ X_e``, ``Σ_u y_{k,uv} ≤ p_v``; a full placement is a valid split, otherwise
@@ -48,9 +52,10 @@ class Decomposition:
 
     ``configs``: ``s`` symmetric int64 ``[n, n]`` matrices (circuits between pods on that OCS);
     ``unrealised``: ``(u, v, circuits)`` of the wiring that no OCS holds (empty when
-    ``feasible``); ``feasible``: every circuit is placed and every OCS uses exactly ``p_v``
-    ports of pod ``v``; ``method``: ``"euler"``, ``"ip"`` or ``"churn"``; ``tables``: the port
-    assignment when it is fixed by an earlier one (churn-aware), else None (canonical, see
+    ``feasible``); ``feasible``: every circuit is placed and every OCS uses at most ``p_v``
+    ports of pod ``v`` (exactly ``p_v`` where the wiring uses all of the pod's ports);
+    ``method``: ``"euler"``, ``"ip"`` or ``"churn"``; ``tables``: the port assignment when it
+    is fixed by an earlier one (churn-aware), else None (canonical, see
     :func:`cross_connects`); ``kept``: circuits kept on their OCS and ports (churn-aware).
     """
 
@@ -127,10 +132,22 @@ def _copies(pods: np.ndarray, half: np.ndarray, s: int) -> np.ndarray:
     return offset[pods] + rank // s
 
 
-def _split_even(model: OcsModel, x: np.ndarray) -> list[np.ndarray]:
+def _padded_ends(model: OcsModel, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Circuit ends ``(eu, ev)`` of ``x`` followed by the placeholders of its dark ports
+    (module doc), and the mask of real circuits; every pod then has degree exactly ``d_v``
+    (a self-loop counts twice)."""
     iu, iv = model.pairs
-    eu = np.repeat(iu, x).astype(np.int64)
-    ev = np.repeat(iv, x).astype(np.int64)
+    free = model.free_ports(x)
+    loops = np.repeat(np.arange(model.n), free // 2)
+    odd = np.flatnonzero(free % 2)  # even count: Σ f ≡ Σ d ≡ 0 (mod 2) when every p_v is even
+    eu = np.concatenate([np.repeat(iu, x), loops, odd[0::2]]).astype(np.int64)
+    ev = np.concatenate([np.repeat(iv, x), loops, odd[1::2]]).astype(np.int64)
+    real = np.arange(eu.size) < int(x.sum())
+    return eu, ev, real
+
+
+def _split_even(model: OcsModel, x: np.ndarray) -> list[np.ndarray]:
+    eu, ev, real = _padded_ends(model, x)
     tail, head = _orient(model.n, eu, ev)
     s = model.ocs
     half = model.ports_per_ocs // 2
@@ -152,6 +169,7 @@ def _split_even(model: OcsModel, x: np.ndarray) -> list[np.ndarray]:
         lo = np.searchsorted(key_sorted, want)
         pick = _first_alive(order, lo, key_sorted, want, alive)
         alive[pick] = False
+        pick = pick[real[pick]]  # placeholders of dark ports get no cross-connect
         xk = np.zeros((model.n, model.n), dtype=np.int64)
         np.add.at(xk, (tail[pick], head[pick]), 1)
         configs.append(xk + xk.T)
@@ -242,14 +260,16 @@ def _result(model: OcsModel, x: np.ndarray, y: np.ndarray, method: str, **kw) ->
     miss = np.flatnonzero(left)
     unrealised = [(int(iu[e]), int(iv[e]), int(left[e])) for e in miss]
     configs = [model.to_matrix(yk) for yk in y]
-    ok = not unrealised and all(np.array_equal(c.sum(axis=1), model.ports_per_ocs) for c in configs)
+    ok = not unrealised and all((c.sum(axis=1) <= model.ports_per_ocs).all() for c in configs)
     return Decomposition(configs, unrealised, ok, method, **kw)
 
 
 def decompose(model: OcsModel, x: np.ndarray, time_limit_s: float = 10.0) -> Decomposition:
-    """Split the integer wiring ``x`` [P] into ``s`` per-OCS configurations (module doc).
+    """Split the integer wiring ``x`` [P] (at most ``d_v`` ports per pod) into ``s`` per-OCS
+    configurations (module doc).
 
-    Every ``p_v`` even: Euler orientation + ``s`` perfect matchings, always feasible. Otherwise
+    Every ``p_v`` even: padding of the dark ports, Euler orientation + ``s`` perfect
+    matchings, always feasible. Otherwise
     the exact integer program, within ``time_limit_s``; if it cannot place every circuit the
     result has ``feasible=False`` and lists the rest in ``unrealised``.
     """
