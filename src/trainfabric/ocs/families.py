@@ -53,11 +53,11 @@ OCS_SWITCHES = 4
 MIN_PODS, MAX_PODS = 8, 256
 # Sizes measured in benchmarks/ocs_vs_milp.py (the MILP proves each in well under 300 s).
 SIZES: dict[str, tuple[int, ...]] = {
-    "moe-layers": (8, 16, 32),
+    "moe-layers": (16, 32, 64),
     "pp-dp": (16, 32, 64),
     "perm-pipe-moe": (16, 32, 64),
-    "dp-ep": (8, 16, 32),
-    "two-jobs": (8, 16, 32),
+    "dp-ep": (16, 32, 64),
+    "two-jobs": (16, 32, 64),
 }
 
 
