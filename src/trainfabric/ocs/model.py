@@ -110,8 +110,9 @@ class OcsModel:
 
     @property
     def max_circuits(self) -> int:
-        """Most circuits a wiring can carry: ``min(⌊Σ d / 2⌋, Σ d − max d)`` (every circuit of
-        the largest pod ends at another pod; below that bound Hakimi's greedy reaches it)."""
+        """Most circuits a wiring can carry: ``min(⌊Σ d / 2⌋, Σ d − max d)`` (two ports per
+        circuit; every circuit of the largest pod ends at another pod; the bound is attained
+        by joining the two pods with the most free ports, one circuit at a time)."""
         d = self.degrees
         return int(min(d.sum() // 2, d.sum() - d.max()))
 
