@@ -1,0 +1,410 @@
+"""A certified lower bound on the integer optimum of the hard critical path (spec §1.5, §1.9 A).
+
+The integer problem: minimise ``CP(x) = max_π Σ_{i∈π} t_i(x)`` over integer wirings with
+``Σ_u x_uv ≤ d_v`` (dark ports allowed) and ``0 ≤ x_e ≤ K_e = min(d_u, d_v)``, where a comm
+node ``m`` on pair ``e`` lasts ``t_m = a_m + β_m f(x_e)``, ``β_m = 8·bytes_m`` (bits),
+``f(k) = 1/(B k + B0)`` (s/bit).
+
+**Relaxation.** ``φ_e`` is the piecewise-linear interpolant of ``f`` between consecutive
+integers (the upper envelope of the MILP's secant cuts): convex, equal to ``f`` at every
+integer, so replacing ``f`` by ``φ`` and letting ``x`` be fractional gives a convex problem
+whose optimum ``R*`` is at most the integer optimum (the LP relaxation of the secant-cut MILP,
+``milp.solve_milp(relax=True)``, solves exactly this problem on small instances).
+
+**Dual bound (weak duality twice).** Let ``μ`` be the node marginals of any probability law
+over source-to-sink paths (a unit flow; the Gibbs marginals of :class:`~.cost.PathCost` are
+one). Then ``CP(x) ≥ Σ_i μ_i t_i(x) = C(μ) + Σ_e W_e f(x_e)`` with ``C(μ) = Σ_i μ_i p_i +
+Σ_m μ_m a_m`` and ``W_e = Σ_{m on e} μ_m β_m``, and for pod prices ``λ ≥ 0``::
+
+    R* ≥ LB(μ, λ) = C(μ) + Σ_e h_e(λ_u + λ_v) − Σ_v λ_v d_v,
+    h_e(c) = min_{0 ≤ x ≤ K_e} W_e φ(x) + c x = min_{k ∈ {0..K_e}} W_e f(k) + c k,
+
+the inner minimum being at an integer because ``W_e φ + c x`` is piecewise linear with
+integer breakpoints. ``h_e`` is evaluated in closed form: the slope on ``[k, k+1]`` is
+``c − W_e B / ((Bk + B0)(B(k+1) + B0))``, increasing in ``k``, so the minimiser is the first
+``k`` where it turns non-negative: ``k* = ceil((z* − B0) / B)`` clipped to ``[0, K_e]`` with
+``z*`` the positive root of ``z (z + B) = W_e B / c`` (the three integers around ``k*`` are
+compared, which makes the float rounding of the root harmless). Any ``μ`` and any ``λ ≥ 0``
+give a valid bound; the work goes into making it tight:
+
+* ``λ`` for a given ``μ``: the inner problem ``min Σ_e W_e φ(x_e)`` over the relaxed
+  polytope is the LP of a fractional b-matching with one unit-capacity column per pair and
+  segment ``[k, k+1]`` (cost ``W_e (f(k+1) − f(k)) < 0``). HiGHS solves it; its row duals are
+  the prices (only used as numbers: the bound is re-evaluated exactly from them).
+* ``μ``: ``LB`` is concave in ``μ`` and its supergradient is the node durations at the inner
+  minimiser ``x*(μ)``. Starting from the Gibbs marginals at the plan's wirings, the
+  certificate mixes in the Gibbs marginals under the durations at ``x*(μ)`` (a smoothed
+  best response, step ``2/(k+2)``) and keeps the best bound. Every ``x*(μ)`` is feasible for
+  the relaxation, so ``U_R = min_k CP_φ(x*(μ_k))`` bounds ``R*`` from above.
+
+Reported: ``lower_bound_s`` (``max_k LB``, times ``1 − 1e-9`` for float rounding in ``μ``),
+``tolerance = U_R / lower_bound_s − 1`` (how far the bound may sit below the relaxation's own
+optimum: the certificate's duality gap), and the plan's ``certified_gap = CP(x) /
+lower_bound_s − 1``. Only pairs with ``W_e > 0`` enter the LP (``h_e = 0`` otherwise).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import highspy
+import numba
+import numpy as np
+import scipy.sparse as sp
+
+from trainfabric.errors import ConfigError
+from trainfabric.ocs.highs import quiet_highs
+from trainfabric.ocs.model import OcsModel
+from trainfabric.workloads.dag import COMM
+
+_SAFETY = 1e-9  # relative allowance for float rounding in the flow μ (conservation to ~1e-15)
+
+
+@dataclass
+class Certificate:
+    """A lower bound on the integer optimum of the hard critical path (seconds).
+
+    ``lower_bound_s`` ≤ every integer wiring's critical path; ``relaxation_upper_s`` ≥ the
+    relaxation's optimum (the critical path under ``φ`` of a feasible fractional wiring);
+    ``tolerance = relaxation_upper_s / lower_bound_s − 1``; ``rounds``: flows tried.
+    """
+
+    lower_bound_s: float
+    relaxation_upper_s: float
+    tolerance: float
+    rounds: int
+
+    def gap(self, critical_path_s: float) -> float:
+        """``CP / lower_bound − 1``: how far a wiring of critical path ``CP`` can be from the
+        integer optimum, at most."""
+        return critical_path_s / self.lower_bound_s - 1.0
+
+
+class Relaxation:
+    """The relaxed problem of the module doc for one DAG on one OCS model."""
+
+    def __init__(self, cost, model: OcsModel):
+        self.cost = cost
+        self.model = model
+        dag = cost.dag
+        self.comm = np.flatnonzero(dag.kind == COMM)
+        self.pair = model.pair_index(dag.pod[self.comm], dag.dst[self.comm]).astype(np.int64)
+        self.bits = 8.0 * dag.bytes[self.comm]
+        fixed = dag.duration_s.astype(float).copy()
+        fixed[self.comm] = dag.latency_s[self.comm]
+        self.fixed = fixed
+        iu, iv = model.pairs
+        self.iu, self.iv = iu, iv
+        self.cap = np.minimum(model.degrees[iu], model.degrees[iv]).astype(np.int64)
+
+    # -- durations ---------------------------------------------------------------------------
+
+    def f(self, k: np.ndarray) -> np.ndarray:
+        """``f(k) = 1 / (B k + B0)`` (s/bit)."""
+        return 1.0 / (self.model.rate_bps * k + self.model.fallback_bps)
+
+    def phi(self, x: np.ndarray) -> np.ndarray:
+        """``φ(x)``: ``f`` interpolated linearly between consecutive integers."""
+        lo = np.floor(x)
+        frac = x - lo
+        return (1.0 - frac) * self.f(lo) + frac * self.f(lo + 1.0)
+
+    def durations(self, x: np.ndarray) -> np.ndarray:
+        """Node durations (s) under ``φ`` at the fractional wiring ``x``."""
+        t = self.fixed.copy()
+        t[self.comm] += self.bits * self.phi(np.asarray(x, dtype=float))[self.pair]
+        return t
+
+    def critical_path(self, x: np.ndarray) -> float:
+        """``CP_φ(x)``: the hard critical path under the interpolated durations."""
+        return self.cost.dag.critical_path(self.durations(x))
+
+    # -- the bound for one flow --------------------------------------------------------------
+
+    def weights(self, mu: np.ndarray) -> tuple[float, np.ndarray]:
+        """``(C(μ), W)``: the fixed part ``Σ μ_i p_i + Σ μ_m a_m`` (s) and the per-pair
+        weights ``W_e = Σ_{m on e} μ_m β_m`` (bits)."""
+        const = float(mu @ self.fixed)
+        w = np.bincount(self.pair, mu[self.comm] * self.bits, minlength=self.model.n_pairs)
+        return const, w
+
+    def inner(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Prices ``λ ≥ 0`` and the minimiser ``x*`` of ``Σ_e W_e φ(x_e)`` over the relaxed
+        polytope, by the segment LP of the module doc (HiGHS, dual simplex)."""
+        model = self.model
+        active = np.flatnonzero(w > 0)
+        lam = np.zeros(model.n)
+        x = np.zeros(model.n_pairs)
+        if active.size == 0:
+            return lam, x
+        caps = self.cap[active]
+        col_pair = np.repeat(active, caps)
+        k = np.arange(col_pair.size) - np.repeat(np.cumsum(caps) - caps, caps)
+        cost = w[col_pair] * (self.f(k + 1.0) - self.f(k))
+        keep = cost < 0
+        col_pair, cost = col_pair[keep], cost[keep]
+        scale = 1.0 / np.abs(cost).max()
+        cols = np.arange(col_pair.size)
+        a = sp.csr_matrix(
+            (
+                np.ones(2 * cols.size),
+                (np.concatenate([self.iu[col_pair], self.iv[col_pair]]), np.tile(cols, 2)),
+            ),
+            shape=(model.n, cols.size),
+        )
+        y, duals = _solve_lp(cost * scale, a, model.degrees.astype(float))
+        lam = np.maximum(-duals / scale, 0.0)
+        x = np.bincount(col_pair, y, minlength=model.n_pairs)
+        return lam, x
+
+    def dual_value(self, w: np.ndarray, lam: np.ndarray) -> float:
+        """``Σ_e h_e(λ_u + λ_v) − Σ_v λ_v d_v`` (seconds), exact for the given prices."""
+        active = np.flatnonzero(w > 0)
+        c = lam[self.iu[active]] + lam[self.iv[active]]
+        h = _h(w[active], c, self.cap[active], self.model.rate_bps, self.model.fallback_bps)
+        return float(h.sum() - lam @ self.model.degrees)
+
+    def bound(self, mu: np.ndarray) -> tuple[float, np.ndarray]:
+        """``(LB(μ, λ(μ)), x*(μ))`` for the flow ``μ``."""
+        const, w = self.weights(mu)
+        lam, x = self.inner(w)
+        return const + self.dual_value(w, lam), x
+
+
+def _h(w, c, cap, rate, fallback) -> np.ndarray:
+    """``h(c) = min_{k ∈ 0..cap} W f(k) + c k`` per pair (vectorised, exact; see module doc).
+
+    ``z* = 2a / (r + sqrt(r² + 4a))``, ``a = W r / c`` (the root without cancellation;
+    ``c = 0`` gives ``a = ∞``, ``k* = cap``). The best of the three integers around ``k*`` is
+    kept only where it is a local (hence, by convexity, global) minimum of the sequence; any
+    other pair is minimised by enumerating ``0..cap``, so float error can never raise ``h``."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        a = w * rate / c
+        z = np.where(a > 1e200, np.sqrt(a), 2.0 * a / (rate + np.sqrt(rate * rate + 4.0 * a)))
+        k = np.ceil((z - fallback) / rate)
+    k = np.clip(np.where(np.isnan(k), 0.0, k), 0, cap)
+
+    def val(kk):
+        return w / (rate * kk + fallback) + c * kk
+
+    cands = np.stack([np.clip(k + dk, 0, cap) for dk in (-1.0, 0.0, 1.0)])
+    best_k = np.take_along_axis(cands, np.argmin(val(cands), axis=0)[None], axis=0)[0]
+    best = val(best_k)
+    local = (val(np.maximum(best_k - 1, 0)) >= best) & (val(np.minimum(best_k + 1, cap)) >= best)
+    for i in np.flatnonzero(~local):
+        best[i] = (
+            w[i] / (rate * np.arange(cap[i] + 1.0) + fallback) + c[i] * np.arange(cap[i] + 1.0)
+        ).min()
+    return best
+
+
+def _solve_lp(cost: np.ndarray, a: sp.csr_matrix, upper: np.ndarray):
+    """``min cost·y  s.t.  A y ≤ upper, 0 ≤ y ≤ 1``: primal ``y`` and row duals (≤ 0)."""
+    n_rows, n_cols = a.shape
+    h = _highs(cost, np.zeros(n_cols), np.ones(n_cols), a, np.full(n_rows, -np.inf), upper)
+    return _optimal(h)
+
+
+def _optimal(h: highspy.Highs) -> tuple[np.ndarray, np.ndarray]:
+    """Run ``h``; its primal and row duals, or a ConfigError naming ``bound``."""
+    h.run()
+    status = h.getModelStatus()
+    if status != highspy.HighsModelStatus.kOptimal:
+        raise ConfigError("bound", f"the bound's LP ended {h.modelStatusToString(status)}")
+    sol = h.getSolution()
+    return np.asarray(sol.col_value), np.asarray(sol.row_dual)
+
+
+@numba.njit(cache=True)
+def _longest_path_nodes(indptr, indices, dur):  # pragma: no cover - compiled
+    """Indicator (0/1 floats) of one longest root-to-leaf path under durations ``dur``."""
+    n = dur.size
+    start = np.zeros(n)
+    pred = np.full(n, -1, dtype=np.int64)
+    best, end = -1.0, 0
+    for i in range(n):
+        finish = start[i] + dur[i]
+        if indptr[i] == indptr[i + 1] and finish > best:
+            best, end = finish, i
+        for k in range(indptr[i], indptr[i + 1]):
+            j = indices[k]
+            if finish > start[j] or pred[j] < 0:
+                start[j] = max(start[j], finish)
+                if finish >= start[j]:
+                    pred[j] = i
+    mu = np.zeros(n)
+    i = end
+    while i >= 0:
+        mu[i] = 1.0
+        i = pred[i]
+    return mu
+
+
+class _Master:
+    """The restricted master LP over a pool of flows ("atoms", column generation on ``μ``)::
+
+        min T  s.t.  T ≥ C_j + Σ_e W_je φ(x_e)  (atom j),  Σ_{e∋v} x_e ≤ d_v,  0 ≤ x ≤ K,
+
+    with ``φ(x_e) = f(0)·s_e``, ``s_e = 1 + Σ_k (f(k+1) − f(k))/f(0) · y_ek``, ``x_e = Σ_k y_ek``,
+    ``0 ≤ y ≤ 1`` (exact: the slopes increase with ``k``, so an optimal ``y`` fills the segments
+    in order). Times are divided by the first atom's value at ``x = 0`` so HiGHS sees numbers
+    of order 1. Its value is ``min_x max_j`` of valid lower bounds on ``CP_φ``; the duals ``α``
+    of the atom rows (a convex combination) and ``λ`` of the degree rows are re-evaluated
+    exactly by :meth:`Relaxation.dual_value`, so the reported bound never rests on the LP's
+    tolerances. New atoms are added as rows to the same HiGHS instance, which re-solves from
+    the previous basis (dual simplex warm start).
+    """
+
+    def __init__(self, rel: Relaxation, pairs: np.ndarray, const: float, w: np.ndarray):
+        self.rel, self.pairs = rel, pairs
+        m = rel.model
+        caps = rel.cap[pairs]
+        col_pair = np.repeat(np.arange(pairs.size), caps)
+        k = np.arange(col_pair.size) - np.repeat(np.cumsum(caps) - caps, caps)
+        self.col_pair = col_pair
+        self.f0 = rel.f(0.0)
+        self.scale = 1.0 / (const + self.f0 * w.sum())
+        n_y, n_p = col_pair.size, pairs.size
+        self.t_col = n_y + n_p
+        y_cols, s_cols = np.arange(n_y), n_y + np.arange(n_p)
+        slope = (rel.f(k + 1.0) - rel.f(k)) / self.f0
+        rows = np.concatenate([col_pair, np.arange(n_p), rel.iu[pairs][col_pair] + n_p])
+        rows = np.concatenate([rows, rel.iv[pairs][col_pair] + n_p])
+        cols = np.concatenate([y_cols, s_cols, y_cols, y_cols])
+        vals = np.concatenate([-slope, np.ones(n_p), np.ones(2 * n_y)])
+        a = sp.csr_matrix((vals, (rows, cols)), shape=(n_p + m.n, self.t_col + 1))
+        cost = np.zeros(self.t_col + 1)
+        cost[-1] = 1.0
+        self.h = _highs(
+            cost,
+            np.concatenate([np.zeros(n_y), np.full(n_p + 1, -np.inf)]),
+            np.concatenate([np.ones(n_y), np.full(n_p + 1, np.inf)]),
+            a,
+            np.concatenate([np.ones(n_p), np.full(m.n, -np.inf)]),
+            np.concatenate([np.ones(n_p), m.degrees.astype(float)]),
+        )
+        self.first_atom_row = n_p + m.n
+        self.consts: list[float] = []
+        self.weights: list[np.ndarray] = []
+        self.add(const, w)
+
+    def add(self, const: float, w: np.ndarray) -> None:
+        """Add the row ``T − Σ_e W_e f(0) s_e ≥ C`` (scaled) for a new atom."""
+        wp = w[self.pairs]
+        self.consts.append(const)
+        self.weights.append(wp)
+        nz = np.flatnonzero(wp > 0)
+        idx = np.concatenate([self.col_pair.size + nz, [self.t_col]]).astype(np.int32)
+        val = np.concatenate([-wp[nz] * self.f0 * self.scale, [1.0]])
+        self.h.addRow(const * self.scale, np.inf, idx.size, idx, val)
+
+    def solve(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(x, α, λ)``: the master's wiring [P], atom weights (sum 1) and prices ``λ ≥ 0``."""
+        n = self.rel.model.n
+        col, dual = _optimal(self.h)
+        x = np.zeros(self.rel.model.n_pairs)
+        x[self.pairs] = np.bincount(self.col_pair, col[: self.col_pair.size], self.pairs.size)
+        alpha = np.maximum(dual[self.first_atom_row :], 0.0)
+        alpha = alpha / alpha.sum() if alpha.sum() > 0 else np.full(alpha.size, 1.0 / alpha.size)
+        lam = np.maximum(-dual[self.first_atom_row - n : self.first_atom_row] / self.scale, 0.0)
+        return x, alpha, lam
+
+    def mixture(self, alpha: np.ndarray) -> tuple[float, np.ndarray]:
+        """``(C, W)`` of the convex combination ``Σ_j α_j`` (atom j) over all pairs."""
+        w = np.zeros(self.rel.model.n_pairs)
+        w[self.pairs] = alpha @ np.array(self.weights)
+        return float(alpha @ np.array(self.consts)), w
+
+
+def _highs(cost, col_lo, col_hi, a: sp.csr_matrix, row_lo, row_hi) -> highspy.Highs:
+    """A quiet single-threaded HiGHS instance holding ``min cost·z  s.t.  row_lo ≤ A z ≤
+    row_hi, col_lo ≤ z ≤ col_hi``."""
+    n_rows, n_cols = a.shape
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = n_cols, n_rows
+    lp.sense_ = highspy.ObjSense.kMinimize
+    lp.col_cost_, lp.col_lower_, lp.col_upper_ = cost, col_lo, col_hi
+    lp.row_lower_, lp.row_upper_ = row_lo, row_hi
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    lp.a_matrix_.num_col_, lp.a_matrix_.num_row_ = n_cols, n_rows
+    lp.a_matrix_.start_ = a.indptr.astype(np.int32)
+    lp.a_matrix_.index_ = a.indices.astype(np.int32)
+    lp.a_matrix_.value_ = a.data.astype(float)
+    h = quiet_highs()
+    for name, value in (
+        ("output_flag", False),
+        ("threads", 1),
+        ("random_seed", 0),
+        ("presolve", "off"),
+        ("solver", "simplex"),
+    ):
+        h.setOptionValue(name, value)
+    h.passModel(lp)
+    return h
+
+
+def certify(
+    cost,
+    model: OcsModel,
+    starts: list[np.ndarray],
+    b2: float,
+    rounds: int = 24,
+    rtol: float = 1e-3,
+) -> Certificate:
+    """A :class:`Certificate` for ``cost`` (a PathCost) on ``model``; ``rounds`` is the work
+    budget (one round = one Gibbs sweep, one LP and one longest-path sweep).
+
+    1. **Flows by smoothed best response** (``rounds // 2`` steps): start from the best of the
+       Gibbs marginals at ``b2`` (1/s) of the wirings in ``starts`` (e.g. the fractional
+       solution and the integer plan); at each step, mix in (weight ``2/(k+3)``) the Gibbs
+       marginals at ``b2`` under ``φ`` at the inner minimiser ``x*(μ)`` — a Frank–Wolfe step
+       on the concave ``LB(μ)`` with a smoothed linear oracle. Every flow met is kept as an
+       atom.
+    2. **Restricted master** (:class:`_Master`) over the atoms, then column generation: the
+       master's wiring prices two new atoms (Gibbs marginals and one longest path under ``φ``)
+       until ``CP_φ(x) ≤ (1 + rtol)·bound`` or the budget is spent. The master's optimum
+       dominates every atom and every mixture of them.
+
+    The relaxation upper bound is the least ``CP_φ`` over the feasible fractional wirings
+    met (the inner minimisers, their running average, the master's wirings).
+    """
+    if int(rounds) != rounds or rounds < 1:
+        raise ConfigError("rounds", f"must be a positive integer, got {rounds}")
+    rel = Relaxation(cost, model)
+    dag = cost.dag
+    atoms = [rel.weights(cost.marginals(np.asarray(x, dtype=float), b2)) for x in starts]
+    best, upper, mu, x_star = -np.inf, np.inf, None, None
+    for x in starts:
+        cand = cost.marginals(np.asarray(x, dtype=float), b2)
+        lb, xs = rel.bound(cand)
+        upper = min(upper, rel.critical_path(xs))
+        if lb > best:
+            best, mu, x_star = lb, cand, xs
+    x_avg = x_star.copy()
+    for k in range(rounds // 2):
+        response = cost._sweeps(b2 * rel.durations(x_star))[1]
+        atoms.append(rel.weights(response))
+        step = 2.0 / (k + 3.0)
+        mu = (1.0 - step) * mu + step * response
+        lb, x_star = rel.bound(mu)
+        best = max(best, lb)
+        x_avg = (1.0 - step) * x_avg + step * x_star
+        upper = min(upper, rel.critical_path(x_star), rel.critical_path(x_avg))
+    active = np.flatnonzero(np.bincount(rel.pair, rel.bits, minlength=model.n_pairs) > 0)
+    master = _Master(rel, active, *atoms[0])
+    for atom in atoms[1:]:
+        master.add(*atom)
+    done = len(starts) + rounds // 2
+    for _ in range(rounds - rounds // 2):
+        done += 1
+        x, alpha, lam = master.solve()
+        const, w = master.mixture(alpha)
+        best = max(best, const + rel.dual_value(w, lam))
+        t = rel.durations(x)
+        upper = min(upper, dag.critical_path(t))
+        if upper <= (1.0 + rtol) * best:
+            break
+        master.add(*rel.weights(cost._sweeps(b2 * t)[1]))
+        master.add(*rel.weights(_longest_path_nodes(dag.indptr, dag.indices, t)))
+    lower = best * (1.0 - _SAFETY)
+    return Certificate(lower, upper, upper / lower - 1.0, done)

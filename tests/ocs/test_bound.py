@@ -1,0 +1,115 @@
+"""The certified lower bound (ocs/bound.py) against the MILP optimum, the LP relaxation solved
+by HiGHS, brute force and closed forms."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainfabric.ocs.bound import Relaxation, _h, _longest_path_nodes, certify
+from trainfabric.ocs.cost import PathCost
+from trainfabric.ocs.families import FAMILIES, family
+from trainfabric.ocs.milp import solve_milp
+from trainfabric.ocs.model import OcsModel
+from trainfabric.ocs.planner import plan
+from trainfabric.workloads import build_dag, get_preset
+
+RATE, FALLBACK = 100e9, 5e9
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    w=st.floats(0, 1e12),
+    c=st.floats(0, 1e3),
+    cap=st.integers(0, 40),
+)
+def test_closed_form_pair_minimum_is_the_minimum_over_every_integer(w, c, cap):
+    """``h(c) = min_{k ≤ cap} W f(k) + c k`` (the PL interpolant's minimum is at an integer)."""
+    ks = np.arange(cap + 1.0)
+    brute = (w / (RATE * ks + FALLBACK) + c * ks).min()
+    got = _h(np.array([w]), np.array([c]), np.array([cap]), RATE, FALLBACK)[0]
+    assert got == pytest.approx(brute, rel=1e-12, abs=1e-300)
+
+
+def _instance(name: str, pods: int, ports: int = 8, seed: int = 0):
+    if name in FAMILIES:
+        return family(name, pods, ports, seed)
+    return build_dag(get_preset(name, pods=pods), seed), OcsModel.uniform(pods, ports, 4)
+
+
+def test_a_longest_path_indicator_has_the_critical_path_length():
+    dag, model = _instance("hybrid", 8)
+    cost = PathCost(dag, model)
+    t = cost.durations(np.full(model.n_pairs, 0.5))
+    path = _longest_path_nodes(dag.indptr, dag.indices, t)
+    assert path @ t == pytest.approx(dag.critical_path(t), rel=1e-12)
+    assert path[np.flatnonzero(np.diff(dag.indptr) == 0)].sum() == 1  # one leaf
+
+
+def test_any_flow_and_any_prices_bound_every_integer_wiring_by_enumeration():
+    """``LB(μ, λ) ≤ min_x Σ μ_i t_i(x)`` over every integer wiring (4 pods, 2 ports each),
+    for Gibbs flows at random wirings and random prices ``λ ≥ 0``."""
+    dag, _ = _instance("moe", 4)
+    model = OcsModel.uniform(4, 2, 2)
+    cost = PathCost(dag, model)
+    rel = Relaxation(cost, model)
+    rng = np.random.default_rng(3)
+    iu, iv = model.pairs
+    wirings = [
+        np.array(x)
+        for x in itertools.product(range(3), repeat=model.n_pairs)
+        if (np.bincount(iu, x, 4) + np.bincount(iv, x, 4) <= 2).all()
+    ]
+    for _ in range(5):
+        mu = cost.marginals(rng.uniform(0, 2, model.n_pairs), 10 * rng.uniform(0.1, 10))
+        const, w = rel.weights(mu)
+        lam = rng.exponential(1e-3, 4) * rng.integers(0, 2, 4)
+        lb = const + rel.dual_value(w, lam)
+        best = min(mu @ cost.durations(x) for x in wirings)
+        assert lb <= best * (1 + 1e-12)
+        assert best <= min(cost.hard(x) for x in wirings) * (1 + 1e-12)
+
+
+CASES = [
+    ("moe", 8, 8),
+    ("hybrid", 8, 8),
+    ("pipeline", 8, 8),
+    ("dp-ring", 8, 8),
+    ("dp-hd", 8, 8),
+    *[(name, 8, 8) for name in FAMILIES],
+]
+
+
+@pytest.mark.parametrize("name,pods,ports", CASES)
+def test_bound_is_below_the_milp_optimum_and_the_lp_relaxation(name, pods, ports):
+    """Bound ≤ LP relaxation (HiGHS, a second method on the same relaxation) ≤ MILP optimum,
+    and the LP value lies inside the certificate's interval ``[bound, relaxation_upper]``."""
+    dag, model = _instance(name, pods, ports)
+    cost = PathCost(dag, model)
+    p = plan(dag, model)
+    cert = certify(cost, model, [p.x_frac, p.x], p.b2)
+    lp = solve_milp(dag, model, relax=True, time_limit_s=60)
+    opt = solve_milp(dag, model, time_limit_s=60)
+    assert lp.status == "optimal" and opt.status == "optimal"
+    assert cert.lower_bound_s <= lp.objective_s * (1 + 1e-7)
+    assert lp.objective_s <= cert.relaxation_upper_s * (1 + 1e-7)
+    assert cert.lower_bound_s <= opt.objective_s
+    assert cert.lower_bound_s <= p.hard_critical_path_s
+    assert cert.tolerance == pytest.approx(cert.relaxation_upper_s / cert.lower_bound_s - 1)
+
+
+@pytest.mark.parametrize("name", ["moe", "hybrid", "dp-hd"])
+def test_certificate_converges_to_the_lp_relaxation_within_its_tolerance(name):
+    """With a large enough budget the certificate closes on the relaxation HiGHS solves: the
+    LP value sits within the certificate's own tolerance above the bound."""
+    dag, model = _instance(name, 8)
+    cost = PathCost(dag, model)
+    p = plan(dag, model)
+    cert = certify(cost, model, [p.x_frac, p.x], p.b2, rounds=80, rtol=1e-4)
+    lp = solve_milp(dag, model, relax=True, time_limit_s=60).objective_s
+    assert cert.tolerance <= 2e-3
+    assert cert.lower_bound_s <= lp <= cert.lower_bound_s * (1 + cert.tolerance) * (1 + 1e-7)
