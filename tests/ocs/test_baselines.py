@@ -16,8 +16,9 @@ from trainfabric.ocs.baselines import (
     proportional_fill,
     uniform_mesh,
 )
-from trainfabric.ocs.cost import temperatures
+from trainfabric.ocs.cost import PathCost, temperatures
 from trainfabric.ocs.model import OcsModel
+from trainfabric.ocs.prior import uniform_prior
 from trainfabric.ocs.solver import solve
 from trainfabric.workloads import build_dag, get_preset
 from trainfabric.workloads.dag import DagBuilder
@@ -211,3 +212,22 @@ def test_demand_proportional_without_traffic_is_uniform():
     b = DagBuilder(5)
     b.compute(0, 1.0)
     np.testing.assert_array_equal(demand_proportional(b.build(), model), uniform_mesh(model))
+
+
+@pytest.mark.parametrize(
+    "name,pods,ports", [("hybrid", 16, 8), ("moe", 12, 4), ("pipeline", 32, 8)]
+)
+def test_best_near_uniform_stays_within_one_circuit_of_the_mesh_and_beats_the_plain_mesh(
+    name, pods, ports
+):
+    from trainfabric.ocs.baselines import best_near_uniform
+
+    dag = build_dag(get_preset(name, pods=pods), 0)
+    model = OcsModel.uniform(pods, ports, 4)
+    cost = PathCost(dag, model)
+    x = best_near_uniform(cost, model, samples=4, seed=1)
+    mesh = model.total_circuits * uniform_prior(model)
+    assert (np.abs(x - mesh) < 1).all()
+    model.check_wiring(x, exact=True)
+    assert cost.hard(x) <= cost.hard(uniform_mesh(model))
+    assert np.array_equal(x, best_near_uniform(cost, model, samples=4, seed=1))
