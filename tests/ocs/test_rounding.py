@@ -1,4 +1,5 @@
-"""Rounding to exact degrees (spec §1.8 R, T8) and cost-aware rounding of a fractional wiring."""
+"""Rounding to exact degrees (spec §1.8 R, T8) and cost-aware rounding of a fractional wiring
+with dark ports (degrees ``<= d``), searched on the hard critical path with a work budget."""
 
 from __future__ import annotations
 
@@ -14,14 +15,8 @@ from trainfabric.ocs.cost import PathCost
 from trainfabric.ocs.milp import solve_milp
 from trainfabric.ocs.model import OcsModel
 from trainfabric.ocs.prior import uniform_prior
-from trainfabric.ocs.rounding import (
-    _hard_sweeps,
-    _polish_state,
-    _Reduced,
-    _soft_sweeps,
-    round_to_degrees,
-    round_wiring,
-)
+from trainfabric.ocs.rounding import round_to_degrees, round_wiring
+from trainfabric.ocs.search import _hard_sweeps, _polish_state, _Reduced, _soft_sweeps
 from trainfabric.workloads import build_dag, get_preset
 from trainfabric.workloads.dag import DagBuilder
 
@@ -74,7 +69,7 @@ def _objective(model, x_frac, score, x):
 def test_exact_degrees(inst, exact):
     model, x_frac = inst
     x = round_to_degrees(model, x_frac, exact=exact)
-    model.check_wiring(x)
+    model.check_wiring(x, exact=True)
     assert x.dtype == np.int64
 
 
@@ -116,7 +111,7 @@ def test_residual_matching_is_optimal_vs_brute_force(seed):
     x_frac = _in_polytope(model, rng, 0.5)
     score = None if seed % 2 else rng.normal(size=model.n_pairs)
     x = round_to_degrees(model, x_frac, score, exact=True)
-    model.check_wiring(x)
+    model.check_wiring(x, exact=True)
     weights = x_frac - np.floor(x_frac + 1e-9) if score is None else score
     got = _objective(model, x_frac, weights, x)
     beyond, neg_weight = _brute_force(model, x_frac, weights)
@@ -138,7 +133,7 @@ def test_greedy_close_to_exact_on_larger_instances():
 def test_zero_start_and_integral_input():
     model = OcsModel.uniform(6, 4, 2)
     x = round_to_degrees(model, np.zeros(model.n_pairs))
-    model.check_wiring(x)
+    model.check_wiring(x, exact=True)
     assert np.array_equal(round_to_degrees(model, x.astype(float)), x)
 
 
@@ -149,7 +144,7 @@ def test_unrealisable_floor_residual_is_repaired():
         np.array([[0, 0, 0, 0], [0, 0, 2, 2], [0, 2, 0, 2], [0, 2, 2, 0]], dtype=float)
     )
     x = round_to_degrees(model, x_frac)
-    model.check_wiring(x)
+    model.check_wiring(x, exact=True)
 
 
 def test_bad_input():
@@ -230,15 +225,22 @@ def test_reduced_dag_is_exact(name, dag, n):
 
 
 def _brute_force_cp(cost, model):
-    """Minimum hard critical path over every integer wiring with exact degrees."""
+    """Minimum hard critical path over every integer wiring with degrees ``<= d``."""
     iu, iv = model.pairs
     caps = np.minimum(model.degrees[iu], model.degrees[iv])
     best = np.inf
     for y in itertools.product(*[range(c + 1) for c in caps]):
         y = np.array(y)
-        if np.array_equal(model.pod_degrees(y), model.degrees):
+        if (model.pod_degrees(y) <= model.degrees).all():
             best = min(best, cost.hard(y))
     return best
+
+
+def _assert_wiring(model, x):
+    """Degrees ``<= d``, and completed as far as pairing goes: at most one pod has dark ports
+    (two pods with dark ports could always take one more circuit)."""
+    model.check_wiring(x, exact=False)
+    assert (model.free_ports(x) > 0).sum() <= 1
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -247,21 +249,71 @@ def test_round_wiring_vs_brute_force(seed):
     model = OcsModel.uniform(4, 2 * int(rng.integers(1, 3)), 2)
     cost = PathCost(_random_dag(4, rng), model)
     res = round_wiring(cost, model, _in_polytope(model, rng, 0.5))
-    model.check_wiring(res.x)
+    _assert_wiring(model, res.x)
     assert res.hard_cp_s == pytest.approx(cost.hard(res.x), rel=1e-12)
     assert res.hard_cp_s == pytest.approx(_brute_force_cp(cost, model), rel=1e-9)
 
 
+def _triangle(heavy: float = 1e9):
+    """One phase moving ``heavy`` bytes each way on the pairs of pods 0, 1, 2; pod 3 idle."""
+    b = DagBuilder(4)
+    src = np.array([0, 1, 0, 2, 1, 2])
+    dst = np.array([1, 0, 2, 0, 2, 1])
+    b.phase("p", "tri", src, dst, np.full(6, heavy), 0.0, 0.0)
+    return b.build()
+
+
+def test_dark_ports_beat_every_exact_degree_wiring():
+    """4 pods with 2 ports: exact degrees force X01 = X23, X02 = X13, X03 = X12, so one pair of
+    the triangle is left on the fallback; the optimum wires the triangle and leaves pod 3 dark."""
+    model = OcsModel.uniform(4, 2, 1)
+    cost = PathCost(_triangle(), model)
+    res = round_wiring(cost, model, model.total_circuits * uniform_prior(model))
+    _assert_wiring(model, res.x)
+    assert res.hard_cp_s == pytest.approx(_brute_force_cp(cost, model), rel=1e-12)
+    assert np.array_equal(model.to_matrix(res.x)[:3, :3], 1 - np.eye(3, dtype=np.int64))
+    assert model.free_ports(res.x).tolist() == [0, 0, 0, 2]
+    exact = round_to_degrees(model, model.total_circuits * uniform_prior(model))
+    assert res.hard_cp_s < 0.1 * cost.hard(exact)
+
+
 @given(st.integers(0, 2**31), st.sampled_from(["moe", "pipeline", "hybrid", "dp-ring"]))
-def test_round_wiring_exact_degrees_and_no_worse_than_its_start(seed, name):
+def test_round_wiring_dark_ports_and_no_worse_than_its_start(seed, name):
+    """Degrees ``<= d`` with at most one pod dark, and exact degrees wherever the pods' dark
+    ports can be paired (they always can here: equal even degrees, so a dark pod has >= 2)."""
     rng = np.random.default_rng(seed)
     model = OcsModel.uniform(4, int(rng.choice([2, 4, 6])), 2)
     cost = PathCost(build_dag(get_preset(name, pods=4), seed=seed % 3), model)
     res = round_wiring(cost, model, _in_polytope(model, rng, float(rng.choice([0.2, 1.0]))))
-    model.check_wiring(res.x)
+    _assert_wiring(model, res.x)
     assert res.hard_cp_s == pytest.approx(cost.hard(res.x), rel=1e-12)
     assert res.hard_cp_s <= res.initial_cp_s * (1 + 1e-12)
     assert res.evaluations >= res.swaps >= 0
+
+
+@given(st.integers(0, 2**31))
+def test_round_wiring_completes_when_it_costs_nothing(seed):
+    """Any port totals (odd, or a pod above half of the ports): the result keeps dark ports on at
+    most one pod ``z``, and if ``z`` has two or more, every completion step
+    ``(a, b) → (z, a), (z, b)`` would lengthen the hard critical path."""
+    rng = np.random.default_rng(seed)
+    d = rng.integers(1, 6, size=5)
+    d[0] += int(rng.integers(0, 12))
+    model = OcsModel(d.astype(np.int64), ocs=1)
+    cost = PathCost(_random_dag(5, rng), model)
+    res = round_wiring(cost, model, np.zeros(model.n_pairs), max_moves=5_000, kicks=4)
+    _assert_wiring(model, res.x)
+    free = model.free_ports(res.x)
+    z = int(np.argmax(free))
+    if free[z] >= 2:
+        iu, iv = model.pairs
+        for e in np.flatnonzero((res.x > 0) & (iu != z) & (iv != z)):
+            y = res.x.copy()
+            y[e] -= 1
+            y[model.pair_index(z, np.array([iu[e], iv[e]]))] += 1
+            assert cost.hard(y) > res.hard_cp_s * (1 + 1e-12)
+    elif model.completable:
+        model.check_wiring(res.x, exact=True)
 
 
 MILP_CASES = [
@@ -270,8 +322,8 @@ MILP_CASES = [
 
 
 def test_round_wiring_close_to_milp_optimum():
-    """Start M·q (the uniform mesh, fractional): median gap to the MILP optimum 0, none above
-    the few structural traps a 2-swap search cannot leave (measured: max 11%, hybrid n=6)."""
+    """Start M·q (the uniform mesh, fractional): the HiGHS-proven optimum (degrees <= d) on
+    every preset at 4 and 8 pods, d in {4, 8} (measured: gap 0 on all 20)."""
     gaps = []
     for name, n in MILP_CASES:
         dag = build_dag(get_preset(name, pods=n))
@@ -283,10 +335,7 @@ def test_round_wiring_close_to_milp_optimum():
             assert opt.status == "optimal"
             assert res.hard_cp_s >= opt.objective_s * (1 - 1e-9)  # the MILP is a true optimum
             gaps.append(res.hard_cp_s / opt.objective_s - 1)
-    gaps = np.array(gaps)
-    assert np.median(gaps) <= 1e-9
-    assert np.mean(gaps <= 0.02) >= 0.85
-    assert gaps.max() <= 0.15
+    assert max(gaps) <= 1e-9
 
 
 def test_round_wiring_fixes_the_floor_rounding_trap():
@@ -304,17 +353,24 @@ def test_round_wiring_fixes_the_floor_rounding_trap():
     assert res.hard_cp_s == pytest.approx(opt, rel=1e-6)
 
 
-def test_round_wiring_time_budget_and_seed():
+def test_round_wiring_work_budget_and_seed():
+    """The search stops after ``max_moves`` candidate evaluations (plus at most one kick's
+    charge), any budget returns a valid wiring no worse than the best rounding, and the same
+    seed and budget give the same wiring; a larger budget never ends worse."""
     dag = build_dag(get_preset("hybrid", pods=8))
     model = OcsModel.uniform(8, 8, 4)
     cost = PathCost(dag, model)
     x_frac = model.total_circuits * uniform_prior(model)
-    res = round_wiring(cost, model, x_frac, time_budget_s=1e-4)
-    model.check_wiring(res.x)
-    assert res.hard_cp_s <= res.initial_cp_s * (1 + 1e-12)
-    a = round_wiring(cost, model, x_frac, seed=3)
-    b = round_wiring(cost, model, x_frac, seed=3)
-    assert np.array_equal(a.x, b.x) and a.evaluations == b.evaluations
+    cps = []
+    for budget in (1, 50, 500, 5_000):
+        res = round_wiring(cost, model, x_frac, max_moves=budget, seed=3)
+        _assert_wiring(model, res.x)
+        assert res.evaluations <= budget
+        assert res.hard_cp_s <= res.initial_cp_s * (1 + 1e-12)
+        again = round_wiring(cost, model, x_frac, max_moves=budget, seed=3)
+        assert np.array_equal(res.x, again.x) and res.evaluations == again.evaluations
+        cps.append(res.hard_cp_s)
+    assert all(b <= a * (1 + 1e-12) for a, b in zip(cps, cps[1:], strict=False))
 
 
 def test_round_wiring_bad_input():
@@ -325,5 +381,9 @@ def test_round_wiring_bad_input():
         round_wiring(cost, model, x[:2])
     with pytest.raises(ConfigError, match="b2"):
         round_wiring(cost, model, x, b2=0.0)
-    with pytest.raises(ConfigError, match="time_budget_s"):
-        round_wiring(cost, model, x, time_budget_s=0.0)
+    with pytest.raises(ConfigError, match="max_moves"):
+        round_wiring(cost, model, x, max_moves=0)
+    with pytest.raises(ConfigError, match="max_moves"):
+        round_wiring(cost, model, x, max_moves=1.5)
+    with pytest.raises(ConfigError, match="kicks"):
+        round_wiring(cost, model, x, kicks=-1)

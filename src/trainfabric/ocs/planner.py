@@ -107,12 +107,13 @@ def plan(
     seed: int = 0,
     anneal: bool = True,
     max_iter: int = 300,
-    round_budget_s: float | None = 5.0,
+    round_max_moves: int = rounding.DEFAULT_MAX_MOVES,
 ) -> Plan:
     """Plan the wiring of ``dag`` on ``model`` (see module doc); timings per stage in seconds.
 
-    ``max_iter`` bounds the solver's iterations per annealing stage; ``round_budget_s`` bounds
-    the swap polishing (small instances reach a local optimum long before it). Refuses an
+    ``max_iter`` bounds the solver's iterations per annealing stage; ``round_max_moves`` bounds
+    the rounding's search in candidate moves (work, not seconds: small instances reach a local
+    optimum long before it). Refuses an
     instance over the memory limit first (:func:`check_plan_size`, field ``pods``).
     """
     check_plan_size(dag, model)
@@ -124,7 +125,7 @@ def plan(
     res = solver.solve(cost, model, b1, b2, prior=q, anneal=anneal, max_iter=max_iter)
     t2 = time.perf_counter()
     rounded = rounding.round_wiring(
-        cost, model, res.x, b2=b2, seed=seed, time_budget_s=round_budget_s
+        cost, model, res.x, b2=b2, seed=seed, max_moves=round_max_moves
     )
     t3 = time.perf_counter()
     dec = decompose.decompose(model, rounded.x)

@@ -1,0 +1,733 @@
+"""Improvement search on the hard critical path (spec §1.8 step R.3): the reduced DAG and the
+compiled kernels that evaluate wiring moves exactly.
+
+* :class:`_Reduced` — the task DAG with the parallel comm nodes of every phase merged into one
+  max (soft: LSE) node and the fixed nodes contracted series-parallel (exact).
+* :func:`_polish` — first-improvement local search with a work budget counted in candidate
+  evaluations. Moves from a target pair ``(u, v)`` on a hard critical path: each end either
+  uses one of its dark ports or takes a circuit off a donor pair ``(u, a)`` / ``(v, b)``; the
+  freed ends are closed by a circuit ``(a, b)`` (the degree-preserving 2-swap), or, when only one
+  end ``a`` was freed, by a circuit to the pod with the most dark ports (else ``a`` keeps a dark
+  port: an endpoint shift). Degrees stay ``≤ d`` throughout.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from trainfabric.ocs.model import OcsModel
+
+
+@numba.njit(cache=True)
+def _pair_id(n, u, v):  # pragma: no cover - compiled
+    a, b = min(u, v), max(u, v)
+    return a * n - a * (a + 1) // 2 + (b - a - 1)
+
+
+class _Reduced:
+    """The task DAG reduced for fast exact re-evaluation.
+
+    Every set of *parallel* comm nodes (same single predecessor and successor: the branches of
+    one phase) becomes one group node whose duration is the maximum (soft: the LSE) of its
+    members'; comm nodes that are not plain branches are groups of one. Then the fixed nodes
+    are contracted series-parallel (:func:`_contract`). Hard and soft (``b2``) longest paths
+    are unchanged, the DAG shrinks to about one node per phase, and a change of a few pairs
+    only moves the groups holding them.
+
+    Arrays (numbered in a topological order): ``fixed`` [R] constant duration of every node
+    (s) and ``fixed_soft`` its soft counterpart (scaled by ``b2``), both added to the group
+    value of a group node; ``group`` [R] (group id or -1); predecessor CSR
+    ``pindptr``/``pindices``, successor CSR ``sindptr``/``sindices``; per group its node
+    ``g_rnode`` and member CSR ``g_ptr``/``g_comm``; per comm node ``c`` (in
+    ``cost.comm_nodes`` order) ``comm_group``, ``pair``, ``bits``, ``latency``; per pair the
+    CSR ``pair_ptr``/``pair_comm``.
+    """
+
+    def __init__(self, cost, model: OcsModel, b2: float):
+        dag = cost.dag
+        n = dag.n_nodes
+        comm = np.asarray(cost.comm_nodes, dtype=np.int64)
+        src = np.repeat(np.arange(n, dtype=np.int64), np.diff(dag.indptr))
+        dst = dag.indices.astype(np.int64)
+        indeg = np.bincount(dst, minlength=n)
+        outdeg = np.diff(dag.indptr)
+        pred = np.full(n, -1, dtype=np.int64)
+        pred[dst] = src  # the predecessor where there is exactly one
+        succ = np.full(n, -1, dtype=np.int64)
+        succ[src] = dst
+        plain = (indeg[comm] == 1) & (outdeg[comm] == 1)
+        # group key: (pred, succ) for plain branches, a unique negative key otherwise
+        key = np.where(plain, pred[comm] * n + succ[comm], -1 - np.arange(comm.size))
+        _, comm_group = np.unique(key, return_inverse=True)
+        n_groups = int(comm_group.max()) + 1 if comm.size else 0
+        # representative (first member) of every group orders the merged DAG topologically
+        rep = np.full(n_groups, n, dtype=np.int64)
+        np.minimum.at(rep, comm_group, comm)
+        is_comm = np.zeros(n, dtype=bool)
+        is_comm[comm] = True
+        other = np.flatnonzero(~is_comm)
+        order_key = np.concatenate([other, rep])
+        order = np.argsort(order_key, kind="stable")
+        r_of_item = np.empty(order.size, dtype=np.int64)
+        r_of_item[order] = np.arange(order.size)
+        node_r = np.empty(n, dtype=np.int64)
+        node_r[other] = r_of_item[: other.size]
+        node_r[comm] = r_of_item[other.size + comm_group]
+        n_r = order.size
+        group = np.full(n_r, -1, dtype=np.int64)
+        group[r_of_item[other.size :]] = np.arange(n_groups)
+        fixed = np.zeros(n_r)
+        fixed[node_r[other]] = dag.duration_s[other]
+        r_of_group = r_of_item[other.size :]
+        fixed, soft, group, es, ed, new_of = _contract(
+            fixed, b2 * fixed, group, node_r[src], node_r[dst]
+        )
+        n_r = fixed.size
+        edge = np.unique(ed * n_r + es)  # sorted by (dst, src): predecessor CSR
+        self.pindices = (edge % n_r).astype(np.int64)
+        self.pindptr = np.searchsorted(edge // n_r, np.arange(n_r + 1)).astype(np.int64)
+        succ_edge = np.unique(self.pindices * n_r + edge // n_r)
+        self.sindices = (succ_edge % n_r).astype(np.int64)
+        self.sindptr = np.searchsorted(succ_edge // n_r, np.arange(n_r + 1)).astype(np.int64)
+        self.fixed, self.fixed_soft, self.group = fixed, soft, group
+        self.g_rnode = new_of[r_of_group].astype(np.int64)
+        self.comm_group = comm_group.astype(np.int64)
+        self.pair = np.asarray(cost.comm_pair, dtype=np.int64)
+        self.bits = 8.0 * dag.bytes[comm].astype(float)
+        self.latency = dag.latency_s[comm].astype(float)
+        by_pair = np.argsort(self.pair, kind="stable")
+        self.pair_comm = by_pair.astype(np.int64)
+        self.pair_ptr = np.searchsorted(self.pair[by_pair], np.arange(model.n_pairs + 1))
+        by_group = np.argsort(self.comm_group, kind="stable")
+        self.g_comm = by_group.astype(np.int64)
+        self.g_ptr = np.searchsorted(self.comm_group[by_group], np.arange(n_groups + 1))
+
+
+def _contract(hard, soft, group, es, ed):
+    """Series-parallel contraction of the merged DAG, exact for the hard and the soft sweeps.
+
+    Every node carries constants ``hard`` (s) and ``soft`` (scaled by ``b2``) added to its
+    group's maximum / LSE (groups: comm phases; -1: fixed nodes). Repeated to a fixpoint:
+    (1) a fixed node whose only predecessor has it as only successor joins that predecessor
+    (series: both constants add); (2) a fixed node whose only successor is a group node with
+    it as only predecessor joins that group node; (3) fixed nodes with the same single
+    predecessor and single successor merge into one (parallel: max of ``hard``, LSE of
+    ``soft``). Merged nodes take the place of their first node, so edges still go from lower
+    to higher numbers. Returns the contracted arrays, edges and the old -> new node map.
+    """
+    n0 = hard.size
+    new_of = np.arange(n0)
+    for _ in range(64):
+        n_r = hard.size
+        key = np.unique(es * n_r + ed)
+        es, ed = key // n_r, key % n_r
+        indeg = np.bincount(ed, minlength=n_r)
+        outdeg = np.bincount(es, minlength=n_r)
+        one = (outdeg[es] == 1) & (indeg[ed] == 1)
+        parent = np.arange(n_r)
+        series1 = one & (group[ed] < 0)
+        series2 = one & (group[es] < 0) & (group[ed] >= 0)
+        if series1.any():
+            parent[ed[series1]] = es[series1]
+        elif series2.any():
+            parent[ed[series2]] = es[series2]
+        else:
+            alone = (indeg == 1) & (outdeg == 1) & (group < 0)
+            pred = np.full(n_r, -1)
+            succ = np.full(n_r, -1)
+            pred[ed] = es
+            succ[es] = ed
+            cand = np.flatnonzero(alone)
+            k = pred[cand] * n_r + succ[cand]
+            _, first, inv, cnt = np.unique(
+                k, return_index=True, return_inverse=True, return_counts=True
+            )
+            multi = cnt[inv] > 1
+            if not multi.any():
+                break
+            parent[cand[multi]] = cand[first[inv[multi]]]
+        while True:  # pointer jumping to the chain roots
+            nxt = parent[parent]
+            if np.array_equal(nxt, parent):
+                break
+            parent = nxt
+        roots = np.unique(parent)
+        pos = np.searchsorted(roots, parent)
+        if series1.any() or series2.any():
+            h = np.bincount(pos, hard, roots.size)
+            sf = np.bincount(pos, soft, roots.size)
+        else:
+            h = np.full(roots.size, -np.inf)
+            np.maximum.at(h, pos, hard)
+            sf = np.full(roots.size, -np.inf)
+            np.logaddexp.at(sf, pos, soft)
+        g = np.full(roots.size, -1, dtype=np.int64)
+        has = group >= 0
+        g[pos[has]] = group[has]
+        es, ed = pos[es], pos[ed]
+        keep = es != ed
+        es, ed = es[keep], ed[keep]
+        hard, soft, group = h, sf, g
+        new_of = pos[new_of]
+    return hard, soft, group, es, ed, new_of
+
+
+def _polish_state(red: _Reduced, model: OcsModel, x: np.ndarray, b2: float) -> tuple:
+    """Mutable arrays of the polishing kernel: comm durations (s), group members sorted by
+    decreasing duration, group maxima (s) and group log-sum-exps (scaled by ``b2``)."""
+    dur = red.latency + red.bits / (model.rate_bps * x[red.pair] + model.fallback_bps)
+    g_sorted, gval, glse = _group_state(red.g_ptr, red.g_comm, dur, b2)
+    return dur, g_sorted, gval, glse
+
+
+@numba.njit(cache=True)
+def _group_state(g_ptr, g_comm, dur, b2):  # pragma: no cover - compiled
+    n_groups = g_ptr.size - 1
+    g_sorted = g_comm.copy()
+    gval = np.zeros(n_groups)
+    glse = np.zeros(n_groups)
+    for g in range(n_groups):
+        lo, hi = g_ptr[g], g_ptr[g + 1]
+        seg = g_sorted[lo:hi].copy()
+        g_sorted[lo:hi] = seg[np.argsort(-dur[seg], kind="mergesort")]
+        top = dur[g_sorted[lo]]
+        acc = 0.0
+        for idx in range(lo, hi):
+            acc += np.exp(b2 * (dur[g_sorted[idx]] - top))
+        gval[g] = top
+        glse[g] = b2 * top + np.log(acc)
+    return g_sorted, gval, glse
+
+
+_NEGLIGIBLE = 1e-18  # terms below this fraction of a group's largest are dropped from its LSE
+
+
+@numba.njit(cache=True)
+def _group_sum(g, g_ptr, g_sorted, dur, pair, ch, top, b2):  # pragma: no cover - compiled
+    """``Σ exp(b2 (t_c − top))`` over the members of group ``g`` whose pair is not in ``ch``,
+    walking the members by decreasing duration and stopping once a term is negligible (every
+    later one is smaller)."""
+    s = 0.0
+    for idx in range(g_ptr[g], g_ptr[g + 1]):
+        c = g_sorted[idx]
+        q = pair[c]
+        if q == ch[0] or q == ch[1] or q == ch[2] or q == ch[3]:
+            continue
+        term = np.exp(b2 * (dur[c] - top))
+        if term < _NEGLIGIBLE:
+            break
+        s += term
+    return s
+
+
+@numba.njit(cache=True)
+def _lae(a, b):  # pragma: no cover - compiled
+    """``log(exp(a) + exp(b))``."""
+    if a < b:
+        a, b = b, a
+    if b == -np.inf:
+        return a
+    return a + np.log1p(np.exp(b - a))
+
+
+@numba.njit(cache=True)
+def _lse_preds(r, pindptr, pindices, beta, beta2, rmin):  # pragma: no cover - compiled
+    """``LSE_{j ∈ pred(r)} β_j`` (0 for a root), ``β_j`` from ``beta2`` for ``j ≥ rmin``."""
+    lo, hi = pindptr[r], pindptr[r + 1]
+    if hi == lo:
+        return 0.0
+    if hi == lo + 1:
+        j = pindices[lo]
+        return beta2[j] if j >= rmin else beta[j]
+    m = -np.inf
+    for k in range(lo, hi):
+        j = pindices[k]
+        m = max(m, beta2[j] if j >= rmin else beta[j])
+    acc = 0.0
+    for k in range(lo, hi):
+        j = pindices[k]
+        acc += np.exp((beta2[j] if j >= rmin else beta[j]) - m)
+    return m + np.log(acc)
+
+
+@numba.njit(cache=True)
+def _hard_sweeps(fixed, group, gval, pindptr, pindices, sindptr, sindices):  # pragma: no cover
+    """Hard sweeps of the merged DAG: durations ``rdur`` (s), earliest finishes, prefix maxima
+    of the finishes (the hard CP is the last) and longest tails."""
+    n_r = fixed.size
+    rdur = np.empty(n_r)
+    for r in range(n_r):
+        g = group[r]
+        rdur[r] = fixed[r] + (gval[g] if g >= 0 else 0.0)
+    finish = np.empty(n_r)
+    pmax = np.empty(n_r)
+    best = 0.0
+    for r in range(n_r):
+        f = 0.0
+        for k in range(pindptr[r], pindptr[r + 1]):
+            f = max(f, finish[pindices[k]])
+        finish[r] = f + rdur[r]
+        best = max(best, finish[r])
+        pmax[r] = best
+    tail = np.zeros(n_r)
+    for r in range(n_r - 1, -1, -1):
+        t = 0.0
+        for k in range(sindptr[r], sindptr[r + 1]):
+            j = sindices[k]
+            t = max(t, rdur[j] + tail[j])
+        tail[r] = t
+    return rdur, finish, pmax, tail
+
+
+@numba.njit(cache=True)
+def _soft_sweeps(
+    fixed_soft, group, glse, pindptr, pindices, sindptr, sindices
+):  # pragma: no cover - compiled
+    """Soft sweeps (scaled by ``b2``): node terms ``soft``, forward ``β_r = soft_r + LSE_{pred}
+    β``, prefix LSEs of the leaves' ``β`` (``b2 U`` is the last) and the Gibbs marginals
+    ``μ_r = exp(β_r + γ_r − b2 U)``, ``γ_r = LSE_{succ} (soft + γ)``."""
+    n_r = fixed_soft.size
+    soft = np.empty(n_r)
+    for r in range(n_r):
+        g = group[r]
+        soft[r] = fixed_soft[r] + (glse[g] if g >= 0 else 0.0)
+    beta = np.empty(n_r)
+    pleaf = np.empty(n_r)
+    leaf = -np.inf
+    for r in range(n_r):
+        beta[r] = soft[r] + _lse_preds(r, pindptr, pindices, beta, beta, n_r)
+        if sindptr[r] == sindptr[r + 1]:
+            leaf = _lae(leaf, beta[r])
+        pleaf[r] = leaf
+    head = np.empty(n_r)  # soft_r + γ_r
+    mu = np.empty(n_r)
+    for r in range(n_r - 1, -1, -1):
+        gam = _lse_preds(r, sindptr, sindices, head, head, n_r)
+        head[r] = soft[r] + gam
+        mu[r] = np.exp(beta[r] + gam - leaf)
+    return soft, beta, pleaf, mu
+
+
+@numba.njit(cache=True)
+def _penalty(q, xq, pen_args):  # pragma: no cover - compiled
+    """Donor penalty of pair ``q`` holding ``xq ≥ 1`` circuits: the most any path through one
+    of its comm nodes would exceed the critical path (s) with one circuit less (old head + the
+    node's new duration + old tail − CP)."""
+    finish, tail, cp, gval, pair_ptr, pair_comm, comm_group, g_rnode, lat, bits, rate, b0 = pen_args
+    worst = -np.inf
+    for idx in range(pair_ptr[q], pair_ptr[q + 1]):
+        c = pair_comm[idx]
+        g = comm_group[c]
+        r = g_rnode[g]
+        d = lat[c] + bits[c] / (rate * (xq - 1) + b0)
+        worst = max(worst, finish[r] - gval[g] + d + tail[r] - cp)
+    return worst
+
+
+@numba.njit(cache=True)
+def _donors(x, perm, n, u, skip, dark, frozen, pen, pen_scan, scan, pen_args):  # pragma: no cover
+    """Pods ``a ∉ {u, skip}`` with a circuit on ``(u, a)`` not ``frozen``, by increasing
+    donor penalty (:func:`_penalty`, cached in ``pen`` for the scan ``scan``; ties in the
+    seeded order ``perm``); only −1 (use a dark port of ``u``) when ``dark``."""
+    if dark:
+        return np.full(1, -1, dtype=np.int64)
+    pods = np.empty(n, dtype=np.int64)
+    key = np.empty(n)
+    k = 0
+    for i in range(n):
+        a = perm[i]
+        if a != u and a != skip:
+            q = _pair_id(n, u, a)
+            if x[q] > 0 and not frozen[q]:
+                if pen_scan[q] != scan:
+                    pen_scan[q] = scan
+                    pen[q] = _penalty(q, x[q], pen_args)
+                pods[k] = a
+                key[k] = pen[q]
+                k += 1
+    return pods[:k][np.argsort(key[:k], kind="mergesort")]
+
+
+@numba.njit(cache=True)
+def _closer(free, perm, n, lone, spent):  # pragma: no cover - compiled
+    """The pod ``w ≠ lone`` with the most dark ports (``spent`` has one fewer: the move uses
+    it), ties in the seeded order ``perm``; −1 when no other pod has a dark port."""
+    best = -1
+    most = 0
+    for i in range(n):
+        w = perm[i]
+        f = free[w] - (1 if w == spent else 0)
+        if w != lone and f > most:
+            best, most = w, f
+    return best
+
+
+@numba.njit(cache=True)
+def _resort(g, g_ptr, g_sorted, dur, pair, ch, buf):  # pragma: no cover - compiled
+    """Restore decreasing-duration order of group ``g`` after its members on the pairs ``ch``
+    changed: merge the (re-sorted) moved members into the unmoved ones, O(group size)."""
+    lo, hi = g_ptr[g], g_ptr[g + 1]
+    n_keep = 0
+    n_move = 0
+    for idx in range(lo, hi):
+        c = g_sorted[idx]
+        q = pair[c]
+        if q == ch[0] or q == ch[1] or q == ch[2] or q == ch[3]:
+            buf[n_move] = c
+            n_move += 1
+        else:
+            g_sorted[lo + n_keep] = c
+            n_keep += 1
+    moved = buf[:n_move][np.argsort(-dur[buf[:n_move]], kind="mergesort")]
+    i = lo + n_keep - 1
+    j = n_move - 1
+    for out in range(hi - 1, lo - 1, -1):  # merge from the back (smallest first)
+        if j < 0:
+            break
+        if i >= lo and dur[g_sorted[i]] < dur[moved[j]]:
+            g_sorted[out] = g_sorted[i]
+            i -= 1
+        else:
+            g_sorted[out] = moved[j]
+            j -= 1
+
+
+@numba.njit(cache=True)
+def _polish(
+    x, iu, iv, n, perm, rate, fallback, b2,
+    fixed, fixed_soft, group, pindptr, pindices, sindptr, sindices,
+    comm_group, pair, bits, lat, pair_ptr, pair_comm, g_ptr, g_rnode,
+    dur, g_sorted, gval, glse, free, frozen, max_evals,
+):  # fmt: skip  # pragma: no cover - compiled
+    """First-improvement moves (module doc) until a local optimum or ``max_evals`` candidate
+    evaluations; returns ``(local_optimum_reached, accepted, evaluations)``. Mutates ``x``,
+    ``dur``, ``g_sorted``, ``gval``, ``glse`` and ``free`` (dark ports per pod); pairs marked
+    ``frozen`` never donate a circuit.
+
+    A candidate changes up to four pairs ``ch`` (+1 target, +1 closing circuit, −1, −1 donors;
+    −1 marks an absent slot). Its evaluation: the new maxima of
+    the groups holding them (walk each group's sorted members to the first unchanged one), an
+    exact lower bound on the new hard CP, the exact hard sweep from the first changed merged
+    node, and, only on a tie of the hard CP, the groups' new LSEs, the first-order lower bound
+    ``Δ(b2 U) ≥ Σ_r μ_r Δsoft_r`` (U is convex in the node terms) and then the exact soft sweep.
+    """
+    n_groups = gval.size
+    n_r = fixed.size
+    n_pairs = x.size
+    gstamp = np.zeros(n_groups, dtype=np.int64)
+    gnew = np.zeros(n_groups)
+    gsum = np.zeros(n_groups)  # new scaled LSE of an affected group
+    gold = np.zeros(n_groups)
+    gadd = np.zeros(n_groups)
+    aff = np.empty(n_groups, dtype=np.int64)
+    f2 = np.empty(n_r)
+    beta2 = np.empty(n_r)
+    pmark = np.zeros(n_pairs, dtype=np.int64)
+    buf = np.empty(max(1, np.diff(g_ptr).max() if n_groups else 1), dtype=np.int64)
+    ch = np.empty(4, dtype=np.int64)
+    dx = np.array([1, 1, -1, -1])
+    targets = np.empty(n_pairs, dtype=np.int64)
+    gains = np.empty(n_pairs)
+    pen = np.empty(n_pairs)
+    pen_scan = np.zeros(n_pairs, dtype=np.int64)
+    scan = 0
+    # "don't look" bits: a target whose every swap failed is skipped until a swap touches one
+    # of its pods; a scan that skipped targets is repeated without the bits before stopping
+    idle = np.zeros(n_pairs, dtype=np.bool_)
+    stamp = 0
+    accepted = 0
+    evals = 0
+    soft = beta = pleaf = mu = np.empty(0)  # soft sweeps: computed on the first hard tie
+    u_cur = tol_u = 0.0
+    while True:
+        rdur, finish, pmax, tail = _hard_sweeps(
+            fixed, group, gval, pindptr, pindices, sindptr, sindices
+        )
+        soft_ready = False
+        cp = pmax[n_r - 1]
+        tol = 1e-12 * cp
+        # targets: pairs of comm nodes on a hard critical path, by the time one circuit saves
+        n_t = 0
+        stamp += 1
+        for g in range(n_groups):
+            r = g_rnode[g]
+            if finish[r] + tail[r] < cp - tol:
+                continue
+            for idx in range(g_ptr[g], g_ptr[g + 1]):
+                c = g_sorted[idx]
+                if dur[c] < gval[g] - tol:
+                    break
+                p = pair[c]
+                if pmark[p] != stamp:
+                    pmark[p] = stamp
+                    targets[n_t] = p
+                    gains[n_t] = dur[c] - lat[c] - bits[c] / (rate * (x[p] + 1) + fallback)
+                    n_t += 1
+        order = np.argsort(-gains[:n_t], kind="mergesort")
+        pen_args = (
+            finish,
+            tail,
+            cp,
+            gval,
+            pair_ptr,
+            pair_comm,
+            comm_group,
+            g_rnode,
+            lat,
+            bits,
+            rate,
+            fallback,
+        )
+        # donor penalties (how far one circuit less would push a pair's longest path above the
+        # critical path, s) are computed on demand, once per scan: pen_scan marks the fresh ones
+        scan += 1
+        found = False
+        skipped = False
+        for t in order:
+            p = targets[t]
+            if idle[p]:
+                skipped = True
+                continue
+            u, v = iu[p], iv[p]
+            don_u = _donors(x, perm, n, u, v, free[u] > 0, frozen, pen, pen_scan, scan, pen_args)
+            don_v = _donors(x, perm, n, v, u, free[v] > 0, frozen, pen, pen_scan, scan, pen_args)
+            for a in don_u:
+                pa = _pair_id(n, u, a) if a >= 0 else -1
+                for b in don_v:
+                    if b == a and a >= 0:
+                        continue
+                    pb = _pair_id(n, v, b) if b >= 0 else -1
+                    lone = z = -1  # the one freed end, and the dark port that closes it
+                    close = -1
+                    if a >= 0 and b >= 0:
+                        close = _pair_id(n, a, b)
+                    elif a >= 0 or b >= 0:
+                        lone = a if a >= 0 else b
+                        z = _closer(free, perm, n, lone, u if a < 0 else v)
+                        close = _pair_id(n, lone, z) if z >= 0 else -1
+                    ch[0], ch[1], ch[2], ch[3] = p, close, pa, pb
+                    if evals >= max_evals:
+                        return False, accepted, evals
+                    evals += 1
+                    # new maxima of the groups holding the four changed pairs
+                    stamp += 1
+                    n_aff = 0
+                    for k in range(4):
+                        q = ch[k]
+                        if q < 0:
+                            continue
+                        rq = rate * (x[q] + dx[k]) + fallback
+                        for idx in range(pair_ptr[q], pair_ptr[q + 1]):
+                            c = pair_comm[idx]
+                            g = comm_group[c]
+                            d = lat[c] + bits[c] / rq
+                            if gstamp[g] != stamp:
+                                gstamp[g] = stamp
+                                gnew[g] = d
+                                aff[n_aff] = g
+                                n_aff += 1
+                            elif d > gnew[g]:
+                                gnew[g] = d
+                    rmin = n_r
+                    drop = 0.0
+                    rise = -np.inf
+                    for j in range(n_aff):
+                        g = aff[j]
+                        for idx in range(g_ptr[g], g_ptr[g + 1]):
+                            c = g_sorted[idx]
+                            q = pair[c]
+                            if q != ch[0] and q != ch[1] and q != ch[2] and q != ch[3]:
+                                gnew[g] = max(gnew[g], dur[c])
+                                break
+                        r = g_rnode[g]
+                        rmin = min(rmin, r)
+                        if gnew[g] < gval[g]:
+                            drop += gval[g] - gnew[g]
+                        elif gnew[g] > gval[g]:
+                            rise = max(rise, finish[r] - gval[g] + gnew[g] + tail[r])
+                    # a longest path through a group whose maximum rose keeps at least its old
+                    # head + new maximum + old tail minus every decrease
+                    if rise - drop > cp + tol:
+                        continue
+                    cp2 = pmax[rmin - 1] if rmin > 0 else 0.0
+                    for r in range(rmin, n_r):
+                        f = 0.0
+                        for k in range(pindptr[r], pindptr[r + 1]):
+                            j = pindices[k]
+                            f = max(f, f2[j] if j >= rmin else finish[j])
+                        g = group[r]
+                        moved = g >= 0 and gstamp[g] == stamp
+                        f2[r] = f + (fixed[r] + gnew[g] if moved else rdur[r])
+                        cp2 = max(cp2, f2[r])
+                    if cp2 > cp + tol:
+                        continue
+                    tie = cp2 >= cp - tol
+                    if tie and not soft_ready:
+                        soft, beta, pleaf, mu = _soft_sweeps(
+                            fixed_soft, group, glse, pindptr, pindices, sindptr, sindices
+                        )
+                        u_cur = pleaf[n_r - 1]
+                        tol_u = 1e-12 * abs(u_cur)
+                        soft_ready = True
+                    # new LSE of every affected group: old total (relative to the old maximum)
+                    # − the changed members' old terms, + their new terms (relative to the new
+                    # maximum); when the changed members held almost all of the old total
+                    # (cancellation), the unchanged members are summed afresh, which is cheap
+                    # then because the sum is steep
+                    for j in range(n_aff):
+                        gold[aff[j]] = 0.0
+                        gadd[aff[j]] = 0.0
+                    for k in range(4):
+                        q = ch[k]
+                        if q < 0:
+                            continue
+                        rq = rate * (x[q] + dx[k]) + fallback
+                        for idx in range(pair_ptr[q], pair_ptr[q + 1]):
+                            c = pair_comm[idx]
+                            g = comm_group[c]
+                            gold[g] += np.exp(b2 * (dur[c] - gval[g]))
+                            gadd[g] += np.exp(b2 * (lat[c] + bits[c] / rq - gnew[g]))
+                    lin = 0.0
+                    for j in range(n_aff):
+                        g = aff[j]
+                        total = np.exp(glse[g] - b2 * gval[g])
+                        rest = total - gold[g]
+                        if rest < 1e-6 * total:
+                            rest = _group_sum(g, g_ptr, g_sorted, dur, pair, ch, gnew[g], b2)
+                            gsum[g] = b2 * gnew[g] + np.log(rest + gadd[g])
+                        else:
+                            gsum[g] = _lae(
+                                b2 * gval[g] + np.log(rest), b2 * gnew[g] + np.log(gadd[g])
+                            )
+                        if tie:
+                            lin += mu[g_rnode[g]] * (gsum[g] - glse[g])
+                    if tie:  # the smoothed critical path must drop
+                        if lin >= -tol_u:
+                            continue
+                        u2 = pleaf[rmin - 1] if rmin > 0 else -np.inf
+                        for r in range(rmin, n_r):
+                            g = group[r]
+                            moved = g >= 0 and gstamp[g] == stamp
+                            own = fixed_soft[r] + gsum[g] if moved else soft[r]
+                            beta2[r] = own + _lse_preds(r, pindptr, pindices, beta, beta2, rmin)
+                            if sindptr[r] == sindptr[r + 1]:
+                                u2 = _lae(u2, beta2[r])
+                        if u2 >= u_cur - tol_u:
+                            continue
+                    # accept
+                    for k in range(4):
+                        q = ch[k]
+                        if q < 0:
+                            continue
+                        x[q] += dx[k]
+                        rq = rate * x[q] + fallback
+                        for idx in range(pair_ptr[q], pair_ptr[q + 1]):
+                            c = pair_comm[idx]
+                            dur[c] = lat[c] + bits[c] / rq
+                    for j in range(n_aff):
+                        g = aff[j]
+                        _resort(g, g_ptr, g_sorted, dur, pair, ch, buf)
+                        gval[g] = gnew[g]
+                        glse[g] = gsum[g]
+                    if a < 0:
+                        free[u] -= 1
+                    if b < 0:
+                        free[v] -= 1
+                    if z >= 0:
+                        free[z] -= 1
+                    elif lone >= 0:
+                        free[lone] += 1
+                    for w in (u, v, a, b, z):
+                        if w < 0:
+                            continue
+                        for y in range(n):
+                            if y != w:
+                                idle[_pair_id(n, w, y)] = False
+                    accepted += 1
+                    found = True
+                    break
+                if found:
+                    break
+            if found:
+                break
+            idle[p] = True
+        if not found:
+            if not skipped:
+                return True, accepted, evals
+            idle[:] = False
+    return False, accepted, evals
+
+
+def hard_cp(red: _Reduced, gval: np.ndarray) -> float:
+    """Hard critical path (s) of the reduced DAG with group maxima ``gval``."""
+    args = (red.pindptr, red.pindices, red.sindptr, red.sindices)
+    return float(_hard_sweeps(red.fixed, red.group, gval, *args)[2][-1])
+
+
+def polish(
+    red: _Reduced,
+    model: OcsModel,
+    x: np.ndarray,
+    b2: float,
+    perm: np.ndarray,
+    max_moves: int,
+    frozen: np.ndarray | None = None,
+) -> tuple[np.ndarray, float, int, int]:
+    """Local search (:func:`_polish`) from a copy of ``x`` (degrees ``≤ d``) with at most
+    ``max_moves`` candidate evaluations, the pairs ``frozen`` (bool [P]) never losing a
+    circuit; returns ``(x, hard critical path (s), accepted moves, evaluations)``."""
+    if frozen is None:
+        frozen = np.zeros(model.n_pairs, dtype=np.bool_)
+    x = x.astype(np.int64, copy=True)
+    iu, iv = (a.astype(np.int64) for a in model.pairs)
+    dur, g_sorted, gval, glse = _polish_state(red, model, x, b2)
+    _, acc, ev = _polish(
+        x, iu, iv, model.n, perm, model.rate_bps, model.fallback_bps, b2,
+        red.fixed, red.fixed_soft, red.group, red.pindptr, red.pindices, red.sindptr,
+        red.sindices,
+        red.comm_group, red.pair, red.bits, red.latency, red.pair_ptr, red.pair_comm,
+        red.g_ptr, red.g_rnode, dur, g_sorted, gval, glse, model.free_ports(x), frozen, max_moves,
+    )  # fmt: skip
+    return x, hard_cp(red, gval), acc, ev
+
+
+def kick(
+    red: _Reduced, model: OcsModel, x: np.ndarray, b2: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """A random degree-preserving 2-swap at the hard critical path (the perturbation of the
+    iterated local search): a target pair ``(u, v)`` drawn among the pairs of comm nodes that
+    set a critical phase's duration, donors ``(u, a)``, ``(v, b)`` drawn among the wired pairs
+    (``a ≠ b``, both outside ``{u, v}``); returns ``x`` with ``(u, v)``, ``(a, b)`` +1 and the
+    donors −1 (the critical path may rise: the search that follows judges it) and the two
+    pairs that gained (the search after a kick must not simply undo it), or None when no such
+    swap exists."""
+    dur, _, gval, _ = _polish_state(red, model, x, b2)
+    args = (red.pindptr, red.pindices, red.sindptr, red.sindices)
+    _, finish, pmax, tail = _hard_sweeps(red.fixed, red.group, gval, *args)
+    cp = pmax[-1]
+    tol = 1e-12 * cp
+    g = red.comm_group
+    r = red.g_rnode[g]
+    crit = (finish[r] + tail[r] >= cp - tol) & (dur >= gval[g] - tol)
+    targets = np.unique(red.pair[crit])
+    if targets.size == 0:
+        return None
+    iu, iv = model.pairs
+    p = int(targets[rng.integers(targets.size)])
+    u, v = int(iu[p]), int(iv[p])
+    pods = np.arange(model.n)
+    others = pods[(pods != u) & (pods != v)]
+    nu = others[x[model.pair_index(u, others)] > 0]
+    nv = others[x[model.pair_index(v, others)] > 0]
+    if nu.size == 0 or nv.size == 0 or (nu.size == 1 and nv.size == 1 and nu[0] == nv[0]):
+        return None
+    while True:
+        a, b = int(nu[rng.integers(nu.size)]), int(nv[rng.integers(nv.size)])
+        if a != b:
+            break
+    y = x.copy()
+    gained = np.array([p, model.pair_index(a, b)])
+    y[gained] += 1
+    y[[model.pair_index(u, a), model.pair_index(v, b)]] -= 1
+    return y, gained
