@@ -145,3 +145,22 @@ def test_concurrent_writes_keep_the_umask(tmp_path):
     modes = {stat.S_IMODE(p.stat().st_mode) for p in tmp_path.iterdir()}
     assert modes == {0o666 & ~before}
     assert len(list(tmp_path.iterdir())) == 80
+
+
+def test_parquet_header_metadata_round_trips_as_strict_json(tmp_path):
+    import pyarrow.parquet as pq
+
+    path = io.write_parquet(
+        tmp_path / "t.parquet",
+        {"a": np.arange(3, dtype=np.int64)},
+        {"lower_bound_s": 1.25, "gap": float("inf"), "name": "x"},
+    )
+    meta = pq.read_schema(path).metadata
+    assert {k.decode(): io.loads(v) for k, v in meta.items()} == {
+        "lower_bound_s": 1.25,
+        "gap": None,
+        "name": "x",
+    }
+    assert pq.read_table(path).column("a").to_pylist() == [0, 1, 2]
+    with pytest.raises(TypeError):
+        io.write_parquet(tmp_path / "f.parquet", pd.DataFrame({"a": [1]}), {"k": 1})

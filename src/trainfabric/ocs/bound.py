@@ -83,7 +83,7 @@ class Certificate:
 class Relaxation:
     """The relaxed problem of the module doc for one DAG on one OCS model."""
 
-    def __init__(self, cost, model: OcsModel):
+    def __init__(self, cost, model: OcsModel, limit: np.ndarray | None = None):
         self.cost = cost
         self.model = model
         dag = cost.dag
@@ -96,6 +96,13 @@ class Relaxation:
         iu, iv = model.pairs
         self.iu, self.iv = iu, iv
         self.cap = np.minimum(model.degrees[iu], model.degrees[iv]).astype(np.int64)
+        self.active = np.flatnonzero(np.bincount(self.pair, self.bits, model.n_pairs) > 0)
+        lim = self.cap if limit is None else np.minimum(self.cap, np.asarray(limit, np.int64))
+        caps = lim[self.active]
+        self.seg_local = np.repeat(np.arange(self.active.size), caps)
+        self.seg_pair = self.active[self.seg_local]
+        self.seg_k = np.arange(self.seg_pair.size) - np.repeat(np.cumsum(caps) - caps, caps)
+        self._inner_lp = None
 
     # -- durations ---------------------------------------------------------------------------
 
@@ -130,31 +137,41 @@ class Relaxation:
 
     def inner(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Prices ``λ ≥ 0`` and the minimiser ``x*`` of ``Σ_e W_e φ(x_e)`` over the relaxed
-        polytope, by the segment LP of the module doc (HiGHS, dual simplex)."""
+        polytope, by the segment LP of the module doc on the segments ``k < limit_e`` (one
+        HiGHS instance; a new ``W`` only changes the column costs, and the simplex restarts
+        from the previous basis). The prices are exact for the full problem whatever the
+        limit (:meth:`dual_value` takes every ``k ≤ K_e``); the limit only trades tightness
+        for LP size. ``x*`` is feasible for the relaxation."""
         model = self.model
-        active = np.flatnonzero(w > 0)
-        lam = np.zeros(model.n)
-        x = np.zeros(model.n_pairs)
-        if active.size == 0:
-            return lam, x
-        caps = self.cap[active]
-        col_pair = np.repeat(active, caps)
-        k = np.arange(col_pair.size) - np.repeat(np.cumsum(caps) - caps, caps)
-        cost = w[col_pair] * (self.f(k + 1.0) - self.f(k))
-        keep = cost < 0
-        col_pair, cost = col_pair[keep], cost[keep]
-        scale = 1.0 / np.abs(cost).max()
-        cols = np.arange(col_pair.size)
-        a = sp.csr_matrix(
-            (
-                np.ones(2 * cols.size),
-                (np.concatenate([self.iu[col_pair], self.iv[col_pair]]), np.tile(cols, 2)),
-            ),
-            shape=(model.n, cols.size),
-        )
-        y, duals = _solve_lp(cost * scale, a, model.degrees.astype(float))
+        cost = w[self.seg_pair] * (self.f(self.seg_k + 1.0) - self.f(self.seg_k))
+        scale = 1.0 / max(np.abs(cost).max(initial=0.0), 1e-300)
+        if self._inner_lp is None:
+            cols = np.arange(self.seg_pair.size)
+            a = sp.csr_matrix(
+                (
+                    np.ones(2 * cols.size),
+                    (
+                        np.concatenate([self.iu[self.seg_pair], self.iv[self.seg_pair]]),
+                        np.tile(cols, 2),
+                    ),
+                ),
+                shape=(model.n, cols.size),
+            )
+            n_rows, n_cols = a.shape
+            self._inner_lp = _highs(
+                cost * scale,
+                np.zeros(n_cols),
+                np.ones(n_cols),
+                a,
+                np.full(n_rows, -np.inf),
+                model.degrees.astype(float),
+            )
+        else:
+            idx = np.arange(cost.size, dtype=np.int32)
+            self._inner_lp.changeColsCost(cost.size, idx, cost * scale)
+        y, duals = _optimal(self._inner_lp)
         lam = np.maximum(-duals / scale, 0.0)
-        x = np.bincount(col_pair, y, minlength=model.n_pairs)
+        x = np.bincount(self.seg_pair, y, minlength=model.n_pairs)
         return lam, x
 
     def dual_value(self, w: np.ndarray, lam: np.ndarray) -> float:
@@ -196,13 +213,6 @@ def _h(w, c, cap, rate, fallback) -> np.ndarray:
             w[i] / (rate * np.arange(cap[i] + 1.0) + fallback) + c[i] * np.arange(cap[i] + 1.0)
         ).min()
     return best
-
-
-def _solve_lp(cost: np.ndarray, a: sp.csr_matrix, upper: np.ndarray):
-    """``min cost·y  s.t.  A y ≤ upper, 0 ≤ y ≤ 1``: primal ``y`` and row duals (≤ 0)."""
-    n_rows, n_cols = a.shape
-    h = _highs(cost, np.zeros(n_cols), np.ones(n_cols), a, np.full(n_rows, -np.inf), upper)
-    return _optimal(h)
 
 
 def _optimal(h: highspy.Highs) -> tuple[np.ndarray, np.ndarray]:
@@ -255,12 +265,11 @@ class _Master:
     the previous basis (dual simplex warm start).
     """
 
-    def __init__(self, rel: Relaxation, pairs: np.ndarray, const: float, w: np.ndarray):
-        self.rel, self.pairs = rel, pairs
+    def __init__(self, rel: Relaxation, const: float, w: np.ndarray):
+        self.rel = rel
+        pairs = self.pairs = rel.active
         m = rel.model
-        caps = rel.cap[pairs]
-        col_pair = np.repeat(np.arange(pairs.size), caps)
-        k = np.arange(col_pair.size) - np.repeat(np.cumsum(caps) - caps, caps)
+        col_pair, k = rel.seg_local, rel.seg_k
         self.col_pair = col_pair
         self.f0 = rel.f(0.0)
         self.scale = 1.0 / (const + self.f0 * w.sum())
@@ -365,12 +374,15 @@ def certify(
        until ``CP_φ(x) ≤ (1 + rtol)·bound`` or the budget is spent. The master's optimum
        dominates every atom and every mixture of them.
 
+    The LPs keep the segments ``k < 2·ceil(max_start x_e) + 2`` of each pair (their prices
+    are re-evaluated over every ``k ≤ K_e``, so the limit costs tightness, never validity).
     The relaxation upper bound is the least ``CP_φ`` over the feasible fractional wirings
     met (the inner minimisers, their running average, the master's wirings).
     """
     if int(rounds) != rounds or rounds < 1:
         raise ConfigError("rounds", f"must be a positive integer, got {rounds}")
-    rel = Relaxation(cost, model)
+    top = np.ceil(np.max([np.asarray(x, dtype=float) for x in starts], axis=0))
+    rel = Relaxation(cost, model, limit=2 * top + 2)
     dag = cost.dag
     atoms = [rel.weights(cost.marginals(np.asarray(x, dtype=float), b2)) for x in starts]
     best, upper, mu, x_star = -np.inf, np.inf, None, None
@@ -390,8 +402,7 @@ def certify(
         best = max(best, lb)
         x_avg = (1.0 - step) * x_avg + step * x_star
         upper = min(upper, rel.critical_path(x_star), rel.critical_path(x_avg))
-    active = np.flatnonzero(np.bincount(rel.pair, rel.bits, minlength=model.n_pairs) > 0)
-    master = _Master(rel, active, *atoms[0])
+    master = _Master(rel, *atoms[0])
     for atom in atoms[1:]:
         master.add(*atom)
     done = len(starts) + rounds // 2
