@@ -21,7 +21,7 @@ import scipy.sparse as sp
 from trainfabric.errors import ConfigError
 from trainfabric.ocs.highs import integer_program
 from trainfabric.ocs.model import OcsModel
-from trainfabric.ocs.search import _pair_id, _polish_state, _Reduced, _soft_sweeps, kick, polish
+from trainfabric.ocs.search import _pair_id, _Reduced, _soft_sweeps, kick, polish
 
 _INT_TOL = 1e-9
 # Up to this many pairs between pods with free ports the residual b-matching is solved exactly
@@ -389,7 +389,7 @@ def _fill(model: OcsModel, x0: np.ndarray, weight: np.ndarray) -> np.ndarray:
     return x
 
 
-_ROUNDS_MAX = 12  # marginal re-evaluations of the iterative rounding
+_ROUNDS_MAX = 6  # marginal re-evaluations of the iterative rounding
 
 
 def _iterative_rounding(red: _Reduced, model: OcsModel, x0: np.ndarray, b2: float) -> np.ndarray:
@@ -416,15 +416,10 @@ def _iterative_rounding(red: _Reduced, model: OcsModel, x0: np.ndarray, b2: floa
         cand = np.flatnonzero((left[iu] > 0) & (left[iv] > 0))
         if cand.size == 0:
             break
-        dur, _, _, glse = _polish_state(red, model, x, b2)
-        mu = _soft_sweeps(
-            red.fixed_soft, red.group, glse, red.pindptr, red.pindices, red.sindptr, red.sindices
-        )[3]
-        g = red.comm_group
-        mu_c = mu[red.g_rnode[g]] * np.exp(b2 * dur - glse[g])
-        y = x[red.pair]
-        save = red.bits * (1.0 / (rate * y + b0) - 1.0 / (rate * (y + 1) + b0))
-        gain = np.bincount(red.pair, mu_c * save, model.n_pairs)
+        gain = _unit_gains(
+            x, red.pair, red.bits, red.latency, red.g_ptr, red.g_comm, red.g_rnode, b2, rate,
+            b0, red.fixed_soft, red.group, red.pindptr, red.pindices, red.sindptr, red.sindices,
+        )  # fmt: skip
         cand = cand[gain[cand] > 0]
         if cand.size == 0:
             break
@@ -432,6 +427,37 @@ def _iterative_rounding(red: _Reduced, model: OcsModel, x0: np.ndarray, b2: floa
         quota = max(1, int(min(left.sum() // 2, model.max_circuits - x.sum())) // 2)
         _take_once(order, iu, iv, x, left, quota)
     return _fill(model, x, gain)
+
+
+@numba.njit(cache=True)
+def _unit_gains(
+    x, pair, bits, lat, g_ptr, g_comm, g_rnode, b2, rate, b0,
+    fixed_soft, group, pindptr, pindices, sindptr, sindices,
+):  # fmt: skip  # pragma: no cover - compiled
+    """``g_e = Σ_{c∈e} μ_c · 8 b_c (f(x_e) − f(x_e + 1))`` for every pair (s): comm durations,
+    every group's LSE (scaled by ``b2``), the soft sweeps' marginals ``μ_r`` of the reduced
+    DAG and the members' shares ``μ_c = μ_r exp(b2 t_c − LSE_g)``, in one O(|comm|) pass."""
+    n_groups = g_ptr.size - 1
+    dur = lat + bits / (rate * x[pair] + b0)
+    glse = np.empty(n_groups)
+    for g in range(n_groups):
+        top = -np.inf
+        for idx in range(g_ptr[g], g_ptr[g + 1]):
+            top = max(top, dur[g_comm[idx]])
+        acc = 0.0
+        for idx in range(g_ptr[g], g_ptr[g + 1]):
+            acc += np.exp(b2 * (dur[g_comm[idx]] - top))
+        glse[g] = b2 * top + np.log(acc)
+    mu = _soft_sweeps(fixed_soft, group, glse, pindptr, pindices, sindptr, sindices)[3]
+    gain = np.zeros(x.size)
+    for g in range(n_groups):
+        mg = mu[g_rnode[g]]
+        for idx in range(g_ptr[g], g_ptr[g + 1]):
+            c = g_comm[idx]
+            y = x[pair[c]]
+            save = bits[c] * (1.0 / (rate * y + b0) - 1.0 / (rate * (y + 1) + b0))
+            gain[pair[c]] += mg * np.exp(b2 * dur[c] - glse[g]) * save
+    return gain
 
 
 @numba.njit(cache=True)
@@ -531,8 +557,9 @@ def _complete(cost, model: OcsModel, x: np.ndarray, cp: float) -> tuple[np.ndarr
     return x, cp
 
 
-DEFAULT_MAX_MOVES = 2_000_000  # candidate moves per rounding (work, not seconds)
-DEFAULT_KICKS = 64  # perturbations of the iterated local search
+DEFAULT_MAX_MOVES = 1_000_000  # candidate moves per rounding (work, not seconds)
+DEFAULT_KICKS = 16  # perturbations of the iterated local search
+KICK_MOVES = 2_000  # candidate moves of the short search after a kick
 
 
 def round_wiring(
@@ -561,7 +588,15 @@ def round_wiring(
        path drops, or ties and the smoothed one ``U`` at ``b2`` drops; first improvement with
        "don't look" bits, until no move improves or ``max_moves`` candidate moves have been
        evaluated in all (work, not time: the same seed gives the same wiring on a cold and a
-       warm compile cache). The best result is returned.
+       warm compile cache).
+    3. **Iterated local search** while budget is left: up to ``kicks`` times, a seeded random
+       2-swap at the critical path of the best wiring (:func:`.search.kick`: donors among the
+       least penalised), then a short search (``KICK_MOVES`` candidate moves) in which the
+       kicked pairs may not donate (so it cannot just undo the kick); a strictly better result
+       becomes the best and is searched to its local optimum. A kick is charged
+       ``1 + |comm nodes| / 16`` moves (it rebuilds the search state), so big instances do few.
+    4. **Completion** (:func:`_complete`) of a pod left with two or more dark ports where that
+       does not lengthen the hard critical path. The best result is returned.
 
     Candidates are evaluated exactly by compiled sweeps over the DAG with the parallel comm
     nodes of every phase merged into one max (and LSE) node (:class:`.search._Reduced`),
@@ -571,7 +606,8 @@ def round_wiring(
     ``cost``: a :class:`~trainfabric.ocs.cost.PathCost` (``dag``, ``comm_nodes``,
     ``comm_pair``, ``marginals``, ``hard``, ``log_paths``); ``x_frac`` [P] circuits (its floor
     must fit the ports); ``b2`` (1/s), default ``50·max(log|Π|, 1) / CP(x_frac)``;
-    ``max_moves`` ≥ 1.
+    ``max_moves`` ≥ 1 (the budget of steps 2-3); ``kicks`` ≥ 0; ``seed`` orders ties and draws
+    the kicks.
     """
     t0 = time.perf_counter()
     x = _check_frac(model, x_frac)
@@ -622,7 +658,8 @@ def round_wiring(
         evaluations += kick_cost
         frozen = np.zeros(model.n_pairs, dtype=np.bool_)
         frozen[kicked[1]] = True
-        y, cp, acc, ev = polish(red, model, kicked[0], b2, perm, max_moves - evaluations, frozen)
+        budget = min(max_moves - evaluations, KICK_MOVES)
+        y, cp, acc, ev = polish(red, model, kicked[0], b2, perm, budget, frozen)
         swaps += acc
         evaluations += ev
         if cp < best_cp * (1 - 1e-12):

@@ -692,16 +692,26 @@ def polish(
     return x, hard_cp(red, gval), acc, ev
 
 
+KICK_DONORS = 3  # a kick draws each donor among this many least penalised ones
+
+
+def _by_penalty(pods: np.ndarray, pairs: np.ndarray, x: np.ndarray, pen: np.ndarray):
+    """The ``pods`` whose pair in ``pairs`` carries a circuit, by increasing ``pen``."""
+    wired = x[pairs] > 0
+    return pods[wired][np.argsort(pen[pairs[wired]], kind="stable")]
+
+
 def kick(
     red: _Reduced, model: OcsModel, x: np.ndarray, b2: float, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """A random degree-preserving 2-swap at the hard critical path (the perturbation of the
     iterated local search): a target pair ``(u, v)`` drawn among the pairs of comm nodes that
-    set a critical phase's duration, donors ``(u, a)``, ``(v, b)`` drawn among the wired pairs
-    (``a ≠ b``, both outside ``{u, v}``); returns ``x`` with ``(u, v)``, ``(a, b)`` +1 and the
-    donors −1 (the critical path may rise: the search that follows judges it) and the two
-    pairs that gained (the search after a kick must not simply undo it), or None when no such
-    swap exists."""
+    set a critical phase's duration, donors ``(u, a)``, ``(v, b)`` drawn among the
+    ``KICK_DONORS`` wired pairs of least penalty (how far one circuit less would push their
+    longest path over the critical path; ``a ≠ b``, both outside ``{u, v}``); returns ``x``
+    with ``(u, v)``, ``(a, b)`` +1 and the donors −1 (the critical path may rise: the search
+    that follows judges it) and the two pairs that gained (the search after a kick must not
+    simply undo it), or None when no such swap exists."""
     dur, _, gval, _ = _polish_state(red, model, x, b2)
     args = (red.pindptr, red.pindices, red.sindptr, red.sindices)
     _, finish, pmax, tail = _hard_sweeps(red.fixed, red.group, gval, *args)
@@ -713,17 +723,22 @@ def kick(
     targets = np.unique(red.pair[crit])
     if targets.size == 0:
         return None
+    # donor penalty per pair (s): the most a path through it exceeds CP with one circuit less
+    q = red.pair
+    less = red.latency + red.bits / (model.rate_bps * np.maximum(x[q] - 1, 0) + model.fallback_bps)
+    pen = np.full(model.n_pairs, -np.inf)
+    np.maximum.at(pen, q, finish[r] - gval[g] + less + tail[r] - cp)
     iu, iv = model.pairs
     p = int(targets[rng.integers(targets.size)])
     u, v = int(iu[p]), int(iv[p])
     pods = np.arange(model.n)
     others = pods[(pods != u) & (pods != v)]
-    nu = others[x[model.pair_index(u, others)] > 0]
-    nv = others[x[model.pair_index(v, others)] > 0]
+    nu, nv = (_by_penalty(others, model.pair_index(w, others), x, pen) for w in (u, v))
     if nu.size == 0 or nv.size == 0 or (nu.size == 1 and nv.size == 1 and nu[0] == nv[0]):
         return None
-    while True:
-        a, b = int(nu[rng.integers(nu.size)]), int(nv[rng.integers(nv.size)])
+    while True:  # one of the KICK_DONORS least penalised donors on each side
+        a = int(nu[rng.integers(min(KICK_DONORS, nu.size))])
+        b = int(nv[rng.integers(min(KICK_DONORS, nv.size))])
         if a != b:
             break
     y = x.copy()
