@@ -52,7 +52,12 @@ solve stopped; with ``anneal=False`` only the final ``b2`` stage runs.
 
 Dark ports (``inequality=True``): ``W`` becomes ``W≤ = {w ≥ 0 : Σ_u w_uv ≤ r_v}`` (the
 projection's duals are ``λ ≥ 0``). On ``W≤`` the degree-span part ``<c_u + c_v, w>`` is no
-longer constant, so ``g`` is used as it is (not centred); everything else is unchanged.
+longer constant, so ``g`` is used as it is (not centred); everything else is unchanged. The
+projection onto ``W≤`` is tried as the (cheaper, warm-started) projection onto ``W`` first:
+its result ``w = y e^{−λ_u−λ_v}`` satisfies every KKT condition of the ``W≤`` projection when
+all its duals are ``λ ≥ 0`` (feasible, all constraints tight, so complementary slackness
+holds), and the projection is unique, so that is exact; only when some ``λ_v < 0`` is the
+inequality projection run (clipped Sinkhorn: ~4x the sweeps on moe at 256 pods).
 """
 
 from __future__ import annotations
@@ -189,6 +194,15 @@ def _centred(g, n):  # pragma: no cover - compiled
     return out
 
 
+def _project(logy: np.ndarray, model: OcsModel, method: str, warm, inequality: bool):
+    """KL projection of ``y = exp(logy)`` onto ``W`` or, with ``inequality``, onto ``W≤``
+    (module doc: the ``W`` projection is the ``W≤`` one whenever its duals are all ``≥ 0``)."""
+    pr = project(logy, model, method=method, warm=warm, log=True)
+    if not inequality or pr.duals.min() >= 0.0:
+        return pr
+    return project(logy, model, method=method, warm=pr.duals, log=True, inequality=True)
+
+
 def _direction(g: np.ndarray, n: int, inequality: bool) -> np.ndarray:
     """The gradient the step uses: centred on ``W`` (:func:`_centred`), as is on ``W≤``."""
     return g if inequality else _centred(g, n)
@@ -255,7 +269,7 @@ def solve(
         w, log_w, duals = q.copy(), log_q.copy(), None
     else:
         w0 = _check_pair_vector("w0", w0, model)
-        p0 = project(w0, model, method=projection, warm=duals0, inequality=inequality)
+        p0 = _project(np.log(w0), model, projection, duals0, inequality)
         w, log_w, duals = p0.w, p0.log_w, p0.duals
     eta = None if eta0 is None else _check_positive("eta0", eta0)
     m = float(model.total_circuits)
@@ -271,7 +285,8 @@ def solve(
         u, gx = cost.value_and_grad(m * w, stage_b2)
         g = _direction(m * np.asarray(gx, dtype=float), model.n, inequality)
         if eta is None:
-            spread = float(g.max() - g.min())
+            centred = g if not inequality else _centred(g, model.n)  # same default on W≤
+            spread = float(centred.max() - centred.min())
             eta = 1.0 / spread if spread > 0 else b1
         prev_step = None
         converged = False
@@ -279,9 +294,7 @@ def solve(
             for backtracks in range(_MAX_BACKTRACKS + 1):  # noqa: B007 (recorded below)
                 theta = b1 / (b1 + eta)
                 _logits(log_w, log_q, g, theta, eta, logy)
-                pr = project(
-                    logy, model, method=projection, warm=duals, log=True, inequality=inequality
-                )
+                pr = _project(logy, model, projection, duals, inequality)
                 u_new, gx_new = cost.value_and_grad(m * pr.w, stage_b2)
                 step_kl, lin, mag = _step_stats(pr.w, pr.log_w, w, log_w, g)
                 excess = u_new - u - lin
