@@ -5,8 +5,8 @@ Instances: the two families of ``benchmarks/ocs_scale.py`` (its ``job``: ``moe``
 
 1. **Ours** (a fresh process; numba compiled first on the 64-pod instance, not timed): the DAG
    is built (the workload, timed apart), then ``plan`` runs with ``ocs_scale``'s planner
-   settings (its ``MAX_ITER`` when it defines one, else ``plan``'s defaults); its wall time is
-   ``W``. Reported: the hard critical path of our wiring (``PathCost.hard``), and the plan's
+   settings (its ``MAX_ITER`` and ``ROUND_MAX_MOVES`` where it defines them, else ``plan``'s
+   defaults); its wall time is ``W``. Reported: the hard critical path of our wiring (``PathCost.hard``), and the plan's
    ``lower_bound_s`` / ``certified_gap`` when the planner reports them (else null).
 2. **Exact solvers**, each at a solve-time limit of ``1 x W`` and ``10 x W``: the project MILP
    (``solve_milp``, reduced model, highspy, one thread) and scipy's HiGHS
@@ -64,10 +64,11 @@ def instance(family: str, n: int):
 
 
 def plan_settings() -> dict:
+    """``ocs_scale``'s planner settings: its ``MAX_ITER`` / ``ROUND_MAX_MOVES`` where defined."""
     import ocs_scale
 
-    max_iter = getattr(ocs_scale, "MAX_ITER", None)
-    return {} if max_iter is None else {"max_iter": max_iter}
+    names = {"MAX_ITER": "max_iter", "ROUND_MAX_MOVES": "round_max_moves"}
+    return {kw: getattr(ocs_scale, c) for c, kw in names.items() if hasattr(ocs_scale, c)}
 
 
 def run_ours(family: str, n: int) -> dict:
