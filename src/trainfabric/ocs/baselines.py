@@ -50,7 +50,7 @@ def uniform_mesh(model: OcsModel) -> np.ndarray:
     return round_to_degrees(model, model.total_circuits * uniform_prior(model))
 
 
-def best_near_uniform(cost, model: OcsModel, samples: int = 8, seed: int = 0) -> np.ndarray:
+def best_near_uniform(cost, model: OcsModel, samples: int = 4, seed: int = 0) -> np.ndarray:
     """The best integer near-uniform wiring found among ``samples + 1`` candidates (Int64 [P]).
 
     Every candidate is ``round_to_degrees(model, M·q, score)``: each pair within one circuit

@@ -17,6 +17,10 @@ so the saving is the four earlier stages' budget, and ``F`` agrees to ~1e-6). Th
 integer wiring (``Plan.x`` or the wiring given) is then a candidate next to the new rounding:
 the plan keeps whichever has the shorter hard critical path on the new DAG.
 
+Every plan carries a certified lower bound on the integer optimum (:func:`.bound.certify`,
+seeded with the fractional and the integer wiring) and ``certified_gap = CP / bound − 1``;
+``improvement_vs_uniform`` compares with the best near-uniform integer wiring.
+
 The relaxation allows dark ports (``Σ_u w_uv ≤ r_v``, ``solver.solve(inequality=True)``).
 
 Size guard: :func:`plan` and :func:`compare` first check :func:`plan_memory_bytes` (the
@@ -37,6 +41,7 @@ from trainfabric.errors import ConfigError, InfeasibleError
 from trainfabric.io import write_json, write_parquet
 from trainfabric.limits import check_memory
 from trainfabric.ocs import baselines, decompose, rounding, solver
+from trainfabric.ocs.bound import certify
 from trainfabric.ocs.cost import PathCost, temperatures
 from trainfabric.ocs.model import OcsModel
 from trainfabric.ocs.prior import kl, uniform_prior
@@ -46,7 +51,12 @@ from trainfabric.workloads.traffic import PhaseTraffic, dag_from_traffic, traffi
 
 @dataclass
 class Plan:
-    """An integer wiring with its per-OCS split and the figures a user asks for (SI units)."""
+    """An integer wiring with its per-OCS split and the figures a user asks for (SI units).
+
+    ``uniform_critical_path_s``: the best near-uniform integer wiring's critical path
+    (:func:`.baselines.best_near_uniform`), the reference of ``improvement_vs_uniform``;
+    ``lower_bound_s`` ≤ every integer wiring's critical path and ``certificate_tolerance``
+    (:class:`.bound.Certificate`)."""
 
     x: np.ndarray
     x_frac: np.ndarray
@@ -64,6 +74,13 @@ class Plan:
     timings_s: dict[str, float] = field(default_factory=dict)
     duals: np.ndarray | None = field(default=None, repr=False)
     eta: float | None = None
+    lower_bound_s: float = float("nan")
+    certificate_tolerance: float = float("nan")
+
+    @property
+    def certified_gap(self) -> float:
+        """``CP / lower_bound − 1``: at most this far above the integer optimum."""
+        return self.hard_critical_path_s / self.lower_bound_s - 1.0
 
     @property
     def solve_time_s(self) -> float:
@@ -81,6 +98,9 @@ class Plan:
             "fractional_critical_path_s": self.fractional_critical_path_s,
             "uniform_critical_path_s": self.uniform_critical_path_s,
             "improvement_vs_uniform": 1 - self.hard_critical_path_s / self.uniform_critical_path_s,
+            "lower_bound_s": self.lower_bound_s,
+            "certified_gap": self.certified_gap,
+            "certificate_tolerance": self.certificate_tolerance,
             "smoothed_cost_s": self.smoothed_cost_s,
             "kl_to_prior": self.kl_to_prior,
             "circuits_moved_vs_prior": self.circuits_moved_vs_prior,
@@ -155,13 +175,15 @@ def plan(
     max_iter: int = 300,
     round_max_moves: int = rounding.DEFAULT_MAX_MOVES,
     warm_start=None,
+    bound_rounds: int | None = None,
 ) -> Plan:
     """Plan the wiring of ``dag`` on ``model`` (see module doc); timings per stage in seconds.
 
     ``max_iter`` bounds the solver's iterations per annealing stage; ``round_max_moves`` bounds
     the rounding's search in candidate moves (work, not seconds: small instances reach a local
     optimum long before it). ``warm_start``: a previous :class:`Plan` or integer wiring [P]
-    to resume from (module doc; no annealing then). Refuses an
+    to resume from (module doc; no annealing then). ``bound_rounds``: work budget of the
+    certified lower bound (:func:`.bound.certify`; default by size). Refuses an
     instance over the memory limit first (:func:`check_plan_size`, field ``pods``).
     """
     check_plan_size(dag, model)
@@ -196,7 +218,12 @@ def plan(
     x = rounded.x
     if warm_start is not None:
         x = _better_of(cost, model, x, warm_start)
+    t5 = time.perf_counter()
+    cert = certify(cost, model, [res.x, x], b2, rounds=bound_rounds)
+    t6 = time.perf_counter()
     uniform = baselines.uniform_mesh(model)
+    near_uniform = baselines.best_near_uniform(cost, model, seed=seed)
+    t7 = time.perf_counter()
     return Plan(
         x=x,
         x_frac=res.x,
@@ -207,13 +234,22 @@ def plan(
         smoothed_cost_s=cost.smoothed(x, b2),
         kl_to_prior=kl(x / model.total_circuits, q),
         circuits_moved_vs_prior=int(np.abs(x - uniform).sum() // 2),
-        uniform_critical_path_s=cost.hard(uniform),
+        uniform_critical_path_s=cost.hard(near_uniform),
         b1=b1,
         b2=b2,
         iterations=res.iterations,
-        timings_s={"setup": t1 - t0, "solve": t2 - t1, "round": t3 - t2, "decompose": t4 - t3},
+        timings_s={
+            "setup": t1 - t0,
+            "solve": t2 - t1,
+            "round": t3 - t2,
+            "decompose": t4 - t3,
+            "bound": t6 - t5,
+            "baselines": t7 - t6,
+        },
         duals=res.duals,
         eta=res.eta,
+        lower_bound_s=cert.lower_bound_s,
+        certificate_tolerance=cert.tolerance,
     )
 
 
@@ -240,8 +276,12 @@ def write_plan(out_dir, model: OcsModel, result: Plan, summary: dict[str, Any]) 
         out_dir / "wiring.parquet",
         {"u": iu[keep], "v": iv[keep], "circuits": result.x[keep].astype(np.int64)},
     )
+    header = {
+        k: summary[k]
+        for k in ("hard_critical_path_s", "lower_bound_s", "certified_gap", "certificate_tolerance")
+    }
     path = write_parquet(
-        out_dir / "cross_connects.parquet", cross_connect_table(model, result.tables)
+        out_dir / "cross_connects.parquet", cross_connect_table(model, result.tables), header
     )
     write_json(out_dir / "plan.json", {k: v for k, v in summary.items() if k != "ocs_configs"})
     return path

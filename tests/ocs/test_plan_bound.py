@@ -1,0 +1,46 @@
+"""Every plan carries its certified lower bound: in the Plan, in ``ocs plan --json`` and in the
+cross-connect table's header; ``improvement_vs_uniform`` is against the best near-uniform
+wiring."""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+
+from trainfabric.io import loads
+from trainfabric.ocs.baselines import best_near_uniform
+from trainfabric.ocs.cost import PathCost
+from trainfabric.ocs.milp import solve_milp
+from trainfabric.ocs.model import OcsModel
+from trainfabric.ocs.planner import plan
+from trainfabric.workloads import build_dag, get_preset
+
+
+def test_plan_reports_a_bound_below_the_milp_optimum_and_its_gap():
+    dag = build_dag(get_preset("moe", pods=8), 1)
+    model = OcsModel.uniform(8, 8, 4)
+    p = plan(dag, model, seed=1)
+    opt = solve_milp(dag, model, time_limit_s=60)
+    assert opt.status == "optimal"
+    assert p.lower_bound_s <= opt.objective_s <= p.hard_critical_path_s * (1 + 1e-9)
+    assert p.certified_gap == pytest.approx(p.hard_critical_path_s / p.lower_bound_s - 1)
+    assert p.certified_gap >= p.hard_critical_path_s / opt.objective_s - 1
+    assert p.certificate_tolerance >= 0
+    near = PathCost(dag, model).hard(best_near_uniform(PathCost(dag, model), model, seed=1))
+    assert p.uniform_critical_path_s == pytest.approx(near, rel=1e-12)
+
+
+def test_cli_plan_prints_the_bound_and_writes_it_into_the_table_header(cli, tmp_path):
+    code, out, _ = cli(
+        "ocs", "plan", "--workload", "moe", "--pods", "16", "--ports", "8", "--ocs", "4",
+        "--json", "--out", str(tmp_path / "p"),
+    )  # fmt: skip
+    assert code == 0
+    summary = loads(out)
+    assert 0 < summary["lower_bound_s"] <= summary["hard_critical_path_s"]
+    assert summary["certified_gap"] == pytest.approx(
+        summary["hard_critical_path_s"] / summary["lower_bound_s"] - 1
+    )
+    header = pq.read_schema(tmp_path / "p" / "cross_connects.parquet").metadata
+    assert loads(header[b"lower_bound_s"]) == summary["lower_bound_s"]
+    assert loads(header[b"certified_gap"]) == summary["certified_gap"]
