@@ -16,7 +16,7 @@ from trainfabric.ocs.milp import solve_milp
 from trainfabric.ocs.model import OcsModel
 from trainfabric.ocs.prior import uniform_prior
 from trainfabric.ocs.rounding import round_to_degrees, round_wiring
-from trainfabric.ocs.search import _hard_sweeps, _polish_state, _Reduced, _soft_sweeps
+from trainfabric.ocs.search import _at, _hard_sweeps, _polish_state, _Reduced, _soft_sweeps
 from trainfabric.workloads import build_dag, get_preset
 from trainfabric.workloads.dag import DagBuilder
 
@@ -207,21 +207,23 @@ CASES = _cases()
 
 @pytest.mark.parametrize("name,dag,n", CASES, ids=[c[0] for c in CASES])
 def test_reduced_dag_is_exact(name, dag, n):
-    """The merged/contracted DAG gives the same hard and smoothed critical path as PathCost."""
+    """The merged/contracted DAG gives the same hard and smoothed critical path as PathCost, at
+    its own temperature and at a second one sharing the structure (``_at``)."""
     model = OcsModel.uniform(n, 4, 2)
     cost = PathCost(dag, model)
     rng = np.random.default_rng(0)
     b2 = 20.0 * max(cost.log_paths(), 1.0) / cost.hard(np.ones(model.n_pairs))
-    red = _Reduced(cost, model, b2)
+    red = _Reduced(cost, model, b2, (b2 / 7,))
     assert red.fixed.size <= dag.n_nodes
     for _ in range(5):
         x = round_to_degrees(model, _in_polytope(model, rng, 0.3))
-        dur, g_sorted, gval, glse = _polish_state(red, model, x, b2)
-        args = (red.pindptr, red.pindices, red.sindptr, red.sindices)
-        _, _, pmax, _ = _hard_sweeps(red.fixed, red.group, gval, *args)
-        _, _, pleaf, _ = _soft_sweeps(red.fixed_soft, red.group, glse, *args)
-        assert pmax[-1] == pytest.approx(cost.hard(x), rel=1e-12)
-        assert pleaf[-1] / b2 == pytest.approx(cost.smoothed(x, b2), rel=1e-10)
+        for r, t in ((red, b2), (_at(red, b2 / 7), b2 / 7)):
+            dur, g_sorted, gval, glse = _polish_state(r, model, x, t)
+            args = (r.pindptr, r.pindices, r.sindptr, r.sindices)
+            _, _, pmax, _ = _hard_sweeps(r.fixed, r.group, gval, *args)
+            _, _, pleaf, _ = _soft_sweeps(r.fixed_soft, r.group, glse, *args)
+            assert pmax[-1] == pytest.approx(cost.hard(x), rel=1e-12)
+            assert pleaf[-1] / t == pytest.approx(cost.smoothed(x, t), rel=1e-10)
 
 
 def _brute_force_cp(cost, model):

@@ -21,7 +21,7 @@ import scipy.sparse as sp
 from trainfabric.errors import ConfigError
 from trainfabric.ocs.highs import integer_program
 from trainfabric.ocs.model import OcsModel
-from trainfabric.ocs.search import _pair_id, _Reduced, _soft_sweeps, kick, polish
+from trainfabric.ocs.search import _at, _pair_id, _Reduced, _soft_sweeps, kick, polish
 
 _INT_TOL = 1e-9
 # Up to this many pairs between pods with free ports the residual b-matching is solved exactly
@@ -557,8 +557,9 @@ def _complete(cost, model: OcsModel, x: np.ndarray, cp: float) -> tuple[np.ndarr
     return x, cp
 
 
+SOFTER = 100.0  # the search first runs at b2 / SOFTER, then at b2
 DEFAULT_MAX_MOVES = 1_000_000  # candidate moves per rounding (work, not seconds)
-DEFAULT_KICKS = 16  # perturbations of the iterated local search
+DEFAULT_KICKS = 64  # perturbations of the iterated local search
 KICK_MOVES = 2_000  # candidate moves of the short search after a kick
 
 
@@ -574,26 +575,28 @@ def round_wiring(
     """Integer wiring (degrees ``≤ d``) from a fractional one, searched on the hard critical path.
 
     1. **Roundings** (distinct ones kept, searched from the best by hard critical path):
-       (a) iterative, by the marginals of the integer wiring being built, from the empty wiring
-       at ``b2`` and (b) at ``b2 / 10`` (:func:`_iterative_rounding`); (c) cost-aware from
-       ``floor(x_frac)`` by the Gibbs marginals at ``x_frac`` (:func:`_marginal_rounding`);
-       (d) ``floor(x_frac)`` plus the largest fractional parts. Each is completed by
-       :func:`_fill` (at most one pod keeps dark ports).
-    2. **Local search** from each (:func:`.search._polish`): moves from a pair ``(u, v)`` of a
-       comm node on a hard critical path (targets by the time one more circuit saves there) that
-       add one circuit there, each end using a dark port or a donor circuit ``(u, a)``,
-       ``(v, b)`` (tried by increasing penalty: how far one circuit less would push the donor's
-       longest path over the critical path; ties in a ``seed``-ed order), the freed ends closed
-       by ``(a, b)`` or by a dark port elsewhere (else left dark). Accepted if the hard critical
-       path drops, or ties and the smoothed one ``U`` at ``b2`` drops; first improvement with
-       "don't look" bits, until no move improves or ``max_moves`` candidate moves have been
-       evaluated in all (work, not time: the same seed gives the same wiring on a cold and a
-       warm compile cache).
-    3. **Iterated local search** while budget is left: up to ``kicks`` times, a seeded random
-       2-swap at the critical path of the best wiring (:func:`.search.kick`: donors among the
-       least penalised), then a short search (``KICK_MOVES`` candidate moves) in which the
-       kicked pairs may not donate (so it cannot just undo the kick); a strictly better result
-       becomes the best and is searched to its local optimum. A kick is charged
+       iterative, by the marginals of the integer wiring being built, from the empty wiring at
+       ``b2`` and at ``b2 / SOFTER`` (:func:`_iterative_rounding`); cost-aware from
+       ``floor(x_frac)`` by the Gibbs marginals at ``x_frac`` at the same two temperatures
+       (:func:`_marginal_rounding`); ``floor(x_frac)`` plus the largest fractional parts. Each
+       is completed by :func:`_fill` (at most one pod keeps dark ports).
+    2. **Local search** from each (:func:`.search._polish`), first with the smoothed cost at
+       ``b2 / SOFTER`` (it sees many near-critical paths and balances them), then at ``b2``.
+       Moves from a pair ``(u, v)`` of a comm node on a hard critical path (targets by the
+       time one more circuit saves there) add one circuit there, each end using a dark port or
+       a donor circuit ``(u, a)``, ``(v, b)`` (tried by increasing penalty: how far one circuit
+       less would push the donor's longest path over the critical path; ties in a ``seed``-ed
+       order), the freed ends closed by ``(a, b)`` or by a dark port elsewhere (else left
+       dark). Accepted if the hard critical path drops, or ties and the smoothed one ``U``
+       drops; first improvement with "don't look" bits, until no move improves or
+       ``max_moves`` candidate moves have been evaluated in all (work, not time: the same seed
+       gives the same wiring on a cold and a warm compile cache).
+    3. **Iterated local search** while budget is left: up to ``kicks`` times, a 2-swap at
+       the critical path of the best wiring that the search rejected (:func:`.search.kick`:
+       targets by gain, donors by penalty rank, enumerated), then a short search
+       (``KICK_MOVES`` candidate moves) in which the kicked pairs may not donate (so it cannot
+       just undo the kick); a strictly better result becomes the best, is searched to its local
+       optimum, and the kicks restart from its first. A kick is charged
        ``1 + |comm nodes| / 16`` moves (it rebuilds the search state), so big instances do few.
     4. **Completion** (:func:`_complete`) of a pod left with two or more dark ports where that
        does not lengthen the hard critical path. The best result is returned.
@@ -606,8 +609,7 @@ def round_wiring(
     ``cost``: a :class:`~trainfabric.ocs.cost.PathCost` (``dag``, ``comm_nodes``,
     ``comm_pair``, ``marginals``, ``hard``, ``log_paths``); ``x_frac`` [P] circuits (its floor
     must fit the ports); ``b2`` (1/s), default ``50·max(log|Π|, 1) / CP(x_frac)``;
-    ``max_moves`` ≥ 1 (the budget of steps 2-3); ``kicks`` ≥ 0; ``seed`` orders ties and draws
-    the kicks.
+    ``max_moves`` ≥ 1 (the budget of steps 2-3); ``kicks`` ≥ 0; ``seed`` orders ties.
     """
     t0 = time.perf_counter()
     x = _check_frac(model, x_frac)
@@ -622,13 +624,16 @@ def round_wiring(
         raise ConfigError("b2", "must be finite and > 0")
     b2 = float(b2)
     x0 = _floor(model, x)
-    red = _Reduced(cost, model, b2)
+    soft = b2 / SOFTER
+    red = _Reduced(cost, model, b2, (soft,))
+    red_soft = _at(red, soft)
     empty = np.zeros(model.n_pairs, dtype=np.int64)
     starts: list[np.ndarray] = []
     for start in (
         _iterative_rounding(red, model, empty, b2),
-        _iterative_rounding(red, model, empty, b2 / 10.0),
+        _iterative_rounding(red_soft, model, empty, soft),
         _marginal_rounding(cost, model, x, x0, b2),
+        _marginal_rounding(cost, model, x, x0, soft),
         _fill(model, x0, x - x0),
     ):
         if not any(np.array_equal(start, other) for other in starts):
@@ -638,24 +643,27 @@ def round_wiring(
     best, best_cp = starts[int(np.argmin(start_cp))], float(min(start_cp))
     swaps = evaluations = 0
     for k in np.argsort(start_cp, kind="stable"):
-        if evaluations >= max_moves:
-            break
-        xi, cp, acc, ev = polish(red, model, starts[k], b2, perm, max_moves - evaluations)
-        swaps += acc
-        evaluations += ev
-        if cp < best_cp:
-            best, best_cp = xi, cp
+        xi = starts[k]
+        for r, temp in ((red_soft, soft), (red, b2)):  # soft first, then sharp
+            if evaluations >= max_moves:
+                break
+            xi, cp, acc, ev = polish(r, model, xi, temp, perm, max_moves - evaluations)
+            swaps += acc
+            evaluations += ev
+            if cp < best_cp:
+                best, best_cp = xi, cp
     # iterated local search: kick the best wiring off its local optimum, search again, keep
     # a strictly better result; each kick is charged the work of rebuilding the search state
     kick_cost = 1 + red.pair.size // 16
-    rng = np.random.default_rng([seed, 1])
+    k = 0  # index of the next kick at the current best wiring
     for _ in range(kicks):
         if evaluations + kick_cost >= max_moves:
             break
-        kicked = kick(red, model, best, b2, rng)
-        if kicked is None:
-            break
         evaluations += kick_cost
+        kicked = kick(red, model, best, b2, k)
+        k += 1
+        if kicked is None:
+            continue
         frozen = np.zeros(model.n_pairs, dtype=np.bool_)
         frozen[kicked[1]] = True
         budget = min(max_moves - evaluations, KICK_MOVES)
@@ -667,6 +675,7 @@ def round_wiring(
             best_cp = min(best_cp, cp)
             swaps += acc
             evaluations += ev
+            k = 0
     best, best_cp = _complete(cost, model, best, best_cp)
     return RoundResult(
         x=best,

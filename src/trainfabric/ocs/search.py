@@ -13,6 +13,8 @@ compiled kernels that evaluate wiring moves exactly.
 
 from __future__ import annotations
 
+import copy
+
 import numba
 import numpy as np
 
@@ -36,7 +38,8 @@ class _Reduced:
     only moves the groups holding them.
 
     Arrays (numbered in a topological order): ``fixed`` [R] constant duration of every node
-    (s) and ``fixed_soft`` its soft counterpart (scaled by ``b2``), both added to the group
+    (s) and ``fixed_soft`` its soft counterpart (scaled by ``b2``; ``other_soft[b2']`` at each
+    of the ``other_b2`` temperatures, used through :func:`_at`), both added to the group
     value of a group node; ``group`` [R] (group id or -1); predecessor CSR
     ``pindptr``/``pindices``, successor CSR ``sindptr``/``sindices``; per group its node
     ``g_rnode`` and member CSR ``g_ptr``/``g_comm``; per comm node ``c`` (in
@@ -44,7 +47,7 @@ class _Reduced:
     CSR ``pair_ptr``/``pair_comm``.
     """
 
-    def __init__(self, cost, model: OcsModel, b2: float):
+    def __init__(self, cost, model: OcsModel, b2: float, other_b2: tuple[float, ...] = ()):
         dag = cost.dag
         n = dag.n_nodes
         comm = np.asarray(cost.comm_nodes, dtype=np.int64)
@@ -80,9 +83,13 @@ class _Reduced:
         fixed = np.zeros(n_r)
         fixed[node_r[other]] = dag.duration_s[other]
         r_of_group = r_of_item[other.size :]
+        temps = np.array((b2, *other_b2))
         fixed, soft, group, es, ed, new_of = _contract(
-            fixed, b2 * fixed, group, node_r[src], node_r[dst]
+            fixed, fixed[:, None] * temps, group, node_r[src], node_r[dst]
         )
+        # soft constants at the other temperatures (:meth:`at`)
+        self.other_soft = {float(t): soft[:, k + 1].copy() for k, t in enumerate(other_b2)}
+        soft = soft[:, 0].copy()
         n_r = fixed.size
         edge = np.unique(ed * n_r + es)  # sorted by (dst, src): predecessor CSR
         self.pindices = (edge % n_r).astype(np.int64)
@@ -104,10 +111,19 @@ class _Reduced:
         self.g_ptr = np.searchsorted(self.comm_group[by_group], np.arange(n_groups + 1))
 
 
+def _at(red: _Reduced, b2: float) -> _Reduced:
+    """``red`` with the soft constants of the temperature ``b2`` (one of its ``other_b2``):
+    the structure is shared, only ``fixed_soft`` differs."""
+    other = copy.copy(red)
+    other.fixed_soft = red.other_soft[float(b2)]
+    return other
+
+
 def _contract(hard, soft, group, es, ed):
     """Series-parallel contraction of the merged DAG, exact for the hard and the soft sweeps.
 
-    Every node carries constants ``hard`` (s) and ``soft`` (scaled by ``b2``) added to its
+    Every node carries constants ``hard`` (s) and ``soft`` ([nodes, temperatures], each column
+    scaled by its ``b2``) added to its
     group's maximum / LSE (groups: comm phases; -1: fixed nodes). Repeated to a fixpoint:
     (1) a fixed node whose only predecessor has it as only successor joins that predecessor
     (series: both constants add); (2) a fixed node whose only successor is a group node with
@@ -156,11 +172,11 @@ def _contract(hard, soft, group, es, ed):
         pos = np.searchsorted(roots, parent)
         if series1.any() or series2.any():
             h = np.bincount(pos, hard, roots.size)
-            sf = np.bincount(pos, soft, roots.size)
+            sf = np.stack([np.bincount(pos, col, roots.size) for col in soft.T], axis=1)
         else:
             h = np.full(roots.size, -np.inf)
             np.maximum.at(h, pos, hard)
-            sf = np.full(roots.size, -np.inf)
+            sf = np.full((roots.size, soft.shape[1]), -np.inf)
             np.logaddexp.at(sf, pos, soft)
         g = np.full(roots.size, -1, dtype=np.int64)
         has = group >= 0
@@ -692,7 +708,8 @@ def polish(
     return x, hard_cp(red, gval), acc, ev
 
 
-KICK_DONORS = 3  # a kick draws each donor among this many least penalised ones
+# donor ranks (by penalty, on u's side and v's) of the kicks, in the order they are tried
+KICK_RANKS = ((0, 0), (0, 1), (1, 0), (1, 1), (0, 2), (2, 0))
 
 
 def _by_penalty(pods: np.ndarray, pairs: np.ndarray, x: np.ndarray, pen: np.ndarray):
@@ -702,16 +719,20 @@ def _by_penalty(pods: np.ndarray, pairs: np.ndarray, x: np.ndarray, pen: np.ndar
 
 
 def kick(
-    red: _Reduced, model: OcsModel, x: np.ndarray, b2: float, rng: np.random.Generator
+    red: _Reduced, model: OcsModel, x: np.ndarray, b2: float, k: int
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """A random degree-preserving 2-swap at the hard critical path (the perturbation of the
-    iterated local search): a target pair ``(u, v)`` drawn among the pairs of comm nodes that
-    set a critical phase's duration, donors ``(u, a)``, ``(v, b)`` drawn among the
-    ``KICK_DONORS`` wired pairs of least penalty (how far one circuit less would push their
-    longest path over the critical path; ``a ≠ b``, both outside ``{u, v}``); returns ``x``
-    with ``(u, v)``, ``(a, b)`` +1 and the donors −1 (the critical path may rise: the search
-    that follows judges it) and the two pairs that gained (the search after a kick must not
-    simply undo it), or None when no such swap exists."""
+    """The ``k``-th kick of the iterated local search: a degree-preserving 2-swap at the hard
+    critical path that the local search rejected (it does not improve on its own).
+
+    Targets: the pairs of the comm nodes that set a critical phase's duration, by decreasing
+    time one more circuit saves there (ties by pair index); donors ``(u, a)``, ``(v, b)``
+    (``a ≠ b``, both outside ``{u, v}``) by increasing penalty (how far one circuit less would
+    push their longest path over the critical path). Kick ``k`` takes target ``k mod T`` with
+    the donor ranks ``KICK_RANKS[k div T]``. Returns ``x`` with ``(u, v)``, ``(a, b)`` +1 and
+    the donors −1 (the critical path may rise: the search that follows judges it) and the two
+    pairs that gained (that search must not simply undo the kick), or None when kick ``k``
+    does not exist.
+    """
     dur, _, gval, _ = _polish_state(red, model, x, b2)
     args = (red.pindptr, red.pindices, red.sindptr, red.sindices)
     _, finish, pmax, tail = _hard_sweeps(red.fixed, red.group, gval, *args)
@@ -719,28 +740,28 @@ def kick(
     tol = 1e-12 * cp
     g = red.comm_group
     r = red.g_rnode[g]
-    crit = (finish[r] + tail[r] >= cp - tol) & (dur >= gval[g] - tol)
-    targets = np.unique(red.pair[crit])
-    if targets.size == 0:
-        return None
-    # donor penalty per pair (s): the most a path through it exceeds CP with one circuit less
     q = red.pair
+    crit = (finish[r] + tail[r] >= cp - tol) & (dur >= gval[g] - tol)
+    more = red.latency + red.bits / (model.rate_bps * (x[q] + 1) + model.fallback_bps)
+    gain = np.full(model.n_pairs, -np.inf)
+    np.maximum.at(gain, q[crit], dur[crit] - more[crit])
+    targets = np.flatnonzero(gain > -np.inf)
+    if targets.size == 0 or k // targets.size >= len(KICK_RANKS):
+        return None
+    targets = targets[np.argsort(-gain[targets], kind="stable")]
+    rank_a, rank_b = KICK_RANKS[k // targets.size]
+    p = int(targets[k % targets.size])
     less = red.latency + red.bits / (model.rate_bps * np.maximum(x[q] - 1, 0) + model.fallback_bps)
     pen = np.full(model.n_pairs, -np.inf)
     np.maximum.at(pen, q, finish[r] - gval[g] + less + tail[r] - cp)
     iu, iv = model.pairs
-    p = int(targets[rng.integers(targets.size)])
     u, v = int(iu[p]), int(iv[p])
     pods = np.arange(model.n)
     others = pods[(pods != u) & (pods != v)]
     nu, nv = (_by_penalty(others, model.pair_index(w, others), x, pen) for w in (u, v))
-    if nu.size == 0 or nv.size == 0 or (nu.size == 1 and nv.size == 1 and nu[0] == nv[0]):
+    if rank_a >= nu.size or rank_b >= nv.size or nu[rank_a] == nv[rank_b]:
         return None
-    while True:  # one of the KICK_DONORS least penalised donors on each side
-        a = int(nu[rng.integers(min(KICK_DONORS, nu.size))])
-        b = int(nv[rng.integers(min(KICK_DONORS, nv.size))])
-        if a != b:
-            break
+    a, b = int(nu[rank_a]), int(nv[rank_b])
     y = x.copy()
     gained = np.array([p, model.pair_index(a, b)])
     y[gained] += 1
