@@ -3,6 +3,8 @@ optima (degrees <= d) on small hard instances, and what the iterated local searc
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -10,6 +12,7 @@ from trainfabric.ocs.cost import PathCost
 from trainfabric.ocs.families import family
 from trainfabric.ocs.milp import solve_milp
 from trainfabric.ocs.model import OcsModel
+from trainfabric.ocs.onehop import evaluate_planner, load_instances
 from trainfabric.ocs.planner import plan
 from trainfabric.ocs.rounding import round_wiring
 from trainfabric.ocs.search import KICK_RANKS, _Reduced, kick
@@ -78,3 +81,15 @@ def test_kick_is_a_degree_preserving_swap_at_the_critical_path():
         assert np.array_equal(model.pod_degrees(y), model.pod_degrees(x))
         assert (y >= 0).all()
     assert seen > 0
+
+
+META = Path(__file__).resolve().parents[1] / "data" / "meta-pod-traffic" / "facebook_pod_a_r16.json"
+
+
+def test_planner_reaches_the_one_hop_optimum_on_meta_matrices():
+    """Every 20th of the 200 Meta pod matrices (4 pods, 16 ports, one phase): the planner's
+    wiring has the exact minimum max link utilisation (measured on all 200: max gap 0; before
+    dark-port moves that free two ports of one pod: p95 3.6%, max 13.7%)."""
+    instances = load_instances(META)[::20]
+    gaps = evaluate_planner(instances, lambda dag, model: plan(dag, model).x)
+    assert gaps.max() <= 1e-9

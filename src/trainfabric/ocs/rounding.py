@@ -527,12 +527,18 @@ _COMPLETION_TRIES = 16  # circuits tried per completion step
 def _complete(cost, model: OcsModel, x: np.ndarray, cp: float) -> tuple[np.ndarray, float]:
     """Complete a wiring to exact degrees where that costs nothing.
 
-    After :func:`_fill` and the search at most one pod ``z`` has dark ports. While ``z`` has two
-    or more, try the circuits ``(a, b)``, ``a, b ≠ z`` (most circuits on the pair first, then
+    First the dark ports of distinct pods are paired up (:func:`_havel_hakimi`; more circuits
+    never slow a transfer), so at most one pod ``z`` keeps dark ports. While ``z`` has two or
+    more, try the circuits ``(a, b)``, ``a, b ≠ z`` (most circuits on the pair first, then
     least traffic): move ``(a, b) → (z, a), (z, b)`` (two more circuits, one fewer) and keep the
     first whose hard critical path is not above ``cp`` (s); stop after ``_COMPLETION_TRIES``
     failures. Returns the wiring and its hard critical path.
     """
+    free = model.free_ports(x)
+    if (free > 0).sum() >= 2:
+        x = x.copy()
+        np.add.at(x, model.pair_index(*_havel_hakimi(free)), 1)
+        cp = min(cp, cost.hard(x))
     iu, iv = model.pairs
     load = np.bincount(cost.comm_pair, cost.dag.bytes[cost.comm_nodes], model.n_pairs)
     tries = 0

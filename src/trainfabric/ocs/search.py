@@ -7,8 +7,11 @@ compiled kernels that evaluate wiring moves exactly.
   evaluations. Moves from a target pair ``(u, v)`` on a hard critical path: each end either
   uses one of its dark ports or takes a circuit off a donor pair ``(u, a)`` / ``(v, b)``; the
   freed ends are closed by a circuit ``(a, b)`` (the degree-preserving 2-swap), or, when only one
-  end ``a`` was freed, by a circuit to the pod with the most dark ports (else ``a`` keeps a dark
-  port: an endpoint shift). Degrees stay ``≤ d`` throughout.
+  end ``a`` was freed (an endpoint shift) or both donors end at ``a`` (two circuits for one),
+  one freed port of ``a`` is closed by a circuit to the pod with the most dark ports (the rest
+  stay dark). Degrees stay ``≤ d`` throughout.
+* :func:`kick` — the perturbation of the iterated local search (an enumerated 2-swap at the
+  critical path that the local search rejected).
 """
 
 from __future__ import annotations
@@ -511,16 +514,19 @@ def _polish(
             for a in don_u:
                 pa = _pair_id(n, u, a) if a >= 0 else -1
                 for b in don_v:
-                    if b == a and a >= 0:
-                        continue
                     pb = _pair_id(n, v, b) if b >= 0 else -1
-                    lone = z = -1  # the one freed end, and the dark port that closes it
+                    # lone: a freed end not closed by (a, b), with `freed` dark ports (2 when
+                    # both donors end at it); z: the pod whose dark port closes one of them
+                    lone = z = -1
                     close = -1
-                    if a >= 0 and b >= 0:
+                    freed = 0
+                    if a >= 0 and b >= 0 and a != b:
                         close = _pair_id(n, a, b)
                     elif a >= 0 or b >= 0:
                         lone = a if a >= 0 else b
-                        z = _closer(free, perm, n, lone, u if a < 0 else v)
+                        freed = 2 if a == b else 1
+                        spent = -1 if a == b else (u if a < 0 else v)
+                        z = _closer(free, perm, n, lone, spent)
                         close = _pair_id(n, lone, z) if z >= 0 else -1
                     ch[0], ch[1], ch[2], ch[3] = p, close, pa, pb
                     if evals >= max_evals:
@@ -652,8 +658,8 @@ def _polish(
                         free[v] -= 1
                     if z >= 0:
                         free[z] -= 1
-                    elif lone >= 0:
-                        free[lone] += 1
+                    if lone >= 0:
+                        free[lone] += freed - (1 if z >= 0 else 0)
                     for w in (u, v, a, b, z):
                         if w < 0:
                             continue
