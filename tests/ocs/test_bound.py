@@ -113,3 +113,14 @@ def test_certificate_converges_to_the_lp_relaxation_within_its_tolerance(name):
     lp = solve_milp(dag, model, relax=True, time_limit_s=60).objective_s
     assert cert.tolerance <= 2e-3
     assert cert.lower_bound_s <= lp <= cert.lower_bound_s * (1 + cert.tolerance) * (1 + 1e-7)
+
+
+def test_starts_must_be_feasible_wirings():
+    from trainfabric.errors import ConfigError
+
+    dag, model = _instance("hybrid", 8)
+    cost = PathCost(dag, model)
+    with pytest.raises(ConfigError, match=r"starts\[0\]"):
+        certify(cost, model, [np.full(model.n_pairs, 9.0)], 1.0)
+    with pytest.raises(ConfigError, match=r"starts\[1\]"):
+        certify(cost, model, [np.zeros(model.n_pairs), -np.ones(model.n_pairs)], 1.0)

@@ -368,7 +368,7 @@ def certify(
     most of the bound.
 
     1. **Flows by smoothed best response** (``rounds // 2`` steps): start from the best of the
-       Gibbs marginals at ``b2`` (1/s) of the wirings in ``starts`` (e.g. the fractional
+       Gibbs marginals at ``b2`` (1/s) of the feasible wirings in ``starts`` (e.g. the fractional
        solution and the integer plan); at each step, mix in (weight ``2/(k+3)``) the Gibbs
        marginals at ``b2`` under ``φ`` at the inner minimiser ``x*(μ)`` — a Frank–Wolfe step
        on the concave ``LB(μ)`` with a smoothed linear oracle. Every flow met is kept as an
@@ -381,8 +381,14 @@ def certify(
     The LPs keep the segments ``k < 2·ceil(max_start x_e) + 2`` of each pair (their prices
     are re-evaluated over every ``k ≤ K_e``, so the limit costs tightness, never validity).
     The relaxation upper bound is the least ``CP_φ`` over the feasible fractional wirings
-    met (the inner minimisers, their running average, the master's wirings).
+    met (the starts, the inner minimisers, their running average, the master's wirings).
     """
+    for i, x in enumerate(starts):
+        x = np.asarray(x, dtype=float)
+        if x.shape != (model.n_pairs,) or (x < 0).any():
+            raise ConfigError(f"starts[{i}]", f"needs {model.n_pairs} circuit counts >= 0")
+        if (model.pod_degrees(x) > model.degrees * (1 + 1e-6)).any():
+            raise ConfigError(f"starts[{i}]", "uses more ports than a pod has")
     top = np.ceil(np.max([np.asarray(x, dtype=float) for x in starts], axis=0))
     rel = Relaxation(cost, model, limit=2 * top + 2)
     if rounds is None:
@@ -395,7 +401,7 @@ def certify(
     for x in starts:
         cand = cost.marginals(np.asarray(x, dtype=float), b2)
         lb, xs = rel.bound(cand)
-        upper = min(upper, rel.critical_path(xs))
+        upper = min(upper, rel.critical_path(xs), rel.critical_path(x))
         if lb > best:
             best, mu, x_star = lb, cand, xs
     x_avg = x_star.copy()
