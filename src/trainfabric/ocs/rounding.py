@@ -586,8 +586,9 @@ def round_wiring(
        ``floor(x_frac)`` by the Gibbs marginals at ``x_frac`` at the same two temperatures
        (:func:`_marginal_rounding`); ``floor(x_frac)`` plus the largest fractional parts. Each
        is completed by :func:`_fill` (at most one pod keeps dark ports).
-    2. **Local search** from each (:func:`.search._polish`), first with the smoothed cost at
-       ``b2 / SOFTER`` (it sees many near-critical paths and balances them), then at ``b2``.
+    2. **Local search** from each (:func:`.search._polish`) with the smoothed cost at ``b2``,
+       then at ``b2 / SOFTER`` (it sees many near-critical paths and balances them), then at
+       ``b2`` again (a small budget is spent on the sharp search first).
        Moves from a pair ``(u, v)`` of a comm node on a hard critical path (targets by the
        time one more circuit saves there) add one circuit there, each end using a dark port or
        a donor circuit ``(u, a)``, ``(v, b)`` (tried by increasing penalty: how far one circuit
@@ -650,7 +651,7 @@ def round_wiring(
     swaps = evaluations = 0
     for k in np.argsort(start_cp, kind="stable"):
         xi = starts[k]
-        for r, temp in ((red_soft, soft), (red, b2)):  # soft first, then sharp
+        for r, temp in ((red, b2), (red_soft, soft), (red, b2)):
             if evaluations >= max_moves:
                 break
             xi, cp, acc, ev = polish(r, model, xi, temp, perm, max_moves - evaluations)
