@@ -57,7 +57,8 @@ from trainfabric.ocs.highs import quiet_highs
 from trainfabric.ocs.model import OcsModel
 from trainfabric.workloads.dag import COMM
 
-LP_COLUMNS = 20_000  # above this many segment columns the default budget is 2 rounds
+LP_COLUMNS = 20_000  # no restricted master above this many segment columns
+LP_WORK = 100_000  # default budget: segment columns x rounds
 _SAFETY = 1e-9  # relative allowance for float rounding in the flow μ (conservation to ~1e-15)
 
 
@@ -67,7 +68,7 @@ class Certificate:
 
     ``lower_bound_s`` ≤ every integer wiring's critical path; ``relaxation_upper_s`` ≥ the
     relaxation's optimum (the critical path under ``φ`` of a feasible fractional wiring);
-    ``tolerance = relaxation_upper_s / lower_bound_s − 1``; ``rounds``: flows tried.
+    ``tolerance = relaxation_upper_s / lower_bound_s − 1``; ``rounds``: LP rounds after the starts.
     """
 
     lower_bound_s: float
@@ -353,6 +354,25 @@ def _highs(cost, col_lo, col_hi, a: sp.csr_matrix, row_lo, row_hi) -> highspy.Hi
     return h
 
 
+def default_rounds(columns: int) -> int:
+    """The default work budget: ``LP_WORK`` segment-column solves, between 1 and 24 rounds."""
+    return int(np.clip(LP_WORK // max(columns, 1), 1, 24))
+
+
+def _check_starts(model: OcsModel, starts) -> list[np.ndarray]:
+    out = []
+    for i, x in enumerate(starts):
+        x = np.asarray(x, dtype=float)
+        if x.shape != (model.n_pairs,) or not (x >= 0).all():
+            raise ConfigError(f"starts[{i}]", f"needs {model.n_pairs} circuit counts >= 0")
+        if (model.pod_degrees(x) > model.degrees * (1 + 1e-6)).any():
+            raise ConfigError(f"starts[{i}]", "uses more ports than a pod has")
+        out.append(x)
+    if not out:
+        raise ConfigError("starts", "needs at least one wiring")
+    return out
+
+
 def certify(
     cost,
     model: OcsModel,
@@ -361,51 +381,47 @@ def certify(
     rounds: int | None = None,
     rtol: float = 1e-3,
 ) -> Certificate:
-    """A :class:`Certificate` for ``cost`` (a PathCost) on ``model``; ``rounds`` is the work
-    budget (one round = one Gibbs sweep, one LP and one longest-path sweep). By default 24
-    while the LPs have at most ``LP_COLUMNS`` segment columns, else 2: a master LP over
-    ~35,000 columns (1,024 pods) takes seconds per round, where the first flows already give
-    most of the bound.
+    """A :class:`Certificate` for ``cost`` (a PathCost) on ``model``.
 
-    1. **Flows by smoothed best response** (``rounds // 2`` steps): start from the best of the
-       Gibbs marginals at ``b2`` (1/s) of the feasible wirings in ``starts`` (e.g. the fractional
-       solution and the integer plan); at each step, mix in (weight ``2/(k+3)``) the Gibbs
-       marginals at ``b2`` under ``φ`` at the inner minimiser ``x*(μ)`` — a Frank–Wolfe step
-       on the concave ``LB(μ)`` with a smoothed linear oracle. Every flow met is kept as an
-       atom.
-    2. **Restricted master** (:class:`_Master`) over the atoms, then column generation: the
-       master's wiring prices two new atoms (Gibbs marginals and one longest path under ``φ``)
-       until ``CP_φ(x) ≤ (1 + rtol)·bound`` or the budget is spent. The master's optimum
-       dominates every atom and every mixture of them.
+    ``rounds`` is the work budget: LP solves after the starts (each with one Gibbs sweep and
+    one longest-path sweep); by default :func:`default_rounds` of the LP's segment columns
+    (24 on small instances, 7 at 256 pods, 1-2 at 1,024).
+
+    1. **Flows by smoothed best response**: start from the best of the Gibbs marginals at
+       ``b2`` (1/s) of the feasible wirings in ``starts`` (e.g. the fractional solution and
+       the integer plan); at each step, mix in (weight ``2/(k+3)``) the Gibbs marginals at
+       ``b2`` under ``φ`` at the inner minimiser ``x*(μ)`` — a Frank–Wolfe step on the
+       concave ``LB(μ)`` with a smoothed linear oracle. Every flow met is kept as an atom.
+       Half the rounds; all of them when the LPs have more than ``LP_COLUMNS`` columns.
+    2. **Restricted master** (:class:`_Master`, up to ``LP_COLUMNS`` columns: above, one
+       master solve costs seconds) over the atoms, then column generation: the master's
+       wiring prices two new atoms (Gibbs marginals and one longest path under ``φ``) until
+       ``CP_φ(x) ≤ (1 + rtol)·bound`` or the budget is spent. The master's optimum dominates
+       every atom and every mixture of them.
 
     The LPs keep the segments ``k < 2·ceil(max_start x_e) + 2`` of each pair (their prices
     are re-evaluated over every ``k ≤ K_e``, so the limit costs tightness, never validity).
     The relaxation upper bound is the least ``CP_φ`` over the feasible fractional wirings
     met (the starts, the inner minimisers, their running average, the master's wirings).
     """
-    for i, x in enumerate(starts):
-        x = np.asarray(x, dtype=float)
-        if x.shape != (model.n_pairs,) or (x < 0).any():
-            raise ConfigError(f"starts[{i}]", f"needs {model.n_pairs} circuit counts >= 0")
-        if (model.pod_degrees(x) > model.degrees * (1 + 1e-6)).any():
-            raise ConfigError(f"starts[{i}]", "uses more ports than a pod has")
-    top = np.ceil(np.max([np.asarray(x, dtype=float) for x in starts], axis=0))
-    rel = Relaxation(cost, model, limit=2 * top + 2)
-    if rounds is None:
-        rounds = 24 if rel.seg_pair.size <= LP_COLUMNS else 2
+    starts = _check_starts(model, starts)
+    rel = Relaxation(cost, model, limit=2 * np.ceil(np.max(starts, axis=0)) + 2)
+    columns = rel.seg_pair.size
+    rounds = default_rounds(columns) if rounds is None else rounds
     if int(rounds) != rounds or rounds < 1:
         raise ConfigError("rounds", f"must be a positive integer, got {rounds}")
-    dag = cost.dag
-    atoms = [rel.weights(cost.marginals(np.asarray(x, dtype=float), b2)) for x in starts]
-    best, upper, mu, x_star = -np.inf, np.inf, None, None
+    use_master = columns <= LP_COLUMNS
+    fw_steps = rounds // 2 if use_master else rounds
+    atoms, best, upper = [], -np.inf, np.inf
     for x in starts:
-        cand = cost.marginals(np.asarray(x, dtype=float), b2)
+        cand = cost.marginals(x, b2)
+        atoms.append(rel.weights(cand))
         lb, xs = rel.bound(cand)
         upper = min(upper, rel.critical_path(xs), rel.critical_path(x))
         if lb > best:
             best, mu, x_star = lb, cand, xs
     x_avg = x_star.copy()
-    for k in range(rounds // 2):
+    for k in range(fw_steps):
         response = cost._sweeps(b2 * rel.durations(x_star))[1]
         atoms.append(rel.weights(response))
         step = 2.0 / (k + 3.0)
@@ -414,11 +430,22 @@ def certify(
         best = max(best, lb)
         x_avg = (1.0 - step) * x_avg + step * x_star
         upper = min(upper, rel.critical_path(x_star), rel.critical_path(x_avg))
+    done = fw_steps
+    if use_master and rounds > fw_steps:
+        best, upper, done = _column_generation(
+            rel, atoms, b2, rounds - fw_steps, rtol, best, upper, done
+        )
+    lower = best * (1.0 - _SAFETY)
+    return Certificate(lower, upper, upper / lower - 1.0, done)
+
+
+def _column_generation(rel, atoms, b2, rounds, rtol, best, upper, done):
+    """Step 2 of :func:`certify`: ``(best bound, relaxation upper bound, rounds done)``."""
+    dag = rel.cost.dag
     master = _Master(rel, *atoms[0])
     for atom in atoms[1:]:
         master.add(*atom)
-    done = len(starts) + rounds // 2
-    for _ in range(rounds - rounds // 2):
+    for _ in range(rounds):
         done += 1
         x, alpha, lam = master.solve()
         const, w = master.mixture(alpha)
@@ -427,7 +454,6 @@ def certify(
         upper = min(upper, dag.critical_path(t))
         if upper <= (1.0 + rtol) * best:
             break
-        master.add(*rel.weights(cost._sweeps(b2 * t)[1]))
+        master.add(*rel.weights(rel.cost._sweeps(b2 * t)[1]))
         master.add(*rel.weights(_longest_path_nodes(dag.indptr, dag.indices, t)))
-    lower = best * (1.0 - _SAFETY)
-    return Certificate(lower, upper, upper / lower - 1.0, done)
+    return best, upper, done
