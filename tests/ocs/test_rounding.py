@@ -137,6 +137,17 @@ def test_zero_start_and_integral_input():
     assert np.array_equal(round_to_degrees(model, x.astype(float)), x)
 
 
+@pytest.mark.parametrize("d", [[3, 1, 1, 1], [2, 2, 1], [9, 2, 2, 1]])
+def test_round_to_degrees_on_models_that_cannot_use_every_port(d):
+    """Odd port totals or a pod above half of the ports: degrees ``<= d`` and the most
+    circuits any wiring carries."""
+    model = OcsModel(np.array(d), ocs=1)
+    for exact in (True, False):
+        x = round_to_degrees(model, np.zeros(model.n_pairs), exact=exact)
+        model.check_wiring(x)
+        assert x.sum() == model.max_circuits
+
+
 def test_unrealisable_floor_residual_is_repaired():
     """floor leaves 4 free ports on pod 0 only: circuits elsewhere must be taken back."""
     model = OcsModel(np.array([4, 4, 4, 4]), ocs=1)

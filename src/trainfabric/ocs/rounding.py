@@ -1,12 +1,15 @@
-"""Fractional wiring -> integer wiring with exact degrees (spec §1.8, step R).
+"""Fractional wiring -> integer wiring (spec §1.8, step R; dark ports allowed: ``Σ_u x_uv ≤ d_v``).
 
-* :func:`round_to_degrees` — ``x = floor(x_frac) + y`` where the residual ``y`` is a
-  maximum-weight degree-constrained b-matching: ``Σ_u y_uv = ρ_v = d_v − Σ_u floor(x_frac)_uv``
-  (exact integer program with HiGHS up to 5,000 candidate pairs, greedy + augmenting paths
-  above); used by the baselines too.
-* :func:`round_wiring` — cost-aware rounding (free ports by the marginal decrease of the
-  smoothed critical path ``U``), then degree-preserving 2-swaps on the *hard* critical path,
-  every candidate evaluated exactly by compiled incremental sweeps over a reduced DAG.
+* :func:`round_to_degrees` — exact degrees where the model allows them (else the fewest dark
+  ports): ``x = floor(x_frac) + y`` where the residual ``y`` is a maximum-weight
+  degree-constrained b-matching: ``Σ_u y_uv = ρ_v = d_v − Σ_u floor(x_frac)_uv`` (exact integer
+  program with HiGHS up to 5,000 candidate pairs, greedy + augmenting paths above); used by
+  the baselines.
+* :func:`round_wiring` — the planner's rounding: several cost-aware roundings (by the marginals
+  of the integer wiring being built, and of the fractional optimum), each searched on the
+  *hard* critical path (:mod:`.search`: moves that may use or leave dark ports, evaluated
+  exactly by compiled incremental sweeps over a reduced DAG), an iterated local search, and a
+  completion to exact degrees where that costs nothing. Work budget in candidate moves.
 """
 
 from __future__ import annotations
