@@ -124,3 +124,12 @@ def test_starts_must_be_feasible_wirings():
         certify(cost, model, [np.full(model.n_pairs, 9.0)], 1.0)
     with pytest.raises(ConfigError, match=r"starts\[1\]"):
         certify(cost, model, [np.zeros(model.n_pairs), -np.ones(model.n_pairs)], 1.0)
+
+
+def test_gibbs_marginals_of_the_wiring_durations_are_the_wirings_marginals():
+    dag, model = _instance("hybrid", 8)
+    cost = PathCost(dag, model)
+    x = np.random.default_rng(0).uniform(0, 3, model.n_pairs)
+    np.testing.assert_allclose(
+        cost.gibbs(cost.durations(x), 40.0), cost.marginals(x, 40.0), rtol=1e-9, atol=1e-12
+    )

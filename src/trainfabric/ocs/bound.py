@@ -422,7 +422,7 @@ def certify(
             best, mu, x_star = lb, cand, xs
     x_avg = x_star.copy()
     for k in range(fw_steps):
-        response = cost._sweeps(b2 * rel.durations(x_star))[1]
+        response = cost.gibbs(rel.durations(x_star), b2)
         atoms.append(rel.weights(response))
         step = 2.0 / (k + 3.0)
         mu = (1.0 - step) * mu + step * response
@@ -454,6 +454,6 @@ def _column_generation(rel, atoms, b2, rounds, rtol, best, upper, done):
         upper = min(upper, dag.critical_path(t))
         if upper <= (1.0 + rtol) * best:
             break
-        master.add(*rel.weights(rel.cost._sweeps(b2 * t)[1]))
+        master.add(*rel.weights(rel.cost.gibbs(t, b2)))
         master.add(*rel.weights(_longest_path_nodes(dag.indptr, dag.indices, t)))
     return best, upper, done

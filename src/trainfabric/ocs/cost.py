@@ -40,7 +40,7 @@ instead of ``O(N + E)``: a compiled pass over the type members (durations, per-t
 normalised weights), the two sweeps over the compressed predecessor CSR (running-max LSE,
 adjoint), and a compiled scatter ``∂U/∂x_e = −Σ_{k on e} μ_k 8 b_k B / (B x_e + B0)^2`` with
 ``μ_k = (Σ_{bundles of its type} μ_b)·exp(bt_k − bt_type)``. The uncompressed sweeps are kept
-for arbitrary node durations (:meth:`PathCost._sweeps`) and for the tests, which check the
+for arbitrary node durations (:meth:`PathCost.gibbs`) and for the tests, which check the
 compressed value and gradient against them to 1e-12. Everything independent of ``x`` is built
 once.
 ``U`` is convex in ``x`` (each ``t_m`` is convex and decreasing, LSE is convex and
@@ -211,6 +211,12 @@ class PathCost:
         grad = np.zeros(self.model.n_pairs)
         _scatter_grad(c.t_ptr, c.m_pair, c.m_bits, rate, expo, weight, self.model.rate_bps, grad)
         return u_scaled / b2, grad
+
+    def gibbs(self, durations: np.ndarray, b2: float) -> np.ndarray:
+        """Gibbs node marginals [N] for arbitrary node ``durations`` (s) at inverse
+        temperature ``b2`` (1/s): a unit flow from the roots to the leaves (the certified
+        bound of :mod:`.bound` prices flows under interpolated durations with it)."""
+        return self._sweeps(check_b2(b2) * np.asarray(durations, dtype=float))[1]
 
     def _sweeps(self, bt: np.ndarray) -> tuple[float, np.ndarray]:
         """``(b2 U, μ [N])`` of the uncompressed DAG for arbitrary scaled node durations."""
