@@ -9,7 +9,8 @@
   of the integer wiring being built, and of the fractional optimum), each searched on the
   *hard* critical path (:mod:`.search`: moves that may use or leave dark ports, evaluated
   exactly by compiled incremental sweeps over a reduced DAG), an iterated local search, and a
-  completion to exact degrees where that costs nothing. Work budget in candidate moves.
+  completion to exact degrees where that costs nothing. Work budget in elementary operations
+  (comm nodes, group members, merged DAG nodes and edges touched), so it scales with size.
 """
 
 from __future__ import annotations
@@ -24,7 +25,15 @@ import scipy.sparse as sp
 from trainfabric.errors import ConfigError
 from trainfabric.ocs.highs import integer_program
 from trainfabric.ocs.model import OcsModel
-from trainfabric.ocs.search import _at, _pair_id, _Reduced, _soft_sweeps, kick, polish
+from trainfabric.ocs.search import (
+    _at,
+    _pair_id,
+    _Reduced,
+    _soft_sweeps,
+    kick,
+    polish,
+    setup_work,
+)
 
 _INT_TOL = 1e-9
 # Up to this many pairs between pods with free ports the residual b-matching is solved exactly
@@ -355,8 +364,8 @@ class RoundResult:
     ``x``: integer wiring [P], degrees ``≤ d`` (completed to ``= d`` where that costs
     nothing); ``hard_cp_s``: its hard critical path; ``initial_cp_s``: the best hard critical
     path among the roundings before the search; ``swaps``: accepted moves; ``evaluations``:
-    candidate moves evaluated (the work budget's unit); ``starts``: roundings searched from;
-    ``wall_s``.
+    candidate moves evaluated; ``work``: work units spent (the budget's unit, see
+    :func:`round_wiring`); ``starts``: roundings searched from; ``wall_s``.
     """
 
     x: np.ndarray
@@ -364,6 +373,7 @@ class RoundResult:
     initial_cp_s: float
     swaps: int
     evaluations: int
+    work: int
     starts: int
     wall_s: float
 
@@ -567,9 +577,18 @@ def _complete(cost, model: OcsModel, x: np.ndarray, cp: float) -> tuple[np.ndarr
 
 
 SOFTER = 100.0  # the search first runs at b2 / SOFTER, then at b2
-DEFAULT_MAX_MOVES = 1_000_000  # candidate moves per rounding (work, not seconds)
+# Work budget of the search (steps 2-3 of round_wiring), in work units (elementary operations,
+# search._polish) per reference size: the budget is max_moves * (1 + S / WORK_REF_SIZE), S the
+# instance's size (search.setup_work: comm nodes + merged DAG nodes + edges). Measured
+# 2026-12-04: every instance of at most 64 pods tried (61: the hard families at 8 and 16 pods,
+# d in {8, 16}, seeds 0-2, and the 32-pod hybrid preset) ends on the same wiring as with no
+# budget; at 256 pods (S = 2e5 on the moe job of benchmarks/ocs_scale.py) the search stops
+# after about 0.1 s, at 1,024 pods (S = 2.5e6) after about 1 s.
+DEFAULT_MAX_MOVES = 20_000_000
+WORK_REF_SIZE = 200_000
 DEFAULT_KICKS = 64  # perturbations of the iterated local search
 KICK_MOVES = 2_000  # candidate moves of the short search after a kick
+_WORK_MAX = 2**62  # the compiled kernels count work in int64
 
 
 def round_wiring(
@@ -598,16 +617,15 @@ def round_wiring(
        less would push the donor's longest path over the critical path; ties in a ``seed``-ed
        order), the freed ends closed by ``(a, b)`` or by a dark port elsewhere (else left
        dark). Accepted if the hard critical path drops, or ties and the smoothed one ``U``
-       drops; first improvement with "don't look" bits, until no move improves or
-       ``max_moves`` candidate moves have been evaluated in all (work, not time: the same seed
-       gives the same wiring on a cold and a warm compile cache).
+       drops; first improvement with "don't look" bits, until no move improves or the work
+       budget is spent (below).
     3. **Iterated local search** while budget is left: up to ``kicks`` times, a 2-swap at
        the critical path of the best wiring that the search rejected (:func:`.search.kick`:
        targets by gain, donors by penalty rank, enumerated), then a short search
-       (``KICK_MOVES`` candidate moves) in which the kicked pairs may not donate (so it cannot
-       just undo the kick); a strictly better result becomes the best, is searched to its local
-       optimum, and the kicks restart from its first. A kick is charged
-       ``1 + |comm nodes| / 16`` moves (it rebuilds the search state), so big instances do few.
+       (at most ``KICK_MOVES`` candidate moves) in which the kicked pairs may not donate (so it
+       cannot just undo the kick); a strictly better result becomes the best, is searched to its
+       local optimum, and the kicks restart from its first. A kick is charged the work of
+       rebuilding the search state and ranking every pair (:func:`.search.setup_work` + pairs).
     4. **Completion** (:func:`_complete`) of a pod left with two or more dark ports where that
        does not lengthen the hard critical path. The best result is returned.
 
@@ -616,10 +634,21 @@ def round_wiring(
     restarted at the first merged node that changed, behind an exact lower-bound test and, for
     ties of the hard critical path, the convexity bound ``Δ(b2 U) ≥ Σ_r μ_r Δ(b2 t_r)``.
 
+    **Work budget** (steps 2-3): counted in work units, the elementary operations the search
+    performs (:func:`.search._polish`: comm nodes, group members, merged DAG nodes and edges
+    touched by each scan and candidate evaluation, plus :func:`.search.setup_work` per search
+    and kick), never in seconds, so the same seed gives the same wiring on a cold and a warm
+    compile cache. A candidate costs tens of units on a small instance and about 10^5 on a
+    1,024-pod MoE phase, so the budget bounds the search's running time at every size. It is
+    ``max_moves · (1 + S / WORK_REF_SIZE)`` with ``S`` the instance size
+    (:func:`.search.setup_work`): a big instance gets a longer search in proportion; the search
+    ends at most one scan of the candidate list past it.
+
     ``cost``: a :class:`~trainfabric.ocs.cost.PathCost` (``dag``, ``comm_nodes``,
     ``comm_pair``, ``marginals``, ``hard``, ``log_paths``); ``x_frac`` [P] circuits (its floor
     must fit the ports); ``b2`` (1/s), default ``50·max(log|Π|, 1) / CP(x_frac)``;
-    ``max_moves`` ≥ 1 (the budget of steps 2-3); ``kicks`` ≥ 0; ``seed`` orders ties.
+    ``max_moves`` ≥ 1 (work units per reference size, above); ``kicks`` ≥ 0; ``seed`` orders
+    ties.
     """
     t0 = time.perf_counter()
     x = _check_frac(model, x_frac)
@@ -637,6 +666,8 @@ def round_wiring(
     soft = b2 / SOFTER
     red = _Reduced(cost, model, b2, (soft,))
     red_soft = _at(red, soft)
+    size = setup_work(red)
+    max_work = min(_WORK_MAX, int(max_moves) + int(max_moves) * size // WORK_REF_SIZE)
     empty = np.zeros(model.n_pairs, dtype=np.int64)
     starts: list[np.ndarray] = []
     for start in (
@@ -651,40 +682,45 @@ def round_wiring(
     start_cp = [cost.hard(s) for s in starts]
     perm = np.random.default_rng(seed).permutation(model.n).astype(np.int64)
     best, best_cp = starts[int(np.argmin(start_cp))], float(min(start_cp))
-    swaps = evaluations = 0
+    swaps = evaluations = work = 0
     for k in np.argsort(start_cp, kind="stable"):
         xi = starts[k]
         for r, temp in ((red, b2), (red_soft, soft), (red, b2)):
-            if evaluations >= max_moves:
+            if work >= max_work:
                 break
-            xi, cp, acc, ev = polish(r, model, xi, temp, perm, max_moves - evaluations)
+            xi, cp, acc, ev, wk = polish(r, model, xi, temp, perm, max_work - work)
             swaps += acc
             evaluations += ev
+            work += wk
             if cp < best_cp:
                 best, best_cp = xi, cp
     # iterated local search: kick the best wiring off its local optimum, search again, keep
     # a strictly better result; each kick is charged the work of rebuilding the search state
-    kick_cost = 1 + red.pair.size // 16
+    # and of ranking every pair's donor penalty
+    kick_cost = size + model.n_pairs
     k = 0  # index of the next kick at the current best wiring
     for _ in range(kicks):
-        if evaluations + kick_cost >= max_moves:
+        if work + kick_cost >= max_work:
             break
-        evaluations += kick_cost
+        work += kick_cost
         kicked = kick(red, model, best, b2, k)
         k += 1
         if kicked is None:
             continue
         frozen = np.zeros(model.n_pairs, dtype=np.bool_)
         frozen[kicked[1]] = True
-        budget = min(max_moves - evaluations, KICK_MOVES)
-        y, cp, acc, ev = polish(red, model, kicked[0], b2, perm, budget, frozen)
+        y, cp, acc, ev, wk = polish(
+            red, model, kicked[0], b2, perm, max_work - work, frozen, max_evals=KICK_MOVES
+        )
         swaps += acc
         evaluations += ev
+        work += wk
         if cp < best_cp * (1 - 1e-12):
-            best, cp, acc, ev = polish(red, model, y, b2, perm, max(1, max_moves - evaluations))
+            best, cp, acc, ev, wk = polish(red, model, y, b2, perm, max_work - work)
             best_cp = min(best_cp, cp)
             swaps += acc
             evaluations += ev
+            work += wk
             k = 0
     best, best_cp = _complete(cost, model, best, best_cp)
     return RoundResult(
@@ -693,6 +729,7 @@ def round_wiring(
         initial_cp_s=float(min(start_cp)),
         swaps=swaps,
         evaluations=evaluations,
+        work=work,
         starts=len(starts),
         wall_s=time.perf_counter() - t0,
     )

@@ -226,9 +226,11 @@ _NEGLIGIBLE = 1e-18  # terms below this fraction of a group's largest are droppe
 def _group_sum(g, g_ptr, g_sorted, dur, pair, ch, top, b2):  # pragma: no cover - compiled
     """``Σ exp(b2 (t_c − top))`` over the members of group ``g`` whose pair is not in ``ch``,
     walking the members by decreasing duration and stopping once a term is negligible (every
-    later one is smaller)."""
+    later one is smaller); also returns the members walked (work)."""
     s = 0.0
+    walked = 0
     for idx in range(g_ptr[g], g_ptr[g + 1]):
+        walked += 1
         c = g_sorted[idx]
         q = pair[c]
         if q == ch[0] or q == ch[1] or q == ch[2] or q == ch[3]:
@@ -237,7 +239,7 @@ def _group_sum(g, g_ptr, g_sorted, dur, pair, ch, top, b2):  # pragma: no cover 
         if term < _NEGLIGIBLE:
             break
         s += term
-    return s
+    return s, walked
 
 
 @numba.njit(cache=True)
@@ -348,9 +350,12 @@ def _penalty(q, xq, pen_args):  # pragma: no cover - compiled
 def _donors(x, perm, n, u, skip, dark, frozen, pen, pen_scan, scan, pen_args):  # pragma: no cover
     """Pods ``a ∉ {u, skip}`` with a circuit on ``(u, a)`` not ``frozen``, by increasing
     donor penalty (:func:`_penalty`, cached in ``pen`` for the scan ``scan``; ties in the
-    seeded order ``perm``); only −1 (use a dark port of ``u``) when ``dark``."""
+    seeded order ``perm``); only −1 (use a dark port of ``u``) when ``dark``. Also returns
+    the work done (pods scanned + comm nodes whose penalty was computed)."""
     if dark:
-        return np.full(1, -1, dtype=np.int64)
+        return np.full(1, -1, dtype=np.int64), 1
+    pair_ptr = pen_args[4]
+    work = n
     pods = np.empty(n, dtype=np.int64)
     key = np.empty(n)
     k = 0
@@ -362,10 +367,11 @@ def _donors(x, perm, n, u, skip, dark, frozen, pen, pen_scan, scan, pen_args):  
                 if pen_scan[q] != scan:
                     pen_scan[q] = scan
                     pen[q] = _penalty(q, x[q], pen_args)
+                    work += pair_ptr[q + 1] - pair_ptr[q]
                 pods[k] = a
                 key[k] = pen[q]
                 k += 1
-    return pods[:k][np.argsort(key[:k], kind="mergesort")]
+    return pods[:k][np.argsort(key[:k], kind="mergesort")], work
 
 
 @numba.njit(cache=True)
@@ -417,10 +423,11 @@ def _polish(
     x, iu, iv, n, perm, rate, fallback, b2,
     fixed, fixed_soft, group, pindptr, pindices, sindptr, sindices,
     comm_group, pair, bits, lat, pair_ptr, pair_comm, g_ptr, g_rnode,
-    dur, g_sorted, gval, glse, free, frozen, max_evals,
+    dur, g_sorted, gval, glse, free, frozen, max_evals, max_work,
 ):  # fmt: skip  # pragma: no cover - compiled
-    """First-improvement moves (module doc) until a local optimum or ``max_evals`` candidate
-    evaluations; returns ``(local_optimum_reached, accepted, evaluations)``. Mutates ``x``,
+    """First-improvement moves (module doc) until a local optimum, ``max_evals`` candidate
+    evaluations or ``max_work`` work units (:data:`WORK_UNITS`); returns
+    ``(local_optimum_reached, accepted, evaluations, work)``. Mutates ``x``,
     ``dur``, ``g_sorted``, ``gval``, ``glse`` and ``free`` (dark ports per pod); pairs marked
     ``frozen`` never donate a circuit.
 
@@ -430,6 +437,12 @@ def _polish(
     exact lower bound on the new hard CP, the exact hard sweep from the first changed merged
     node, and, only on a tie of the hard CP, the groups' new LSEs, the first-order lower bound
     ``Δ(b2 U) ≥ Σ_r μ_r Δsoft_r`` (U is convex in the node terms) and then the exact soft sweep.
+
+    Work (deterministic, in elementary operations): every scan is charged its sweeps (merged
+    nodes + edges, twice) and the comm nodes it visits; every donor list the pods it scans
+    and the comm nodes of the penalties it computes; every candidate 1 plus the comm nodes,
+    group members, merged nodes and edges its evaluation touches. A candidate is evaluated
+    only while ``work < max_work``.
     """
     n_groups = gval.size
     n_r = fixed.size
@@ -457,6 +470,8 @@ def _polish(
     stamp = 0
     accepted = 0
     evals = 0
+    work = 0
+    n_edges = pindices.size
     soft = beta = pleaf = mu = np.empty(0)  # soft sweeps: computed on the first hard tie
     u_cur = tol_u = 0.0
     while True:
@@ -464,6 +479,7 @@ def _polish(
             fixed, group, gval, pindptr, pindices, sindptr, sindices
         )
         soft_ready = False
+        work += 2 * (n_r + n_edges) + n_groups
         cp = pmax[n_r - 1]
         tol = 1e-12 * cp
         # targets: pairs of comm nodes on a hard critical path, by the time one circuit saves
@@ -475,6 +491,7 @@ def _polish(
                 continue
             for idx in range(g_ptr[g], g_ptr[g + 1]):
                 c = g_sorted[idx]
+                work += 1
                 if dur[c] < gval[g] - tol:
                     break
                 p = pair[c]
@@ -509,8 +526,13 @@ def _polish(
                 skipped = True
                 continue
             u, v = iu[p], iv[p]
-            don_u = _donors(x, perm, n, u, v, free[u] > 0, frozen, pen, pen_scan, scan, pen_args)
-            don_v = _donors(x, perm, n, v, u, free[v] > 0, frozen, pen, pen_scan, scan, pen_args)
+            don_u, w_u = _donors(
+                x, perm, n, u, v, free[u] > 0, frozen, pen, pen_scan, scan, pen_args
+            )
+            don_v, w_v = _donors(
+                x, perm, n, v, u, free[v] > 0, frozen, pen, pen_scan, scan, pen_args
+            )
+            work += w_u + w_v
             for a in don_u:
                 pa = _pair_id(n, u, a) if a >= 0 else -1
                 for b in don_v:
@@ -529,9 +551,10 @@ def _polish(
                         z = _closer(free, perm, n, lone, spent)
                         close = _pair_id(n, lone, z) if z >= 0 else -1
                     ch[0], ch[1], ch[2], ch[3] = p, close, pa, pb
-                    if evals >= max_evals:
-                        return False, accepted, evals
+                    if evals >= max_evals or work >= max_work:
+                        return False, accepted, evals, work
                     evals += 1
+                    work += 1
                     # new maxima of the groups holding the four changed pairs
                     stamp += 1
                     n_aff = 0
@@ -540,6 +563,7 @@ def _polish(
                         if q < 0:
                             continue
                         rq = rate * (x[q] + dx[k]) + fallback
+                        work += pair_ptr[q + 1] - pair_ptr[q]
                         for idx in range(pair_ptr[q], pair_ptr[q + 1]):
                             c = pair_comm[idx]
                             g = comm_group[c]
@@ -559,6 +583,7 @@ def _polish(
                         for idx in range(g_ptr[g], g_ptr[g + 1]):
                             c = g_sorted[idx]
                             q = pair[c]
+                            work += 1
                             if q != ch[0] and q != ch[1] and q != ch[2] and q != ch[3]:
                                 gnew[g] = max(gnew[g], dur[c])
                                 break
@@ -573,6 +598,7 @@ def _polish(
                     if rise - drop > cp + tol:
                         continue
                     cp2 = pmax[rmin - 1] if rmin > 0 else 0.0
+                    work += (n_r - rmin) + (n_edges - pindptr[rmin])
                     for r in range(rmin, n_r):
                         f = 0.0
                         for k in range(pindptr[r], pindptr[r + 1]):
@@ -592,6 +618,7 @@ def _polish(
                         u_cur = pleaf[n_r - 1]
                         tol_u = 1e-12 * abs(u_cur)
                         soft_ready = True
+                        work += 2 * (n_r + n_edges)
                     # new LSE of every affected group: old total (relative to the old maximum)
                     # − the changed members' old terms, + their new terms (relative to the new
                     # maximum); when the changed members held almost all of the old total
@@ -605,6 +632,7 @@ def _polish(
                         if q < 0:
                             continue
                         rq = rate * (x[q] + dx[k]) + fallback
+                        work += pair_ptr[q + 1] - pair_ptr[q]
                         for idx in range(pair_ptr[q], pair_ptr[q + 1]):
                             c = pair_comm[idx]
                             g = comm_group[c]
@@ -616,7 +644,10 @@ def _polish(
                         total = np.exp(glse[g] - b2 * gval[g])
                         rest = total - gold[g]
                         if rest < 1e-6 * total:
-                            rest = _group_sum(g, g_ptr, g_sorted, dur, pair, ch, gnew[g], b2)
+                            rest, walked = _group_sum(
+                                g, g_ptr, g_sorted, dur, pair, ch, gnew[g], b2
+                            )
+                            work += walked
                             gsum[g] = b2 * gnew[g] + np.log(rest + gadd[g])
                         else:
                             gsum[g] = _lae(
@@ -628,6 +659,7 @@ def _polish(
                         if lin >= -tol_u:
                             continue
                         u2 = pleaf[rmin - 1] if rmin > 0 else -np.inf
+                        work += (n_r - rmin) + (n_edges - pindptr[rmin])
                         for r in range(rmin, n_r):
                             g = group[r]
                             moved = g >= 0 and gstamp[g] == stamp
@@ -637,7 +669,10 @@ def _polish(
                                 u2 = _lae(u2, beta2[r])
                         if u2 >= u_cur - tol_u:
                             continue
-                    # accept
+                    # accept (work: the changed comm nodes and the affected groups' re-sorts)
+                    for j in range(n_aff):
+                        g = aff[j]
+                        work += g_ptr[g + 1] - g_ptr[g]
                     for k in range(4):
                         q = ch[k]
                         if q < 0:
@@ -663,6 +698,7 @@ def _polish(
                     for w in (u, v, a, b, z):
                         if w < 0:
                             continue
+                        work += n
                         for y in range(n):
                             if y != w:
                                 idle[_pair_id(n, w, y)] = False
@@ -676,9 +712,9 @@ def _polish(
             idle[p] = True
         if not found:
             if not skipped:
-                return True, accepted, evals
+                return True, accepted, evals, work
             idle[:] = False
-    return False, accepted, evals
+    return False, accepted, evals, work
 
 
 def hard_cp(red: _Reduced, gval: np.ndarray) -> float:
@@ -687,31 +723,41 @@ def hard_cp(red: _Reduced, gval: np.ndarray) -> float:
     return float(_hard_sweeps(red.fixed, red.group, gval, *args)[2][-1])
 
 
+def setup_work(red: _Reduced) -> int:
+    """Work units (:func:`_polish`'s) charged for building the search state of a wiring
+    (comm durations, sorted groups, sweeps): comm nodes + merged nodes + edges."""
+    return int(red.pair.size + red.fixed.size + red.pindices.size)
+
+
 def polish(
     red: _Reduced,
     model: OcsModel,
     x: np.ndarray,
     b2: float,
     perm: np.ndarray,
-    max_moves: int,
+    max_work: int,
     frozen: np.ndarray | None = None,
-) -> tuple[np.ndarray, float, int, int]:
-    """Local search (:func:`_polish`) from a copy of ``x`` (degrees ``≤ d``) with at most
-    ``max_moves`` candidate evaluations, the pairs ``frozen`` (bool [P]) never losing a
-    circuit; returns ``(x, hard critical path (s), accepted moves, evaluations)``."""
+    max_evals: int = 2**62,
+) -> tuple[np.ndarray, float, int, int, int]:
+    """Local search (:func:`_polish`) from a copy of ``x`` (degrees ``≤ d``) while its work
+    is below ``max_work`` units and at most ``max_evals`` candidates were evaluated, the pairs
+    ``frozen`` (bool [P]) never losing a circuit; returns ``(x, hard critical path (s),
+    accepted moves, evaluations, work)``, the work including :func:`setup_work`."""
     if frozen is None:
         frozen = np.zeros(model.n_pairs, dtype=np.bool_)
     x = x.astype(np.int64, copy=True)
     iu, iv = (a.astype(np.int64) for a in model.pairs)
     dur, g_sorted, gval, glse = _polish_state(red, model, x, b2)
-    _, acc, ev = _polish(
+    setup = setup_work(red)
+    _, acc, ev, work = _polish(
         x, iu, iv, model.n, perm, model.rate_bps, model.fallback_bps, b2,
         red.fixed, red.fixed_soft, red.group, red.pindptr, red.pindices, red.sindptr,
         red.sindices,
         red.comm_group, red.pair, red.bits, red.latency, red.pair_ptr, red.pair_comm,
-        red.g_ptr, red.g_rnode, dur, g_sorted, gval, glse, model.free_ports(x), frozen, max_moves,
+        red.g_ptr, red.g_rnode, dur, g_sorted, gval, glse, model.free_ports(x), frozen, max_evals,
+        max_work - setup,
     )  # fmt: skip
-    return x, hard_cp(red, gval), acc, ev
+    return x, hard_cp(red, gval), acc, ev, work + setup
 
 
 # donor ranks (by penalty, on u's side and v's) of the kicks, in the order they are tried
