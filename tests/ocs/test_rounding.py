@@ -16,7 +16,15 @@ from trainfabric.ocs.milp import solve_milp
 from trainfabric.ocs.model import OcsModel
 from trainfabric.ocs.prior import uniform_prior
 from trainfabric.ocs.rounding import round_to_degrees, round_wiring
-from trainfabric.ocs.search import _at, _hard_sweeps, _polish_state, _Reduced, _soft_sweeps
+from trainfabric.ocs.search import (
+    _at,
+    _hard_sweeps,
+    _polish_state,
+    _Reduced,
+    _soft_sweeps,
+    polish,
+    setup_work,
+)
 from trainfabric.workloads import build_dag, get_preset
 from trainfabric.workloads.dag import DagBuilder
 
@@ -367,9 +375,10 @@ def test_round_wiring_fixes_the_floor_rounding_trap():
 
 
 def test_round_wiring_work_budget_and_seed():
-    """The search stops after ``max_moves`` candidate evaluations (plus at most one kick's
-    charge), any budget returns a valid wiring no worse than the best rounding, and the same
-    seed and budget give the same wiring; a larger budget never ends worse."""
+    """The search evaluates no candidate once ``max_moves`` work units are spent (each
+    candidate costs at least one), any budget returns a valid wiring no worse than the best
+    rounding, and the same seed and budget give the same wiring and the same work; a larger
+    budget never ends worse."""
     dag = build_dag(get_preset("hybrid", pods=8))
     model = OcsModel.uniform(8, 8, 4)
     cost = PathCost(dag, model)
@@ -382,8 +391,43 @@ def test_round_wiring_work_budget_and_seed():
         assert res.hard_cp_s <= res.initial_cp_s * (1 + 1e-12)
         again = round_wiring(cost, model, x_frac, max_moves=budget, seed=3)
         assert np.array_equal(res.x, again.x) and res.evaluations == again.evaluations
+        assert res.work == again.work >= res.evaluations
         cps.append(res.hard_cp_s)
     assert all(b <= a * (1 + 1e-12) for a, b in zip(cps, cps[1:], strict=False))
+
+
+def test_default_work_budget_leaves_small_instances_at_their_unlimited_result():
+    """On small instances the default budget is not what stops the search: the wiring equals
+    the one without a budget (measured 2026-12-04 on 61 instances of at most 64 pods), while a
+    budget of a few candidates does stop it (the check can fail)."""
+    dag = build_dag(get_preset("hybrid", pods=8))
+    model = OcsModel.uniform(8, 8, 4)
+    cost = PathCost(dag, model)
+    x_frac = model.total_circuits * uniform_prior(model)
+    default = round_wiring(cost, model, x_frac, seed=1)
+    unlimited = round_wiring(cost, model, x_frac, seed=1, max_moves=2**62)
+    assert np.array_equal(default.x, unlimited.x)
+    assert (default.evaluations, default.work) == (unlimited.evaluations, unlimited.work)
+    short = round_wiring(cost, model, x_frac, seed=1, max_moves=200)
+    assert short.evaluations < default.evaluations
+
+
+def test_work_per_candidate_grows_with_the_phase_width():
+    """The budget counts real work: with the same number of candidate evaluations, a
+    candidate on an MoE phase 4x as wide (more comm nodes per group and per pair) is charged
+    more work units, so a fixed budget evaluates fewer of them."""
+    per_eval = []
+    for pods in (8, 32):
+        model = OcsModel.uniform(pods, 8, 4)
+        cost = PathCost(build_dag(get_preset("moe", pods=pods)), model)
+        x_frac = model.total_circuits * uniform_prior(model)
+        red = _Reduced(cost, model, 1.0)
+        x = round_to_degrees(model, x_frac)
+        perm = np.arange(pods, dtype=np.int64)
+        *_, ev, work = polish(red, model, x, 1.0, perm, 2**62, max_evals=200)
+        assert ev > 0
+        per_eval.append((work - setup_work(red)) / ev)
+    assert per_eval[1] > 2 * per_eval[0]
 
 
 def test_round_wiring_bad_input():
