@@ -180,11 +180,12 @@ def plan(
     """Plan the wiring of ``dag`` on ``model`` (see module doc); timings per stage in seconds.
 
     ``max_iter`` bounds the solver's iterations per annealing stage; ``round_max_moves`` bounds
-    the rounding's search in candidate moves (work, not seconds: small instances reach a local
-    optimum long before it). ``warm_start``: a previous :class:`Plan` or integer wiring [P]
-    to resume from (module doc; no annealing then). ``bound_rounds``: work budget of the
-    certified lower bound (:func:`.bound.certify`; default by size). Refuses an
-    instance over the memory limit first (:func:`check_plan_size`, field ``pods``).
+    the rounding's search in work units per reference size (:func:`.rounding.round_wiring`;
+    work, not seconds: small instances reach a local optimum long before it).
+    ``warm_start``: a previous :class:`Plan` or integer wiring [P] to resume from (module doc;
+    no annealing then). ``bound_rounds``: work budget of the certified lower bound
+    (:func:`.bound.certify`; default by size). Refuses an instance over the memory limit first
+    (:func:`check_plan_size`, field ``pods``).
     """
     check_plan_size(dag, model)
     t0 = time.perf_counter()
