@@ -133,3 +133,24 @@ def test_gibbs_marginals_of_the_wiring_durations_are_the_wirings_marginals():
     np.testing.assert_allclose(
         cost.gibbs(cost.durations(x), 40.0), cost.marginals(x, 40.0), rtol=1e-9, atol=1e-12
     )
+
+
+def test_a_failing_lp_still_gives_a_valid_bound(monkeypatch):
+    """HiGHS stopped after zero simplex iterations (every LP fails): the bound falls back to
+    prices λ = 0, still below the MILP optimum, and no error reaches the user."""
+    from trainfabric.ocs import bound
+
+    real = bound._highs
+
+    def starved(*args):
+        h = real(*args)
+        h.setOptionValue("simplex_iteration_limit", 0)
+        return h
+
+    monkeypatch.setattr(bound, "_highs", starved)
+    dag, model = _instance("moe", 8)
+    cost = PathCost(dag, model)
+    p = plan(dag, model, bound_rounds=1)
+    cert = certify(cost, model, [p.x_frac, p.x], p.b2, rounds=6)
+    opt = solve_milp(dag, model, time_limit_s=60).objective_s
+    assert 0 < cert.lower_bound_s <= opt

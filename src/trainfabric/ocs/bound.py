@@ -137,13 +137,14 @@ class Relaxation:
         w = np.bincount(self.pair, mu[self.comm] * self.bits, minlength=self.model.n_pairs)
         return const, w
 
-    def inner(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def inner(self, w: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """Prices ``λ ≥ 0`` and the minimiser ``x*`` of ``Σ_e W_e φ(x_e)`` over the relaxed
         polytope, by the segment LP of the module doc on the segments ``k < limit_e`` (one
         HiGHS instance; a new ``W`` only changes the column costs, and the simplex restarts
         from the previous basis). The prices are exact for the full problem whatever the
         limit (:meth:`dual_value` takes every ``k ≤ K_e``); the limit only trades tightness
-        for LP size. ``x*`` is feasible for the relaxation."""
+        for LP size. ``x*`` is feasible for the relaxation; ``(0, None)`` when the LP fails
+        (:func:`_optimal`)."""
         model = self.model
         cost = w[self.seg_pair] * (self.f(self.seg_k + 1.0) - self.f(self.seg_k))
         scale = 1.0 / max(np.abs(cost).max(initial=0.0), 1e-300)
@@ -171,7 +172,10 @@ class Relaxation:
         else:
             idx = np.arange(cost.size, dtype=np.int32)
             self._inner_lp.changeColsCost(cost.size, idx, cost * scale)
-        y, duals = _optimal(self._inner_lp)
+        solved = _optimal(self._inner_lp)
+        if solved is None:
+            return np.zeros(model.n), None
+        y, duals = solved
         lam = np.maximum(-duals / scale, 0.0)
         x = np.bincount(self.seg_pair, y, minlength=model.n_pairs)
         return lam, x
@@ -183,8 +187,8 @@ class Relaxation:
         h = _h(w[active], c, self.cap[active], self.model.rate_bps, self.model.fallback_bps)
         return float(h.sum() - lam @ self.model.degrees)
 
-    def bound(self, mu: np.ndarray) -> tuple[float, np.ndarray]:
-        """``(LB(μ, λ(μ)), x*(μ))`` for the flow ``μ``."""
+    def bound(self, mu: np.ndarray) -> tuple[float, np.ndarray | None]:
+        """``(LB(μ, λ(μ)), x*(μ))`` for the flow ``μ`` (``x*`` None when the LP failed)."""
         const, w = self.weights(mu)
         lam, x = self.inner(w)
         return const + self.dual_value(w, lam), x
@@ -217,12 +221,18 @@ def _h(w, c, cap, rate, fallback) -> np.ndarray:
     return best
 
 
-def _optimal(h: highspy.Highs) -> tuple[np.ndarray, np.ndarray]:
-    """Run ``h``; its primal and row duals, or a ConfigError naming ``bound``."""
+def _optimal(h: highspy.Highs) -> tuple[np.ndarray, np.ndarray] | None:
+    """Run ``h``: its primal and row duals, or None when HiGHS ends without an optimum even
+    after a second try from scratch with presolve (the warm-started simplex can stall on a
+    degenerate master). The bound never depends on it: prices ``λ = 0`` are valid too."""
     h.run()
-    status = h.getModelStatus()
-    if status != highspy.HighsModelStatus.kOptimal:
-        raise ConfigError("bound", f"the bound's LP ended {h.modelStatusToString(status)}")
+    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        h.clearSolver()
+        h.setOptionValue("presolve", "on")
+        h.run()
+        h.setOptionValue("presolve", "off")
+        if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+            return None
     sol = h.getSolution()
     return np.asarray(sol.col_value), np.asarray(sol.row_dual)
 
@@ -309,10 +319,14 @@ class _Master:
         val = np.concatenate([-wp[nz] * self.f0 * self.scale, [1.0]])
         self.h.addRow(const * self.scale, np.inf, idx.size, idx, val)
 
-    def solve(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(x, α, λ)``: the master's wiring [P], atom weights (sum 1) and prices ``λ ≥ 0``."""
+    def solve(self) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        """``(x, α, λ)``: the master's wiring [P], atom weights (sum 1) and prices ``λ ≥ 0``;
+        None when the LP fails (:func:`_optimal`)."""
         n = self.rel.model.n
-        col, dual = _optimal(self.h)
+        solved = _optimal(self.h)
+        if solved is None:
+            return None
+        col, dual = solved
         x = np.zeros(self.rel.model.n_pairs)
         x[self.pairs] = np.bincount(self.col_pair, col[: self.col_pair.size], self.pairs.size)
         alpha = np.maximum(dual[self.first_atom_row :], 0.0)
@@ -419,17 +433,21 @@ def certify(
         cand = cost.marginals(x, b2)
         atoms.append(rel.weights(cand))
         lb, xs = rel.bound(cand)
-        upper = min(upper, rel.critical_path(xs), rel.critical_path(x))
+        upper = min(upper, rel.critical_path(x))
+        if xs is not None:
+            upper = min(upper, rel.critical_path(xs))
         if lb > best:
             best, mu, x_star = lb, cand, xs
-    x_avg = x_star.copy()
-    for k in range(fw_steps):
+    x_avg = x_star
+    for k in range(fw_steps if x_star is not None else 0):
         response = cost.gibbs(rel.durations(x_star), b2)
         atoms.append(rel.weights(response))
         step = 2.0 / (k + 3.0)
         mu = (1.0 - step) * mu + step * response
         lb, x_star = rel.bound(mu)
         best = max(best, lb)
+        if x_star is None:
+            break
         x_avg = (1.0 - step) * x_avg + step * x_star
         upper = min(upper, rel.critical_path(x_star), rel.critical_path(x_avg))
     done = fw_steps
@@ -449,7 +467,10 @@ def _column_generation(rel, atoms, b2, rounds, rtol, best, upper, done):
         master.add(*atom)
     for _ in range(rounds):
         done += 1
-        x, alpha, lam = master.solve()
+        solved = master.solve()
+        if solved is None:
+            break
+        x, alpha, lam = solved
         const, w = master.mixture(alpha)
         best = max(best, const + rel.dual_value(w, lam))
         t = rel.durations(x)
