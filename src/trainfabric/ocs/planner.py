@@ -17,6 +17,10 @@ so the saving is the four earlier stages' budget, and ``F`` agrees to ~1e-6). Th
 integer wiring (``Plan.x`` or the wiring given) is then a candidate next to the new rounding:
 the plan keeps whichever has the shorter hard critical path on the new DAG.
 
+A plan is never worse than a baseline it computes: the best near-uniform and the
+demand-proportional wiring are candidates next to the rounding's result (and the warm start's
+wiring); the shortest hard critical path wins, then it is split onto the OCSes.
+
 Every plan carries a certified lower bound on the integer optimum (:func:`.bound.certify`,
 seeded with the fractional and the integer wiring) and ``certified_gap = CP / bound − 1``;
 ``improvement_vs_uniform`` compares with the best near-uniform integer wiring.
@@ -135,15 +139,25 @@ def warm_point(warm_start, model: OcsModel, q: np.ndarray):
     return (1.0 - WARM_MIX) * x / model.total_circuits + WARM_MIX * q, None, None
 
 
-def _better_of(cost: PathCost, model: OcsModel, x: np.ndarray, warm_start) -> np.ndarray:
-    """``x`` or the warm start's integer wiring, whichever has the shorter hard critical path
-    (ties keep ``x``); a warm wiring that is not an integer ``≤ d`` wiring is ignored."""
+def _warm_wiring(model: OcsModel, warm_start) -> np.ndarray | None:
+    """The warm start's integer wiring (``Plan.x`` or the wiring given), or None when it is
+    not an integer ``≤ d`` wiring of ``model``."""
     prev = np.asarray(warm_start.x if isinstance(warm_start, Plan) else warm_start)
     try:
         model.check_wiring(prev)
     except InfeasibleError:
-        return x
-    return prev.astype(x.dtype) if cost.hard(prev) < cost.hard(x) else x
+        return None
+    return prev.astype(np.int64)
+
+
+def _best_wiring(cost: PathCost, ours: list, baselines_: list) -> np.ndarray:
+    """The wiring with the shortest hard critical path among ``ours`` (the rounding's result,
+    then the warm start's wiring; None entries skipped) and the ``baselines_`` (best
+    near-uniform, demand-proportional): a plan is never worse than a baseline it computed.
+    Ties keep the earlier one, so the rounding wins them."""
+    cands = [np.asarray(x, dtype=np.int64) for x in [*ours, *baselines_] if x is not None]
+    cps = [cost.hard(x) for x in cands]
+    return cands[int(np.argmin(cps))]
 
 
 # Planner memory per DAG node (durations, α/μ sweeps, predecessor CSR, comm-pair maps),
@@ -213,18 +227,19 @@ def plan(
     t2 = time.perf_counter()
     rounded = rounding.round_wiring(cost, model, res.x, b2=b2, seed=seed, max_moves=round_max_moves)
     t3 = time.perf_counter()
-    dec = decompose.decompose(model, rounded.x)
-    tables = decompose.cross_connects(model, dec)
+    near_uniform = baselines.best_near_uniform(cost, model, seed=seed)
+    x = _best_wiring(
+        cost,
+        [rounded.x, *([] if warm_start is None else [_warm_wiring(model, warm_start)])],
+        [near_uniform, baselines.demand_proportional(dag, model)],
+    )
     t4 = time.perf_counter()
-    x = rounded.x
-    if warm_start is not None:
-        x = _better_of(cost, model, x, warm_start)
+    dec = decompose.decompose(model, x)
+    tables = decompose.cross_connects(model, dec)
     t5 = time.perf_counter()
     cert = certify(cost, model, [res.x, x], b2, rounds=bound_rounds)
     t6 = time.perf_counter()
     uniform = baselines.uniform_mesh(model)
-    near_uniform = baselines.best_near_uniform(cost, model, seed=seed)
-    t7 = time.perf_counter()
     return Plan(
         x=x,
         x_frac=res.x,
@@ -243,9 +258,9 @@ def plan(
             "setup": t1 - t0,
             "solve": t2 - t1,
             "round": t3 - t2,
-            "decompose": t4 - t3,
+            "baselines": t4 - t3,
+            "decompose": t5 - t4,
             "bound": t6 - t5,
-            "baselines": t7 - t6,
         },
         duals=res.duals,
         eta=res.eta,
