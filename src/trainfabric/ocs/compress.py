@@ -36,6 +36,30 @@ import numpy as np
 from trainfabric.workloads.dag import TaskDAG
 
 
+def phase_bundles(dag: TaskDAG, comm_nodes: np.ndarray) -> tuple[np.ndarray, ...]:
+    """``(src, dst, pred, succ, plain, bundle)`` of a DAG's comm nodes (sorted node ids).
+
+    ``src``/``dst`` [E]: the edge list; ``pred``/``succ`` [N]: a node's predecessor and
+    successor where it has exactly one (else an arbitrary one or -1); ``plain`` [n_comm]: the
+    comm node has one predecessor and one successor; ``bundle`` [n_comm]: comm nodes with the
+    same single predecessor and successor (the parallel transfers of one phase) share an id,
+    every other comm node has its own; ids ``0..B-1`` in the order of the keys
+    ``(pred, succ)`` (non-plain nodes first, by decreasing node id)."""
+    n = dag.n_nodes
+    src = np.repeat(np.arange(n, dtype=np.int64), np.diff(dag.indptr))
+    dst = dag.indices.astype(np.int64)
+    indeg = np.bincount(dst, minlength=n)
+    outdeg = np.diff(dag.indptr)
+    pred = np.full(n, -1, dtype=np.int64)
+    pred[dst] = src  # the predecessor where there is exactly one
+    succ = np.full(n, -1, dtype=np.int64)
+    succ[src] = dst
+    plain = (indeg[comm_nodes] == 1) & (outdeg[comm_nodes] == 1)
+    key = np.where(plain, pred[comm_nodes] * n + succ[comm_nodes], -1 - comm_nodes)
+    _, bundle = np.unique(key, return_inverse=True)
+    return src, dst, pred, succ, plain, bundle
+
+
 class CompressedDag:
     """The compressed DAG and bundle types of a TaskDAG (see module doc).
 
@@ -50,17 +74,7 @@ class CompressedDag:
 
     def __init__(self, dag: TaskDAG, comm_nodes: np.ndarray, comm_pair: np.ndarray):
         n = dag.n_nodes
-        src = np.repeat(np.arange(n, dtype=np.int64), np.diff(dag.indptr))
-        dst = dag.indices.astype(np.int64)
-        indeg = np.bincount(dst, minlength=n)
-        outdeg = np.diff(dag.indptr)
-        pred = np.full(n, -1, dtype=np.int64)
-        pred[dst] = src  # the predecessor where there is exactly one
-        succ = np.full(n, -1, dtype=np.int64)
-        succ[src] = dst
-        plain = (indeg[comm_nodes] == 1) & (outdeg[comm_nodes] == 1)
-        key = np.where(plain, pred[comm_nodes] * n + succ[comm_nodes], -1 - comm_nodes)
-        _, bundle = np.unique(key, return_inverse=True)
+        src, dst, pred, succ, plain, bundle = phase_bundles(dag, comm_nodes)
         n_bundles = int(bundle.max()) + 1 if comm_nodes.size else 0
         bits = 8.0 * dag.bytes[comm_nodes].astype(float)
         lat = dag.latency_s[comm_nodes].astype(float)

@@ -21,6 +21,7 @@ import copy
 import numba
 import numpy as np
 
+from trainfabric.ocs.compress import phase_bundles
 from trainfabric.ocs.model import OcsModel
 
 
@@ -54,18 +55,7 @@ class _Reduced:
         dag = cost.dag
         n = dag.n_nodes
         comm = np.asarray(cost.comm_nodes, dtype=np.int64)
-        src = np.repeat(np.arange(n, dtype=np.int64), np.diff(dag.indptr))
-        dst = dag.indices.astype(np.int64)
-        indeg = np.bincount(dst, minlength=n)
-        outdeg = np.diff(dag.indptr)
-        pred = np.full(n, -1, dtype=np.int64)
-        pred[dst] = src  # the predecessor where there is exactly one
-        succ = np.full(n, -1, dtype=np.int64)
-        succ[src] = dst
-        plain = (indeg[comm] == 1) & (outdeg[comm] == 1)
-        # group key: (pred, succ) for plain branches, a unique negative key otherwise
-        key = np.where(plain, pred[comm] * n + succ[comm], -1 - np.arange(comm.size))
-        _, comm_group = np.unique(key, return_inverse=True)
+        src, dst, _, _, _, comm_group = phase_bundles(dag, comm)
         n_groups = int(comm_group.max()) + 1 if comm.size else 0
         # representative (first member) of every group orders the merged DAG topologically
         rep = np.full(n_groups, n, dtype=np.int64)
