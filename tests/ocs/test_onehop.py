@@ -127,15 +127,18 @@ def _planner(dag, model):
     return plan(dag, model).x
 
 
+def _skew(inst) -> float:
+    """Largest over smallest duplex pair load: where an exact-degree wiring hurts most (at 4
+    pods it forces ``X01 = X23``, ``X02 = X13``, ``X03 = X12``)."""
+    t = np.asarray(inst.traffic, dtype=float)
+    load = np.maximum(t, t.T)[np.triu_indices(t.shape[0], 1)]
+    return float(load.max() / max(load.min(), 1e-300))
+
+
 @pytest.fixture(scope="module")
 def ten_gaps(meta) -> np.ndarray:
-    return evaluate_planner(meta[::20], _planner)
-
-
-PLANNER_GAPS = (
-    "measured on all 200 (planner and rounding of 2026-12-04 05:44, dark-port rounding in "
-    "progress): median 0.0%, p95 5.9%, worst 13.7%, 18 instances above 3%"
-)
+    """The ten most skewed of the 200 matrices."""
+    return evaluate_planner(sorted(meta, key=_skew)[-10:], _planner)
 
 
 def test_planner_never_beats_the_optimum(ten_gaps):
@@ -147,7 +150,6 @@ def test_planner_gap_on_ten_meta_instances(ten_gaps):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason=PLANNER_GAPS)
 def test_planner_gap_on_all_meta_instances(meta):
     gaps = evaluate_planner(meta, _planner)
     assert (gaps >= -1e-9).all()
