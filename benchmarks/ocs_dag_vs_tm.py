@@ -6,8 +6,9 @@ then scored, like ours, by the hard critical path of the DAG. The pipeline-heavy
 family with a pipeline in it: the presets ``pipeline`` and ``hybrid`` and the hard families
 ``pp-dp`` (GPipe and 1F1B by seed parity), ``perm-pipe-moe`` and ``two-jobs``
 (:mod:`trainfabric.ocs.families`), at 16 and 32 pods, d in {8, 16}, seeds 0-2 (0-1 with
-``--quick``). ``moe``, the DP patterns and the families without a pipeline are reported beside
-them (seed 0 only). The headline is the median reduction over the pipeline-heavy instances, as measured.
+``--quick``). ``moe``, the DP patterns and the families without a pipeline are reported
+beside them (seed 0 only). The headline is the median reduction over the pipeline-heavy
+instances, as measured.
 """
 
 from __future__ import annotations
