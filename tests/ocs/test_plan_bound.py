@@ -78,3 +78,15 @@ def test_a_warm_start_that_wins_is_the_wiring_the_tables_carry():
     p = plan(dag, model, warm_start=opt.x, round_max_moves=1, bound_rounds=1)
     assert p.hard_critical_path_s == pytest.approx(opt.objective_s, rel=1e-12)
     assert np.array_equal(_tables_count(model, p.tables), p.x)
+
+
+@pytest.mark.parametrize("degrees,ocs", [([3, 2], 1), ([4, 6], 2)])
+def test_two_pods_with_unequal_ports_plan_at_the_optimum(degrees, ocs):
+    """Only one pod keeps free ports (no pair can take them) and, for [4, 6], the
+    exact-degree slice is empty: the plan still matches the MILP and the bound lies below."""
+    dag = build_dag(get_preset("pipeline", pods=2), 0)
+    model = OcsModel(np.array(degrees), ocs)
+    p = plan(dag, model)
+    opt = solve_milp(dag, model, time_limit_s=30).objective_s
+    assert p.hard_critical_path_s == pytest.approx(opt, rel=1e-9)
+    assert p.lower_bound_s <= opt

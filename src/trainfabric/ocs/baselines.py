@@ -59,7 +59,7 @@ def best_near_uniform(cost, model: OcsModel, samples: int = 4, seed: int = 0) ->
     pairs' total bytes (spare ports to the busiest pairs), then ``samples`` seeded uniform
     random scores. The candidate with
     the least hard critical path ``cost.hard`` wins (ties: the first). This is the honest
-    strawman-free baseline of ``improvement_vs_uniform``: when ``d < n − 1`` half the pairs of
+    baseline of ``improvement_vs_uniform``: when ``d < n − 1`` half the pairs of
     any integer mesh have no circuit, and which half matters.
     """
     mesh = model.total_circuits * uniform_prior(model)

@@ -34,7 +34,7 @@ give a valid bound; the work goes into making it tight:
 * ``μ``: ``LB`` is concave in ``μ`` and its supergradient is the node durations at the inner
   minimiser ``x*(μ)``. Starting from the Gibbs marginals at the plan's wirings, the
   certificate mixes in the Gibbs marginals under the durations at ``x*(μ)`` (a smoothed
-  best response, step ``2/(k+2)``) and keeps the best bound. Every ``x*(μ)`` is feasible for
+  best response, step ``2/(k+3)``) and keeps the best bound. Every ``x*(μ)`` is feasible for
   the relaxation, so ``U_R = min_k CP_φ(x*(μ_k))`` bounds ``R*`` from above.
 
 Reported: ``lower_bound_s`` (``max_k LB``, times ``1 − 1e-9`` for float rounding in ``μ``),
@@ -143,7 +143,7 @@ class Relaxation:
         HiGHS instance; a new ``W`` only changes the column costs, and the simplex restarts
         from the previous basis). The prices are exact for the full problem whatever the
         limit (:meth:`dual_value` takes every ``k ≤ K_e``); the limit only trades tightness
-        for LP size. ``x*`` is feasible for the relaxation; ``(0, None)`` when the LP fails
+        for LP size. ``x*`` is feasible for the relaxation; ``(λ = 0, None)`` when the LP fails
         (:func:`_optimal`)."""
         model = self.model
         cost = w[self.seg_pair] * (self.f(self.seg_k + 1.0) - self.f(self.seg_k))
@@ -438,8 +438,9 @@ def certify(
             upper = min(upper, rel.critical_path(xs))
         if lb > best:
             best, mu, x_star = lb, cand, xs
-    x_avg = x_star
+    x_avg, done = x_star, 0
     for k in range(fw_steps if x_star is not None else 0):
+        done += 1
         response = cost.gibbs(rel.durations(x_star), b2)
         atoms.append(rel.weights(response))
         step = 2.0 / (k + 3.0)
@@ -450,7 +451,6 @@ def certify(
             break
         x_avg = (1.0 - step) * x_avg + step * x_star
         upper = min(upper, rel.critical_path(x_star), rel.critical_path(x_avg))
-    done = fw_steps
     if use_master and rounds > fw_steps:
         best, upper, done = _column_generation(
             rel, atoms, b2, rounds - fw_steps, rtol, best, upper, done

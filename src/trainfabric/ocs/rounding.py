@@ -341,6 +341,8 @@ def _distribute(
     iu, iv = model.pairs
     live = rho > 0
     cand = np.flatnonzero(live[iu] & live[iv])
+    if cand.size == 0:  # free ports on one pod only: they stay dark
+        return x0
     w = weight[cand]
     span = float(w.max() - w.min())
     w = (w - w.min()) / span if span > 0 else np.zeros(cand.size)

@@ -196,7 +196,10 @@ def _centred(g, n):  # pragma: no cover - compiled
 
 def _project(logy: np.ndarray, model: OcsModel, method: str, warm, inequality: bool):
     """KL projection of ``y = exp(logy)`` onto ``W`` or, with ``inequality``, onto ``W≤``
-    (module doc: the ``W`` projection is the ``W≤`` one whenever its duals are all ``≥ 0``)."""
+    (module doc: the ``W`` projection is the ``W≤`` one whenever its duals are all ``≥ 0``;
+    tried only when ``W`` is not empty, i.e. when every port can carry a circuit)."""
+    if inequality and not model.completable:
+        return project(logy, model, method=method, warm=warm, log=True, inequality=True)
     pr = project(logy, model, method=method, warm=warm, log=True)
     if not inequality or pr.duals.min() >= 0.0:
         return pr
