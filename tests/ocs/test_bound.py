@@ -154,3 +154,16 @@ def test_a_failing_lp_still_gives_a_valid_bound(monkeypatch):
     cert = certify(cost, model, [p.x_frac, p.x], p.b2, rounds=6)
     opt = solve_milp(dag, model, time_limit_s=60).objective_s
     assert 0 < cert.lower_bound_s <= opt
+
+
+def test_a_dag_with_a_zero_critical_path_is_refused_by_name():
+    from trainfabric.errors import ConfigError
+    from trainfabric.workloads.dag import DagBuilder
+
+    b = DagBuilder(2)
+    b.compute(0, 0.0)
+    dag = b.build()
+    model = OcsModel.uniform(2, 2, 1)
+    with pytest.raises(ConfigError) as exc:
+        certify(PathCost(dag, model), model, [np.zeros(1)], 1.0)
+    assert exc.value.field == "workload"

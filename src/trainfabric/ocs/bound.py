@@ -421,6 +421,8 @@ def certify(
     met (the starts, the inner minimisers, their running average, the master's wirings).
     """
     starts = _check_starts(model, starts)
+    if not max(cost.hard(x) for x in starts) > 0:
+        raise ConfigError("workload", "the critical path is zero on every start: nothing to bound")
     rel = Relaxation(cost, model, limit=2 * np.ceil(np.max(starts, axis=0)) + 2)
     columns = rel.seg_pair.size
     rounds = default_rounds(columns) if rounds is None else rounds

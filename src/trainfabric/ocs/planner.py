@@ -293,7 +293,7 @@ def write_plan(out_dir, model: OcsModel, result: Plan, summary: dict[str, Any]) 
         {"u": iu[keep], "v": iv[keep], "circuits": result.x[keep].astype(np.int64)},
     )
     header = {
-        k: summary[k]
+        k: getattr(result, k)
         for k in ("hard_critical_path_s", "lower_bound_s", "certified_gap", "certificate_tolerance")
     }
     path = write_parquet(
