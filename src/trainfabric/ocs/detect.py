@@ -10,8 +10,8 @@ reconfiguration):
 
 - :class:`CusumDetector` (known ``p0``): the GLR-CUSUM over the unknown post-change ``p1``,
   ``W_n = max_{s in C_n} N_{s+1:n} KL(p^_{s+1:n} || p0)``; alarm when ``W_n >= h(n)``.
-- :class:`GlrDetector` (unknown ``p0``): the two-segment GLR,
-  ``G_n = max_{s in C_n, s >= 1} [N_{1:s} KL(p^_{1:s}||p^_{1:n}) + N_{s+1:n} KL(p^_{s+1:n}||p^_{1:n})]``;
+- :class:`GlrDetector` (unknown ``p0``): the two-segment GLR, with ``q = p^_{1:n}``,
+  ``G_n = max_{s in C_n, s >= 1} [N_{1:s} KL(p^_{1:s}||q) + N_{s+1:n} KL(p^_{s+1:n}||q)]``;
   alarm when ``G_n >= beta(n)``.
 
 Candidate splits and work per update. With ``density=None``, ``C_n = {0, ..., n-1}`` and the
