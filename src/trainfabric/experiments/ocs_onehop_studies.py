@@ -227,9 +227,8 @@ def ocs_e6_figures(table: pd.DataFrame) -> list[Figure]:
 def _notes(table: pd.DataFrame) -> str:
     """The planner's worst ratio per source (its CDFs coincide when every one is 1) and how
     many matrices a baseline leaves a loaded pair without a circuit (MLU ∞, off the axis)."""
-    lines = [
-        f"planner worst, {s}: {v:.4f}" for s, v in table.groupby("source")["ratio"].max().items()
-    ]
+    worst = table.groupby("source", sort=False)["ratio"].max()
+    lines = [f"planner worst, {s}: {v:.4f}" for s, v in worst.items()]
     for col, name in (("uniform_ratio", "uniform"), ("demand_ratio", "demand-prop.")):
         dark = int(np.isinf(table[col]).sum())
         if dark:
