@@ -24,6 +24,7 @@ from the reduced probabilities has the same law as drawing pairs and reducing th
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import brentq
@@ -32,6 +33,7 @@ from scipy.special import rel_entr
 from trainfabric.errors import ConfigError
 
 MODES = ("pairs", "marginals", "topr", "gradient")
+CHANGES = ("hot-pod", "heavy-pairs", "random-pairs")
 
 
 def offdiag_mask(n: int) -> np.ndarray:
@@ -165,3 +167,80 @@ def planted_change(p0, mask, kl: float) -> np.ndarray:
         hi *= 2
     e = brentq(lambda e: rel_entr(tilt(e), p0).sum() - kl, 0.0, hi, xtol=1e-14, rtol=1e-14)
     return tilt(e)
+
+
+@dataclass(frozen=True)
+class SyntheticChange:
+    """Pod-level traffic distributions before (``p0``) and after (``p1``) a planted change,
+    ``[n, n]`` with a zero diagonal, plus what the reduced statistics need, taken from a
+    *reference* window drawn from ``p0`` before the data under test: its counts
+    (``reference``), the frozen top-``r`` pairs, and the gradient proxy
+    ``gradient = mean - reference`` over pairs (negative where the reference demand is above
+    the mean: where the demand-proportional heuristic says more circuits help; pass the
+    planner's own ``dF/dx`` instead where one is at hand)."""
+
+    p0: np.ndarray
+    p1: np.ndarray
+    reference: np.ndarray
+    gradient: np.ndarray
+    top: np.ndarray
+
+    def reduction(self, mode: str) -> dict:
+        """The keywords of :func:`reduce_counts` for ``mode``."""
+        return {"topr": {"pairs": self.top}, "gradient": {"gradient": self.gradient}}.get(mode, {})
+
+    def reduced(self, mode: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(p0, p1)`` over the categories of ``mode``."""
+        kw = self.reduction(mode)
+        return reduce_counts(self.p0, mode, **kw), reduce_counts(self.p1, mode, **kw)
+
+
+def synthetic_change(
+    pods: int,
+    kl: float,
+    rng,
+    change: str = "hot-pod",
+    top_r: int = 8,
+    reference_slots: int = 50,
+    n_per_slot: float = 1000.0,
+) -> SyntheticChange:
+    """A skewed pair distribution (``Gamma(0.5)`` pair weights) and a planted change of
+    ``KL(p1 || p0) = kl`` over the pairs (:func:`planted_change`):
+
+    - ``"hot-pod"``: the outgoing traffic of the pod of median outgoing share grows (its pairs
+      keep their proportions, so the per-source marginals carry the whole KL);
+    - ``"heavy-pairs"``: the pairs whose reference demand is above the mean (where the
+      gradient proxy is negative) grow: the skew increases, as when an MoE phase concentrates;
+    - ``"random-pairs"``: a random 5% of the pairs (at least one) grow.
+    """
+    if change not in CHANGES:
+        raise ConfigError("change", f"unknown change {change!r}; known: {', '.join(CHANGES)}")
+    if not (isinstance(pods, int) and pods >= 3):
+        raise ConfigError("pods", f"need at least 3 pods, got {pods!r}")
+    off = offdiag_mask(pods)
+    p0 = rng.gamma(0.5, size=(pods, pods)) * off
+    p0 /= p0.sum()
+    pairs = p0[off]
+    counts = multinomial_stream(pairs, pairs, 0, n_per_slot, reference_slots, rng).sum(0)
+    reference = _pair_matrix(counts, pods)
+    gradient = (counts.mean() - reference) * off
+    if change == "hot-pod":
+        hot = np.argsort(p0.sum(1))[pods // 2]
+        mask = np.zeros_like(off)
+        mask[hot] = off[hot]
+    elif change == "heavy-pairs":
+        mask = (gradient < 0) & off
+    else:
+        k = max(1, round(0.05 * pods * (pods - 1)))
+        flat = np.zeros(pods * (pods - 1), bool)
+        flat[rng.choice(flat.size, k, replace=False)] = True
+        mask = _pair_matrix(flat, pods)
+    p1 = planted_change(p0, mask, kl)
+    return SyntheticChange(p0, p1, reference, gradient, top_pairs(reference, top_r))
+
+
+def _pair_matrix(values: np.ndarray, n: int) -> np.ndarray:
+    """Inverse of ``reduce_counts(., "pairs")``: ``[n(n-1)]`` row-major -> ``[n, n]``."""
+    m = np.zeros((n, n), dtype=np.asarray(values).dtype)
+    m[offdiag_mask(n)] = values
+    return m

@@ -1,0 +1,245 @@
+"""OCS experiment E8 (spec §3.2): the multinomial GLR-CUSUM change detectors.
+
+``ocs-e8`` returns one table with three kinds of rows (column ``part``):
+
+- ``false_alarm``: no change; ``streams`` seeded streams of ``fa_slots`` slots per
+  (detector, statistic, pods); ``alarms`` = streams with any alarm within the horizon at each
+  ``delta`` in ``fa_deltas``, the empirical rate and its 95% Clopper-Pearson interval. The
+  bound is for an infinite horizon, so a rate above ``delta`` on a finite one refutes it.
+- ``delay``: a planted change of ``KL(p1||p0) = kl`` over the pairs (see
+  :func:`trainfabric.ocs.detect_streams.synthetic_change`) after ``cusum_change_at`` slots
+  (``glr_change_at`` for the unknown-``p0`` GLR, whose statistic is capped by
+  ``N_pre KL(p0||p1)``: it needs a long pre-change segment); per ``delta`` in
+  ``delay_deltas``: the share of streams detected within ``max_delay_slots``, the mean delay
+  in slots (integer: slots observed after the change at the alarm), the spec's bound
+  ``log(1/delta) / (n KL_stat)``, the Lorden-type bound ``h / (n KL_stat)`` with ``h`` the
+  mean threshold at the alarm, and the mean fractional crossing time (linear interpolation of
+  the statistic between slots) for the slope fits. ``KL_stat`` is the divergence visible to the
+  statistic (the reduced ``p1`` against the reduced ``p0``; at most ``kl``).
+- ``K = n(n-1)`` (``pairs``) is run only for ``ablation_kls`` with ``pairs_streams`` streams
+  (its work per slot is ``n(n-1) |C_n|`` per stream), for the GLR up to
+  ``glr_pairs_max_pods`` pods.
+
+Reduced statistics are drawn directly from the reduced probabilities (a sum of multinomial
+cells is multinomial, so the law is that of drawing pairs and reducing them).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from pydantic import Field
+from scipy.stats import binomtest
+
+from trainfabric.config import Config
+from trainfabric.ocs.detect import kl_divergence, statistic_paths
+from trainfabric.ocs.detect_streams import slot_batches, synthetic_change
+from trainfabric.runs.registry import register
+from trainfabric.runs.report import FIGURES
+from trainfabric.runs.report_figures import legend_outside
+
+REDUCED = ("marginals", "topr", "gradient")
+
+
+class OcsE8Config(Config):
+    """E8 sweep; counts per slot are Poisson with mean ``n_per_slot``."""
+
+    pods: list[int] = Field([16, 64], description="pod counts n")
+    detectors: list[str] = Field(["cusum", "glr"], description="cusum (known p0) and/or glr")
+    statistics: list[str] = Field(
+        ["marginals", "topr", "gradient", "pairs"], description="categories the detector sees"
+    )
+    changes: list[str] = Field(
+        ["hot-pod", "heavy-pairs"],
+        description="planted changes: hot-pod, heavy-pairs, random-pairs (no-change: first)",
+    )
+    n_per_slot: float = Field(1000.0, gt=0, description="mean counts (flows) per slot")
+    top_r: int = Field(8, ge=1, description="r of the top-r + other statistic")
+    density: int = Field(2, ge=0, le=8, description="candidate splits per octave = 2^density")
+    fa_deltas: list[float] = Field([0.1, 0.01, 0.001], description="false-alarm deltas")
+    fa_streams: int = Field(400, ge=1)
+    fa_slots: int = Field(1000, ge=2, description="horizon of the no-change streams (slots)")
+    kls: list[float] = Field([0.001, 0.01, 0.1], description="planted KL(p1||p0) over pairs")
+    delay_deltas: list[float] = Field([1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6])
+    delay_streams: int = Field(20, ge=1)
+    cusum_change_at: int = Field(50, ge=1, description="pre-change slots, known-p0 CUSUM")
+    glr_change_at: int = Field(2000, ge=1, description="pre-change slots, unknown-p0 GLR")
+    max_delay_slots: int = Field(4000, ge=1)
+    ablation_kls: list[float] = Field([0.1], description="KLs at which K = n(n-1) is run")
+    pairs_streams: int = Field(4, ge=1, description="streams for the K = n(n-1) statistic")
+    glr_pairs_max_pods: int = Field(16, ge=3, description="largest n for the GLR on pairs")
+
+
+QUICK = {
+    "fa_streams": 60,
+    "fa_slots": 300,
+    "delay_streams": 8,
+    "glr_change_at": 1500,
+    "max_delay_slots": 2500,
+    "pairs_streams": 2,
+}
+
+
+@register("ocs-e8", OcsE8Config, keys=("part", "detector", "statistic", "pods"), quick=QUICK)
+def ocs_e8(config: OcsE8Config, seed: int) -> pd.DataFrame:
+    """E8: false alarms vs delta, detection delay vs log(1/delta), reduced K vs K = n(n-1)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for pods in config.pods:  # one instance per (pods, change, kl), shared by every statistic
+        inst = synthetic_change(pods, config.kls[0], rng, config.changes[0], config.top_r)
+        for detector, statistic in itertools.product(config.detectors, config.statistics):
+            rows += _false_alarms(config, inst, detector, statistic, rng)
+        for change, kl in itertools.product(config.changes, config.kls):
+            inst = synthetic_change(pods, kl, rng, change, config.top_r)
+            for detector, statistic in itertools.product(config.detectors, config.statistics):
+                if _runs_delay(config, pods, detector, statistic, kl):
+                    cells = _delays(config, inst, detector, statistic, kl, rng)
+                    rows += [{"change": change} | c for c in cells]
+    return pd.DataFrame(rows)
+
+
+def _runs_delay(config: OcsE8Config, pods: int, detector: str, statistic: str, kl: float):
+    if statistic != "pairs":
+        return True
+    return kl in config.ablation_kls and (detector == "cusum" or pods <= config.glr_pairs_max_pods)
+
+
+def _false_alarms(config, inst, detector, statistic, rng) -> list[dict]:
+    pods = inst.p0.shape[0]
+    p0, _ = inst.reduced(statistic)
+    streams = config.pairs_streams if statistic == "pairs" else config.fa_streams
+    batches = slot_batches(p0, p0, config.fa_slots, config.n_per_slot, streams, rng)
+    paths = statistic_paths(
+        detector,
+        batches,
+        config.fa_slots,
+        p0=p0 if detector == "cusum" else None,
+        density=config.density,
+    )
+    rows = []
+    for delta in config.fa_deltas:
+        alarms = int(np.isfinite(paths.first_alarm(delta)).sum())
+        ci = binomtest(alarms, streams).proportion_ci(0.95, method="exact")
+        rows.append(
+            {
+                "part": "false_alarm",
+                "detector": detector,
+                "statistic": statistic,
+                "pods": pods,
+                "categories": p0.size,
+                "delta": delta,
+                "streams": streams,
+                "slots": config.fa_slots,
+                "alarms": alarms,
+                "false_alarm_rate": alarms / streams,
+                "ci_low": ci.low,
+                "ci_high": ci.high,
+                "margin_nats": float(np.max(paths.statistic - paths.threshold(delta))),
+            }
+        )
+    return rows
+
+
+def _delays(config, inst, detector, statistic, kl, rng) -> list[dict]:
+    pods = inst.p0.shape[0]
+    p0, p1 = inst.reduced(statistic)
+    kl_stat = kl_divergence(p1, p0)
+    change_at = config.cusum_change_at if detector == "cusum" else config.glr_change_at
+    streams = config.pairs_streams if statistic == "pairs" else config.delay_streams
+    slots = change_at + config.max_delay_slots
+    deltas = config.delay_deltas if statistic != "pairs" else [min(config.delay_deltas)]
+    batches = slot_batches(p0, p1, change_at, config.n_per_slot, streams, rng)
+
+    def done(paths) -> bool:  # every stream past the smallest delta's threshold
+        return bool(np.isfinite(paths.first_alarm(min(deltas))).all())
+
+    paths = statistic_paths(
+        detector,
+        batches,
+        slots,
+        p0=p0 if detector == "cusum" else None,
+        density=config.density,
+        stop=done,
+    )
+    rate = config.n_per_slot * kl_stat
+    head = {"part": "delay", "detector": detector, "statistic": statistic, "pods": pods}
+    head |= {"categories": p0.size, "kl": kl, "kl_stat": kl_stat, "nats_per_slot": rate}
+    return [
+        head
+        | {"delta": d, "change_at": change_at}
+        | _delay_summary(paths, d, change_at, streams, rate)
+        for d in deltas
+    ]
+
+
+def _delay_summary(paths, delta, change_at, streams, rate) -> dict:
+    """Detection share, mean delay, fractional crossing and the two bounds at ``delta``."""
+    tau = paths.first_alarm(delta)
+    valid = ~(tau <= change_at)  # conditional on no alarm before the change
+    hit = valid & np.isfinite(tau)
+    idx = np.where(hit, tau - 1, 0).astype(int)
+    rows = np.arange(streams)
+    thr = paths.threshold(delta)
+    stat = paths.statistic
+    h = thr[rows, idx]
+    prev = np.where(idx > 0, stat[rows, np.maximum(idx - 1, 0)], 0.0)
+    frac = (h - prev) / np.maximum(stat[rows, idx] - prev, 1e-300)
+    crossing = idx + np.clip(frac, 0, 1) - change_at  # slots after the change, fractional
+    detected = hit.sum() / max(valid.sum(), 1)
+    return {
+        "streams": int(valid.sum()),
+        "detected": float(detected),
+        "mean_delay": float((tau - change_at)[hit].mean()) if detected == 1 else math.nan,
+        "crossing": float(crossing[hit].mean()) if detected == 1 else math.nan,
+        "threshold_at_alarm": float(h[hit].mean()) if hit.any() else math.nan,
+        "spec_bound": math.log(1 / delta) / rate if rate > 0 else math.inf,
+        "lorden_bound": float(h[hit].mean()) / rate if hit.any() and rate > 0 else math.nan,
+    }
+
+
+def e8_figures(table: pd.DataFrame) -> list[Figure]:
+    """False alarms vs delta (below the diagonal) and mean delay vs log(1/delta)."""
+    if "part" not in table.columns:
+        return []
+    fa = table[table["part"] == "false_alarm"]
+    dl = table[(table["part"] == "delay") & table["mean_delay"].notna()]
+    fig = Figure(figsize=(10, 4.2), layout="constrained")
+    ax_fa, ax_d = fig.subplots(1, 2)
+    for (det, stat), g in fa.groupby(["detector", "statistic"]):
+        g = g.groupby("delta")[["alarms", "streams"]].sum().reset_index()
+        upper = [
+            binomtest(int(a), int(s)).proportion_ci(0.95).high
+            for a, s in zip(g["alarms"], g["streams"], strict=True)
+        ]
+        ax_fa.plot(g["delta"], upper, "v--", label=f"{det}/{stat} (95% upper)")
+    lim = fa["delta"].agg(["min", "max"]).to_numpy() if len(fa) else np.array([1e-3, 1e-1])
+    ax_fa.plot(lim, lim, "k-", lw=1, label="rate = delta")
+    ax_fa.set(
+        xscale="log",
+        yscale="log",
+        xlabel="delta",
+        ylabel="P(any false alarm)",
+        title="False alarms (empirical = 0 where only the bound shows)",
+    )
+    for (det, stat, pods, kl), g in dl.groupby(["detector", "statistic", "pods", "kl"]):
+        if len(g) > 1:  # information gathered by the crossing, less its value at delta_max
+            nats = g["crossing"] * g["nats_per_slot"]
+            x = np.log(1 / g["delta"])
+            ax_d.plot(x, nats - nats.iloc[0], ".-", label=f"{det}/{stat} n={pods} KL={kl:g}")
+    if len(dl):
+        x = np.log(1 / np.array(sorted(dl["delta"].unique(), reverse=True)))
+        ax_d.plot(x, x - x[0], "k-", lw=1.5, label="slope 1/(n KL)")
+    ax_d.set(
+        xlabel="log(1/delta)",
+        ylabel="extra delay x n KL_stat (nats)",
+        title="Detection delay vs log(1/delta)",
+    )
+    legend_outside(fig, title="detector/statistic")
+    return [fig]
+
+
+FIGURES["ocs-e8"] = e8_figures
