@@ -16,8 +16,9 @@ deployment, which starts from a fresh split of the first wiring):
 The churn of a reconfiguration is the number of cross-connects added, over all OCSes, by the
 idempotent diff (:func:`.decompose.diff`) from the deployed tables to the new ones (a moved
 circuit is one delete plus one add). ``wiring_moves = Σ_e max(x_new − x_old, 0)`` is the
-least any split can add. The Jeffreys prediction ``M b1 Δ / 2`` of spec E10 concerns the entropic solver's fractional
-optimum; the one-hop policy re-solves exactly (no ``b1``), so it is not compared here.
+least any split can add. The Jeffreys prediction ``M b1 Δ / 2`` of spec E10 concerns the
+entropic solver's fractional optimum; the one-hop policy re-solves exactly (no ``b1``), so it
+is not compared here.
 """
 
 from __future__ import annotations
