@@ -54,7 +54,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import rel_entr
+from scipy.special import rel_entr, xlogy
 
 from trainfabric.errors import ConfigError
 from trainfabric.ocs.detect_streams import multinomial_stream, reduce_counts
@@ -127,8 +127,14 @@ class SplitStore:
     """Prefix count vectors of the live candidate splits ``C_n`` for ``B`` parallel streams.
 
     ``splits``: the candidate ``s`` (slots since the restart), ascending; ``prefix[b, i]`` is
-    ``sum_{t <= splits[i]} c_t`` of stream ``b``; ``total[b]`` the running sum. The candidate set
-    depends on ``n`` only (not on the data), as the union bound requires.
+    ``sum_{t <= splits[i]} c_t`` of stream ``b``, ``entropy[b, i]`` its ``X = sum_k c log c``
+    (fixed once stored); ``total[b]`` the running sum. The candidate set depends on ``n`` only
+    (not on the data), as the union bound requires.
+
+    With ``X(v) = sum_k v_k log v_k`` and ``x(N) = N log N``, a segment's
+    ``N KL(p^ || q) = X(v) - x(N) - v . log q``, so for a split into head ``A`` and tail
+    ``T = S - A`` of the pooled ``S`` (``q = S / N`` in the GLR, where the ``log q`` terms sum
+    to ``X(S) - x(N)``) each candidate costs one pass ``X(T)`` over its K categories.
     """
 
     def __init__(self, streams: int, categories: int, density: int | None):
@@ -138,6 +144,7 @@ class SplitStore:
         self.n = 0
         self.splits = np.zeros(1, dtype=np.int64)
         self.prefix = np.zeros((streams, 1, categories))
+        self.entropy = np.zeros((streams, 1))
         self.total = np.zeros((streams, categories))
 
     def push(self, counts: np.ndarray) -> None:
@@ -146,6 +153,7 @@ class SplitStore:
         if self.n > 0:
             self.splits = np.append(self.splits, self.n)
             self.prefix = np.concatenate([self.prefix, self.total[:, None, :]], axis=1)
+            self.entropy = np.concatenate([self.entropy, _big_x(self.total)[:, None]], axis=1)
         self.total = self.total + counts
         self.n += 1
         if self.density is not None:
@@ -153,20 +161,39 @@ class SplitStore:
             keep = self.splits % (1 << level) == 0
             if not keep.all():
                 self.splits, self.prefix = self.splits[keep], self.prefix[:, keep]
+                self.entropy = self.entropy[:, keep]
 
     def cusum(self, p0: np.ndarray) -> np.ndarray:
-        """``[B, |C_n|]``: ``N_{s+1:n} KL(p^_{s+1:n} || p0)`` for every candidate ``s``."""
-        seg = self.total[:, None, :] - self.prefix
-        return rel_entr(seg, seg.sum(-1, keepdims=True) * p0).sum(-1)
+        """``[B, |C_n|]``: ``N_{s+1:n} KL(p^_{s+1:n} || p0)`` for every candidate ``s``
+        (``inf`` where the segment has counts in a category of ``p0``-probability 0)."""
+        tail = self.total[:, None, :] - self.prefix
+        support = p0 > 0
+        log_p0 = np.log(np.where(support, p0, 1.0))
+        value = _big_x(tail) - _xlogx(tail.sum(-1)) - tail @ log_p0
+        if not support.all():
+            value[(tail[..., ~support] > 0).any(-1)] = np.inf
+        return np.maximum(value, 0.0)
 
     def glr(self) -> np.ndarray:
         """``[B, |C_n \\ {0}|]``: the two-segment log-likelihood ratio for every ``s >= 1``."""
-        head = self.prefix[:, self.splits >= 1]
+        live = self.splits >= 1
+        head, x_head = self.prefix[:, live], self.entropy[:, live]
+        n_head = head.sum(-1)
+        n_total = self.total.sum(-1)
         tail = self.total[:, None, :] - head
-        total = self.total.sum(-1)[:, None, None]
-        pooled = np.divide(self.total[:, None, :], total, where=total > 0, out=np.zeros_like(tail))
-        a = rel_entr(head, head.sum(-1, keepdims=True) * pooled).sum(-1)
-        return a + rel_entr(tail, tail.sum(-1, keepdims=True) * pooled).sum(-1)
+        pooled = _big_x(self.total) - _xlogx(n_total)
+        value = x_head - _xlogx(n_head) + _big_x(tail) - _xlogx(n_total[:, None] - n_head)
+        return np.maximum(value - pooled[:, None], 0.0)
+
+
+def _big_x(v: np.ndarray) -> np.ndarray:
+    """``X(v) = sum_k v_k log v_k`` over the last axis (``0 log 0 = 0``)."""
+    return xlogy(v, v).sum(-1)
+
+
+def _xlogx(x: np.ndarray) -> np.ndarray:
+    """``x log x`` elementwise (``0 log 0 = 0``)."""
+    return xlogy(x, x)
 
 
 def _floor_log2(d: np.ndarray) -> np.ndarray:
