@@ -176,3 +176,17 @@ def test_bad_options_name_the_field():
     with pytest.raises(ConfigError) as e:
         evaluate(cost, seq, -1.0)
     assert e.value.field == "switch_cost_s"
+
+
+def test_glr_triggered_policy_alarms_after_a_job_arrives_and_not_without_change():
+    from trainfabric.ocs.online_glr import glr_mask
+
+    seq = tr.generate("job-arrival", 300, 2e10, pods=8, seed=3, leave=False)
+    mask = glr_mask(seq, delta=0.01, seed=1)
+    alarms = np.flatnonzero(mask)
+    assert alarms.size >= 1 and 100 <= alarms[0] <= 110  # the job arrives at slot 100
+    quiet = tr.generate("jumps", 300, 0.0, pods=8, seed=3, jumps=1)  # V1 = 0: no change
+    assert not glr_mask(quiet, delta=0.01, seed=1).any()
+    with pytest.raises(ConfigError) as e:
+        glr_mask(seq, top=0)
+    assert e.value.field == "top"
