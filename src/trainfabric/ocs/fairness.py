@@ -244,8 +244,10 @@ def power_mean_grad(v, weights, p: float) -> tuple[float, np.ndarray]:
 def smooth_max(v, tau: float) -> tuple[float, np.ndarray]:
     """``((1/τ) log Σ exp(τ v), softmax(τ v))``: within ``log J / τ`` above ``max v``."""
     z = tau * np.asarray(v, dtype=float)
-    lse = float(logsumexp(z))
-    return lse / tau, np.exp(z - lse)
+    top = float(z.max())
+    e = np.exp(z - top)
+    total = float(e.sum())
+    return (top + math.log(total)) / tau, e / total
 
 
 def jain(values) -> float:
@@ -886,6 +888,7 @@ def study(
     seed: int = 0,
     alpha_check: bool = True,
     max_evals: int = DEFAULT_EVALS,
+    max_iter: int = 1000,
 ) -> dict:
     """One wiring per ``p`` (:func:`fair_plan`, temperatures shared by all ``p``), scored by
     the per-job hard iteration times of the integer wiring, with the baselines and checks
@@ -896,9 +899,10 @@ def study(
     ``fractional_mean``, solver/rounding counters; ``unregularised``: the exact optimum's
     ``max``/``mean`` of smoothed values (finite ``p``: from the α-fair check's ``Φ_p`` side;
     ``p = ∞``: the minimax of :func:`power_mean_optimum`), and ``alpha_fair`` (the check's
-    figures) when ``alpha_check``. ``trade_off`` (:func:`trade_off`) of the integer wirings
-    and ``unregularised_max_non_increasing`` along ``p``; ``baselines``: the best
-    near-uniform and the demand-proportional wirings scored alike.
+    figures) when ``alpha_check``. ``trade_off`` (:func:`trade_off`) of the integer
+    wirings and ``unregularised_max_non_increasing`` along ``p``; ``baselines``: the best
+    near-uniform and the demand-proportional wirings scored alike. ``max_iter``: solver
+    iterations per annealing stage; ``max_evals``: rounding search evaluations per start.
     """
     ps = sorted(check_p(p) for p in ps)
     if not ps:
@@ -908,7 +912,7 @@ def study(
     rows, plans = [], []
     for p in ps:
         c = cost.with_p(p)
-        plan = fair_plan(c, b1, b2, seed=seed, max_evals=max_evals)
+        plan = fair_plan(c, b1, b2, seed=seed, max_iter=max_iter, max_evals=max_evals)
         plans.append(plan)
         frac = cost.scale * plan.job_cp_frac_s
         row = {
