@@ -179,7 +179,8 @@ def test_power_mean_and_alpha_fair_optima_agree(specs, pods, job_pods, seed, p):
 
 def test_fractional_max_non_increasing_in_p(two_jobs):
     """J = 2: the unregularised optimum's largest job value is non-increasing in p (a theorem
-    for two jobs: module doc of the experiment), including the exact minimax at p = ∞."""
+    for two jobs, proved in the module doc of :mod:`trainfabric.ocs.fairness`), including the
+    exact minimax at p = ∞."""
     cost, (_, b2) = two_jobs
     tops, means = [], []
     for p in (1.0, 2.0, 4.0, 8.0, math.inf):
@@ -207,6 +208,29 @@ def test_fair_plan_is_a_valid_wiring_never_worse_than_the_baselines(two_jobs):
         assert plan.max == plan.values.max() and 0 < plan.jain <= 1
         for x in (baselines.uniform_mesh(c.model), baselines.demand_proportional(c.dag, c.model)):
             assert plan.phi <= c.hard(x) * (1 + 1e-12)
+
+
+def test_same_seed_same_wiring(two_jobs):
+    """Budgets are work (iterations, evaluations), so a second run repeats the first."""
+    cost, (b1, b2) = two_jobs
+    c = cost.with_p(4.0)
+    first = F.fair_plan(c, b1, b2, seed=1, max_iter=100, max_evals=200)
+    again = F.fair_plan(c, b1, b2, seed=1, max_iter=100, max_evals=200)
+    np.testing.assert_array_equal(first.x, again.x)
+
+
+def test_e9_table_and_figure():
+    from trainfabric.experiments.ocs_fairness_studies import OcsE9Config, e9_figures, ocs_e9
+
+    config = OcsE9Config(jobs=[2], pods=6, ps=[1.0, 8.0], max_iter=60, max_evals=100)
+    table = ocs_e9(config, seed=0)
+    ours = table[table["method"] == "ours"]
+    assert sorted(ours["p"]) == [1.0, 8.0, math.inf]
+    assert set(table["method"]) == {"ours", "near-uniform", "demand-proportional"}
+    assert ours["alpha_agree"].dropna().astype(bool).all()
+    assert (ours["jain"] <= 1).all() and (ours["max"] >= ours["min"]).all()
+    assert bool(ours["unreg_max_non_increasing"].iloc[0])  # J = 2: the theorem
+    assert len(e9_figures(table)) == 1
 
 
 def test_bad_inputs_name_the_field():

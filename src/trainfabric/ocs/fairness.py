@@ -46,6 +46,19 @@ the per-job throughputs), over the pairs that carry traffic (the others do not e
 objective, so their optimum is not unique); on those pairs ``Φ_p∘U`` is strictly convex (every
 transfer's duration is strictly convex in its pair's circuits), so the optimum is unique.
 
+**Trade-off along p.** For the unregularised fractional optimum with ``J = 2`` the largest
+value is non-increasing in ``p`` (a theorem; :func:`trade_off` only *reports* it for rounded
+wirings, and for ``J > 2`` it is measured, not claimed). Proof: the attainable set
+``{v ≥ v(x)}`` is convex (``v`` convex), so its Pareto front is ``v_2 = f(v_1)`` with ``f``
+convex and decreasing, and ``Φ_p`` is minimised on it. Let ``g_p(u) = ω_1 u^p + ω_2 f(u)^p``
+(convex) with minimiser ``u_p`` and ``b`` the balanced point ``b = f(b)``. Say ``u_p > b`` (job
+1 is the slowest). Stationarity ``ω_1 u_p^(p−1) = −ω_2 f(u_p)^(p−1) f'(u_p)`` gives, for
+``q > p``, ``g_q'(u_p)/q = ω_1 u_p^(p−1) (u_p^(q−p) − f(u_p)^(q−p)) > 0``, so ``u_q ≤ u_p``;
+and ``g_p'(b) ≤ 0`` (as ``b < u_p``) has the sign of ``ω_1 + ω_2 f'(b)``, which is that of
+``g_q'(b)`` too, so ``u_q ≥ b``: the max moves from ``u_p`` down to ``u_q ∈ [b, u_p]``. The
+case ``u_p < b`` is symmetric (subgradients at a kink of ``f``). The regularised optimum
+(``KL/b1``) and integer wirings need not follow it.
+
 **Rounding** (:func:`round_fair`): :func:`~trainfabric.ocs.rounding.round_wiring` searches the
 hard critical path of *one* PathCost, so it cannot take ``Φ_p``. Here: starts from
 ``round_to_degrees`` of the fractional optimum (by fractional parts and by the smoothed
