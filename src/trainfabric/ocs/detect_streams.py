@@ -222,7 +222,7 @@ def synthetic_change(
     p0 /= p0.sum()
     pairs = p0[off]
     counts = multinomial_stream(pairs, pairs, 0, n_per_slot, reference_slots, rng).sum(0)
-    reference = _pair_matrix(counts, pods)
+    reference = pair_matrix(counts, pods)
     gradient = (counts.mean() - reference) * off
     if change == "hot-pod":
         hot = np.argsort(p0.sum(1))[pods // 2]
@@ -234,12 +234,12 @@ def synthetic_change(
         k = max(1, round(0.05 * pods * (pods - 1)))
         flat = np.zeros(pods * (pods - 1), bool)
         flat[rng.choice(flat.size, k, replace=False)] = True
-        mask = _pair_matrix(flat, pods)
+        mask = pair_matrix(flat, pods)
     p1 = planted_change(p0, mask, kl)
     return SyntheticChange(p0, p1, reference, gradient, top_pairs(reference, top_r))
 
 
-def _pair_matrix(values: np.ndarray, n: int) -> np.ndarray:
+def pair_matrix(values: np.ndarray, n: int) -> np.ndarray:
     """Inverse of ``reduce_counts(., "pairs")``: ``[n(n-1)]`` row-major -> ``[n, n]``."""
     m = np.zeros((n, n), dtype=np.asarray(values).dtype)
     m[offdiag_mask(n)] = values

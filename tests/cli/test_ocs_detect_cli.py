@@ -1,0 +1,109 @@
+"""``trainfabric ocs detect``: alarms on synthetic and file input, bad input exits 2 naming the
+option (in-process, plus one subprocess for the real exit path)."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from trainfabric.ocs.detect_streams import multinomial_stream, pair_matrix, synthetic_change
+
+
+@pytest.fixture(scope="module")
+def sequence(tmp_path_factory):
+    """A .npy [300, 8, 8] byte sequence (1000 bytes per flow) with a change after slot 149,
+    and the same as CSV slot,src,dst,bytes."""
+    rng = np.random.default_rng(0)
+    inst = synthetic_change(8, 0.05, rng)
+    off = ~np.eye(8, dtype=bool)
+    flows = multinomial_stream(inst.p0[off], inst.p1[off], 150, 500, 300, rng)
+    seq = np.stack([pair_matrix(r, 8) for r in flows]) * 1000.0
+    folder = tmp_path_factory.mktemp("detect")
+    np.save(folder / "seq.npy", seq)
+    t, i, j = np.nonzero(seq)
+    lines = ["slot,src,dst,bytes"] + [
+        f"{a},{b},{c},{seq[a, b, c]:.0f}" for a, b, c in zip(t, i, j, strict=True)
+    ]
+    (folder / "seq.csv").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def test_synthetic_json_finds_the_planted_change(cli, strict_loads):
+    code, out, _ = cli(
+        "ocs", "detect", "--synthetic", "--pods", "16", "--change-at", "200", "--kl", "0.01",
+        "--json",
+    )  # fmt: skip
+    assert code == 0
+    res = strict_loads(out)
+    assert res["categories"] == 16 and res["false_alarms"] == 0
+    assert 1 <= res["delay_slots"] <= 200
+    first = res["alarms"][0]
+    assert first["statistic"] >= first["threshold"]
+    assert abs(first["change_after_slot"] - 199) <= 20
+
+
+@pytest.mark.parametrize("name", ["seq.npy", "seq.csv"])
+@pytest.mark.parametrize("detector", ["glr", "cusum"])
+def test_file_input(cli, strict_loads, sequence, name, detector):
+    code, out, _ = cli(
+        "ocs", "detect", "--traffic", str(sequence / name), "--chunk-bytes", "1000",
+        "--detector", detector, "--statistic", "topr", "--top-r", "4", "--json",
+    )  # fmt: skip
+    assert code == 0
+    res = strict_loads(out)
+    assert res["first_slot"] == 50 and res["slots"] == 250 and res["categories"] == 5
+    assert res["alarms"] and all(a["slot"] >= 150 for a in res["alarms"])
+
+
+def test_table_output(cli):
+    code, out, _ = cli("ocs", "detect", "--synthetic", "--slots", "300", "--kl", "0.05")
+    assert code == 0
+    assert "alarm slot" in out and "planted change after slot 199" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["--traffic", "/nonexistent.npy"], "--traffic"),
+        ([], "--traffic"),
+        (["--synthetic", "--traffic", "x.npy"], "--traffic"),
+        (["--synthetic", "--delta", "1"], "--delta"),
+        (["--synthetic", "--delta", "nan"], "--delta"),
+        (["--synthetic", "--detector", "foo"], "--detector"),
+        (["--synthetic", "--statistic", "bar"], "--statistic"),
+        (["--synthetic", "--change-at", "500"], "--change-at"),
+        (["--synthetic", "--kl", "5"], "--kl"),
+        (["--synthetic", "--kl", "0"], "--kl"),
+        (["--synthetic", "--change", "x"], "--change"),
+        (["--synthetic", "--pods", "2"], "--pods"),
+        (["--synthetic", "--statistic", "topr", "--top-r", "1000"], "--top-r"),
+        (["--synthetic", "--per-slot", "-1"], "--per-slot"),
+        (["--synthetic", "--chunk-bytes", "0"], "--chunk-bytes"),
+        (["--synthetic", "--density", "99"], "--density"),
+        (["--synthetic", "--statistic", "gradient", "--gradient", "GRAD"], "--gradient"),
+        (["--traffic", "SEQ", "--reference-slots", "400"], "--reference-slots"),
+        (["--synthetic", "--statistic", "pairs", "--pods", "4096", "--slots", "2",
+          "--change-at", "1", "--max-memory-gb", "0.01"], "--pods"),
+    ],
+)  # fmt: skip
+def test_bad_input_exits_2_naming_the_option(cli, sequence, args, option):
+    args = [
+        str(sequence / "seq.npy") if a in ("GRAD", "SEQ") else a for a in args
+    ]  # GRAD: a [300, 8, 8] array is not a [16, 16] gradient
+    code, out, err = cli("ocs", "detect", *args, "--json")
+    assert code == 2, (out, err)
+    assert option in err and "Traceback" not in err
+    assert out == ""
+
+
+def test_real_exit_path():
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainfabric.cli", "ocs", "detect", "--synthetic", "--delta", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "--delta" in proc.stderr
+    assert proc.stdout == ""
