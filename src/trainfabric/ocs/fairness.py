@@ -74,7 +74,7 @@ demand-proportional wirings compete too, so the result is never worse than eithe
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.special import logsumexp
@@ -514,7 +514,6 @@ class FairPlan:
     converged: bool
     source: str
     evaluations: int
-    extra: dict = field(default_factory=dict)
 
 
 def temperatures_for(
