@@ -84,8 +84,11 @@ def test_bad_settings_name_the_field(tmp_path):
         meta_instances(validate(OneHopConfig, {"meta_path": str(tmp_path / "none.json")}), 0)
     assert exc.value.field == "path"
     with pytest.raises(ConfigError) as exc:
-        validate(OneHopConfig, {"meta": 201})
+        meta_instances(validate(OneHopConfig, {"meta": 201}), 0)
     assert exc.value.field == "meta"
+    with pytest.raises(ConfigError) as exc:
+        validate(OneHopConfig, {"pods": [16, 1]})
+    assert exc.value.field == "pods.1"
 
 
 def test_figure_has_the_cdf_and_the_timing_panel(tiny):

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 import pandas as pd
@@ -69,11 +69,13 @@ Family = Literal["gravity", "sparse"]
 class OneHopConfig(Config):
     """E6 instances: Meta matrices and synthetic matrices per pod count and family."""
 
-    meta: int = Field(200, ge=0, le=200, description="Meta matrices (of the 200 shipped)")
+    meta: int = Field(200, ge=0, description="Meta matrices (at most the file's count)")
     meta_path: str | None = Field(
         None, description="Meta instance file (default: the repository's tests/data copy)"
     )
-    pods: list[int] = Field(default_factory=lambda: [16, 32, 64, 128], description="sizes n")
+    pods: list[Annotated[int, Field(ge=2, le=4096)]] = Field(
+        default_factory=lambda: [16, 32, 64, 128], description="synthetic sizes n"
+    )
     families: list[Family] = Field(default_factory=lambda: ["gravity", "sparse"])
     tms: int = Field(5, ge=0, le=1000, description="synthetic matrices per size and family")
     ports_factor: int = Field(2, ge=1, le=64, description="ports per pod r = ports_factor * n")
@@ -96,6 +98,8 @@ def meta_instances(config: OneHopConfig, seed: int) -> list[OneHopInstance]:
     if config.meta == 0:
         return []
     every = load_instances(meta_path(config))
+    if config.meta > len(every):
+        raise ConfigError("meta", f"the file holds {len(every)} matrices, {config.meta} asked")
     step = len(every) / config.meta
     offset = (seed * 0.618034 % 1.0) * step  # golden-ratio rotation: seeds spread out
     return [every[int(offset + k * step)] for k in range(config.meta)]
@@ -121,8 +125,6 @@ def synthetic_instances(config: OneHopConfig, seed: int) -> list[tuple[str, OneH
     out = []
     for f, family in enumerate(config.families):
         for n in config.pods:
-            if n < 2:
-                raise ConfigError("pods", f"need at least 2 pods, got {n}")
             r = config.ports_factor * n
             for k in range(config.tms):
                 rng = np.random.default_rng([seed, f, n, k])
