@@ -1,0 +1,102 @@
+"""``trainfabric ocs online``: regret and its bound as JSON for generators and files; bad input
+exits 2 with one line naming the option (in-process, plus one subprocess for the exit path)."""
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from trainfabric.ocs import traffic as tr
+
+
+def test_threshold_json_reports_regret_below_its_bound(cli, strict_loads):
+    code, out, _ = cli(
+        "ocs", "online", "--traffic", "moe-phases", "--slots", "400", "--pods", "8",
+        "--ports", "4", "--ocs", "2", "--v1", "2e9", "--switch-cost-s", "0.05", "--json",
+    )  # fmt: skip
+    assert code == 0
+    res = strict_loads(out)
+    assert res["policy"] == "threshold" and res["slots"] == 400 and res["pods"] == 8
+    assert res["v1"] == pytest.approx(2e9, rel=1e-9)
+    assert res["gamma_s_per_byte"] == pytest.approx(8 / 5e9)
+    assert res["theta"] == pytest.approx(res["theta_star"])
+    assert 0 <= res["regret_s"] <= res["regret_bound_s"]
+    assert res["switches"] <= res["switches_bound"]
+    assert res["regret_always_s"] == pytest.approx(0.05 * 400, rel=1e-9)
+
+
+@pytest.mark.parametrize("policy", ["always", "never", "oracle", "glr"])
+def test_every_policy_runs(cli, strict_loads, policy):
+    code, out, _ = cli(
+        "ocs", "online", "--traffic", "job-arrival", "--slots", "300", "--pods", "6",
+        "--ports", "4", "--ocs", "2", "--policy", policy, "--charge", "per-circuit", "--json",
+    )  # fmt: skip
+    assert code == 0
+    res = strict_loads(out)
+    assert res["policy"] == policy and res["charge"] == "per-circuit"
+    assert res["switching_cost_s"] == pytest.approx(res["switch_cost_s"] * res["moved_circuits"])
+
+
+def test_file_input_npy_and_csv(cli, strict_loads, tmp_path):
+    d = tr.generate("jumps", 50, 1e9, pods=5, seed=1, jumps=3).array()
+    np.save(tmp_path / "seq.npy", d)
+    t, i, j = np.nonzero(d)
+    rows = ["slot,src,dst,bytes"] + [
+        f"{a},{b},{c},{float(d[a, b, c])!r}" for a, b, c in zip(t, i, j, strict=True)
+    ]
+    (tmp_path / "seq.csv").write_text("\n".join(rows) + "\n")
+    results = []
+    for name in ("seq.npy", "seq.csv"):
+        code, out, _ = cli(
+            "ocs", "online", "--traffic", str(tmp_path / name), "--ports", "4", "--ocs", "2",
+            "--switch-cost-s", "0.01", "--json",
+        )  # fmt: skip
+        assert code == 0
+        results.append(strict_loads(out))
+    assert results[0]["regret_s"] == results[1]["regret_s"]
+    assert results[0]["v1"] == pytest.approx(1e9, rel=1e-9) and results[0]["pods"] == 5
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["--traffic", "wobble"], "--traffic"),
+        (["--policy", "sometimes"], "--policy"),
+        (["--charge", "per-bit"], "--charge"),
+        (["--traffic", "jumps", "--v1", "1e16"], "--v1"),
+        (["--v1", "-1"], "--v1"),
+        (["--switch-cost-s", "nan"], "--switch-cost-s"),
+        (["--ports", "6", "--ocs", "4"], "--ocs"),
+        (["--slots", "1"], "--slots"),
+        (["--theta", "-3"], "--theta"),
+        (["--traffic", "jumps", "--jumps", "5000", "--slots", "100"], "--jumps"),
+        (["--traffic", "/nonexistent/seq.npy"], "--traffic"),
+    ],
+)
+def test_bad_input_exits_2_naming_the_option(cli, args, option):
+    code, out, err = cli("ocs", "online", "--slots", "100", "--pods", "4", *args, "--json")
+    assert code == 2, err
+    assert option in err and out == ""
+
+
+def test_bad_file_and_pods_mismatch_name_the_option(cli, tmp_path):
+    f = tmp_path / "bad.csv"
+    f.write_text("slot,src,dst,bytes\n0,0,1,5\n0,1,0,-2\n")
+    code, _, err = cli("ocs", "online", "--traffic", str(f), "--json")
+    assert code == 2 and "--traffic" in err and "line 3" in err
+    np.save(tmp_path / "ok.npy", np.ones((3, 4, 4)))
+    code, _, err = cli("ocs", "online", "--traffic", str(tmp_path / "ok.npy"), "--pods", "5")
+    assert code == 2 and "--pods" in err
+
+
+def test_real_exit_path_is_one_line():
+    proc = subprocess.run(
+        [sys.executable, "-m", "trainfabric.cli", "ocs", "online", "--charge", "often"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "--charge" in proc.stderr
+    assert proc.stdout == ""
