@@ -38,8 +38,9 @@ whatever the totals are (fixed or Poisson).
 - GLR: the pooled ``p^_{1:n}`` minimises the weighted KL sum, so ``G_n`` is at most the same sum
   at the true ``p``: two independent terms, each dominated by ``(K-1) log(N_i+1) + Exp(1)``,
   whose sum has tail ``<= (N_1+1)^(K-1) (N_2+1)^(K-1) (1+x) e^-x <= (N+1)^(2(K-1)) (1+x) e^-x``.
-  With ``base = 2(K-1) log(N_{1:n}+1) + log|C_n| + 2 log n + log(2/delta)`` the threshold is the
-  fixed point ``beta = base + log(1+beta)`` and the same union bound gives ``<= 0.83 delta``.
+  With ``base = 2(K-1) log(N_{1:n}+1) + log|C_n| + 2 log n + log(2/delta)`` (``|C_n|`` counting
+  the splits ``s >= 1`` only) the threshold is the fixed point ``beta = base + log(1+beta)``
+  and the same union bound gives ``<= 0.83 delta``.
   With all splits (``|C_n| = n - 1``) this is at most the spec's
   ``2(K-1) log(N+1) + 3 log n + log(2/delta) + log(1+beta)``; fewer candidates only lower it.
 
@@ -267,7 +268,8 @@ class _Detector:
 
 class CusumDetector(_Detector):
     """GLR-CUSUM against a known pre-change ``p0`` (see the module docs for the statistic and
-    its threshold). ``p0``: non-negative weights over the K categories (normalised here);
+    its threshold). ``p0`` (kept across restarts: after a real change, build a new detector
+    with the new ``p0``): non-negative weights over the K categories (normalised here);
     ``delta``: the bound on P(any false alarm) under ``p0``; ``density``: candidate-split
     density (``None`` = every split, exact and ``O(n K)`` per update)."""
 
