@@ -38,7 +38,7 @@ from trainfabric.config import Config
 from trainfabric.errors import ConfigError
 from trainfabric.ocs import traffic as tr
 from trainfabric.ocs.model import OcsModel
-from trainfabric.ocs.online import OneHopCost, evaluate
+from trainfabric.ocs.online import ORACLE_GRID, OneHopCost, evaluate
 from trainfabric.ocs.online_churn import churn, replay
 from trainfabric.ocs.online_glr import glr_mask
 from trainfabric.runs.registry import register
@@ -46,7 +46,6 @@ from trainfabric.runs.report import FIGURES
 from trainfabric.runs.report_figures import legend_outside, new_figure
 
 PAIR_BYTES = 1e8
-GRID = 2.0 ** (np.arange(-6, 15) / 2.0)  # the oracle-tuned θ's candidates, multiples of θ*
 
 
 class OnlineConfig(Config):
@@ -123,7 +122,7 @@ def compare_rows(config: OnlineConfig, cost: OneHopCost, kind: str, seed: int) -
     rows = []
     for c_rel in config.compare_c_rel:
         c = switch_cost(cost, config.pods, seed, c_rel)
-        res = evaluate(cost, seq, c, config.charge, grid=GRID, masks={"glr": mask})
+        res = evaluate(cost, seq, c, config.charge, grid=ORACLE_GRID, masks={"glr": mask})
         common = {"generator": kind, "slots": slots, "c_rel": c_rel, "v1": res.v1}
         for name in ("threshold", "oracle", "always", "never", "glr"):
             rows.append({"part": "compare", **common, **res.summary(name)})
