@@ -63,8 +63,8 @@ def ocs_schedule(
         float,
         typer.Option(
             "--delay-us",
-            help="Reconfiguration delay δ before every configuration, microseconds (>= 0).",
-            callback=finite(ge=0, le=1e12),
+            help="Reconfiguration delay δ before every configuration, microseconds (> 0).",
+            callback=finite(gt=0, le=1e12),
         ),
     ] = 20.0,
     rate_gbps: RateOpt = 100.0,

@@ -27,7 +27,6 @@ here. Conventions of :mod:`trainfabric.ocs.schedule` (δ before every configurat
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -83,22 +82,32 @@ class Result:
     detail: str = ""
 
 
-def decompose_all(demand: np.ndarray, delay_s: float, rate_Bps: float) -> Pools:
-    """Every decomposition the schedulers use, timed (durations in seconds)."""
+def decompose_fixed(demand: np.ndarray, rate_Bps: float) -> Pools:
+    """The δ-independent decompositions (BvN, Solstice, colouring), timed, in seconds."""
     a, q = dec.quantise(demand)
     unit = q / rate_Bps
-    makers: dict[str, Callable[[], list]] = {
-        "bvn": lambda: dec.bvn(a),
-        "solstice": lambda: dec.solstice(a),
-        "eclipse": lambda: dec.eclipse(a, delay_s / unit),
-        "colouring": lambda: dec.min_colouring(a),
-    }
+    makers = {"bvn": dec.bvn, "solstice": dec.solstice, "colouring": dec.min_colouring}
     configs, wall = {}, {}
     for name, make in makers.items():
         t0 = time.perf_counter()
-        configs[name] = [(p, w * unit) for p, w in make()]
+        configs[name] = [(p, w * unit) for p, w in make(a)]
         wall[name] = time.perf_counter() - t0
     return Pools(configs, wall)
+
+
+def with_eclipse(pools: Pools, demand: np.ndarray, delay_s: float, rate_Bps: float) -> Pools:
+    """``pools`` plus Eclipse's decomposition for this δ (the only δ-dependent one)."""
+    a, q = dec.quantise(demand)
+    unit = q / rate_Bps
+    t0 = time.perf_counter()
+    eclipse = [(p, w * unit) for p, w in dec.eclipse(a, delay_s / unit)]
+    wall = time.perf_counter() - t0
+    return Pools({**pools.configs, "eclipse": eclipse}, {**pools.wall_s, "eclipse": wall})
+
+
+def decompose_all(demand: np.ndarray, delay_s: float, rate_Bps: float) -> Pools:
+    """Every decomposition the schedulers use, timed (durations in seconds)."""
+    return with_eclipse(decompose_fixed(demand, rate_Bps), demand, delay_s, rate_Bps)
 
 
 def lpt(configs: list[Config], s: int, delay_s: float) -> Assignment:
