@@ -63,3 +63,21 @@ def test_bad_input_exits_2_naming_the_option(cli, argv, option):
     assert lines[0].startswith((f"error: {option}: ", f"error: Invalid value for '{option}': ")), (
         lines[0]
     )
+
+
+def test_a_dag_file_keeps_its_pods(cli, tmp_path):
+    path = tmp_path / "pipe.json"
+    assert cli("workloads", "export", "pipeline", str(path), "--pods", "4")[0] == 0
+    jobs = f"moe,{path}"
+    code, stdout, stderr = cli(
+        "ocs", "fairness", "--jobs", jobs, "--pods", "6", "--job-pods", "4,4", "--p", "2",
+        "--no-alpha-check", "--json",
+    )  # fmt: skip
+    assert code == 0, stderr
+    from trainfabric.io import loads
+
+    assert [len(j["pods"]) for j in loads(stdout)["jobs"]] == [4, 4]
+    code, stdout, stderr = cli(
+        "ocs", "fairness", "--jobs", jobs, "--pods", "6", "--job-pods", "4,5", "--json"
+    )  # fmt: skip
+    assert code == 2 and stderr.startswith("error: --job-pods: "), stderr

@@ -138,12 +138,14 @@ def place_jobs(
 ) -> list[FairJob]:
     """Jobs from workload specs (presets or files, :func:`~trainfabric.workloads.load_workload`)
     on ``n`` pods: job ``j`` is re-mapped onto ``job_pods[j]`` pods (default ``n``; a JSON file
-    keeps its own pod count) and placed on a random subset of that size in random order
-    (job 0 on all ``n`` pods keeps the identity). One ``default_rng(seed)`` draws every
-    placement; the preset's own randomness (MoE skew) uses ``seed + j``.
+    keeps its own pod count, and a different ``job_pods[j]`` is an error) and placed on a
+    random subset of that size in random order (job 0 on all ``n`` pods keeps the identity).
+    One ``default_rng(seed)`` draws every placement; the preset's own randomness (MoE skew)
+    uses ``seed + j``.
 
-    ConfigError naming ``jobs`` (none given), ``weights`` (count or a value ≤ 0) or
-    ``job_pods`` (count, or a size outside ``2..n``).
+    ConfigError naming ``jobs`` (none given), ``weights`` (count or a value ≤ 0),
+    ``job_pods`` (count, a size outside ``2..n``, or not a JSON file's) or ``pods`` (a JSON
+    file with more pods than ``n``).
     """
     if not workloads:
         raise ConfigError("jobs", "give at least one job")
@@ -159,8 +161,10 @@ def place_jobs(
         k = n if job_pods is None else int(job_pods[i])
         if not 2 <= k <= n:
             raise ConfigError("job_pods", f"job {i} ({spec}): {k} pods, need 2..{n}")
-        remap = None if (is_file_spec(spec) and spec.endswith(".json")) else k
-        w = load_workload(spec, remap, seed + i)
+        fixed = is_file_spec(spec) and spec.endswith(".json")  # a DAG file keeps its pods
+        w = load_workload(spec, None if fixed else k, seed + i)
+        if fixed and job_pods is not None and w.dag.n_pods != k:
+            raise ConfigError("job_pods", f"job {i} ({spec}) is a {w.dag.n_pods}-pod file")
         k = w.dag.n_pods
         if k > n:
             raise ConfigError("pods", f"job {i} ({spec}) needs {k} pods, only {n} given")
