@@ -230,12 +230,15 @@ def ocs_e7_figures(table: pd.DataFrame) -> list[Figure]:
         ax.plot(g.index, g["never_regret_s"], ":", color=f"C{i}", lw=1)
     ax.set(xscale="log", yscale="log", xlabel="slots T", ylabel="regret (s)")
     ax.set_title("Threshold at θ* (solid), bound (dashed), never (dotted)\nexact oracle")
-    for i, (kind, part) in enumerate(theta.groupby("generator", sort=False)):
+    for i, (_, part) in enumerate(theta.groupby("generator", sort=False)):
         g = part.groupby("theta_rel")[["switches", "switches_bound"]].mean()
-        ax_s.plot(g.index, g["switches"], "o-", color=f"C{i}", ms=3, label=kind)
+        ax_s.plot(g.index, g["switches"], "o-", color=f"C{i}", ms=3)
         ax_s.plot(g.index, g["switches_bound"], "--", color=f"C{i}", lw=1)
-    ax_s.set(xscale="log", yscale="symlog", xlabel="θ / θ*", ylabel="reconfigurations")
-    ax_s.set_title("Switches vs θ (dashed: V1/θ + 1)")
+    ax_s.set_yscale("symlog", linthresh=1.0)
+    ax_s.set(xscale="log", xlabel="θ / θ*", ylabel="reconfigurations")
+    ax_s.set_ylim(bottom=0)
+    ax_s.set_title(f"Switches vs θ at T = {int(theta['slots'].max()) if len(theta) else 0:,}"
+                   "\n(dashed: V1/θ + 1)")  # fmt: skip
     legend_outside(fig)
     return [fig]
 
