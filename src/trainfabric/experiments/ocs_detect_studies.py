@@ -54,7 +54,7 @@ class OcsE8Config(Config):
         ["marginals", "topr", "gradient", "pairs"], description="categories the detector sees"
     )
     changes: list[str] = Field(
-        ["hot-pod", "heavy-pairs"],
+        ["hot-pod", "heavy-pairs", "random-pairs"],
         description="planted changes: hot-pod, heavy-pairs, random-pairs (no-change: first)",
     )
     n_per_slot: float = Field(1000.0, gt=0, description="mean counts (flows) per slot")
