@@ -143,6 +143,20 @@ def test_bounded_update_equals_rescan(case):
                 start = t + 1
 
 
+def test_large_counts_precision():
+    """N = 6e7 counts: the X(v) identity's cancellation stays below 1e-6 relative."""
+    rng = np.random.default_rng(1)
+    p0 = rng.dirichlet(np.ones(20))
+    data = rng.multinomial(10**6, p0, size=60).astype(float)
+    glr, cusum = GlrDetector(1e-3), CusumDetector(p0, 1e-3)
+    for t, c in enumerate(data):
+        glr.update(c)
+        cusum.update(c)
+        if t % 10 == 9:
+            assert glr.statistic == pytest.approx(brute_glr(data[: t + 1], 2), rel=1e-6)
+            assert cusum.statistic == pytest.approx(brute_cusum(data[: t + 1], p0, 2), rel=1e-6)
+
+
 def test_full_split_set_is_the_exact_glr():
     """density=None: every split, so the statistic is the exact GLR of the spec."""
     rng = np.random.default_rng(3)
