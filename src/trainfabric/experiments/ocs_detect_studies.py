@@ -1,13 +1,16 @@
 """OCS experiment E8 (spec §3.2): the multinomial GLR-CUSUM change detectors.
 
-``ocs-e8`` returns one table with three kinds of rows (column ``part``):
+``ocs-e8`` returns one table with two kinds of rows (column ``part``):
 
 - ``false_alarm``: no change; ``streams`` seeded streams of ``fa_slots`` slots per
   (detector, statistic, pods); ``alarms`` = streams with any alarm within the horizon at each
   ``delta`` in ``fa_deltas``, the empirical rate and its 95% Clopper-Pearson interval. The
   bound is for an infinite horizon, so a rate above ``delta`` on a finite one refutes it.
-- ``delay``: a planted change of ``KL(p1||p0) = kl`` over the pairs (see
-  :func:`trainfabric.ocs.detect_streams.synthetic_change`) after ``cusum_change_at`` slots
+- ``delay``: for each planted change in ``changes`` a change of ``KL(p1||p0) = kl`` over the
+  pairs (:func:`trainfabric.ocs.detect_streams.synthetic_change`; one instance per
+  (pods, change, kl), shared by every detector and statistic; ``hot-pod`` is carried whole by
+  the per-source marginals and ``heavy-pairs`` by the gradient categories, by their
+  definitions, ``random-pairs`` by neither) after ``cusum_change_at`` slots
   (``glr_change_at`` for the unknown-``p0`` GLR, whose statistic is capped by
   ``N_pre KL(p0||p1)``: it needs a long pre-change segment); per ``delta`` in
   ``delay_deltas``: the share of streams detected within ``max_delay_slots``, the mean delay
