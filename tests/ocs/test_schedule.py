@@ -161,3 +161,15 @@ def test_moe_family_has_the_requested_skew():
     d = demand_matrix("moe", 32, seed=0)
     cols = d.sum(axis=0) / d.sum()
     assert cols.max() / cols.min() > 1.2
+
+
+@given(demands(), st.sampled_from([0.0, 0.5, 0.9, 1.0]))
+@settings(max_examples=20)
+def test_colouring_residual_covers_the_matrix(d, q):
+    a, _ = dec.quantise(d)
+    served = np.zeros_like(a)
+    for p, w in dec.colouring_residual(a, q):
+        on = p >= 0
+        assert np.unique(p[on]).size == on.sum()
+        served[np.flatnonzero(on), p[on]] += w
+    assert (served >= a).all()

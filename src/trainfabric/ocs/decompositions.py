@@ -19,6 +19,8 @@ weight in quanta (the configuration's duration is ``weight · quantum / B``).
   matching ``M`` and duration ``α`` maximising served quanta ``Σ_{(u,v)∈M} min(R_uv, α)``
   per ``(δ + α)``, on the unstuffed residual until it is zero (Hungarian method,
   ``scipy.optimize.linear_sum_assignment``).
+* :func:`colouring_residual` — the colouring with each class cut at a quantile of its entries
+  and the excess coloured again.
 * :func:`min_colouring` — König edge colouring of the support into ``Δ`` matchings (``Δ`` = the
   largest number of non-zero entries of a row or column), heaviest entries matched together.
 """
@@ -238,3 +240,20 @@ def min_colouring(a: np.ndarray) -> list[tuple[np.ndarray, int]]:
         left[rows[on], p[on]] = False
         out.append((p, int(a[rows[on], p[on]].max())))
     return out
+
+
+def colouring_residual(a: np.ndarray, q: float) -> list[tuple[np.ndarray, int]]:
+    """:func:`min_colouring` with each class cut at the ``q``-quantile ``t_j`` of its entries
+    (instead of its largest), plus the colouring of the residual ``R_uv = a_uv − t_{j(uv)}``
+    (entries above their cut). Covers ``a`` with ``Δ + Δ(R)`` matchings and cuts the waste
+    ``Σ_j (max_j − t_j)`` of classes that hold a few outsized entries; ``q = 1`` is
+    :func:`min_colouring` itself."""
+    rows = np.arange(a.shape[0])
+    out, residual = [], np.zeros_like(a)
+    for perm, _ in min_colouring(a):
+        on = perm >= 0
+        entries = a[rows[on], perm[on]]
+        cut = max(1, int(np.ceil(np.quantile(entries, q))))
+        residual[rows[on], perm[on]] = np.maximum(entries - cut, 0)
+        out.append((perm, cut))
+    return out + min_colouring(residual)

@@ -87,6 +87,8 @@ def decompose_fixed(demand: np.ndarray, rate_Bps: float) -> Pools:
     a, q = dec.quantise(demand)
     unit = q / rate_Bps
     makers = {"bvn": dec.bvn, "solstice": dec.solstice, "colouring": dec.min_colouring}
+    for q in RESIDUAL_QUANTILES:
+        makers[f"colouring@{q:g}"] = lambda a, q=q: dec.colouring_residual(a, q)
     configs, wall = {}, {}
     for name, make in makers.items():
         t0 = time.perf_counter()
@@ -266,7 +268,11 @@ def _schedule(inst: Instance, assign: Assignment) -> Schedule:
     return sequential(inst.n, inst.delay_s, inst.rate_Bps, assign)
 
 
-OUR_POOLS = ("colouring", "solstice", "eclipse")
+# Ours also tries the colouring cut at these quantiles of each class (the excess re-coloured).
+RESIDUAL_QUANTILES = (0.5, 0.9)
+OUR_POOLS = ("colouring", "solstice", "eclipse") + tuple(
+    f"colouring@{q:g}" for q in RESIDUAL_QUANTILES
+)
 
 
 def run_schedulers(inst: Instance, pools: Pools | None = None) -> dict[str, Result]:
