@@ -27,6 +27,8 @@ def test_reductions_by_hand():
     g = np.array([[0, -1, 2], [-3, 0, 1], [1, 1, 0]], float)
     assert reduce_counts(M, "gradient", gradient=g).tolist() == [4, 17]
     assert reduce_counts(M, "gradient", gradient=g, level=1.5).tolist() == [19, 2]
+    # off-diagonal gradients -1, 2, -3, 1, 1, 1: the 0.3-quantile is 0 -> pairs below it
+    assert reduce_counts(M, "gradient", gradient=g, quantile=0.3).tolist() == [4, 17]
 
 
 def test_reductions_batch_and_total():
@@ -61,6 +63,7 @@ def test_reduction_errors_name_the_field():
         ((M, "gradient"), {}, "gradient"),
         ((M, "gradient"), {"gradient": np.ones((2, 2))}, "gradient"),
         ((M, "gradient"), {"gradient": np.ones((3, 3))}, "gradient"),
+        ((M, "gradient"), {"gradient": np.eye(3), "quantile": 1.0}, "quantile"),
     ]:
         with pytest.raises(ConfigError, match=f"^{field}"):
             reduce_counts(*args, **kw)

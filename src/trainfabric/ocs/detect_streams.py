@@ -13,9 +13,10 @@ ignored. Categories at full resolution are the ``n(n-1)`` ordered pairs, whose
   pairs must come from a *reference* window (:func:`top_pairs`) and stay frozen: choosing them
   from the data under test makes the categories data-dependent and voids the false-alarm bound;
 - ``"gradient"``: two categories, the pairs where the circuit gradient ``dF/dx`` (given, an
-  ``n x n`` array) is below ``level`` (default 0: more circuits lower the cost there) and the
-  rest. It sees exactly the traffic shifts that move mass between where circuits help and
-  where they do not (the direction that moves the objective).
+  ``n x n`` array) is below ``level`` (default 0: more circuits lower the cost there; or, with
+  ``quantile=q``, below the q-quantile of the gradient over the pairs) and the rest. It sees
+  exactly the traffic shifts that move mass between where circuits help and where they do not
+  (the direction that moves the objective), and nothing else.
 
 Summing categories of a multinomial gives a multinomial, so drawing the reduced counts directly
 from the reduced probabilities has the same law as drawing pairs and reducing them.
@@ -46,8 +47,8 @@ def reduce_counts(matrix, mode: str, **kw) -> np.ndarray:
 
     ``mode`` and its keywords: ``"pairs"``; ``"marginals"`` (``axis="src"|"dst"``); ``"topr"``
     (``pairs``: ``[r, 2]`` integer (i, j) with ``i != j``, distinct); ``"gradient"``
-    (``gradient``: ``[n, n]`` finite, ``level``: float, default 0). Validated: a square
-    trailing shape, finite non-negative entries, the keywords above.
+    (``gradient``: ``[n, n]`` finite; ``level``: float, default 0, or ``quantile`` in (0, 1)).
+    Validated: a square trailing shape, finite non-negative entries, the keywords above.
     """
     m = np.asarray(matrix, dtype=float)
     if m.ndim < 2 or m.shape[-1] != m.shape[-2] or m.shape[-1] < 2:
@@ -68,7 +69,7 @@ def reduce_counts(matrix, mode: str, **kw) -> np.ndarray:
         top = m[..., i, j]
         return np.concatenate([top, off.sum((-2, -1))[..., None] - top.sum(-1, keepdims=True)], -1)
     if mode == "gradient":
-        low = _gradient_mask(kw.get("gradient"), kw.get("level", 0.0), n)
+        low = _gradient_mask(kw.get("gradient"), kw.get("level", 0.0), kw.get("quantile"), n)
         below = (off * low).sum((-2, -1))
         return np.stack([below, off.sum((-2, -1)) - below], -1)
     raise ConfigError("mode", f"unknown statistic {mode!r}; known: {', '.join(MODES)}")
@@ -87,12 +88,16 @@ def _pairs(pairs, n: int) -> tuple[np.ndarray, np.ndarray]:
     return p[:, 0], p[:, 1]
 
 
-def _gradient_mask(gradient, level, n: int) -> np.ndarray:
+def _gradient_mask(gradient, level, quantile, n: int) -> np.ndarray:
     if gradient is None:
         raise ConfigError("gradient", "the gradient statistic needs the [n, n] circuit gradient")
     g = np.asarray(gradient, dtype=float)
     if g.shape != (n, n) or not np.isfinite(g).all():
         raise ConfigError("gradient", f"expected a finite [{n}, {n}] array, got shape {g.shape}")
+    if quantile is not None:
+        if not 0 < quantile < 1:
+            raise ConfigError("quantile", f"must be in (0, 1), got {quantile!r}")
+        level = np.quantile(g[offdiag_mask(n)], quantile)
     low = (g < float(level)) & offdiag_mask(n)
     if not low.any() or low.sum() == n * (n - 1):
         raise ConfigError("gradient", "the gradient puts every pair on one side of the level")
