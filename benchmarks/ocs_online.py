@@ -11,6 +11,11 @@ E7 (one-hop model, 16 pods x 8 ports on 4 OCSes, exact per-slot optimum, analyti
 * at ``T = 10^4`` and ``C`` in {0.1, 1, 10} x one slot's cost: threshold (θ*), oracle-tuned θ,
   always, never and GLR-triggered.
 
+Real traffic: the 200 Meta pod-level matrices of ``tests/data/meta-pod-traffic/`` (4 pods,
+16 ports, evenly spaced in time over Facebook_pod_a's test trace) as a 200-slot sequence, an
+entry of ``c`` units being one circuit's worth of bytes for one second; every policy at
+``C`` in {0.1, 1, 10} x slot 0's optimal cost (``meta_sequence``).
+
 DAG model (item 7 of the issue): the regret of a 8-pod MoE job's DAG under a random walk and
 jumps, bracketed by the planner's critical path (``regret_lower``) and the certified lower
 bound (``regret_upper``), with the bound including the certified gaps.
@@ -156,6 +161,35 @@ def churn_part(seeds: list[int]) -> dict:
     }
 
 
+META = Path(__file__).resolve().parents[1] / "tests/data/meta-pod-traffic/facebook_pod_a_r16.json"
+
+
+def meta_part() -> dict:
+    from trainfabric.ocs.model import OcsModel
+    from trainfabric.ocs.onehop import load_instances
+    from trainfabric.ocs.online import ORACLE_GRID, OneHopCost, evaluate
+    from trainfabric.ocs.online_glr import glr_mask
+
+    _log("E7 real sequence: Meta Facebook_pod_a")
+    inst = load_instances(META)
+    model = OcsModel(inst[0].ports, 4)
+    seq = tr.from_array(
+        np.stack([i.traffic for i in inst]) * (model.rate_bps / 8 / inst[0].capacity), "meta"
+    )
+    cost = OneHopCost(model)
+    mask = glr_mask(seq, top=4)
+    one = cost.slot_optimum(seq.block(0, 1)[0])[0]
+    out = {"slots": seq.slots, "pods": seq.pods, "v1": tr.variation(seq), "by_c_rel": {}}
+    for c_rel in (0.1, 1.0, 10.0):
+        res = evaluate(cost, seq, c_rel * one, grid=ORACLE_GRID, masks={"glr": mask})
+        out["by_c_rel"][f"{c_rel:g}"] = {
+            name: {k: res.summary(name)[k] for k in ("regret_s", "regret_bound_s", "switches")}
+            for name in ("threshold", "oracle", "always", "never", "glr")
+        }
+        out["by_c_rel"][f"{c_rel:g}"]["optimum_s"] = res.optimum_s
+    return {"meta_sequence": out}
+
+
 def dag_part(slots: int) -> dict:
     dag, model = family("moe-layers", 8, 8, 0)
     base = traffic_matrix(dag)
@@ -193,6 +227,7 @@ def main() -> None:
     result = {"quick": args.quick, "seeds": seeds, "slots": SLOTS}
     result.update(regret_part(seeds))
     result.update(compare_part(seeds))
+    result.update(meta_part())
     result.update(churn_part(seeds))
     result.update(dag_part(10 if args.quick else 24))
     result["e7_e10_wall_s"] = time.perf_counter() - t0
