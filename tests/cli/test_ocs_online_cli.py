@@ -100,3 +100,18 @@ def test_real_exit_path_is_one_line():
     assert proc.returncode == 2, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "--charge" in proc.stderr
     assert proc.stdout == ""
+
+
+def test_churn_report_splits_reconfigurations_onto_the_ocses(cli, strict_loads):
+    code, out, _ = cli(
+        "ocs", "online", "--traffic", "moe-phases", "--slots", "300", "--pods", "8",
+        "--ports", "4", "--ocs", "2", "--v1", "2e10", "--charge", "per-circuit", "--churn",
+        "--json",
+    )  # fmt: skip
+    assert code == 0
+    res = strict_loads(out)
+    assert res["wiring_changes"] >= 1
+    assert res["moved_circuits"] <= res["cross_connects_added_aware"]
+    assert res["cross_connects_added_aware"] <= res["cross_connects_added_naive"]
+    extra = res["switch_cost_s"] * (res["cross_connects_added_aware"] - res["moved_circuits"])
+    assert res["regret_cross_connects_s"] == pytest.approx(res["regret_s"] + extra)

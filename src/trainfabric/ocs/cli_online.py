@@ -6,6 +6,12 @@ The traffic is a generator (``--traffic random-walk|jumps|moe-phases|job-arrival
 :func:`trainfabric.ocs.traffic.read_sequence`). The one-hop cost, the policies and the bound
 are those of :mod:`trainfabric.ocs.online`; the regret is measured against the exact per-slot
 optimum. ``--switch-cost-s`` defaults to the optimal cost of slot 0 (one slot's time).
+
+``--charge per-circuit`` charges ``C`` per circuit added to the wiring (the least any split
+onto the OCSes must add). ``--churn`` also splits every reconfiguration onto the OCSes
+(:mod:`trainfabric.ocs.online_churn`) and reports the cross-connects a fresh and a
+churn-aware split add, and, with the per-circuit charge, the regret re-charged with the
+deployed split's cross-connect adds (``regret_cross_connects_s``).
 """
 
 from __future__ import annotations
@@ -73,6 +79,23 @@ def _sequence(traffic: str, slots: int, v1: float | None, pods: int | None, jump
     return seq, str(traffic)
 
 
+def _churn(cost, seq, res, policy: str, c: float, charge: str) -> dict:
+    """Cross-connects added by a fresh and the deployed (churn-aware) split (module doc)."""
+    from trainfabric.ocs.online_churn import churn, replay
+
+    run = res.oracle_theta() if policy == "oracle" else res.runs[policy]
+    rows = churn(cost, replay(cost, seq, run))
+    aware = sum(r.aware for r in rows)
+    out = {
+        "cross_connects_added_naive": sum(r.naive for r in rows),
+        "cross_connects_added_aware": aware,
+        "wiring_changes": len(rows),
+    }
+    if charge == "per-circuit":
+        out["regret_cross_connects_s"] = run.regret_s + c * (aware - run.moved_circuits)
+    return out
+
+
 @app.command("online")
 def ocs_online(
     traffic: Annotated[
@@ -114,6 +137,9 @@ def ocs_online(
     glr_delta: Annotated[
         float, typer.Option(help="GLR false-alarm level (policy glr).", callback=finite(gt=0))
     ] = 0.01,
+    churn_report: Annotated[
+        bool, typer.Option("--churn", help="Split every reconfiguration onto the OCSes.")
+    ] = False,
     seed: SeedOpt = 0,
     max_memory_gb: MaxMemoryOpt = None,
     show_progress: ProgressOpt = None,
@@ -139,6 +165,7 @@ def ocs_online(
         masks = {"glr": glr_mask(seq, delta=glr_delta, seed=seed)} if policy == "glr" else None
         grid = ORACLE_GRID if policy == "oracle" else None
         res = evaluate(cost, seq, c, CHARGES[charge], theta, grid, masks, extra=("always", "never"))
+        churned = _churn(cost, seq, res, policy, c, charge) if churn_report else {}
     summary = {
         "traffic": source,
         "slots": seq.slots,
@@ -154,6 +181,7 @@ def ocs_online(
         **res.summary(policy),
         "regret_always_s": res.runs["always"].regret_s,
         "regret_never_s": res.runs["never"].regret_s,
+        **churned,
     }
     if json_out:
         return emit_json(summary)
