@@ -36,7 +36,9 @@ time; more circuits never raise ``f``):
   reconfiguration ``s_k``; ``always``: every slot (``θ = −1``); ``never``: keep the first
   wiring; ``mask``: reconfigure at given slots (the GLR-triggered comparator).
 * Switching cost ``C`` (seconds) per reconfiguration (``charge="reconfiguration"``) or per
-  moved circuit (``"circuit"``: ``C`` times the circuits added, ``Σ_e max(x_new − x_old, 0)``).
+  moved circuit (``"circuit"``: ``C`` times the circuits added, ``Σ_e max(x_new − x_old, 0)``,
+  the least any split onto the OCSes must add; the cross-connects a real split adds are
+  measured by :mod:`.online_churn`, E10).
 
 **Regret and bound.** ``Regret = Σ_t f_t(w_t) + switching − Σ_t f_t(w_t*)``. With ``N`` the
 reconfigurations of the threshold policy: (a) each needs a drift ``> θ`` accumulated over
