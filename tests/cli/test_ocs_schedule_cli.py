@@ -71,7 +71,8 @@ BAD = [
     (["--demand", "@text"], "--demand"),
     (["--demand", "@missing"], "--demand"),
     (["--demand", "@negative", "--pods", "3"], "--demand"),
-    (["--pods", "4000", "--max-memory-gb", "0.1"], "--pods"),
+    (["--pods", "513"], "--pods"),
+    (["--pods", "500", "--max-memory-gb", "0.1"], "--pods"),
 ]
 
 

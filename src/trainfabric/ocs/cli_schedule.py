@@ -55,7 +55,11 @@ def ocs_schedule(
     pods: Annotated[
         int | None,
         typer.Option(
-            "--pods", min=2, max=4096, help="Pods of a family [32]; for a file, its size."
+            "--pods",
+            min=2,
+            max=512,
+            help="Pods of a family [32] (at most 512: BvN alone peels up to n² matchings); "
+            "for a file, its size.",
         ),
     ] = None,
     ocs: Annotated[int, typer.Option("--ocs", min=1, max=4096, help="Parallel OCSes (s).")] = 4,
@@ -94,6 +98,8 @@ def ocs_schedule(
             d = read_demand(demand, "demand")
             if pods is not None and pods != d.shape[0]:
                 raise_pods_mismatch(pods, d.shape[0])
+            if d.shape[0] > 512:
+                raise_too_large(d.shape[0])
             check_memory("demand", 8.0 * d.shape[0] ** 3, f"scheduling {d.shape[0]} pods")
         results = run_schedulers(Instance(d, ocs, delay_s, rate))
         parts = lower_bound_parts(d, ocs, delay_s, rate)
@@ -142,6 +148,13 @@ def ocs_schedule(
             f"{r['wall_s']:.3f}",
         )
     out.print(t)
+
+
+def raise_too_large(n: int) -> None:
+    """Matrix files are held to the same 512-pod limit as ``--pods``."""
+    from trainfabric.errors import ConfigError
+
+    raise ConfigError("demand", f"has {n} pods; at most 512 are supported")
 
 
 def raise_pods_mismatch(pods: int, n: int) -> None:

@@ -35,6 +35,8 @@ QUANTA = 2**24
 # Eclipse evaluates at most this many candidate durations α per step (quantiles of the
 # residual's entries); the paper searches all entry values, which costs n² assignments.
 ECLIPSE_CANDIDATES = 8
+# Eclipse's greedy runs at most this many steps per unit of the largest line degree Δ.
+ECLIPSE_STEPS_PER_DEGREE = 8
 
 
 def quantise(demand: np.ndarray) -> tuple[np.ndarray, float]:
@@ -182,16 +184,18 @@ def eclipse(a: np.ndarray, delay_q: float) -> list[tuple[np.ndarray, int]]:
     time (δ · B / q). Per step and candidate ``α`` (≤ ``ECLIPSE_CANDIDATES`` quantiles of the
     residual's non-zero entries, always including its largest), the maximum-weight matching
     on ``min(R, α)`` (Hungarian method); keep the ``(M, α)`` with the largest
-    ``weight / (δ + α)``; serve ``min(R, α)`` on ``M``. Work budget: after ``nnz(a)`` steps
-    (the count a one-entry-per-step greedy would need) the residual is finished by
+    ``weight / (δ + α)``; serve ``min(R, α)`` on ``M``. Work budget: after
+    ``ECLIPSE_STEPS_PER_DEGREE · Δ`` steps (``Δ`` = the most non-zero entries of a row or
+    column, the fewest configurations any cover needs) the residual is finished by
     :func:`min_colouring`, so the loop ends whatever δ is (with δ → 0 the greedy prefers ever
-    shorter configurations)."""
+    shorter configurations). On the E5 instances the greedy ends by itself within 4 Δ."""
     from scipy.optimize import linear_sum_assignment
 
     r = a.astype(float)
     rows = np.arange(a.shape[0])
     out = []
-    for _ in range(int((a > 0).sum())):
+    nz = a > 0
+    for _ in range(ECLIPSE_STEPS_PER_DEGREE * int(max(nz.sum(axis=0).max(), nz.sum(axis=1).max()))):
         if not r.any():
             return out
         values = np.unique(r[r > 0])
