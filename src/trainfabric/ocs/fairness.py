@@ -40,11 +40,24 @@ convex and non-decreasing in every ``v_j`` for ``p ≥ 1``, so ``Φ_p∘U`` is c
 ``Σ_j ω_j y_j^(1−α)/(1−α) = −Σ_j ω_j v_j^(α−1)/(α−1)``; maximising it minimises ``Φ_{α−1}^(α−1)``,
 a strictly increasing function of ``Φ_{α−1}``, so the two *unregularised* problems have the
 same minimisers. The solver's regularised problem ``Φ + KL(w||q)/b1`` is not invariant under a
-monotone transform, so the check compares the unregularised optima, each solved to tight
-tolerance by its own route (SLSQP on ``Φ_p`` and trust-region on the utility, written from
-the per-job throughputs), over the pairs that carry traffic (the others do not enter either
-objective, so their optimum is not unique); on those pairs ``Φ_p∘U`` is strictly convex (every
-transfer's duration is strictly convex in its pair's circuits), so the optimum is unique.
+monotone transform, so the check compares the unregularised optima (at the same ``b2``), each
+found from its own objective — ``Φ_p`` by :func:`power_mean_optimum`, the utility, written
+from the per-job throughputs, by :func:`alpha_fair_optimum` — by SLSQP and then Newton on
+that objective's own KKT conditions (:func:`kkt_polish`: SLSQP stops on changes of the
+objective, which leaves flat directions undetermined to ~1e-4), over the pairs that carry
+traffic (the others enter neither objective). Were ``p ≠ α − 1`` the two KKT points would
+differ (a test shows they do). On those pairs ``Φ_p∘U`` is strictly convex in exact arithmetic
+(every transfer's duration is strictly convex in its pair's circuits and has Gibbs mass
+``> 0``), but a transfer far off every near-critical path has a mass that underflows
+(measured: gradients of 1e-42 beside 1e-1); such pairs are counted and left out of the
+wiring comparison (:func:`alpha_fair_check`).
+
+**Caveat of [A12].** A job sharing a pair with a much heavier one gets a share as small as its
+bytes: a pipeline's activations beside a DP ring's gradients (a few GB against ~1 TB per
+iteration on the presets) get shares down to 0.06% of the pair's rate (measured on
+``ocs-e9``'s ``J = 8`` instance of seed 0, where one job's slowdown stays near 6 on every
+wiring tried). Max-min sharing, the alternative of the
+assumption register, would favour the light job; it is not implemented here.
 
 **Trade-off along p.** For the unregularised fractional optimum with ``J = 2`` the largest
 value is non-increasing in ``p`` (a theorem; :func:`trade_off` only *reports* it for rounded
