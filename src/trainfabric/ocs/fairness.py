@@ -55,8 +55,8 @@ wiring comparison (:func:`alpha_fair_check`).
 **Caveat of [A12].** A job sharing a pair with a much heavier one gets a share as small as its
 bytes: a pipeline's activations beside a DP ring's gradients (a few GB against ~1 TB per
 iteration on the presets) get shares down to 0.06% of the pair's rate (measured on
-``ocs-e9``'s ``J = 8`` instance of seed 0, where one job's slowdown stays near 6 on every
-wiring tried). Max-min sharing, the alternative of the
+``ocs-e9``'s ``J = 8`` instance of seed 0, where one job's slowdown stays high on every
+wiring tried: 5.96 or more). Max-min sharing, the alternative of the
 assumption register, would favour the light job; it is not implemented here.
 
 **Trade-off along p.** For the unregularised fractional optimum with ``J = 2`` the largest
