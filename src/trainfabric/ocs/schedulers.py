@@ -49,11 +49,16 @@ POLISH_ROUNDS = 4
 # Ours polishes the Spectra-like schedule and the POLISH_TOP candidates of smallest makespan
 # before polishing (each polish is an LP with one row per non-zero demand entry).
 POLISH_TOP = 3
+# Ours also tries the colouring cut at these quantiles of each class (the excess re-coloured).
+RESIDUAL_QUANTILES = (0.5, 0.9)
+OUR_POOLS = ("colouring", "solstice", "eclipse") + tuple(
+    f"colouring@{q:g}" for q in RESIDUAL_QUANTILES
+)
 
 
 @dataclass(frozen=True)
 class Instance:
-    """One scheduling problem; the quantised demand and the time of one quantum are derived."""
+    """One scheduling problem: demand (bytes, ``n x n``), ``s`` switches, δ (s), rate (bytes/s)."""
 
     demand: np.ndarray
     s: int
@@ -67,8 +72,8 @@ class Instance:
 
 @dataclass
 class Pools:
-    """Decompositions of one instance's demand (independent of ``s``), in seconds, with the
-    wall time each took."""
+    """Decompositions of one demand matrix, durations in seconds, with the wall time each took
+    (only Eclipse's depends on δ; none depends on ``s``)."""
 
     configs: dict[str, list[Config]]
     wall_s: dict[str, float]
@@ -314,16 +319,9 @@ def _schedule(inst: Instance, assign: Assignment) -> Schedule:
     return sequential(inst.n, inst.delay_s, inst.rate_Bps, assign)
 
 
-# Ours also tries the colouring cut at these quantiles of each class (the excess re-coloured).
-RESIDUAL_QUANTILES = (0.5, 0.9)
-OUR_POOLS = ("colouring", "solstice", "eclipse") + tuple(
-    f"colouring@{q:g}" for q in RESIDUAL_QUANTILES
-)
-
-
 def run_schedulers(inst: Instance, pools: Pools | None = None) -> dict[str, Result]:
     """Every scheduler on ``inst``; ``pools`` (from :func:`decompose_all`) may be shared
-    across instances that differ only in ``s``. Each wall time counts the decompositions the
+    across instances with the same demand and δ. Each wall time counts the decompositions the
     scheduler uses plus its own assignment and LP work."""
     if pools is None:
         pools = decompose_all(inst.demand, inst.delay_s, inst.rate_Bps)
