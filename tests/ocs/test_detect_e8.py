@@ -49,6 +49,12 @@ def test_table_rows(table):
     # a smaller delta never alarms earlier on the same streams
     for _, g in ok.groupby(["detector", "statistic"]):
         assert g.sort_values("delta", ascending=False)["mean_delay"].is_monotonic_increasing
+    ab = table[table["part"] == "ablation"]
+    assert len(ab) == 2  # cusum and glr at n = 8 <= glr_pairs_max_pods
+    for _, row in ab.iterrows():  # the union alarms at the first of its components
+        delays = [row[f"delay_{s}"] for s in ("marginals", "topr", "gradient")]
+        if row["detected_union"] == 1 and all(np.isfinite(delays)):
+            assert row["delay_union"] <= min(delays) + 1e-12
 
 
 def test_figure(table):

@@ -1,6 +1,6 @@
 """OCS experiment E8 (spec §3.2): the multinomial GLR-CUSUM change detectors.
 
-``ocs-e8`` returns one table with two kinds of rows (column ``part``):
+``ocs-e8`` returns one table with three kinds of rows (column ``part``):
 
 - ``false_alarm``: no change; ``streams`` seeded streams of ``fa_slots`` slots per
   (detector, statistic, pods); ``alarms`` = streams with any alarm within the horizon at each
@@ -19,12 +19,16 @@
   mean threshold at the alarm, and the mean fractional crossing time (linear interpolation of
   the statistic between slots) for the slope fits. ``KL_stat`` is the divergence visible to the
   statistic (the reduced ``p1`` against the reduced ``p0``; at most ``kl``).
-- ``K = n(n-1)`` (``pairs``) is run only for ``ablation_kls`` with ``pairs_streams`` streams
-  (its work per slot is ``n(n-1) |C_n|`` per stream), for the GLR up to
-  ``glr_pairs_max_pods`` pods.
+- ``ablation``: ``K = n(n-1)`` (``pairs``; its work per slot is ``n(n-1) |C_n|`` per stream)
+  beside the three reduced statistics and their union (each at ``delta / 3``, alarm at the
+  first: P(false alarm) <= delta by the union bound) on the *same* ``pairs_streams``
+  pair-level streams, at ``ablation_kls`` and the smallest delta, for the GLR up to
+  ``glr_pairs_max_pods`` pods; ``delay_<statistic>`` is the mean delay (nan unless every stream
+  detected within ``max_delay_slots``), ``detected_<statistic>`` the share detected.
 
-Reduced statistics are drawn directly from the reduced probabilities (a sum of multinomial
-cells is multinomial, so the law is that of drawing pairs and reducing them).
+In the ``delay`` rows the reduced statistics are drawn directly from the reduced probabilities
+(a sum of multinomial cells is multinomial, so the law is that of drawing pairs and reducing
+them); the ``ablation`` rows draw pairs and reduce them.
 """
 
 from __future__ import annotations
@@ -39,8 +43,8 @@ from pydantic import Field
 from scipy.stats import binomtest
 
 from trainfabric.config import Config
-from trainfabric.ocs.detect import kl_divergence, statistic_paths
-from trainfabric.ocs.detect_streams import slot_batches, synthetic_change
+from trainfabric.ocs.detect import kl_divergence, reduce_counts, statistic_paths
+from trainfabric.ocs.detect_streams import offdiag_mask, slot_batches, synthetic_change
 from trainfabric.runs.registry import register
 from trainfabric.runs.report import FIGURES
 from trainfabric.runs.report_figures import legend_outside
@@ -81,8 +85,8 @@ QUICK = {
     "fa_streams": 60,
     "fa_slots": 300,
     "delay_streams": 8,
-    "glr_change_at": 1500,
-    "max_delay_slots": 2500,
+    "glr_change_at": 1000,
+    "max_delay_slots": 2000,
     "pairs_streams": 2,
 }
 
@@ -99,16 +103,71 @@ def ocs_e8(config: OcsE8Config, seed: int) -> pd.DataFrame:
         for change, kl in itertools.product(config.changes, config.kls):
             inst = synthetic_change(pods, kl, rng, change, config.top_r)
             for detector, statistic in itertools.product(config.detectors, config.statistics):
-                if _runs_delay(config, pods, detector, statistic, kl):
+                if statistic != "pairs":
                     cells = _delays(config, inst, detector, statistic, kl, rng)
                     rows += [{"change": change} | c for c in cells]
+                elif _runs_ablation(config, pods, detector, kl):
+                    rows.append({"change": change} | _ablation(config, inst, detector, kl, rng))
     return pd.DataFrame(rows)
 
 
-def _runs_delay(config: OcsE8Config, pods: int, detector: str, statistic: str, kl: float):
-    if statistic != "pairs":
-        return True
+def _runs_ablation(config: OcsE8Config, pods: int, detector: str, kl: float) -> bool:
     return kl in config.ablation_kls and (detector == "cusum" or pods <= config.glr_pairs_max_pods)
+
+
+def _ablation(config, inst, detector, kl, rng) -> dict:
+    """K = n(n-1) against each reduced statistic and their union, on the same pair-level
+    streams (replayed from one seed), at the smallest delta. The union runs the reduced
+    detectors at ``delta / 3`` each and alarms at the first of their alarms: P(any false
+    alarm) <= delta by the union bound, and as no component restarts before the union's first
+    alarm, its alarm time is the minimum of theirs."""
+    pods = inst.p0.shape[0]
+    change_at = config.cusum_change_at if detector == "cusum" else config.glr_change_at
+    delta = min(config.delay_deltas)
+    seed = int(rng.integers(2**63))
+    row = {"part": "ablation", "detector": detector, "statistic": "pairs", "pods": pods}
+    row |= {"categories": pods * (pods - 1), "kl": kl, "delta": delta, "change_at": change_at}
+    row["streams"] = config.pairs_streams
+    union = np.full(config.pairs_streams, np.inf)
+    for statistic in ("pairs", *REDUCED):
+        split = delta if statistic == "pairs" else delta / len(REDUCED)
+        paths = _replay(config, inst, detector, statistic, change_at, seed, split)
+        tau = paths.first_alarm(split)
+        if statistic != "pairs":
+            union = np.fmin(union, tau)
+        row |= _ablation_delay(statistic, tau, change_at)
+    return row | _ablation_delay("union", np.where(np.isfinite(union), union, np.nan), change_at)
+
+
+def _ablation_delay(name: str, tau: np.ndarray, change_at: int) -> dict:
+    """Share of streams alarmed after the change, and the mean delay (nan unless all did)."""
+    after = tau > change_at
+    delay = float(np.mean(tau - change_at)) if after.all() else math.nan
+    return {f"detected_{name}": float(after.mean()), f"delay_{name}": delay}
+
+
+def _replay(config, inst, detector, statistic, change_at, seed, delta):
+    """Statistic paths on the pair-level streams drawn from ``seed``, reduced to ``statistic``,
+    until every stream alarmed at ``delta`` (or the horizon)."""
+    pods = inst.p0.shape[0]
+    off = offdiag_mask(pods)
+    kw = inst.reduction(statistic)
+    draws = slot_batches(
+        inst.p0[off], inst.p1[off], change_at, config.n_per_slot, config.pairs_streams,
+        np.random.default_rng(seed),
+    )  # fmt: skip
+    matrix = np.zeros((config.pairs_streams, pods, pods))
+
+    def reduced():
+        for batch in draws:
+            matrix[:, off] = batch
+            yield reduce_counts(matrix, statistic, **kw)
+
+    p0 = reduce_counts(inst.p0, statistic, **kw) if detector == "cusum" else None
+    return statistic_paths(
+        detector, reduced(), change_at + config.max_delay_slots, p0=p0, density=config.density,
+        stop=lambda paths: bool(np.isfinite(paths.first_alarm(delta)).all()),
+    )  # fmt: skip
 
 
 def _false_alarms(config, inst, detector, statistic, rng) -> list[dict]:
@@ -152,9 +211,9 @@ def _delays(config, inst, detector, statistic, kl, rng) -> list[dict]:
     p0, p1 = inst.reduced(statistic)
     kl_stat = kl_divergence(p1, p0)
     change_at = config.cusum_change_at if detector == "cusum" else config.glr_change_at
-    streams = config.pairs_streams if statistic == "pairs" else config.delay_streams
+    streams = config.delay_streams
     slots = change_at + config.max_delay_slots
-    deltas = config.delay_deltas if statistic != "pairs" else [min(config.delay_deltas)]
+    deltas = config.delay_deltas
     batches = slot_batches(p0, p1, change_at, config.n_per_slot, streams, rng)
 
     def done(paths) -> bool:  # every stream past the smallest delta's threshold
