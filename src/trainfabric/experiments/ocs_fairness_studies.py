@@ -149,23 +149,31 @@ def _p_position(p: np.ndarray) -> np.ndarray:
 
 def e9_figures(table: pd.DataFrame) -> list[Figure]:
     """Pareto front (mean vs max, one point per p, the unregularised fractional front dashed,
-    baselines as crosses) and Jain's index vs p, one colour per job count."""
+    baselines as crosses) and Jain's index vs p: one colour per job count, one line per
+    seed."""
+    from matplotlib.ticker import NullFormatter
+
     fig = Figure(figsize=(11, 4.2))
     ax_f, ax_j = fig.subplots(1, 2)
     ours = table[table["method"] == "ours"]
-    for k, (j, g) in enumerate(ours.groupby("jobs")):
+    seeds = table["seed"] if "seed" in table else pd.Series(0, index=table.index)
+    for k, j in enumerate(sorted(ours["jobs"].unique())):
         colour = f"C{k}"
-        g = g.sort_values("p")
-        ax_f.plot(g["mean"], g["max"], "o-", color=colour, label=f"J={j} integer")
-        for _, r in g.iterrows():
-            label = "inf" if not np.isfinite(r["p"]) else f"{r['p']:g}"
-            ax_f.annotate(f"p={label}", (r["mean"], r["max"]), fontsize=7, color=colour)
-        if g["unreg_max"].notna().any():
-            ax_f.plot(g["unreg_mean"], g["unreg_max"], ".--", color=colour, alpha=0.6,
-                      label=f"J={j} fractional (unregularised)")  # fmt: skip
-        base = table[(table["jobs"] == j) & (table["method"] != "ours")]
-        ax_f.plot(base["mean"], base["max"], "x", color=colour, ms=8)
-        ax_j.plot(_p_position(g["p"].to_numpy()), g["jain"], "o-", color=colour)
+        for n, seed in enumerate(sorted(seeds[table["jobs"] == j].unique())):
+            here = (table["jobs"] == j) & (seeds == seed)
+            g = ours[here[ours.index]].sort_values("p")
+            first = n == 0
+            ax_f.plot(g["mean"], g["max"], "o-", color=colour,
+                      label=f"J={j} integer" if first else None)  # fmt: skip
+            for _, r in g.iterrows():
+                label = "inf" if not np.isfinite(r["p"]) else f"{r['p']:g}"
+                ax_f.annotate(label, (r["mean"], r["max"]), fontsize=6, color=colour)
+            if g["unreg_max"].notna().any():
+                ax_f.plot(g["unreg_mean"], g["unreg_max"], ".--", color=colour, alpha=0.5,
+                          label=f"J={j} fractional (unregularised)" if first else None)  # fmt: skip
+            base = table[here & (table["method"] != "ours")]
+            ax_f.plot(base["mean"], base["max"], "x", color=colour, ms=7)
+            ax_j.plot(_p_position(g["p"].to_numpy()), g["jain"], "o-", color=colour, alpha=0.8)
     ax_f.set(
         xlabel="weighted mean value",
         ylabel="max value (slowest job)",
@@ -173,6 +181,8 @@ def e9_figures(table: pd.DataFrame) -> list[Figure]:
         xscale="log",
         yscale="log",
     )
+    for axis in (ax_f.xaxis, ax_f.yaxis):
+        axis.set_minor_formatter(NullFormatter())
     ps = np.sort(ours["p"].unique())
     ax_j.set_xticks(_p_position(ps), ["inf" if not np.isfinite(p) else f"{p:g}" for p in ps])
     ax_j.set(xlabel="p", ylabel="Jain index of throughputs 1/value", title="Jain index vs p")
