@@ -273,3 +273,13 @@ def test_bad_inputs_name_the_field():
     with pytest.raises(ConfigError) as e:
         F.alpha_fair_check(F.FairnessCost(jobs, model, math.inf), 1.0)
     assert e.value.field == "p"
+
+
+@pytest.mark.parametrize(("field", "value"), [("ps", [0.5]), ("jobs", [0]), ("mix", [])])
+def test_e9_config_refuses_bad_values(field, value):
+    from pydantic import ValidationError
+
+    from trainfabric.experiments.ocs_fairness_studies import OcsE9Config
+
+    with pytest.raises(ValidationError, match=field):
+        OcsE9Config(**{field: value})

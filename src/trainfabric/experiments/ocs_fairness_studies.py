@@ -27,7 +27,7 @@ import math
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from trainfabric.config import Config
 from trainfabric.ocs.fairness import DEFAULT_EVALS, place_jobs, study
@@ -59,6 +59,27 @@ class OcsE9Config(Config):
     b2_rel: float = Field(50.0, gt=0)
     max_evals: int = Field(DEFAULT_EVALS, ge=1, description="rounding search evaluations")
     max_iter: int = Field(1000, ge=1, description="solver iterations per annealing stage")
+
+    @field_validator("ps")
+    @classmethod
+    def _finite_powers(cls, ps: list[float]) -> list[float]:
+        if not all(math.isfinite(p) and p >= 1 for p in ps):
+            raise ValueError(f"every p must be finite and >= 1 (inf is 'slowest'), got {ps}")
+        return ps
+
+    @field_validator("jobs")
+    @classmethod
+    def _job_counts(cls, jobs: list[int]) -> list[int]:
+        if not jobs or min(jobs) < 1:
+            raise ValueError(f"need job counts >= 1, got {jobs}")
+        return jobs
+
+    @field_validator("mix")
+    @classmethod
+    def _mix(cls, mix: list[str]) -> list[str]:
+        if not mix:
+            raise ValueError("name at least one workload")
+        return mix
 
 
 QUICK = {"pods": 6, "max_evals": 300, "max_iter": 150}
