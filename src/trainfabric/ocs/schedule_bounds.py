@@ -145,7 +145,9 @@ def exact_makespan(
     )
     if res.status != 0:
         raise RuntimeError(f"exact schedule MILP did not finish: {res.message}")
-    phi = res.x[n_j * s : 2 * n_j * s].reshape(n_j, s) * scale
+    used = res.x[: n_j * s].reshape(n_j, s) > 0.5
+    # y within the integrality tolerance of 0 may still carry a sliver of φ: drop it
+    phi = np.where(used, res.x[n_j * s : 2 * n_j * s].reshape(n_j, s), 0.0) * scale
     phi *= _deficit(d, cols, phi.sum(axis=1) * rate_Bps)  # MILP tolerance ~1e-7
     per_switch = [[(cols[j], phi[j, k]) for j in range(n_j) if phi[j, k] > 0] for k in range(s)]
     return float(res.x[-1]) * scale, sequential(d.shape[0], delay_s, rate_Bps, per_switch)
