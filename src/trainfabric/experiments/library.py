@@ -66,6 +66,11 @@ def moe_skew(config: MoeSkewConfig, seed: int) -> pd.DataFrame:
 from trainfabric.experiments import (  # noqa: E402, F401
     diloco_studies,
     fabric_studies,
+    ocs_detect_studies,
+    ocs_fairness_studies,
+    ocs_onehop_studies,
+    ocs_online_studies,
+    ocs_schedule_studies,
     ocs_studies,
     workload_studies,
 )

@@ -198,3 +198,7 @@ def ocs_compare(
             r["status"],
         )
     out.print(t)
+
+
+# The commands of the online, detection, fairness and scheduling modules register on `app`.
+from trainfabric.ocs import cli_detect, cli_fairness, cli_online, cli_schedule  # noqa: E402, F401
