@@ -59,6 +59,12 @@ def test_demo_writes_a_report_and_resumes(demo_run, capsys):
     assert out["steps"]["sweep"]["computed"] == out["steps"]["sweep"]["cells"] == 60
     presets = pd.read_parquet(run_dir / "presets.parquet")
     assert set(presets.preset) >= {"gpt3-175b", "llama3-70b", "deepseek-v3", "mixtral-8x7b"}
+    assert out["steps"]["ocs-online"]["bound_held"] is True
+    online = pd.read_parquet(run_dir / "ocs_online.parquet")
+    curve = online[online.part == "curve"]
+    assert len(curve) == 8 and (curve.regret_s <= curve.regret_bound_s).all()
+    sched = pd.read_parquet(run_dir / "ocs_schedule.parquet")
+    assert len(sched) == 10 and (sched.makespan_s >= sched.lower_bound_s * (1 - 1e-9)).all()
     with pytest.raises(SystemExit):
         main(["demo", "--out", str(run_dir), "--json"])
         raise SystemExit(0)
