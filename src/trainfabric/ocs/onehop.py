@@ -261,3 +261,45 @@ def evaluate_planner(
         model.check_wiring(x)
         gaps[i] = mlu(inst, x) / best - 1.0
     return gaps
+
+
+def least_bottleneck(
+    table: np.ndarray, kmax: np.ndarray, ends: tuple[np.ndarray, np.ndarray], ports: np.ndarray
+) -> tuple[np.ndarray, int]:
+    """Exact min-max wiring for per-pair non-increasing time tables: the generalisation of
+    :func:`one_hop_optimum` to latencies and a fallback rate (the planner's one-hop path).
+
+    ``table`` [L, K+1]: ``table[e, k]`` = time (s) of loaded pair ``e`` with ``k`` circuits,
+    non-increasing in ``k`` (entries ``k > kmax[e]`` ignored); ``ends`` = its pods ``(u, v)``
+    [L] each; ``ports`` [n] = ``r_v``. Minimises ``max_e table[e, x_e]`` over integers
+    ``0 ≤ x_e ≤ kmax[e]`` with ``Σ_{e ∋ v} x_e ≤ r_v``. For a target ``t`` the fewest circuits
+    are ``k_e(t) = #{k ≤ kmax_e : table[e, k] > t}`` (no float re-evaluation, so the wiring
+    meets ``t`` exactly); achievable targets form ``[t*, ∞)`` and ``t*`` is a table entry, so a
+    binary search over the sorted entries is exact. ``x = 0`` is always feasible (column 0).
+    Returns the least wiring ``k(t*)`` [L] and the number of feasibility checks."""
+    table = np.asarray(table, dtype=float)
+    valid = np.arange(table.shape[1])[None, :] <= np.asarray(kmax)[:, None]
+    cand = np.unique(table[valid])
+    u, v = ends
+    n = ports.size
+    checks = 0
+
+    def fits(t: float) -> np.ndarray | None:
+        nonlocal checks
+        checks += 1
+        k = ((table > t) & valid).sum(axis=1)
+        if (k > kmax).any():
+            return None
+        deg = np.bincount(u, k, n) + np.bincount(v, k, n)
+        return k if (deg <= ports).all() else None
+
+    lo, hi = 0, cand.size - 1  # cand[hi] = max_e table[e, 0]: x = 0 meets it
+    best = fits(cand[hi])
+    while lo < hi:
+        mid = (lo + hi) // 2
+        k = fits(cand[mid])
+        if k is None:
+            lo = mid + 1
+        else:
+            hi, best = mid, k
+    return best.astype(np.int64), checks

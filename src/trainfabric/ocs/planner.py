@@ -27,6 +27,18 @@ seeded with the fractional and the integer wiring) and ``certified_gap = CP / bo
 
 The relaxation allows dark ports (``Σ_u w_uv ≤ r_v``, ``solver.solve(inequality=True)``).
 
+Exact one-hop fast path (``plan(..., exact_one_hop=True)``, the default; :func:`one_hop_wiring`):
+when every comm node of the DAG has the same predecessors and the same successors (one phase,
+all its transfers concurrent, e.g. :func:`.onehop.to_dag`), every path meets at most one comm
+node and ``CP(x) = max(P_without, H + max_m t_m(x) + T)`` with ``H``/``T`` the longest path into
+the common predecessors / out of the common successors: CP is non-decreasing in the bundle time
+``max_m t_m(x)``, so the integer wiring minimising it (:func:`.onehop.least_bottleneck`, exact)
+minimises the critical path over every wiring with ``Σ_u x_uv ≤ d_v`` — the same feasible set
+as the relaxation, the rounding and the MILP. Then ``lower_bound_s = CP`` (gap 0, tolerance 0),
+no solver runs (``x_frac`` = the exact wiring, ``iterations = 0``) and ``method =
+"exact-one-hop"``. Not taken with a warm start, nor when the wiring cannot be split onto the
+OCSes (possible only with an odd ``p_v``, :mod:`.decompose`): the general path runs then.
+
 Size guard: :func:`plan` and :func:`compare` first check :func:`plan_memory_bytes` (the
 model's pair structures plus ``NODE_BYTES`` per DAG node for the path cost's sweeps) against
 :func:`trainfabric.limits.check_memory`, refusing with a ConfigError naming ``pods``.
@@ -40,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from trainfabric.errors import ConfigError, InfeasibleError
 from trainfabric.io import write_json, write_parquet
@@ -48,8 +61,9 @@ from trainfabric.ocs import baselines, decompose, rounding, solver
 from trainfabric.ocs.bound import certify
 from trainfabric.ocs.cost import PathCost, temperatures
 from trainfabric.ocs.model import OcsModel
+from trainfabric.ocs.onehop import least_bottleneck
 from trainfabric.ocs.prior import kl, uniform_prior
-from trainfabric.workloads.dag import Phase, TaskDAG
+from trainfabric.workloads.dag import COMM, Phase, TaskDAG
 from trainfabric.workloads.traffic import PhaseTraffic, dag_from_traffic, traffic_from_dag
 
 
@@ -80,6 +94,7 @@ class Plan:
     eta: float | None = None
     lower_bound_s: float = float("nan")
     certificate_tolerance: float = float("nan")
+    method: str = "general"
 
     @property
     def certified_gap(self) -> float:
@@ -94,6 +109,7 @@ class Plan:
         """JSON-able figures plus the per-OCS cross-connect tables."""
         return {
             "pods": model.n,
+            "method": self.method,
             "ports": model.degrees.tolist(),
             "ocs": model.ocs,
             "rate_bps": model.rate_bps,
@@ -190,6 +206,7 @@ def plan(
     round_max_moves: int = rounding.DEFAULT_MAX_MOVES,
     warm_start=None,
     bound_rounds: int | None = None,
+    exact_one_hop: bool = True,
 ) -> Plan:
     """Plan the wiring of ``dag`` on ``model`` (see module doc); timings per stage in seconds.
 
@@ -198,10 +215,15 @@ def plan(
     work, not seconds: small instances reach a local optimum long before it).
     ``warm_start``: a previous :class:`Plan` or integer wiring [P] to resume from (module doc;
     no annealing then). ``bound_rounds``: work budget of the certified lower bound
-    (:func:`.bound.certify`; default by size). Refuses an instance over the memory limit first
-    (:func:`check_plan_size`, field ``pods``).
+    (:func:`.bound.certify`; default by size). ``exact_one_hop``: take the exact fast path
+    on single-bundle DAGs (module doc); False forces the general path. Refuses an instance
+    over the memory limit first (:func:`check_plan_size`, field ``pods``).
     """
     check_plan_size(dag, model)
+    if exact_one_hop and warm_start is None and single_bundle(dag):
+        fast = _plan_one_hop(dag, model, b1_rel, b2_rel, seed)
+        if fast is not None:
+            return fast
     t0 = time.perf_counter()
     cost = PathCost(dag, model)
     b1, b2, _ = temperatures(cost, model, b1_rel, b2_rel)
@@ -266,6 +288,95 @@ def plan(
         eta=res.eta,
         lower_bound_s=cert.lower_bound_s,
         certificate_tolerance=cert.tolerance,
+    )
+
+
+def single_bundle(dag: TaskDAG) -> bool:
+    """True when the DAG has comm nodes and all of them share one predecessor set and one
+    successor set (module doc: the critical path is monotone in their slowest one)."""
+    comm = np.flatnonzero(dag.kind == COMM)
+    if comm.size == 0:
+        return False
+    n = dag.n_nodes
+    adj = sp.csr_matrix(
+        (np.ones(dag.indices.size), dag.indices.astype(np.int64), dag.indptr.astype(np.int64)),
+        shape=(n, n),
+    )
+    return all(_same_rows(m[comm]) for m in (adj, adj.T.tocsr()))
+
+
+def _same_rows(m: sp.csr_matrix) -> bool:
+    """True when every row of ``m`` has the same set of non-zero columns."""
+    m = m.tocsr()
+    m.sum_duplicates()
+    m.sort_indices()
+    nnz = np.diff(m.indptr)
+    if (nnz != nnz[0]).any():
+        return False
+    cols = m.indices.reshape(nnz.size, nnz[0])
+    return bool((cols == cols[:1]).all())
+
+
+def one_hop_wiring(cost: PathCost, model: OcsModel) -> np.ndarray:
+    """The integer wiring minimising ``max_m t_m(x)`` over ``Σ_u x_uv ≤ d_v`` (exact):
+    per loaded pair ``e`` the table ``t_e(k) = max_{m on e} (a_m + 8 b_m / (B k + B0))``,
+    ``k = 0..min(d_u, d_v)``, in the same floating-point expression as :meth:`PathCost.hard`,
+    then :func:`.onehop.least_bottleneck`."""
+    order = np.argsort(cost.comm_pair, kind="stable")
+    pair = cost.comm_pair[order]
+    loaded, starts = np.unique(pair, return_index=True)
+    iu, iv = model.pairs
+    u, v = iu[loaded], iv[loaded]
+    kmax = np.minimum(model.degrees[u], model.degrees[v])
+    k = np.arange(int(kmax.max()) + 1, dtype=float)
+    rate = float(model.rate_bps) * k[None, :] + float(model.fallback_bps)
+    nodes = cost.comm_nodes[order]
+    lat, bits = cost.dag.latency_s[nodes].astype(float), 8.0 * cost.dag.bytes[nodes]
+    node_t = lat[:, None] + bits[:, None] / rate
+    table = np.maximum.reduceat(node_t, starts, axis=0)
+    best, _ = least_bottleneck(table, kmax, (u, v), model.degrees)
+    x = np.zeros(model.n_pairs, dtype=np.int64)
+    x[loaded] = best
+    return x
+
+
+def _plan_one_hop(
+    dag: TaskDAG, model: OcsModel, b1_rel: float, b2_rel: float, seed: int
+) -> Plan | None:
+    """The exact one-hop plan (module doc), or None when its wiring cannot be split."""
+    t0 = time.perf_counter()
+    cost = PathCost(dag, model)
+    b1, b2, _ = temperatures(cost, model, b1_rel, b2_rel)
+    t1 = time.perf_counter()
+    x = one_hop_wiring(cost, model)
+    t2 = time.perf_counter()
+    near_uniform = baselines.best_near_uniform(cost, model, seed=seed)
+    t3 = time.perf_counter()
+    dec = decompose.decompose(model, x)
+    if not dec.feasible:
+        return None
+    tables = decompose.cross_connects(model, dec)
+    t4 = time.perf_counter()
+    cp = cost.hard(x)
+    uniform = baselines.uniform_mesh(model)
+    return Plan(
+        x=x,
+        x_frac=x.astype(float),
+        decomposition=dec,
+        tables=tables,
+        hard_critical_path_s=cp,
+        fractional_critical_path_s=cp,
+        smoothed_cost_s=cost.smoothed(x, b2),
+        kl_to_prior=kl(x / model.total_circuits, uniform_prior(model)),
+        circuits_moved_vs_prior=int(np.abs(x - uniform).sum() // 2),
+        uniform_critical_path_s=cost.hard(near_uniform),
+        b1=b1,
+        b2=b2,
+        iterations=0,
+        timings_s={"setup": t1 - t0, "exact": t2 - t1, "baselines": t3 - t2, "decompose": t4 - t3},
+        lower_bound_s=cp,
+        certificate_tolerance=0.0,
+        method="exact-one-hop",
     )
 
 
