@@ -21,11 +21,13 @@ DIR to a temporary folder (without ``.git`` and ``Result``) and, in that copy:
 
 Timing is side by side in one invocation: the matrices are cut into blocks; per block the peer
 subprocess and our in-process planner run one after the other, in alternating order. Ours is
-``planner.plan`` end to end (solve, round, baselines, split onto the OCS, certified bound;
-``time.perf_counter``, after one untimed warm-up plan) and, separately, our exact routine
-``one_hop_optimum`` (the exact-vs-exact figure beside ABSM's). Per-TM time ratios are taken
-on the same matrix, then the median. Without ``--peer`` only ours against our exact routine
-is reported, and the JSON says the peer was not run.
+``planner.plan`` end to end (``time.perf_counter``, after one untimed warm-up plan): on these
+one-phase DAGs it takes its exact one-hop fast path (exact min-max wiring, baselines, split
+onto the OCS; the run fails if it does not); separately, our exact routine ``one_hop_optimum``
+(the exact-vs-exact figure beside ABSM's) and the planner forced onto its general path
+(``exact_one_hop=False``: solve, round, baselines, split, certified bound; ``general_*``).
+Per-TM time ratios are taken on the same matrix, then the median. Without ``--peer`` only ours
+against our exact routine is reported, and the JSON says the peer was not run.
 
 Headline keys: ``mlu_ratio_median`` / ``mlu_ratio_p95`` (our planner's MLU ÷ the MLU of
 ABSM's wiring, both evaluated by :func:`trainfabric.ocs.onehop.mlu`; targets ≤ 1.02 / ≤ 1.05;
@@ -33,6 +35,7 @@ ABSM's wiring, both evaluated by :func:`trainfabric.ocs.onehop.mlu`; targets ≤
 upper end of its binary search, up to 1e-7 above its wiring's MLU),
 ``time_ratio_ours_over_absm_median`` (per-TM planner time ÷ ABSM time, median; target ≤ 10),
 ``exact_time_ratio_over_absm_median`` (our exact routine ÷ ABSM, the exact-vs-exact figure),
+``general_time_ratio_over_absm_median`` and ``general_over_exact_*`` (the general path),
 ``ours_over_exact_*``, ``ours_stage_median_s`` (where the planner's time goes), counts, the
 peer's commit, package versions and ``script_check``; then the same per source and per pod
 count.
@@ -124,14 +127,21 @@ def instances(args) -> list[tuple[str, OneHopInstance]]:
 
 
 def run_ours(inst: OneHopInstance) -> dict:
-    """Our planner (end to end) and our exact routine on one matrix, timed in process."""
+    """Our planner (end to end: its exact one-hop fast path), the same planner forced onto
+    its general path (``exact_one_hop=False``: solve, round, bound) and our exact routine on
+    one matrix, timed in process."""
     dag, model = to_dag(inst), to_model(inst)
     t0 = time.perf_counter()
     ours = plan(dag, model, seed=0)
     t1 = time.perf_counter()
     exact = one_hop_optimum(inst)
     t2 = time.perf_counter()
+    general = plan(dag, model, seed=0, exact_one_hop=False)
+    t3 = time.perf_counter()
     model.check_wiring(ours.x)
+    model.check_wiring(general.x)
+    if ours.method != "exact-one-hop":
+        raise RuntimeError(f"{inst.name}: the planner did not take its one-hop fast path")
     stages = {f"ours_{k}_s": v for k, v in ours.timings_s.items()}
     return {
         "ours_mlu": mlu(inst, ours.x),
@@ -139,6 +149,8 @@ def run_ours(inst: OneHopInstance) -> dict:
         **stages,
         "exact_mlu": exact.mlu,
         "exact_s": t2 - t1,
+        "general_mlu": mlu(inst, general.x),
+        "general_s": t3 - t2,
     }
 
 
@@ -229,6 +241,8 @@ def figures(rows: list[dict], with_peer: bool) -> dict:
             if k.startswith("ours_") and k.endswith("_s") and k != "ours_s"
         },
         "exact_time_median_s": float(np.median(g["exact_s"])),
+        **spread("general_over_exact", g["general_mlu"] / g["exact_mlu"]),
+        "general_time_median_s": float(np.median(g["general_s"])),
     }
     if with_peer:
         out |= {
@@ -241,6 +255,9 @@ def figures(rows: list[dict], with_peer: bool) -> dict:
             "absm_time_median_s": float(np.median(g["absm_time_s"])),
             "time_ratio_ours_over_absm_median": float(np.median(g["ours_s"] / g["absm_time_s"])),
             "exact_time_ratio_over_absm_median": float(np.median(g["exact_s"] / g["absm_time_s"])),
+            "general_time_ratio_over_absm_median": float(
+                np.median(g["general_s"] / g["absm_time_s"])
+            ),
         }
     return out
 
@@ -293,6 +310,7 @@ def report(rows: list[dict], peer: dict | None, check: dict | None, args) -> dic
             "mlu_ratio_p95": None,
             "time_ratio_ours_over_absm_median": None,
             "exact_time_ratio_over_absm_median": None,
+            "general_time_ratio_over_absm_median": None,
         }
     else:
         result["peer"] = {
