@@ -100,3 +100,13 @@ def test_least_bottleneck_matches_brute_force():
             if (np.bincount(u, w, n) + np.bincount(v, w, n) <= ports).all():
                 best = min(best, table[np.arange(u.size), w].max())
         assert table[np.arange(u.size), x].max() == best
+
+
+def test_tables_over_the_memory_limit_take_the_general_path(monkeypatch):
+    import trainfabric.ocs.planner as planner
+
+    rng = np.random.default_rng(5)
+    dag, model = random_dag(rng, 4), random_model(rng, 4, ocs=1)
+    assert plan(dag, model).method == "exact-one-hop"
+    monkeypatch.setattr(planner, "memory_limit_bytes", lambda: 0.0)
+    assert plan(dag, model).method == "general"

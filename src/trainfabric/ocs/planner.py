@@ -36,8 +36,10 @@ the common predecessors / out of the common successors: CP is non-decreasing in 
 minimises the critical path over every wiring with ``Σ_u x_uv ≤ d_v`` — the same feasible set
 as the relaxation, the rounding and the MILP. Then ``lower_bound_s = CP`` (gap 0, tolerance 0),
 no solver runs (``x_frac`` = the exact wiring, ``iterations = 0``) and ``method =
-"exact-one-hop"``. Not taken with a warm start, nor when the wiring cannot be split onto the
-OCSes (possible only with an odd ``p_v``, :mod:`.decompose`): the general path runs then.
+"exact-one-hop"``. Not taken with a warm start, nor when its ``n_comm × (max d + 1)`` time
+tables would exceed the memory limit (:func:`one_hop_table_bytes`), nor when the wiring cannot
+be split onto the OCSes (possible only with an odd ``p_v``, :mod:`.decompose`): the general
+path runs then.
 
 Size guard: :func:`plan` and :func:`compare` first check :func:`plan_memory_bytes` (the
 model's pair structures plus ``NODE_BYTES`` per DAG node for the path cost's sweeps) against
@@ -56,7 +58,7 @@ import scipy.sparse as sp
 
 from trainfabric.errors import ConfigError, InfeasibleError
 from trainfabric.io import write_json, write_parquet
-from trainfabric.limits import check_memory
+from trainfabric.limits import check_memory, memory_limit_bytes
 from trainfabric.ocs import baselines, decompose, rounding, solver
 from trainfabric.ocs.bound import certify
 from trainfabric.ocs.cost import PathCost, temperatures
@@ -340,10 +342,19 @@ def one_hop_wiring(cost: PathCost, model: OcsModel) -> np.ndarray:
     return x
 
 
+def one_hop_table_bytes(dag: TaskDAG, model: OcsModel) -> float:
+    """Peak bytes of :func:`one_hop_wiring`'s tables: three float64/bool arrays of
+    ``n_comm × (max d + 1)`` (node times, pair table, feasibility mask), counted as 24 B each."""
+    return 24.0 * float(np.count_nonzero(dag.kind == COMM)) * float(model.degrees.max() + 1)
+
+
 def _plan_one_hop(
     dag: TaskDAG, model: OcsModel, b1_rel: float, b2_rel: float, seed: int
 ) -> Plan | None:
-    """The exact one-hop plan (module doc), or None when its wiring cannot be split."""
+    """The exact one-hop plan (module doc), or None when its time tables would exceed the
+    memory limit or its wiring cannot be split."""
+    if one_hop_table_bytes(dag, model) > memory_limit_bytes():
+        return None
     t0 = time.perf_counter()
     cost = PathCost(dag, model)
     b1, b2, _ = temperatures(cost, model, b1_rel, b2_rel)
