@@ -115,3 +115,8 @@ def test_churn_report_splits_reconfigurations_onto_the_ocses(cli, strict_loads):
     assert res["cross_connects_added_aware"] <= res["cross_connects_added_naive"]
     extra = res["switch_cost_s"] * (res["cross_connects_added_aware"] - res["moved_circuits"])
     assert res["regret_cross_connects_s"] == pytest.approx(res["regret_s"] + extra)
+
+
+def test_directory_as_traffic_is_named_a_directory(cli, tmp_path):
+    code, _, stderr = cli("ocs", "online", "--traffic", str(tmp_path), "--json")
+    assert code == 2 and stderr.strip().endswith("is a directory, not a file"), stderr

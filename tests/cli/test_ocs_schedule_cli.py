@@ -52,6 +52,10 @@ def bad_files(tmp_path):
     files["text"] = tmp_path / "text.csv"
     files["text"].write_text("a,b\nc,d\n")
     files["missing"] = tmp_path / "missing.npy"
+    files["strings"] = tmp_path / "strings.npy"
+    np.save(files["strings"], np.array([["0", "1"], ["1", "0"]]))
+    files["empty"] = tmp_path / "empty.csv"
+    files["empty"].write_text("")
     return files
 
 
@@ -70,6 +74,8 @@ BAD = [
     (["--demand", "@one"], "--demand"),
     (["--demand", "@text"], "--demand"),
     (["--demand", "@missing"], "--demand"),
+    (["--demand", "@strings"], "--demand"),
+    (["--demand", "@empty"], "--demand"),
     (["--demand", "@negative", "--pods", "3"], "--demand"),
     (["--pods", "513"], "--pods"),
     (["--pods", "500", "--max-memory-gb", "0.1"], "--pods"),
@@ -92,3 +98,12 @@ def test_pods_must_match_the_file(cli, tmp_path):
     np.save(path, np.array([[0.0, 1.0], [1.0, 0.0]]))
     code, _, stderr = cli("ocs", "schedule", "--demand", str(path), "--pods", "3", "--json")
     assert code == 2 and stderr.startswith("error: --pods: "), stderr
+
+
+def test_empty_csv_is_named_empty_without_a_numpy_warning(cli, bad_files):
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        code, _, stderr = cli("ocs", "schedule", "--demand", str(bad_files["empty"]), "--json")
+    assert code == 2 and stderr.strip().endswith("empty.csv is empty"), stderr

@@ -26,6 +26,7 @@ Families (pods indexed ``0..n-1``, matrices directed with zero diagonal):
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -111,8 +112,11 @@ def delay_for(demand: np.ndarray, s: int, rate_Bps: float, rho: float) -> float:
 
 def validate_demand(d: np.ndarray, field: str = "demand") -> np.ndarray:
     """A square, ≥ 2 x 2, finite, non-negative float matrix with zero diagonal and some
-    demand; anything else is a ConfigError naming ``field``."""
-    d = np.asarray(d, dtype=float)
+    demand; anything else (including non-numeric entries) is a ConfigError naming ``field``."""
+    d = np.asarray(d)
+    if not (np.issubdtype(d.dtype, np.number) or d.dtype == bool):
+        raise ConfigError(field, f"must hold numbers, got dtype {d.dtype}")
+    d = d.astype(float)
     if d.ndim != 2 or d.shape[0] != d.shape[1]:
         raise ConfigError(field, f"must be a square matrix, got shape {d.shape}")
     if d.shape[0] < 2:
@@ -129,13 +133,18 @@ def validate_demand(d: np.ndarray, field: str = "demand") -> np.ndarray:
 
 
 def read_demand(path: str | Path, field: str = "demand") -> np.ndarray:
-    """A demand matrix from ``.npy`` or ``.csv`` (comma-separated, no header), validated."""
+    """A demand matrix from ``.npy`` or ``.csv`` (comma-separated, no header), validated; an
+    empty file is a ConfigError, not a numpy warning."""
     p = Path(path)
     try:
         if p.suffix == ".npy":
             d = np.load(p, allow_pickle=False)
         elif p.suffix == ".csv":
-            d = np.loadtxt(p, delimiter=",", ndmin=2)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                d = np.loadtxt(p, delimiter=",", ndmin=2)
+            if d.size == 0:
+                raise ConfigError(field, f"{p} is empty")
         else:
             raise ConfigError(field, f"{p}: expected a .npy or .csv file or a family name")
     except (OSError, ValueError) as exc:

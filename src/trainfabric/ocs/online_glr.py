@@ -17,16 +17,10 @@ from __future__ import annotations
 import numpy as np
 
 from trainfabric.errors import ConfigError
+from trainfabric.ocs.detect_streams import top_pairs
 from trainfabric.ocs.traffic import TrafficSequence
 
 DEFAULT_COUNTS_PER_SLOT = 1000.0  # chunk = total bytes of slot 0 / this
-
-
-def _top_pairs(matrix: np.ndarray, top: int) -> np.ndarray:
-    off = matrix.copy()
-    np.fill_diagonal(off, -1.0)
-    flat = np.argsort(-off, axis=None, kind="stable")[:top]
-    return np.stack(np.unravel_index(flat, matrix.shape), axis=1)
 
 
 def glr_mask(
@@ -50,12 +44,12 @@ def glr_mask(
         raise ConfigError("chunk_bytes", f"must be > 0, got {chunk}")
     rng = np.random.default_rng(seed)
     detector = GlrDetector(delta=delta)
-    pairs = _top_pairs(first, top)
+    pairs = top_pairs(first, top)
     mask = np.zeros(seq.slots, dtype=bool)
     for t0, block in seq.blocks():
         counts = rng.poisson(block / chunk).astype(float)
         for i in range(block.shape[0]):
             if detector.update(reduce_counts(counts[i], "topr", pairs=pairs)):
                 mask[t0 + i] = True
-                pairs = _top_pairs(block[i], top)
+                pairs = top_pairs(block[i], top)
     return mask

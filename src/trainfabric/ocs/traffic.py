@@ -336,7 +336,8 @@ def read_sequence(path: str | Path, pods: int | None = None) -> np.ndarray:
     the file and, for CSV, the line."""
     p = Path(path)
     if not p.is_file():
-        raise ConfigError("traffic", f"{p}: no such file")
+        what = "is a directory, not a file" if p.is_dir() else "no such file"
+        raise ConfigError("traffic", f"{p}: {what}")
     if p.suffix.lower() == ".npy":
         try:
             d = np.load(p, allow_pickle=False)
