@@ -50,7 +50,9 @@ def uniform_mesh(model: OcsModel) -> np.ndarray:
     return round_to_degrees(model, model.total_circuits * uniform_prior(model))
 
 
-def best_near_uniform(cost, model: OcsModel, samples: int = 4, seed: int = 0) -> np.ndarray:
+def best_near_uniform(
+    cost, model: OcsModel, samples: int = 4, seed: int = 0, uniform: np.ndarray | None = None
+) -> np.ndarray:
     """The best integer near-uniform wiring found among ``samples + 1`` candidates (Int64 [P]).
 
     Every candidate is ``round_to_degrees(model, M·q, score)``: each pair within one circuit
@@ -60,15 +62,16 @@ def best_near_uniform(cost, model: OcsModel, samples: int = 4, seed: int = 0) ->
     random scores. The candidate with
     the least hard critical path ``cost.hard`` wins (ties: the first). This is the honest
     baseline of ``improvement_vs_uniform``: when ``d < n − 1`` half the pairs of
-    any integer mesh have no circuit, and which half matters.
+    any integer mesh have no circuit, and which half matters. ``uniform``: the caller's
+    :func:`uniform_mesh` (the first candidate), so that it is not rounded twice.
     """
     mesh = model.total_circuits * uniform_prior(model)
     up, down = directed_pair_bytes(cost.dag, model)
     rng = np.random.default_rng(seed)
     scores = [None, up + down, *(rng.random(model.n_pairs) for _ in range(samples))]
     best, best_cp = None, np.inf
-    for score in scores:
-        x = round_to_degrees(model, mesh, score)
+    for i, score in enumerate(scores):
+        x = uniform if i == 0 and uniform is not None else round_to_degrees(model, mesh, score)
         cp = cost.hard(x)
         if cp < best_cp:
             best, best_cp = x, cp

@@ -251,7 +251,8 @@ def plan(
     t2 = time.perf_counter()
     rounded = rounding.round_wiring(cost, model, res.x, b2=b2, seed=seed, max_moves=round_max_moves)
     t3 = time.perf_counter()
-    near_uniform = baselines.best_near_uniform(cost, model, seed=seed)
+    uniform = baselines.uniform_mesh(model)
+    near_uniform = baselines.best_near_uniform(cost, model, seed=seed, uniform=uniform)
     x = _best_wiring(
         cost,
         [rounded.x, *([] if warm_start is None else [_warm_wiring(model, warm_start)])],
@@ -263,7 +264,6 @@ def plan(
     t5 = time.perf_counter()
     cert = certify(cost, model, [res.x, x], b2, rounds=bound_rounds)
     t6 = time.perf_counter()
-    uniform = baselines.uniform_mesh(model)
     return Plan(
         x=x,
         x_frac=res.x,
@@ -361,7 +361,8 @@ def _plan_one_hop(
     t1 = time.perf_counter()
     x = one_hop_wiring(cost, model)
     t2 = time.perf_counter()
-    near_uniform = baselines.best_near_uniform(cost, model, seed=seed)
+    uniform = baselines.uniform_mesh(model)
+    near_uniform = baselines.best_near_uniform(cost, model, seed=seed, uniform=uniform)
     t3 = time.perf_counter()
     dec = decompose.decompose(model, x)
     if not dec.feasible:
@@ -369,7 +370,6 @@ def _plan_one_hop(
     tables = decompose.cross_connects(model, dec)
     t4 = time.perf_counter()
     cp = cost.hard(x)
-    uniform = baselines.uniform_mesh(model)
     return Plan(
         x=x,
         x_frac=x.astype(float),
