@@ -145,3 +145,13 @@ def test_reader_refuses_missing_and_pickled_files(tmp_path):
     np.save(tmp_path / "obj.npy", np.array([[1, 2], [3]], dtype=object), allow_pickle=True)
     with pytest.raises(ConfigError, match="not a NumPy array file"):
         tr.read_sequence(tmp_path / "obj.npy")
+
+
+def test_walk_memory_guard_counts_bytes_not_entries():
+    """The walk's [steps+1, n, n] int64 arrays: 100 steps of 100 pods hold 1e6 entries, 16 MB
+    at the peak; a 10 MB limit must refuse them (the guard once counted entries, 1 MB)."""
+    from trainfabric.errors import ConfigError
+    from trainfabric.limits import memory_limit
+
+    with memory_limit(0.01), pytest.raises(ConfigError, match="slots"):
+        tr.generate("random-walk", 101, 1e15, pods=100, seed=0)

@@ -206,7 +206,8 @@ def _random_walk(slots: int, v1: float, m: np.ndarray, rng: np.random.Generator)
     n, k = m.shape[0], WALK_LEVELS
     step_l1 = (2.0 / k) * m.sum()  # l1 of one macro step of the shape m ∘ Y
     steps = int(np.clip(round(v1 / (WALK_TARGET_AMPLITUDE * step_l1)), 1, slots - 1))
-    check_memory("slots", float(steps + 1) * n * n, f"a {steps:,}-step walk of {n} pods")
+    # peak: the int64 cumsum and its int64 concatenation alive together (16 bytes per entry)
+    check_memory("slots", 16.0 * (steps + 1) * n * n, f"a {steps:,}-step walk of {n} pods")
     z = np.concatenate(
         [
             np.zeros((1, n, n), dtype=np.int64),
