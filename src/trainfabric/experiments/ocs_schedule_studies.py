@@ -10,6 +10,8 @@ scheduler): ``makespan_s`` (verified by ``check_schedule``), ``lower_bound_s``, 
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
@@ -26,12 +28,20 @@ class OcsE5Config(Config):
     """E5 sweep; rate in Gb/s."""
 
     families: list[str] = Field(
-        ["gpt", "pp", "moe", "random"], description="demand families (gpt, pp, moe, random)"
+        ["gpt", "pp", "moe", "random"],
+        min_length=1,
+        description="demand families (gpt, pp, moe, random)",
     )
-    pods: list[int] = Field([16, 32, 64, 128], description="pod counts n")
-    ocs: list[int] = Field([1, 2, 4, 8], description="parallel OCS counts s")
-    rhos: list[float] = Field(
-        [0.01, 0.1, 0.5], description="δ as a fraction of the ideal makespan max L_v/(s B)"
+    pods: list[Annotated[int, Field(ge=2, le=512)]] = Field(
+        [16, 32, 64, 128], min_length=1, description="pod counts n (2..512, as ocs schedule)"
+    )
+    ocs: list[Annotated[int, Field(ge=1)]] = Field(
+        [1, 2, 4, 8], min_length=1, description="parallel OCS counts s"
+    )
+    rhos: list[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
+        [0.01, 0.1, 0.5],
+        min_length=1,
+        description="δ as a fraction of the ideal makespan max L_v/(s B)",
     )
     rate_gbps: float = Field(100.0, gt=0, description="circuit rate B")
 
