@@ -1,6 +1,7 @@
 """Experiments ocs-e7 and ocs-e10 on tiny settings: tables, bounds, figures."""
 
 import numpy as np
+import pytest
 
 from trainfabric.experiments.ocs_online_studies import (
     ChurnConfig,
@@ -44,3 +45,15 @@ def test_loglog_slope_recovers_a_power_law():
     x = np.array([10.0, 100.0, 1000.0])
     assert abs(loglog_slope(x, 3 * x**0.5) - 0.5) < 1e-12
     assert np.isnan(loglog_slope([1.0], [2.0]))
+
+
+def test_empty_sweep_lists_are_refused():
+    """``-p slots=[]`` once crashed ocs-e7's worker (min() of an empty sequence)."""
+    from pydantic import ValidationError
+
+    from trainfabric.experiments.ocs_online_studies import ChurnConfig, OnlineConfig
+
+    for cls, field in [(OnlineConfig, "slots"), (OnlineConfig, "generators"),
+                       (OnlineConfig, "compare_c_rel"), (ChurnConfig, "generators")]:  # fmt: skip
+        with pytest.raises(ValidationError):
+            cls(**{field: []})

@@ -51,17 +51,21 @@ PAIR_BYTES = 1e8
 class OnlineConfig(Config):
     """E7/E10 settings (module doc)."""
 
-    generators: list[str] = Field(list(tr.GENERATORS), description="traffic generators")
+    generators: list[str] = Field(
+        list(tr.GENERATORS), min_length=1, description="traffic generators"
+    )
     pods: int = Field(16, ge=2)
     ports: int = Field(8, ge=1)
     ocs: int = Field(4, ge=1)
-    slots: list[int] = Field([1_000, 3_000, 10_000, 30_000, 100_000], description="T values")
+    slots: list[int] = Field(
+        [1_000, 3_000, 10_000, 30_000, 100_000], min_length=1, description="T values"
+    )
     v1_share: float = Field(0.2, ge=0, description="V1 at the smallest T / one slot's bytes")
     v1_power: float = Field(0.0, ge=0, le=1, description="V1 ∝ T^v1_power")
     c_rel: float = Field(1.0, gt=0, description="C in units of one slot's optimal cost")
     charge: str = Field("reconfiguration", description="reconfiguration | circuit")
     compare_slots: int = Field(10_000, ge=2)
-    compare_c_rel: list[float] = Field([0.1, 1.0, 10.0])
+    compare_c_rel: list[float] = Field([0.1, 1.0, 10.0], min_length=1)
     glr_delta: float = Field(0.01, gt=0, lt=1)
 
 
@@ -166,7 +170,7 @@ def ocs_e7(config: OnlineConfig, seed: int) -> pd.DataFrame:
 class ChurnConfig(Config):
     """E10 settings: threshold policy at θ* on ``slots`` slots with a larger drift."""
 
-    generators: list[str] = Field(list(tr.GENERATORS))
+    generators: list[str] = Field(list(tr.GENERATORS), min_length=1)
     pods: int = Field(16, ge=2)
     ports: int = Field(8, ge=1)
     ocs: int = Field(4, ge=1)
