@@ -81,3 +81,19 @@ def test_a_dag_file_keeps_its_pods(cli, tmp_path):
         "ocs", "fairness", "--jobs", jobs, "--pods", "6", "--job-pods", "4,5", "--json"
     )  # fmt: skip
     assert code == 2 and stderr.startswith("error: --job-pods: "), stderr
+
+
+def test_alpha_check_runs_by_default_only_on_small_fabrics(cli, monkeypatch):
+    """Default: the dense α-fair check runs up to ALPHA_CHECK_PAIRS pod pairs; above, it is
+    skipped (JSON says so) unless --alpha-check forces it."""
+    from trainfabric.io import loads
+    from trainfabric.ocs import cli_fairness
+
+    argv = ("ocs", "fairness", "--jobs", "moe,pipeline", "--pods", "6", "--p", "2", "--json")
+    small = loads(cli(*argv)[1])
+    assert small["alpha_check"] is True and "alpha_fair" in small["plans"][0]
+    monkeypatch.setattr(cli_fairness, "ALPHA_CHECK_PAIRS", 14)  # 6 pods have 15 pairs
+    skipped = loads(cli(*argv)[1])
+    assert skipped["alpha_check"] is False and "alpha_fair" not in skipped["plans"][0]
+    forced = loads(cli(*argv, "--alpha-check")[1])
+    assert forced["alpha_check"] is True and "alpha_fair" in forced["plans"][0]

@@ -72,6 +72,7 @@ def test_file_input_npy_and_csv(cli, strict_loads, tmp_path):
         (["--theta", "-3"], "--theta"),
         (["--traffic", "jumps", "--jumps", "5000", "--slots", "100"], "--jumps"),
         (["--traffic", "/nonexistent/seq.npy"], "--traffic"),
+        (["--pods", "4096", "--slots", "10000000"], "--slots"),  # work guard, refused at once
     ],
 )
 def test_bad_input_exits_2_naming_the_option(cli, args, option):

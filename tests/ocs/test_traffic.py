@@ -155,3 +155,15 @@ def test_walk_memory_guard_counts_bytes_not_entries():
 
     with memory_limit(0.01), pytest.raises(ConfigError, match="slots"):
         tr.generate("random-walk", 101, 1e15, pods=100, seed=0)
+
+
+def test_blocks_of_many_pods_stay_small_and_cover_the_horizon(monkeypatch):
+    """block_slots caps a block at BLOCK_ENTRIES entries; the blocks tile the horizon and
+    equal the sequence materialised in one piece."""
+    assert tr.block_slots(16) == tr.BLOCK and tr.block_slots(64) == tr.BLOCK
+    assert tr.block_slots(4096) == 1 and tr.block_slots(1024) * 1024**2 <= tr.BLOCK_ENTRIES
+    monkeypatch.setattr(tr, "BLOCK_ENTRIES", 4 * 30 * 30)  # 30 pods: 4 slots per block
+    seq = tr.generate("moe-phases", 9, 1e9, pods=30, seed=1)
+    got = list(seq.blocks())
+    assert [t0 for t0, _ in got] == [0, 4, 8] and got[-1][1].shape == (1, 30, 30)
+    np.testing.assert_array_equal(np.concatenate([b for _, b in got]), seq.block(0, 9))

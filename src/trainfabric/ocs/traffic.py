@@ -59,6 +59,13 @@ GENERATORS = ("random-walk", "jumps", "moe-phases", "job-arrival")
 WALK_LEVELS = 8  # lattice levels of the reflected walk: Y ∈ {−1, −1 + 2/K, ..., 1}
 WALK_TARGET_AMPLITUDE = 0.5  # the number of macro steps is chosen to give a ≈ this
 BLOCK = 4096  # slots per block when a generator scans its own shape
+BLOCK_ENTRIES = 1 << 24  # at most this many matrix entries per block (128 MiB of float64)
+
+
+def block_slots(n: int, size: int = BLOCK) -> int:
+    """Slots per block for ``n`` pods: ``size``, capped so one block holds at most
+    :data:`BLOCK_ENTRIES` entries (``size`` itself for ``n <= 64``), and at least 1."""
+    return max(1, min(int(size), BLOCK_ENTRIES // (n * n)))
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,7 +88,9 @@ class TrafficSequence:
         return self.make(np.arange(t0, t1, dtype=np.int64))
 
     def blocks(self, size: int = BLOCK) -> Iterator[tuple[int, np.ndarray]]:
-        """``(t0, block)`` over the whole horizon in windows of ``size`` slots."""
+        """``(t0, block)`` over the whole horizon in windows of ``size`` slots (capped by
+        :func:`block_slots`, so a block of many pods stays small)."""
+        size = block_slots(self.pods, size)
         for t0 in range(0, self.slots, size):
             yield t0, self.block(t0, t0 + size)
 
@@ -190,11 +199,12 @@ def _amplitude(v1: float, raw: float, limit: float | None, why: str) -> float:
     return a
 
 
-def _scan_raw(make_shape: Callable[[np.ndarray], np.ndarray], slots: int) -> float:
-    """``Σ_t ||shape_t − shape_{t−1}||_1`` block by block."""
+def _scan_raw(make_shape: Callable[[np.ndarray], np.ndarray], slots: int, n: int) -> float:
+    """``Σ_t ||shape_t − shape_{t−1}||_1`` block by block (:func:`block_slots` of ``n`` pods)."""
     total, last = 0.0, None
-    for t0 in range(0, slots, BLOCK):
-        b = make_shape(np.arange(t0, min(t0 + BLOCK, slots), dtype=np.int64))
+    size = block_slots(n)
+    for t0 in range(0, slots, size):
+        b = make_shape(np.arange(t0, min(t0 + size, slots), dtype=np.int64))
         if last is not None:
             total += float(np.abs(b[0] - last).sum())
         total += float(np.abs(np.diff(b, axis=0)).sum())
@@ -225,7 +235,7 @@ def _random_walk(slots: int, v1: float, m: np.ndarray, rng: np.random.Generator)
         lo = level[j].astype(float)
         return ((1.0 - w) * lo + w * level[j + 1]) * (2.0 / k) - 1.0
 
-    a = _amplitude(v1, _scan_raw(lambda t: m * y_at(t), slots), 1.0, "random walk, a < 1")
+    a = _amplitude(v1, _scan_raw(lambda t: m * y_at(t), slots, n), 1.0, "random walk, a < 1")
     return TrafficSequence(
         "random-walk",
         slots,
@@ -278,7 +288,8 @@ def _moe_phases(slots, v1, pods, rng, total, gini):
     one = float(np.abs(skewed(np.array([1.0])) - skewed(np.array([0.0]))).sum())
     rotations = max(v1 / (WALK_TARGET_AMPLITUDE * one), 1e-12) if one > 0 else 1.0
     phase = lambda t: t * (rotations / (slots - 1))  # noqa: E731
-    a = _amplitude(v1, _scan_raw(lambda t: skewed(phase(t)), slots), 1.0 + 1e-12, "MoE, a <= 1")
+    raw = _scan_raw(lambda t: skewed(phase(t)), slots, pods)
+    a = _amplitude(v1, raw, 1.0 + 1e-12, "MoE, a <= 1")
     return TrafficSequence(
         "moe-phases",
         slots,
