@@ -295,9 +295,14 @@ def plan(
 
 def single_bundle(dag: TaskDAG) -> bool:
     """True when the DAG has comm nodes and all of them share one predecessor set and one
-    successor set (module doc: the critical path is monotone in their slowest one)."""
+    successor set (module doc: the critical path is monotone in their slowest one). Comm
+    nodes of more than one phase answer False at once (O(N), no adjacency built: 0.35 s at
+    1,024 pods otherwise); such a DAG is then planned by the general path, which is safe."""
     comm = np.flatnonzero(dag.kind == COMM)
     if comm.size == 0:
+        return False
+    phase = dag.phase[comm]
+    if phase.min() != phase.max():
         return False
     n = dag.n_nodes
     adj = sp.csr_matrix(
