@@ -197,6 +197,17 @@ def test_a_table_of_one_row_per_group_is_shown_as_is_and_a_series_is_not_average
     assert summary is None and "a series per mode" in caption
 
 
+def test_a_column_constant_up_to_rounding_gets_a_histogram(tmp_path):
+    """4.8e9 ± a few ulps: numpy's "auto" bins refuse it (bin width under float spacing);
+    the report draws one bin instead of failing (the demo's V1 column did this)."""
+    v1 = 4.8e9 + np.array([0.0, 2e-6, -2e-6, 0.0, 1e-6] * 4)
+    with pytest.raises(ValueError, match="Too many bins"):
+        np.histogram(v1, bins="auto")
+    pd.DataFrame({"v1": v1, "regret_s": np.arange(20.0)}).to_parquet(tmp_path / "r.parquet")
+    html = render_report(tmp_path).read_text()  # raised ValueError before
+    assert html.count("<img") == 2  # one histogram per numeric column
+
+
 def test_raw_rows_are_last_collapsed_and_cut(tmp_path):
     pd.DataFrame({"v": range(500)}).to_parquet(tmp_path / "t.parquet")
     html = render_report(tmp_path).read_text()

@@ -135,6 +135,17 @@ def _histogram(table: pd.DataFrame, y: str) -> Figure:
     values = table[y].to_numpy(dtype=float)
     values = values[np.isfinite(values)]
     fig, ax = new_figure()
-    ax.hist(values, bins="auto" if values.size else 10)
+    ax.hist(values, bins=_bins(values))
     ax.set(xlabel=y, ylabel="rows", title=f"{y}: distribution over {values.size} finite rows")
     return fig
+
+
+def _bins(values: np.ndarray) -> np.ndarray | int:
+    """numpy's ``"auto"`` bin edges; one bin where the spread is below float resolution
+    (e.g. 4.8e9 ± 2e-6: numpy refuses ``"auto"`` there); 10 for no values."""
+    if values.size == 0:
+        return 10
+    try:
+        return np.histogram_bin_edges(values, bins="auto")
+    except ValueError:
+        return 1
