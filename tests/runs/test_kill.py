@@ -71,11 +71,12 @@ def test_sigkill_leaves_no_worker_and_resume_recomputes_nothing(tmp_path):
         proc.wait(timeout=10)
     _wait_for(lambda: not alive(children), 5, "the killed sweep's processes to end")
     finished = run.finished_ids()
-    mtimes = {p.name: p.stat().st_mtime_ns for p in run.cells_dir.iterdir()}
+    mtimes = {p.name: p.stat().st_mtime_ns for p in run.cells_dir.iterdir() if p.stem in finished}
     again = run_sweep(SPEC, run.path, executor="serial", progress=False)
     assert set(again.skipped) == finished and len(again.computed) == 4 - len(finished)
     kept = {p.name: p.stat().st_mtime_ns for p in run.cells_dir.iterdir() if p.stem in finished}
     assert kept == mtimes  # the finished cells' files were not rewritten
+    assert not list(run.path.rglob("*.tmp"))  # a write cut short by the kill was cleaned up
     manifest = run.read_manifest()
     assert (manifest["computed"], manifest["skipped"]) == (4 - len(finished), len(finished))
 

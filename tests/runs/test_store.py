@@ -71,6 +71,18 @@ def test_resume_recomputes_only_missing_cells(tmp_path, small_spec):
     assert len(manifest["history"]) == 1 and manifest["history"][0]["computed"] == 8
 
 
+def test_resume_removes_a_killed_writers_temporary_files(tmp_path, small_spec):
+    first = run_sweep(small_spec, tmp_path / "run", executor="serial", progress=False)
+    run = RunDir(first.run_dir)
+    run.cell_path(first.computed[0]).unlink()
+    orphans = [run.cells_dir / f".{first.computed[0]}.parquet.x1.tmp", run.path / ".m.x2.tmp"]
+    for orphan in orphans:
+        orphan.write_bytes(b"half a file")
+    again = run_sweep(small_spec, run.path, executor="serial", progress=False)
+    assert again.computed == [first.computed[0]]
+    assert not any(orphan.exists() for orphan in orphans)
+
+
 def test_rerun_of_a_finished_sweep_computes_nothing(tmp_path, small_spec):
     first = run_sweep(small_spec, tmp_path / "run", executor="serial", progress=False)
     equivalent = small_spec.model_copy(update={"seeds": [0, 1]})  # same cells, other spelling

@@ -231,12 +231,21 @@ class RunDir:
                     f"(experiment {existing.get('experiment')!r}, {len(old)} cells); "
                     "use another one",
                 )
+        self._remove_orphans()
         manifest = _manifest(spec, cells, executor)
         if existing is not None:
             previous = {k: existing.get(k) for k in _INVOCATION_KEYS}
             manifest["history"] = [*existing.get("history", []), previous]
         io.write_json(self.manifest_path, manifest)
         return manifest
+
+    def _remove_orphans(self) -> None:
+        """Delete the temporary files of a writer that was killed mid-write (``.NAME.*.tmp``,
+        see :func:`trainfabric.io.atomic_write`); safe because the caller holds the lock."""
+        for folder in (self.path, self.cells_dir):
+            if folder.is_dir():
+                for orphan in folder.glob(".*.tmp"):
+                    orphan.unlink(missing_ok=True)
 
     def _has_foreign_files(self) -> bool:
         """Whether the directory holds anything besides its own lock file."""
