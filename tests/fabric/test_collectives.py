@@ -123,3 +123,82 @@ def test_step_sync_is_a_global_barrier_and_entropy_is_per_connection():
     assert np.unique(e0).size == 6
     assert fc.identical_steps(steps)
     assert not fc.identical_steps(fc.collective_steps("all_reduce", 8, 1e6, "halving_doubling"))
+
+
+# -- connection semantics ----------------------------------------------------------------------
+def test_persistent_connections_hash_the_pair_and_channel_only():
+    from trainfabric.fabric.flows import mix64
+
+    steps = fc.collective_steps("all_reduce", 6, 1e6)
+    cf = fc.collective_flows(steps, np.arange(10, 16), job=3, channels=2, seed=5)
+    f = cf.flows
+    expect = mix64(np.full(f.n, 3), f.src, f.dst, f.channel, seed=5)
+    assert np.array_equal(f.entropy, expect)
+    default = fc.collective_flows(steps, np.arange(10, 16), job=3, channels=2, seed=5)
+    explicit = fc.collective_flows(
+        steps, np.arange(10, 16), job=3, channels=2, seed=5, connections="persistent"
+    )
+    assert np.array_equal(default.flows.entropy, explicit.flows.entropy)
+
+
+def test_per_message_connections_draw_a_new_hash_every_step():
+    steps = fc.collective_steps("all_reduce", 8, 1e6)
+    cf = fc.collective_flows(steps, np.arange(8), channels=2, connections="per_message")
+    f = cf.flows
+    # every (step, pair, channel) is its own connection
+    assert np.unique(f.entropy).size == f.n
+    persistent = fc.collective_flows(steps, np.arange(8), channels=2).flows
+    # same flows, same dependencies, only the hash input differs
+    for name in ("src", "dst", "bytes", "deps_ptr", "deps", "delay_s", "channel"):
+        assert np.array_equal(getattr(f, name), getattr(persistent, name))
+    assert np.unique(persistent.entropy).size == 8 * 2
+
+
+def test_per_message_ecmp_paths_change_between_steps_persistent_ones_do_not():
+    from trainfabric.fabric import topology as T
+    from trainfabric.fabric.routing import Router
+
+    topo = T.multiplane(64, 2, 16)
+    hosts = fc.place(topo.host_leaf[0], 16, "scattered")
+    steps = fc.collective_steps("all_reduce", 16, 1e6)
+    for connections, differ in (("persistent", False), ("per_message", True)):
+        cf = fc.collective_flows(steps, hosts, connections=connections)
+        routes = Router(topo, "ecmp").route(cf.flows, np.arange(cf.flows.n)).group
+        first = routes[cf.step == 0]
+        changed = [not np.array_equal(first, routes[cf.step == k]) for k in range(1, 6)]
+        assert all(changed) if differ else not any(changed)
+
+
+def test_bad_connections_are_config_errors():
+    steps = fc.collective_steps("all_reduce", 4, 1e6)
+    with pytest.raises(ConfigError, match="connections"):
+        fc.collective_flows(steps, np.arange(4), connections="per_step")
+    with pytest.raises(ConfigError, match="connections"):
+        fc.flow_count("all_reduce", 4, connections="qp")
+    from trainfabric.fabric import topology as T
+    from trainfabric.fabric.routing import Router
+
+    topo = T.multiplane(16, 2, 8)
+    with pytest.raises(ConfigError, match="connections"):
+        fc.run_collective(topo, Router(topo, "ecmp"), steps, np.arange(4), connections="x")
+
+
+@pytest.mark.parametrize("mode", ["ecmp", "spray"])
+def test_ring_shortcut_and_per_message_connections(mode):
+    """Per-message hashing makes single-path ring steps differ: no shortcut there, and the
+    step-by-step run is what is reported; split modes ignore the hash, so the shortcut stays
+    and equals the step-by-step run."""
+    from trainfabric.fabric import topology as T
+    from trainfabric.fabric.routing import Router
+
+    topo = T.multiplane(64, 2, 16)
+    hosts = fc.place(topo.host_leaf[0], 16, "random", seed=1)
+    steps = fc.collective_steps("all_reduce", 16, 4e6)
+    opts = dict(sync="step", connections="per_message")
+    fast = fc.run_collective(topo, Router(topo, mode), steps, hosts, **opts)
+    full = fc.run_collective(topo, Router(topo, mode), steps, hosts, shortcut=False, **opts)
+    assert fast.shortcut == (mode == "spray")
+    assert fc.flow_count("all_reduce", 16, sync="step", mode=mode, connections="per_message") == (
+        fast.n_flows
+    )
+    assert fast.time_s == pytest.approx(full.time_s, rel=1e-9)

@@ -10,15 +10,28 @@ A collective over ``n`` ranks is a list of steps (:mod:`trainfabric.workloads.co
   rank takes part in (it sends on what it has received, as NCCL's ring does: a stall
   propagates around the ring step by step); ``sync="step"``: a global barrier, every flow of
   step ``k`` (``n_k n_{k+1}`` dependency edges, so small groups only).
-* ``entropy`` (the ECMP hash input) is a seeded 64-bit mix of (job, source host, destination
-  host, channel): one connection per pair and channel, re-used by every step, as NCCL re-uses
-  its queue pairs. ``channels = c`` splits every transfer into ``c`` connections of
-  ``bytes / c`` each (NCCL's multiple channels/QPs).
+* ``connections`` (``CONNECTIONS``) says what a connection is, hence what the ECMP hash
+  input ``entropy`` is:
+
+  - ``"persistent"`` (default, as NCCL): one queue pair per (job, source host, destination
+    host, channel), re-used by every step; ``entropy`` is a seeded 64-bit mix of those four,
+    so a pair's steps share one path under per-flow hashing and a collision persists;
+  - ``"per_message"`` (as htsim's connection-matrix generators, which start a new flow at
+    every hop of a ring): a new connection per step (message), ``entropy`` mixes the step
+    index in as well, so every step draws a fresh ECMP / flowlet hash.
+
+  Only the hash input differs: software plane pinning (``pinning``) places a host pair's
+  channels round-robin whatever the connection, and the split modes ignore the hash. No
+  per-message start-up cost (handshake, first RTT) is added here: that is a transport
+  effect for the calibration of the engine.
+  ``channels = c`` splits every transfer into ``c`` connections of ``bytes / c`` each
+  (NCCL's multiple channels/QPs).
 
 Ring shortcut (:func:`run_collective`): when every step has the same pairs and bytes (ring
 reduce-scatter, all-gather, all-reduce) and the steps are separated by a global barrier, the
 steps are identical simulations, so the collective time is ``n_steps x`` the time of one
-step. The shortcut is used only then (and never for ``flowlet``), and results say so
+step. The shortcut is used only then (never for ``flowlet``, nor for ``per_message``
+connections under a single-path mode, whose steps hash differently), and results say so
 (``steps_simulated`` < ``n_steps``); with ``sync="rank"`` the steps overlap and every step
 is simulated.
 
@@ -55,6 +68,7 @@ KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "permutatio
 ALGORITHMS = ("ring", "halving_doubling")
 PLACEMENTS = ("packed", "scattered", "random")
 SYNCS = ("rank", "step")
+CONNECTIONS = ("persistent", "per_message")
 MAX_BARRIER_EDGES = 4_000_000
 _BUS = {
     "all_reduce": lambda n: 2 * (n - 1) / n,
@@ -173,28 +187,52 @@ def _steps_and_flows(kind: str, n: int, algorithm: str) -> tuple[int, int]:
     return (2 if kind == "all_reduce" else 1) * per_pass, n
 
 
+def shortcut_applies(sync: str, mode: str, connections: str = "persistent") -> bool:
+    """Whether the ring shortcut may replace identical ring steps by one (module doc):
+    a global barrier, not ``flowlet``, and the same hashes every step (``persistent``
+    connections, or a split mode that ignores the hash)."""
+    if connections not in CONNECTIONS:
+        raise ConfigError(
+            "connections", f"unknown {connections!r}; known: {', '.join(CONNECTIONS)}"
+        )
+    split = mode in ("spray", "adaptive")
+    return sync == "step" and mode != "flowlet" and (connections == "persistent" or split)
+
+
 def flow_count(
-    kind: str, n: int, algorithm: str = "ring", sync: str = "rank", mode: str = "ecmp"
+    kind: str,
+    n: int,
+    algorithm: str = "ring",
+    sync: str = "rank",
+    mode: str = "ecmp",
+    connections: str = "persistent",
 ) -> int:
     """Flows (per channel) the engine simulates for one collective: every step's flows, or one
-    step when the ring shortcut applies (:func:`run_collective`: ``sync="step"``, identical
-    ring steps, not ``flowlet``)."""
+    step when the ring shortcut applies (:func:`run_collective`, :func:`shortcut_applies`)."""
     steps, per_step = _steps_and_flows(kind, n, algorithm)
     ring = kind in ("all_reduce", "reduce_scatter", "all_gather") and algorithm == "ring"
-    if ring and sync == "step" and mode != "flowlet":
+    if ring and shortcut_applies(sync, mode, connections):
         steps = 1
     return steps * per_step
 
 
 def collective_memory_bytes(
-    kind: str, n: int, *, algorithm="ring", sync="rank", channels=1, planes=1, modes=("ecmp",)
+    kind: str,
+    n: int,
+    *,
+    algorithm="ring",
+    sync="rank",
+    channels=1,
+    planes=1,
+    modes=("ecmp",),
+    connections="persistent",
 ) -> tuple[float, int]:
     """``(bytes, flows)``: the largest over ``modes`` of the flows x per-flow bytes
     (:func:`~trainfabric.fabric.flows.flow_memory_bytes`), with ``channels`` flows per
     transfer plus their ``2 x channels`` dependencies (8 B each) per flow."""
     worst = (0.0, 0)
     for mode in modes:
-        flows = flow_count(kind, n, algorithm, sync, mode) * channels
+        flows = flow_count(kind, n, algorithm, sync, mode, connections) * channels
         split = mode in ("spray", "adaptive")
         nbytes = flow_memory_bytes(flows, planes, split) + 16.0 * channels * flows
         worst = max(worst, (nbytes, flows))
@@ -242,10 +280,16 @@ def collective_flows(
     channels: int = 1,
     release_s: float = 0.0,
     seed: int = 0,
+    connections: str = "persistent",
 ) -> CollectiveFlows:
-    """Flows of ``steps`` (rank ids) on ``hosts``; ``step_latency_s`` scalar or per step."""
+    """Flows of ``steps`` (rank ids) on ``hosts``; ``step_latency_s`` scalar or per step;
+    ``connections``: ``"persistent"`` or ``"per_message"`` (module doc)."""
     if sync not in SYNCS:
         raise ConfigError("sync", f"unknown {sync!r}; known: {', '.join(SYNCS)}")
+    if connections not in CONNECTIONS:
+        raise ConfigError(
+            "connections", f"unknown {connections!r}; known: {', '.join(CONNECTIONS)}"
+        )
     if channels < 1:
         raise ConfigError("channels", "must be >= 1")
     hosts = np.asarray(hosts, np.int64)
@@ -262,11 +306,15 @@ def collective_flows(
     src, dst, nbytes, chan, step_of = (np.concatenate(a) for a in (src, dst, nbytes, chan, step_of))
     deps_ptr, deps = _step_deps(src, dst, step_of, len(steps), sync)
     f = src.size
+    if connections == "persistent":
+        entropy = mix64(np.full(f, job), src, dst, chan, seed=seed)
+    else:  # a new connection (hash) per message: the step index joins the key
+        entropy = mix64(np.full(f, job), src, dst, chan, step_of, seed=seed)
     flows = FlowTable(
         src=src,
         dst=dst,
         bytes=nbytes,
-        entropy=mix64(np.full(f, job), src, dst, chan, seed=seed),
+        entropy=entropy,
         job=np.full(f, job, np.int32),
         deps_ptr=deps_ptr,
         deps=deps,
@@ -359,15 +407,16 @@ def run_collective(
     ``link_up``: links down from the start; ``batch_rtol``: see the engine).
 
     The ring shortcut (module doc) applies when ``shortcut``, ``sync == "step"``, every step
-    is identical and the mode is not ``flowlet`` (whose re-hashes depend on each step's idle
-    gaps); the steps are then identical simulations (static failures, same connections).
+    is identical, the mode is not ``flowlet`` (whose re-hashes depend on each step's idle
+    gaps) and every step hashes alike (``persistent`` connections or a split mode); the
+    steps are then identical simulations (static failures, same connections).
     """
     from trainfabric.fabric.engine import simulate
 
+    connections = flow_options.get("connections", "persistent")
     use = (
         shortcut
-        and router.flowlet_gap_s is None  # idle gaps (hence re-hashes) differ per step
-        and flow_options.get("sync", "rank") == "step"
+        and shortcut_applies(flow_options.get("sync", "rank"), router.mode, connections)
         and len(steps) > 1
         and identical_steps(steps)
     )
