@@ -49,11 +49,57 @@ def test_failures_table_is_consistent(tmp_path):
     table = S.run_failures(S.parse_scenario(tiny("failures")))
     assert np.allclose(table["ideal_fraction"], 1 - table["failed_fraction"])
     healthy = table[table["failed_fraction"] == 0]
-    assert np.allclose(healthy["lp_fraction"], 1.0)  # full bisection: every flow at line rate
-    assert np.allclose(healthy[healthy["mode"] == "adaptive"]["bisection_fraction"], 1.0)
+    assert np.allclose(healthy["max_concurrent_flow_lp"], 1.0)  # every flow at line rate
+    assert np.allclose(healthy[healthy["mode"] == "adaptive"]["mean_permutation_goodput"], 1.0)
+    assert np.allclose(healthy["maxflow_bisection"], 1.0)  # full bisection
     broken = table[table["failed_fraction"] > 0]
     assert (broken["failed_links"] > 0).all()
     assert np.all(healthy["collective_increase"] == 0)
+
+
+def test_failure_labels_are_what_they_say():
+    """Every permutation across the leaf-order cut stays under the max-flow of that cut
+    (goodput_over_maxflow <= 1, any mode); the max-flow is a property of the links (one
+    value per draw, whatever the mode) and equals the per-spine closed form of a 2-tier
+    fabric: sum over planes and spines of min(alive A->s, alive s->B) cables x port rate.
+    The mean goodput of a random permutation is NOT bounded by it (no assertion)."""
+    from trainfabric.fabric import topology as T
+
+    sc = S.parse_scenario(tiny("failures", fractions=[0.0, 0.25], draws=3))
+    table = S.run_failures(sc)
+    assert (table["goodput_over_maxflow"] <= 1 + 1e-9).all()
+    assert np.allclose(
+        table["goodput_over_maxflow"] * table["maxflow_bisection"], table["cut_permutation_goodput"]
+    )
+    per_draw = table.groupby(["failed_fraction", "draw"])["maxflow_bisection"].nunique()
+    assert (per_draw == 1).all()
+    topo = S.build_topology(sc.topology)
+    for frac, d in [(0.25, 0), (0.25, 2)]:
+        rng = np.random.default_rng([sc.seed, d])
+        up = T.fail_links(topo, frac, seed=int(rng.integers(2**31)))
+        cap_up, cap_down = T.bundle_capacity(topo, up)  # [P, L, S], [P, S, L]
+        leaves = cap_up.shape[1]
+        a = np.arange(leaves) < leaves // 2  # hosts are in leaf order, leaves hold equal counts
+        closed = np.minimum(cap_up[:, a].sum(axis=1), cap_down[:, :, ~a].sum(axis=2)).sum()
+        closed *= topo.port_rate_bps / (topo.n_hosts / 2 * topo.nic_rate_bps)
+        row = table[(table["failed_fraction"] == frac) & (table["draw"] == d)]
+        assert row["maxflow_bisection"].iloc[0] == pytest.approx(min(closed, 1.0))
+    summary = S.summarize("failures", {S.STEMS["failures"]: table})
+    for mode in sc.modes:
+        assert set(S.FAILURE_KEYS) <= set(summary[mode])
+
+
+def test_connections_reach_the_flows():
+    """``connections`` is a strict field of every collective and is passed to the flows."""
+    with pytest.raises(ConfigError) as exc:
+        S.parse_scenario(tiny("failures", collective={"kind": "all_to_all", "connections": "x"}))
+    assert exc.value.field == "collective.connections"
+    sc = S.parse_scenario(
+        tiny("failures", collective={"kind": "all_reduce", "connections": "per_message"})
+    )
+    assert S._flow_options(sc.collective, 0)["connections"] == "per_message"
+    table = S.run_failures(sc.model_copy(update={"fractions": [0.0], "modes": ["ecmp"]}))
+    assert (table["connections"] == "per_message").all()
 
 
 def test_flap_stalls_follow_the_reaction_time():

@@ -97,11 +97,11 @@ def run_cmd(
     every kind: name (plain name, names runs/fabric-<name>), seed, modes (subset of ecmp,
     flowlet, pinning, spray, adaptive) and [topology] (gpus, planes, switch_radix,
     nic_rate_gbps, oversubscription, rail, hop_latency_s). Per kind:
-      line_rate   [[collectives]] (kind, algorithm, ranks, placement, channels, ...),
-                  sizes_bytes
+      line_rate   [[collectives]] (kind, algorithm, ranks, placement, channels,
+                  connections = "persistent"|"per_message", ...), sizes_bytes
       isolation   [victim], [aggressor] collectives, victim_fraction,
                   oversubscription = [...], failed_fractions = [...]
-      failures    fractions = [...], draws, connections, [collective], lp, offered_load
+      failures    fractions = [...], draws, channels, [collective], lp, offered_load
       flaps       [collective], iterations, compute_s, [[flaps]] (link = "host"|"fabric",
                   at_s or iteration, duration_s)
     Units: bytes, seconds, Gb/s. Examples: configs/fabric-line-rate.toml,
