@@ -189,11 +189,15 @@ def simulate(
     batch_rtol: float = 0.0,
     mtu_bytes: int = MTU_BYTES,
     header_bytes: int = HEADER_BYTES,
+    compiled: bool | None = None,
 ) -> SimResult:
     """Run ``flows`` on ``topo`` under ``router`` until every flow finished (or ``until_s``).
 
     ``link_up``: links down from the start (failures every mechanism already knows);
-    ``events``: timed link state changes.
+    ``events``: timed link state changes. ``compiled``: run the event loop compiled
+    (:mod:`trainfabric.fabric.engine_loop`; routes static: no ``events``, not ``flowlet``,
+    no ``record_links``) or in Python (``False``, the reference); ``None`` picks the compiled
+    loop whenever it applies.
     """
     if router.topo is not topo:
         raise ConfigError("router", "the router was built for another topology")
@@ -203,9 +207,90 @@ def simulate(
     if not 0 <= batch_rtol < 1:
         raise ConfigError("batch_rtol", "must be in [0, 1)")
     wire_factor = (mtu_bytes + header_bytes) / mtu_bytes
+    static = (
+        (events is None or events.time_s.size == 0)
+        and router.flowlet_gap_s is None
+        and not record_links
+    )
+    if compiled and not static:
+        raise ConfigError(
+            "compiled", "the compiled loop needs static routes: no events, flowlet or record_links"
+        )
+    if static and compiled is not False:
+        return _simulate_compiled(
+            topo, flows, router, link_up, until_s, float(batch_rtol), wire_factor
+        )
     sim = _Simulation(topo, flows, router, events, link_up, record_links, wire_factor)
     sim.batch_rtol = float(batch_rtol)
     return sim.run(until_s)
+
+
+def _simulate_compiled(topo, flows, router, link_up, until_s, batch_rtol, wire_factor):
+    """The compiled event loop (:mod:`trainfabric.fabric.engine_loop`): one routing epoch,
+    every route computed up front."""
+    from trainfabric.fabric.engine_loop import event_loop, route_all
+    from trainfabric.fabric.maxmin import link_load as _link_load
+
+    wall0 = time.perf_counter()
+    n = flows.n
+    truth = np.ones(topo.n_links, bool) if link_up is None else np.array(link_up, bool)
+    if truth.shape != (topo.n_links,):
+        raise ConfigError("link_up", f"must have one entry per link ({topo.n_links})")
+    wire = flows.bytes * wire_factor * 8.0
+    router.begin_epoch(truth, {m: truth for m in MECHANISMS}, flows, wire)
+    sg, sw, lost, hops = route_all(router, flows)
+    groups = router.groups
+    succ_ptr, succ = flows.successors()
+    rem, start, finish = wire.copy(), np.full(n, np.nan), np.full(n, np.nan)
+    jobs = int(flows.job.max(initial=0)) + 1
+    out = event_loop(
+        wire,
+        rem,
+        start,
+        finish,
+        np.diff(flows.deps_ptr).astype(np.int64),
+        flows.release_s.copy(),
+        flows.release_s,
+        flows.delay_s,
+        succ_ptr,
+        succ,
+        flows.job.astype(np.int64),
+        jobs,
+        sg,
+        sw,
+        lost,
+        hops,
+        float(topo.hop_latency_s),
+        np.ascontiguousarray(topo.capacity_bps, np.float64),
+        int(groups.offset),
+        groups.ptr,
+        groups.link,
+        groups.coef,
+        float(until_s),
+        batch_rtol,
+        DONE_RTOL,
+        1e-9,
+    )
+    t_end, n_events, n_solves, sent_bits, seg_t, seg_g, seg_a, seg_i, bad = out
+    if bad:
+        raise ValueError(f"{bad} active flows cross no link")
+    s = seg_t.size
+    t = np.r_[seg_t, t_end] if s else np.array([0.0, t_end])
+    cols = max(s, 1)
+    return SimResult(
+        start_s=start,
+        finish_s=finish,
+        seg_t=t,
+        job_goodput_bps=seg_g[:s].T.copy() if s else np.zeros((jobs, cols)),
+        job_active=seg_a[:s].T.copy() if s else np.zeros((jobs, cols), np.int64),
+        job_impaired=seg_i[:s].T.copy() if s else np.zeros((jobs, cols), np.int64),
+        link_bits=_link_load(sg, sw, groups, topo.n_links, sent_bits),
+        link_load_bps=None,
+        n_events=int(n_events),
+        n_rate_solves=int(n_solves),
+        wall_s=time.perf_counter() - wall0,
+        end_s=float(t_end),
+    )
 
 
 class _Simulation:

@@ -92,7 +92,7 @@ def link_load(
     per_group = np.bincount(
         slot_group[used], weights=(slot_weight * rates[:, None])[used], minlength=n_groups
     )
-    load = per_group[:n_links].copy()
+    load = per_group[:n_links].astype(float)  # float even for no flows (bincount of nothing)
     spread = per_group[n_links:]
     if spread.size:
         owner = np.repeat(np.arange(groups.n), np.diff(groups.ptr))

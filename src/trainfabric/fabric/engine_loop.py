@@ -1,0 +1,316 @@
+"""The flow engine's event loop compiled with numba, for fabrics whose routes are static.
+
+When no link changes state during the run (no :class:`~trainfabric.fabric.engine.LinkEvents`)
+and the mode does not re-hash on idle gaps (not ``flowlet``), the router is in one epoch for
+the whole run: every flow's route is a function of the flow alone, so all routes are
+computed once before the loop (in chunks, by the same :class:`~trainfabric.fabric.routing.Router`
+calls as the Python loop makes at each release) and the whole event loop runs in one
+compiled call. It is the Python loop of :mod:`trainfabric.fabric.engine` statement for
+statement — same next-event rule, same completion test, same release rule, same batched
+completions — with three changes of bookkeeping, none of the model:
+
+* the max-min solve (:func:`trainfabric.fabric.maxmin._fill`, the same progressive filling)
+  runs on a compact copy of the active flows' slots, rebuilt at each event in ``O(active
+  x slots)``, instead of the Python loop's incidence over every routed flow;
+* link bits are integrated per flow (``Σ rate_f · busy_f``, the wire bits it sent) and put on
+  the links once at the end (``A^T s``) instead of adding the link loads at every event: the
+  same sum in another order;
+* releases live in a binary heap of ``(time, sequence, flow)`` (the Python loop keeps groups
+  of flows per time); equal-time releases start at the same event either way.
+
+Results agree with the Python loop to rounding (tests compare finish times to ``1e-9``
+relative on random instances). Per event the cost is ``O(active · slots + links + groups)``
+with no Python in it; the Python loop's cost per event is dominated by about forty numpy
+calls of a few microseconds each.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from trainfabric.fabric.maxmin import _fill, _incidence
+
+ROUTE_CHUNK = 1 << 20  # flows routed per Router.route call before the loop
+
+
+# -- release heap: (time, seq) ordered, flow payload ------------------------------------------
+@numba.njit(cache=True)
+def _less(ht, hs, i, j):
+    return ht[i] < ht[j] or (ht[i] == ht[j] and hs[i] < hs[j])
+
+
+@numba.njit(cache=True)
+def _swap(ht, hs, hf, i, j):
+    ht[i], ht[j] = ht[j], ht[i]
+    hs[i], hs[j] = hs[j], hs[i]
+    hf[i], hf[j] = hf[j], hf[i]
+
+
+@numba.njit(cache=True)
+def _heap_push(ht, hs, hf, size, t, seq, f):
+    """Push ``(t, seq, f)``; the arrays have room for every flow. Returns the new size."""
+    i = size
+    ht[i], hs[i], hf[i] = t, seq, f
+    while i > 0:
+        parent = (i - 1) // 2
+        if not _less(ht, hs, i, parent):
+            break
+        _swap(ht, hs, hf, i, parent)
+        i = parent
+    return size + 1
+
+
+@numba.njit(cache=True)
+def _heap_pop(ht, hs, hf, size):
+    """Remove the top; returns ``(flow, new size)``."""
+    f = hf[0]
+    size -= 1
+    if size > 0:
+        ht[0], hs[0], hf[0] = ht[size], hs[size], hf[size]
+        i = 0
+        while True:
+            c = 2 * i + 1
+            if c >= size:
+                break
+            if c + 1 < size and _less(ht, hs, c + 1, c):
+                c += 1
+            if not _less(ht, hs, c, i):
+                break
+            _swap(ht, hs, hf, i, c)
+            i = c
+    return f, size
+
+
+# -- the loop -----------------------------------------------------------------------------------
+@numba.njit(cache=True)
+def _grow2(a, rows):
+    out = np.zeros((rows, a.shape[1]), a.dtype)
+    out[: a.shape[0]] = a
+    return out
+
+
+@numba.njit(cache=True)
+def _solve(act, m, sg, sw, lost, cap, g_off, g_ptr, g_link, g_coef, n_groups, lsg, lsw, rtol):
+    """Max-min rates of the active flows ``act[:m]`` (0 for those with ``lost >= 1``) and
+    the link loads; the count of unconstrained flows."""
+    K = sg.shape[1]
+    ok = np.empty(m, np.int64)
+    mo = 0
+    for i in range(m):
+        f = act[i]
+        if lost[f] < 1.0:
+            for k in range(K):
+                lsg[mo, k] = sg[f, k]
+                lsw[mo, k] = sw[f, k]
+            ok[mo] = i
+            mo += 1
+    rate = np.zeros(m)
+    if mo == 0:
+        return rate, np.zeros(cap.size), 0
+    a_sg, a_sw = lsg[:mo], lsw[:mo]
+    mptr, members = _incidence(a_sg, a_sw, n_groups)
+    r, load, bad = _fill(
+        cap, a_sg, a_sw, np.arange(mo), g_off, g_ptr, g_link, g_coef, mptr, members, rtol
+    )
+    for j in range(mo):
+        rate[ok[j]] = r[j]
+    return rate, load, bad
+
+
+@numba.njit(cache=True)
+def _complete(f, sent, finish, rem, hops, hop_s, succ_ptr, succ, ready, pending, rel, dly, heap):
+    """Flow ``f`` sent its last byte at ``sent``: it finishes on arrival; successors whose
+    last predecessor this was are pushed at ``max(ready, release) + delay``."""
+    ht, hs, hf, state = heap
+    arrive = sent + hops[f] * hop_s
+    finish[f] = arrive
+    rem[f] = 0.0
+    for e in range(succ_ptr[f], succ_ptr[f + 1]):
+        s = succ[e]
+        if arrive > ready[s]:
+            ready[s] = arrive
+        pending[s] -= 1
+        if pending[s] == 0:
+            at = max(ready[s], rel[s]) + dly[s]
+            state[0] = _heap_push(ht, hs, hf, state[0], at, state[1], s)
+            state[1] += 1
+
+
+@numba.njit(cache=True)
+def event_loop(
+    wire,
+    rem,
+    start,
+    finish,
+    pending,
+    ready,
+    rel,
+    dly,
+    succ_ptr,
+    succ,
+    job,
+    n_jobs,
+    sg,
+    sw,
+    lost,
+    hops,
+    hop_s,
+    cap,
+    g_off,
+    g_ptr,
+    g_link,
+    g_coef,
+    until_s,
+    batch_rtol,
+    done_rtol,
+    rtol,
+):
+    """Run the flows to completion (or ``until_s``); module doc. Fills ``rem``, ``start``,
+    ``finish`` in place. Returns ``(t_end, events, solves, sent_bits per flow, seg_t,
+    seg_goodput[S, J], seg_active[S, J], seg_impaired[S, J], unconstrained)``."""
+    n = wire.size
+    K = sg.shape[1]
+    n_groups = g_off + g_ptr.size - 1
+    ht = np.empty(n)
+    hs = np.empty(n, np.int64)
+    hf = np.empty(n, np.int64)
+    state = np.zeros(2, np.int64)  # heap size, next sequence number
+    heap = (ht, hs, hf, state)
+    for f in range(n):
+        if pending[f] == 0:
+            state[0] = _heap_push(ht, hs, hf, state[0], rel[f] + dly[f], state[1], f)
+            state[1] += 1
+    act = np.empty(n, np.int64)
+    m = 0
+    sent_bits = np.zeros(n)
+    lsg = np.empty((16, K), np.int64)
+    lsw = np.empty((16, K))
+    seg_t = np.empty(64)
+    seg_g = np.zeros((64, n_jobs))
+    seg_a = np.zeros((64, n_jobs), np.int64)
+    seg_i = np.zeros((64, n_jobs), np.int64)
+    n_seg = 0
+    t = 0.0
+    events = 0
+    solves = 0
+    while True:
+        # -- rates of the active flows
+        if lsg.shape[0] < m:
+            lsg = np.empty((2 * m, K), np.int64)
+            lsw = np.empty((2 * m, K))
+        rate = np.zeros(m)
+        if m > 0:
+            solves += 1
+            rate, _load, bad = _solve(
+                act, m, sg, sw, lost, cap, g_off, g_ptr, g_link, g_coef, n_groups, lsg, lsw, rtol
+            )
+            if bad:
+                return t, events, solves, sent_bits, seg_t[:n_seg], seg_g, seg_a, seg_i, bad
+        gp = np.empty(m)
+        proj = np.empty(m)
+        t1 = np.inf
+        for i in range(m):
+            f = act[i]
+            gp[i] = rate[i] * (1.0 - lost[f])
+            proj[i] = t + rem[f] / gp[i] if gp[i] > 0 else np.inf
+            t1 = min(t1, proj[i])
+        # -- next event
+        if m == 0 and state[0] == 0:
+            t_next = np.inf
+        else:
+            t_other = ht[0] if state[0] > 0 else np.inf
+            if t1 < t_other and batch_rtol > 0:
+                t0 = np.inf
+                for i in range(m):
+                    t0 = min(t0, start[act[i]])
+                window = t1 + batch_rtol * (t1 - t0)
+                top = -np.inf
+                for i in range(m):
+                    if proj[i] <= window and proj[i] > top:
+                        top = proj[i]
+                t1 = min(top, t_other)
+            t_next = min(t1, t_other)
+        stop = t_next == np.inf or t_next > until_s
+        t_adv = (min(until_s, t) if t_next == np.inf else until_s) if stop else t_next
+        # -- advance to t_adv
+        dt = t_adv - t
+        if dt > 0:
+            if n_seg == seg_t.size:
+                seg_t = np.concatenate((seg_t, np.empty(n_seg)))
+                seg_g, seg_a, seg_i = (
+                    _grow2(seg_g, 2 * n_seg),
+                    _grow2(seg_a, 2 * n_seg),
+                    _grow2(seg_i, 2 * n_seg),
+                )
+            seg_t[n_seg] = t
+            for i in range(m):
+                f = act[i]
+                busy = min(proj[i] - t, dt)
+                rem[f] -= gp[i] * busy
+                sent_bits[f] += rate[i] * busy
+                j = job[f]
+                seg_g[n_seg, j] += gp[i] * (busy / dt)
+                seg_a[n_seg, j] += 1
+                if lost[f] > 0:
+                    seg_i[n_seg, j] += 1
+            n_seg += 1
+        t = t_adv
+        if stop:
+            break
+        events += 1
+        # -- completions, then releases due by t
+        keep = 0
+        for i in range(m):
+            f = act[i]
+            if proj[i] <= t or (gp[i] > 0 and rem[f] <= done_rtol * wire[f]):
+                sent = min(proj[i], t)
+                _complete(
+                    f,
+                    sent,
+                    finish,
+                    rem,
+                    hops,
+                    hop_s,
+                    succ_ptr,
+                    succ,
+                    ready,
+                    pending,
+                    rel,
+                    dly,
+                    heap,
+                )
+            else:
+                act[keep] = f
+                keep += 1
+        m = keep
+        while state[0] > 0 and ht[0] <= t:
+            f, state[0] = _heap_pop(ht, hs, hf, state[0])
+            start[f] = t
+            act[m] = f
+            m += 1
+    return t, events, solves, sent_bits, seg_t[:n_seg], seg_g, seg_a, seg_i, 0
+
+
+def route_all(router, flows, chunk: int = ROUTE_CHUNK):
+    """Routes of every flow in the router's current epoch, ``chunk`` flows per call:
+    ``(group[n, K], weight[n, K], lost[n], hops[n])``."""
+    n = flows.n
+    sg = sw = None
+    lost = np.ones(n)
+    hops = np.zeros(n, np.int64)
+    for lo in range(0, max(n, 1), chunk):
+        idx = np.arange(lo, min(n, lo + chunk))
+        if idx.size == 0:
+            break
+        r = router.route(flows, idx)
+        if sg is None:
+            sg = np.full((n, r.group.shape[1]), -1, np.int64)
+            sw = np.zeros((n, r.group.shape[1]))
+        sg[idx] = r.group
+        sw[idx] = r.weight
+        lost[idx] = r.lost
+        hops[idx] = r.hops
+    if sg is None:
+        sg, sw = np.full((0, 1), -1, np.int64), np.zeros((0, 1))
+    return sg, sw, lost, hops
