@@ -1,0 +1,560 @@
+"""Side by side with htsim (Broadcom/csg-htsim, NDP): scenarios, .cm files, runs, parsing.
+
+htsim is built outside this repository (never copied here); this module only writes its
+connection-matrix (``.cm``) input, runs its ``htsim_ndp`` binary and reads its stdout. The same
+:class:`Scenario` object feeds our engines (:func:`flow_table`), so both sides simulate exactly
+the same flows.
+
+Matched parameters (htsim's defaults as read in its sources; see ``htsim_notes`` in the
+README): 2-tier leaf-spine ``-tiers 2 -nodes N`` = ``K`` leaves x ``K/2`` hosts, ``K/2`` spines,
+``N = K^2/2``, host ``h`` on leaf ``h // (K/2)`` (our ``leaf_spine(N, K, rate)``); every link
+``rate`` = 100 Gb/s with 1 us propagation, no switching delay, store-and-forward at every hop;
+MTU 4000 B of payload + 64 B of header on the wire; 64 B ACK/NACK/PULL; switch output queues
+of ``q`` = 35 MTU payloads = 140,000 B (data; trimmed headers have their own queue); NDP with an
+initial window of ``cwnd`` = 50 packets, receiver-paced pulls at 99% of line rate, packet
+trimming. A flow of ``S`` bytes is sent as ``ceil(S / mtu)`` full packets (htsim never
+shortens the last one), so our side is given ``ceil(S / mtu) * mtu`` bytes.
+
+Connection semantics: htsim starts a new connection (flow id: new ECMP hash, new spray
+permutation, fresh window) for every flow in the ``.cm`` file, including each hop of a ring
+(``per_message``); our side gives every flow its own ``entropy`` (a seeded mix of its index).
+
+Completion: htsim's flow finishes when its SOURCE receives the ACK covering the last byte
+(``Flow ... finished at T``), and a triggered flow starts at that instant. Our engines' finish
+is the last byte's arrival at the receiver, so :func:`flow_table` delays a dependent flow by
+the ACK's return latency and :func:`our_fct_s` adds it to our completion times
+(:func:`ack_return_s`: 4 hops x (1 us + 64 B at line rate) across leaves, 2 within a leaf).
+
+Strategy correspondence: htsim ``perm`` (per-packet spraying over all spines, source routed)
+~ our ``spray``; ``ecmp_host -paths 1`` (per-flow hash at the switches) ~ ``ecmp``;
+``ecmp_ar`` (per-packet least-quantised-queue uplink at the leaf) ~ ``adaptive``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+RATE_BPS = 100e9
+HOP_S = 1e-6
+MTU = 4000
+HEADER = 64
+ACK = 64
+QUEUE_PKTS = 35
+CWND_PKTS = 50
+STRATS = {"spray": "perm", "ecmp": "ecmp_host -paths 1", "adaptive": "ecmp_ar"}
+OUR_MODES = ("spray", "ecmp", "adaptive")
+_PS = 1e-12
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Flows on an ``n``-host htsim leaf-spine (radix ``k``, ``n = k^2/2``).
+
+    ``start_s[f]`` is the start time of an untriggered flow (``nan`` when triggered);
+    ``pred[f]`` the flow whose completion starts ``f`` (``-1`` if none; ``pred[f] < f``).
+    Flow ids in the ``.cm`` file are ``f + 1``.
+    """
+
+    name: str
+    n: int
+    src: np.ndarray
+    dst: np.ndarray
+    size: np.ndarray
+    start_s: np.ndarray
+    pred: np.ndarray
+
+    @property
+    def k(self) -> int:
+        return radix_for(self.n)
+
+    @property
+    def n_flows(self) -> int:
+        return int(self.src.size)
+
+
+def radix_for(n: int) -> int:
+    """htsim's 2-tier radix ``K`` with ``K^2/2 = n`` (it aborts on other host counts)."""
+    k = int(round(math.sqrt(2 * n)))
+    if k * k // 2 != n or k % 2:
+        raise ValueError(f"htsim's 2-tier fat tree needs n = K^2/2 hosts (even K), got {n}")
+    return k
+
+
+def _scenario(name, n, src, dst, size, start_s=None, pred=None) -> Scenario:
+    src = np.asarray(src, np.int64)
+    f = src.size
+    start = np.zeros(f) if start_s is None else np.asarray(start_s, float)
+    pred = np.full(f, -1, np.int64) if pred is None else np.asarray(pred, np.int64)
+    sc = Scenario(name, n, src, np.asarray(dst, np.int64), np.asarray(size, np.int64), start, pred)
+    radix_for(n)
+    if np.any(sc.src == sc.dst) or np.any(sc.src < 0) or np.any(sc.dst >= n):
+        raise ValueError("flows need 0 <= src != dst < n")
+    if np.any(pred >= np.arange(f)):
+        raise ValueError("a flow can only be triggered by an earlier flow")
+    return sc
+
+
+# -- generators ----------------------------------------------------------------------------------
+def permutation(n: int, size: int, seed: int = 13) -> Scenario:
+    """Every host sends ``size`` bytes to a distinct host (a seeded random derangement)."""
+    rng = np.random.default_rng(seed)
+    dst = rng.permutation(n)
+    for i in np.flatnonzero(dst == np.arange(n)):  # fixed points: swap with the next entry
+        j = (i + 1) % n
+        dst[i], dst[j] = dst[j], dst[i]
+    return _scenario("permutation", n, np.arange(n), dst, np.full(n, size))
+
+
+def all_to_all(n: int, size: int) -> Scenario:
+    """All ``n (n-1)`` pairs at once, ``size`` bytes each (shift ``s = 1..n-1``, ``i -> i+s``)."""
+    i = np.tile(np.arange(n), n - 1)
+    dst = (i + np.repeat(np.arange(1, n), n)) % n
+    return _scenario("all_to_all", n, i, dst, np.full(i.size, size))
+
+
+def incast(n: int, senders: int, size: int, seed: int = 13) -> Scenario:
+    """``senders`` random hosts (not host 0) each send ``size`` bytes to host 0 at once."""
+    src = np.random.default_rng(seed).permutation(np.arange(1, n))[:senders]
+    return _scenario("incast", n, src, np.zeros(senders, np.int64), np.full(senders, size))
+
+
+def ring_chains(n: int, rings: int, ranks: int, size: int, seed: int = 13) -> Scenario:
+    """Ring all-reduce as htsim's ``gen_allreduce.py`` builds it: ``rings`` rings of ``ranks``
+    ranks on randomly placed hosts; per ring and start rank ``s`` a chain of ``2 ranks - 1``
+    flows of ``size`` bytes, hop ``d`` from rank ``(s+d-1) % ranks`` to ``(s+d) % ranks``,
+    each hop started by the completion of the previous one (chains are independent)."""
+    if rings * ranks > n:
+        raise ValueError("rings x ranks must fit the hosts")
+    hosts = np.random.default_rng(seed).permutation(n)[: rings * ranks].reshape(rings, ranks)
+    hops = 2 * ranks - 1
+    r, s, d = np.meshgrid(np.arange(rings), np.arange(ranks), np.arange(1, hops + 1), indexing="ij")
+    r, s, d = r.ravel(), s.ravel(), d.ravel()
+    src = hosts[r, (s + d - 1) % ranks]
+    dst = hosts[r, (s + d) % ranks]
+    f = np.arange(src.size)
+    pred = np.where(d == 1, -1, f - 1)
+    start = np.where(d == 1, 0.0, np.nan)
+    return _scenario("ring_allreduce", n, src, dst, np.full(src.size, size), start, pred)
+
+
+def default_scenarios(quick: bool = True) -> dict[str, Scenario]:
+    """The four side-by-side scenarios (issue 14, item 6)."""
+    return {
+        "permutation": permutation(512, 2_000_000, seed=13),
+        "all_to_all": all_to_all(128, 100_000),
+        "incast": incast(128, 64, 1_000_000, seed=13),
+        "ring_allreduce": ring_chains(128, 8, 16, 250_000, seed=13),
+    }
+
+
+# -- .cm files -----------------------------------------------------------------------------------
+def write_cm(sc: Scenario, path: Path) -> Path:
+    """htsim's connection-matrix text: start times in picoseconds, one oneshot trigger per
+    dependency (trigger ``f + 1`` fires when flow ``f``'s source gets its last ACK)."""
+    succ = np.full(sc.n_flows, -1, np.int64)
+    has = sc.pred >= 0
+    succ[sc.pred[has]] = np.flatnonzero(has)
+    lines = [f"Nodes {sc.n}", f"Connections {sc.n_flows}"]
+    n_trig = int(has.sum())
+    if n_trig:
+        lines.append(f"Triggers {n_trig}")
+    for f in range(sc.n_flows):
+        row = f"{sc.src[f]}->{sc.dst[f]} id {f + 1}"
+        if sc.pred[f] >= 0:
+            row += f" trigger {sc.pred[f] + 1}"
+        else:
+            row += f" start {int(round(sc.start_s[f] / _PS))}"
+        row += f" size {sc.size[f]}"
+        if succ[f] >= 0:
+            row += f" send_done_trigger {f + 1}"
+        lines.append(row)
+    lines += [f"trigger id {p + 1} oneshot" for p in sc.pred[has]]
+    path = Path(path)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+_CONN = re.compile(r"^(\d+)->(\d+)\s+(.*)$")
+
+
+def read_cm(path: Path, name: str | None = None) -> Scenario:
+    """A ``.cm`` file (ours or htsim's generators') as a :class:`Scenario`; flows are
+    renumbered in file order, ``pred`` follows ``send_done_trigger`` -> ``trigger``."""
+    n, rows, fires = 0, [], {}
+    for line in Path(path).read_text().splitlines():
+        tok = line.split()
+        if not tok:
+            continue
+        if tok[0] == "Nodes":
+            n = int(tok[1])
+            continue
+        m = _CONN.match(line.strip())
+        if not m:
+            continue
+        kv = m.group(3).split()
+        opts = dict(zip(kv[::2], kv[1::2], strict=False))
+        f = len(rows)
+        rows.append((int(m.group(1)), int(m.group(2)), int(opts["size"]), opts))
+        if "send_done_trigger" in opts:
+            fires[int(opts["send_done_trigger"])] = f
+    src, dst, size, start, pred = [], [], [], [], []
+    for s, d, b, opts in rows:
+        src.append(s)
+        dst.append(d)
+        size.append(b)
+        if "trigger" in opts:
+            pred.append(fires[int(opts["trigger"])])
+            start.append(np.nan)
+        else:
+            pred.append(-1)
+            start.append(float(opts["start"]) * _PS)
+    return _scenario(name or Path(path).stem, n, src, dst, size, start, pred)
+
+
+# -- running htsim -------------------------------------------------------------------------------
+def find_binary(htsim_dir: Path | str) -> Path | None:
+    """``htsim_ndp`` under a repository root, its ``sim/`` or ``sim/datacenter/``."""
+    base = Path(htsim_dir)
+    for cand in (base, base / "datacenter", base / "sim" / "datacenter"):
+        exe = cand / "htsim_ndp"
+        if exe.is_file() and os.access(exe, os.X_OK):
+            return exe
+    return None
+
+
+@dataclass(frozen=True)
+class HtsimRun:
+    """One htsim run: per-flow start/finish (s, ``nan`` if unfinished), packet counts, wall."""
+
+    strat: str
+    start_s: np.ndarray
+    finish_s: np.ndarray
+    new_packets: int
+    rtx_packets: int
+    wall_s: float
+    command: str
+
+    @property
+    def fct_s(self) -> np.ndarray:
+        return self.finish_s - self.start_s
+
+
+_FIN = re.compile(r"^Flow \S+ flow_id (\d+) finished at (\S+) total bytes", re.M)
+_TOT = re.compile(r"^New: (\d+) Rtx: (\d+)", re.M)
+
+
+def parse_output(text: str, sc: Scenario) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """(start_s, finish_s, new, rtx) from htsim_ndp's stdout for the flows of ``sc``: finish
+    from ``Flow .. flow_id I finished at T`` (us), start = the .cm start or the predecessor's
+    finish (its trigger fires then)."""
+    finish = np.full(sc.n_flows, np.nan)
+    for m in _FIN.finditer(text):
+        finish[int(m.group(1)) - 1] = float(m.group(2)) * 1e-6
+    start = sc.start_s.copy()
+    trig = sc.pred >= 0
+    start[trig] = finish[sc.pred[trig]]
+    tot = _TOT.search(text)
+    new, rtx = (int(tot.group(1)), int(tot.group(2))) if tot else (0, 0)
+    return start, finish, new, rtx
+
+
+def htsim_command(exe: Path, cm: Path, sc: Scenario, strat: str, end_us: float, log: Path) -> list:
+    return [
+        str(exe), "-tm", str(cm), "-tiers", "2", "-nodes", str(sc.n),
+        "-linkspeed", str(int(RATE_BPS / 1e6)), "-strat", *STRATS[strat].split(),
+        "-q", str(QUEUE_PKTS), "-cwnd", str(CWND_PKTS), "-mtu", str(MTU),
+        "-end", str(int(math.ceil(end_us))), "-o", str(log),
+    ]  # fmt: skip
+
+
+def run_htsim(exe: Path, sc: Scenario, strat: str, end_us: float, timeout_s: float = 600):
+    """Run ``sc`` under our ``strat`` name (``STRATS``) and parse it (wall = the process's
+    whole run, from exec to exit, including topology and connection set-up)."""
+    with tempfile.TemporaryDirectory(prefix="htsim_") as tmp:
+        cm = write_cm(sc, Path(tmp) / f"{sc.name}.cm")
+        cmd = htsim_command(exe, cm, sc, strat, end_us, Path(tmp) / "logout.dat")
+        t0 = time.perf_counter()
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=tmp)
+        wall = time.perf_counter() - t0
+    if out.returncode != 0:
+        raise RuntimeError(f"htsim exited {out.returncode}: {out.stderr[-500:]}")
+    start, finish, new, rtx = parse_output(out.stdout, sc)
+    shown = " ".join(Path(c).name if "/" in c else c for c in cmd)
+    return HtsimRun(strat, start, finish, new, rtx, wall, shown)
+
+
+# -- our side ------------------------------------------------------------------------------------
+def ack_return_s(sc: Scenario) -> np.ndarray:
+    """Per flow: the last ACK's trip back to the source (htsim's completion is its arrival):
+    per hop 1 us + 64 B at line rate, 4 hops across leaves, 2 within a leaf."""
+    per_host = sc.k // 2
+    hops = np.where(sc.src // per_host == sc.dst // per_host, 2, 4)
+    return hops * (HOP_S + ACK * 8 / RATE_BPS)
+
+
+def wire_bytes(sc: Scenario) -> np.ndarray:
+    """Payload bytes htsim actually sends per flow: whole MTU packets."""
+    return -(-sc.size // MTU) * MTU
+
+
+def flow_table(sc: Scenario, seed: int = 0):
+    """Our :class:`FlowTable` of ``sc``: htsim's payload per flow, one connection (entropy) per
+    flow, a triggered flow depends on its predecessor and waits for its ACK return."""
+    from trainfabric.fabric.flows import FlowTable, mix64
+
+    f = sc.n_flows
+    trig = sc.pred >= 0
+    deps_ptr = np.r_[0, np.cumsum(trig)].astype(np.int64)
+    delay = np.where(trig, ack_return_s(sc)[np.maximum(sc.pred, 0)], 0.0)
+    return FlowTable(
+        src=sc.src,
+        dst=sc.dst,
+        bytes=wire_bytes(sc).astype(float),
+        entropy=mix64(np.arange(f), seed=seed),
+        job=np.zeros(f, np.int32),
+        deps_ptr=deps_ptr,
+        deps=sc.pred[trig],
+        release_s=np.where(trig, 0.0, sc.start_s),
+        delay_s=delay,
+    )
+
+
+def our_fct_s(sc: Scenario, start_s: np.ndarray, finish_s: np.ndarray) -> np.ndarray:
+    """Our completion times on htsim's definition (last ACK back at the source)."""
+    return finish_s + ack_return_s(sc) - start_s
+
+
+def topology(sc: Scenario):
+    """Our leaf-spine equal to htsim's ``-tiers 2 -nodes n``."""
+    from trainfabric.fabric import topology as T
+
+    return T.leaf_spine(sc.n, sc.k, RATE_BPS, hop_latency_s=HOP_S)
+
+
+def packet_config(**overrides):
+    """Our packet engine's settings matched to htsim's NDP run (module doc)."""
+    from trainfabric.fabric.packet import PacketConfig
+
+    kw = dict(
+        mtu_bytes=MTU,
+        header_bytes=HEADER,
+        queue_packets=QUEUE_PKTS,
+        switch_mode="trim",
+        initial_window_packets=CWND_PKTS,
+    )
+    kw.update(overrides)
+    return PacketConfig(**kw)
+
+
+# -- metrics -------------------------------------------------------------------------------------
+def summary(sc: Scenario, start_s, finish_s, wall_s: float, rtx: int, new: int) -> dict:
+    """FCT p50/p99 (us), completion = last finish (us), aggregate goodput (Gb/s of payload
+    over the whole run), retransmitted / new data packets, wall (s)."""
+    done = np.isfinite(finish_s)
+    fct = (finish_s - start_s)[done]
+    t_end = float(np.max(finish_s[done])) if done.any() else float("nan")
+    t0 = float(np.nanmin(sc.start_s))
+    sent = float(wire_bytes(sc)[done].sum())
+    return {
+        "fct_p50_us": float(np.percentile(fct, 50) * 1e6) if fct.size else None,
+        "fct_p99_us": float(np.percentile(fct, 99) * 1e6) if fct.size else None,
+        "completion_us": (t_end - t0) * 1e6,
+        "goodput_gbps": sent * 8 / (t_end - t0) / 1e9 if done.any() else None,
+        "unfinished": int((~done).sum()),
+        "retransmit_fraction": rtx / new if new else 0.0,
+        "wall_s": float(wall_s),
+    }
+
+
+def end_us_for(sc: Scenario) -> float:
+    """A generous ``-end`` for htsim: 4x the busiest host's serialisation time plus 1 ms
+    (htsim's retransmission scanner keeps the event list alive until ``-end``)."""
+    per_pkt = (MTU + HEADER) * 8 / RATE_BPS
+    pk = -(-sc.size // MTU)
+    load = np.bincount(sc.src, pk, sc.n)
+    load = np.maximum(load, np.bincount(sc.dst, pk, sc.n))
+    return 4 * float(load.max()) * per_pkt * 1e6 + 1000.0
+
+
+# -- our engines on a scenario -------------------------------------------------------------------
+def our_queue_packets() -> int:
+    """htsim's queue in our units: ``q`` MTU payloads of bytes hold ``floor(q mtu / wire)``
+    full wire packets (35 x 4000 B = 140,000 B hold 34 packets of 4064 B); our
+    ``queue_packets`` counts full wire packets."""
+    return QUEUE_PKTS * MTU // (MTU + HEADER)
+
+
+def new_packets(sc: Scenario) -> int:
+    return int((wire_bytes(sc) // MTU).sum())
+
+
+def run_packet(sc: Scenario, mode: str, seed: int = 0, **cfg) -> tuple[dict, object]:
+    """Our packet engine on ``sc`` (htsim-matched config); summary on htsim's FCT definition."""
+    from trainfabric.fabric.packet import simulate_packets
+
+    topo, flows = topology(sc), flow_table(sc, seed)
+    config = packet_config(queue_packets=our_queue_packets(), **cfg)
+    t0 = time.perf_counter()
+    res = simulate_packets(topo, flows, mode, config=config, seed=seed)
+    wall = time.perf_counter() - t0
+    finish = res.finish_s + ack_return_s(sc)
+    out = summary(sc, res.start_s, finish, wall, int(res.retransmitted), new_packets(sc))
+    out.update(events=int(res.n_events), packets=int(res.n_packets))
+    return out, res
+
+
+def run_flow(sc: Scenario, mode: str, seed: int = 0) -> dict:
+    """Our flow engine on ``sc`` (same flows; wall covers routing and simulation)."""
+    from trainfabric.fabric.engine import simulate
+    from trainfabric.fabric.routing import Router
+
+    topo, flows = topology(sc), flow_table(sc, seed)
+    t0 = time.perf_counter()
+    res = simulate(topo, flows, Router(topo, mode, seed=seed), mtu_bytes=MTU, header_bytes=HEADER)
+    wall = time.perf_counter() - t0
+    finish = res.finish_s + ack_return_s(sc)
+    out = summary(sc, res.start_s, finish, wall, 0, new_packets(sc))
+    out.update(events=int(res.n_events))
+    return out
+
+
+def warm_up(engines: tuple[str, ...]) -> None:
+    """Compile the numba kernels on tiny instances (never timed)."""
+    tiny = [permutation(8, 8000, seed=1), ring_chains(8, 1, 3, 8000, seed=1)]
+    for sc in tiny:
+        for mode in OUR_MODES:
+            if "packet" in engines:
+                run_packet(sc, mode)
+            if "flow" in engines:
+                run_flow(sc, mode)
+
+
+# -- the side-by-side table ----------------------------------------------------------------------
+def _ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def mode_ratios(rows: dict, key: str) -> dict:
+    """``ecmp / spray`` and ``adaptive / spray`` of one side's ``key``."""
+    return {m: _ratio(rows[m][key], rows["spray"][key]) for m in ("ecmp", "adaptive")}
+
+
+def ordering(rows: dict, key: str, tie: float = 0.03) -> str:
+    """Modes sorted by ``key``; neighbours within ``tie`` (relative) are written ``~``."""
+    ms = sorted(rows, key=lambda m: rows[m][key])
+    out = ms[0]
+    for a, b in zip(ms, ms[1:], strict=False):
+        out += (" ~ " if rows[b][key] <= rows[a][key] * (1 + tie) else " < ") + b
+    return out
+
+
+def compare(table: dict, engine: str) -> dict:
+    """Per scenario: ``engine``/htsim ratios per mode (p50, p99, completion), the mode
+    ratios on each side and whether ours are within 25% of htsim's."""
+    out = {}
+    for name, rows in table.items():
+        h = {m: rows[m]["htsim"] for m in rows if "htsim" in rows[m]}
+        o = {m: rows[m][engine] for m in rows if engine in rows[m]}
+        if set(h) != set(OUR_MODES) or set(o) != set(OUR_MODES):
+            continue
+        c = {"ratio_vs_htsim": {}, "mode_ratios": {}}
+        for m in OUR_MODES:
+            c["ratio_vs_htsim"][m] = {
+                k: _ratio(o[m][k], h[m][k]) for k in ("fct_p50_us", "fct_p99_us", "completion_us")
+            }
+        for k in ("fct_p50_us", "fct_p99_us", "completion_us"):
+            ours, theirs = mode_ratios(o, k), mode_ratios(h, k)
+            c["mode_ratios"][k] = {
+                m: {
+                    "ours": ours[m],
+                    "htsim": theirs[m],
+                    "within_25pct": None
+                    if ours[m] is None or theirs[m] is None
+                    else bool(abs(ours[m] / theirs[m] - 1) <= 0.25),
+                }
+                for m in ours
+            }
+        c["ordering"] = {
+            "ours": ordering(o, "completion_us"),
+            "htsim": ordering(h, "completion_us"),
+        }
+        out[name] = c
+    return out
+
+
+def side_by_side(
+    scenarios: dict[str, Scenario],
+    exe: Path | None,
+    engines: tuple[str, ...] = ("packet", "flow"),
+    log=None,
+) -> dict:
+    """``table[scenario][mode][side]`` = :func:`summary` for htsim (if ``exe``) and ours."""
+    table: dict = {}
+    for name, sc in scenarios.items():
+        table[name] = {}
+        for mode in OUR_MODES:
+            row = {}
+            if exe is not None:
+                r = run_htsim(exe, sc, mode, end_us_for(sc))
+                row["htsim"] = summary(
+                    sc, r.start_s, r.finish_s, r.wall_s, r.rtx_packets, r.new_packets
+                )
+                row["htsim"]["command"] = r.command
+            if "packet" in engines:
+                row["packet"] = run_packet(sc, mode)[0]
+            if "flow" in engines:
+                row["flow"] = run_flow(sc, mode)
+            table[name][mode] = row
+            if log:
+                log(name, mode, row)
+    return table
+
+
+def flow_speedups(table: dict) -> dict:
+    """htsim wall / flow-engine wall per scenario and mode (both ran)."""
+    return {
+        f"{name}/{m}": rows[m]["htsim"]["wall_s"] / rows[m]["flow"]["wall_s"]
+        for name, rows in table.items()
+        for m in rows
+        if "htsim" in rows[m] and "flow" in rows[m]
+    }
+
+
+def dependent_ring_speedup(htsim_rows: dict | None = None, seed: int = 13) -> dict:
+    """The flow engine's own rank-synchronised ring all-reduce (``collective_flows`` with
+    ``per_message`` connections: 8 concurrent rings of 16 ranks, 250 KB chunks, 30 dependent
+    steps each) on the same hosts as :func:`ring_chains`, timed (flows, routing and
+    simulation) beside htsim's chained ring (31 dependent hops), per mode."""
+    from trainfabric.fabric import collectives as fc
+    from trainfabric.fabric.engine import simulate
+    from trainfabric.fabric.flows import FlowTable
+    from trainfabric.fabric.routing import Router
+
+    topo = topology(ring_chains(128, 8, 16, 250_000, seed=seed))
+    hosts = np.random.default_rng(seed).permutation(128).reshape(8, 16)
+    steps = fc.collective_steps("all_reduce", 16, 16 * 250_000)
+    out = {}
+    for mode in OUR_MODES:
+        t0 = time.perf_counter()
+        rings = [
+            fc.collective_flows(steps, h, job=j, connections="per_message").flows
+            for j, h in enumerate(hosts)
+        ]
+        res = simulate(
+            topo, FlowTable.concat(rings), Router(topo, mode), mtu_bytes=MTU, header_bytes=HEADER
+        )
+        row = {"flow_wall_s": time.perf_counter() - t0, "completion_us": res.makespan_s * 1e6}
+        if htsim_rows is not None and "htsim" in htsim_rows.get(mode, {}):
+            row["htsim_wall_s"] = htsim_rows[mode]["htsim"]["wall_s"]
+            row["speedup"] = row["htsim_wall_s"] / row["flow_wall_s"]
+        out[mode] = row
+    return out
