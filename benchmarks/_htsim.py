@@ -358,17 +358,20 @@ def packet_config(**overrides):
 # -- metrics -------------------------------------------------------------------------------------
 def summary(sc: Scenario, start_s, finish_s, wall_s: float, rtx: int, new: int) -> dict:
     """FCT p50/p99 (us), completion = last finish (us), aggregate goodput (Gb/s of payload
-    over the whole run), retransmitted / new data packets, wall (s)."""
+    over the whole run) and as a fraction of ``min(#senders, #receivers)`` host links
+    (the edge bound: 1 link for an incast), retransmitted / new data packets, wall (s)."""
     done = np.isfinite(finish_s)
     fct = (finish_s - start_s)[done]
     t_end = float(np.max(finish_s[done])) if done.any() else float("nan")
     t0 = float(np.nanmin(sc.start_s))
     sent = float(wire_bytes(sc)[done].sum())
+    links = min(np.unique(sc.src).size, np.unique(sc.dst).size)
     return {
         "fct_p50_us": float(np.percentile(fct, 50) * 1e6) if fct.size else None,
         "fct_p99_us": float(np.percentile(fct, 99) * 1e6) if fct.size else None,
         "completion_us": (t_end - t0) * 1e6,
         "goodput_gbps": sent * 8 / (t_end - t0) / 1e9 if done.any() else None,
+        "goodput_fraction": sent * 8 / (t_end - t0) / (links * RATE_BPS) if done.any() else None,
         "unfinished": int((~done).sum()),
         "retransmit_fraction": rtx / new if new else 0.0,
         "wall_s": float(wall_s),
@@ -558,3 +561,81 @@ def dependent_ring_speedup(htsim_rows: dict | None = None, seed: int = 13) -> di
             row["speedup"] = row["htsim_wall_s"] / row["flow_wall_s"]
         out[mode] = row
     return out
+
+
+# -- the whole table (benchmarks/vs_htsim.sh) ----------------------------------------------------
+def _engines_available() -> tuple[str, ...]:
+    try:
+        from trainfabric.fabric.packet import simulate_packets  # noqa: F401
+    except ImportError:
+        return ("flow",)
+    return ("packet", "flow")
+
+
+def table_result(exe: Path, engines: tuple[str, ...], log=None) -> dict:
+    """The side-by-side table, per-engine comparisons and the flow engine's speed-ups."""
+    warm_up(engines)
+    table = side_by_side(default_scenarios(), exe, engines=engines, log=log)
+    speed = flow_speedups(table)
+    ring = dependent_ring_speedup(table["ring_allreduce"])
+    ring_speed = {f"ring_rank_sync/{m}": r["speedup"] for m, r in ring.items()}
+    every = {**speed, **ring_speed}
+    return {
+        "engines": list(engines),
+        "connection_semantics": "per_message: a new connection (ECMP hash, spray order, "
+        "window) per flow and per ring hop, as htsim's connection matrices",
+        "matched": {
+            "topology": "htsim -tiers 2 -nodes N = leaf_spine(N, K, 100G), N = K^2/2",
+            "link": "100 Gb/s, 1 us per hop, no switch latency, store-and-forward",
+            "mtu_payload_bytes": MTU,
+            "header_bytes": HEADER,
+            "queue": f"-q {QUEUE_PKTS} = {QUEUE_PKTS * MTU} B = {our_queue_packets()} packets",
+            "initial_window_packets": CWND_PKTS,
+            "transport": "NDP with trimming (htsim_ndp; our transport='ndp', switch_mode='trim')",
+            "completion": "source receives the last ACK (ours: last byte + ACK return)",
+            "strategies": STRATS,
+        },
+        "table": table,
+        "compare": {e: compare(table, e) for e in engines},
+        "flow_engine_speedups": every,
+        "flow_engine_speedup_vs_htsim_min": min(every.values()) if every else None,
+        "flow_engine_speedup_ring_min": min(
+            [v for k, v in every.items() if k.startswith("ring")], default=None
+        ),
+        "dependent_ring": ring,
+    }
+
+
+def main(argv=None) -> int:
+    import sys
+
+    from _common import emit, parser
+
+    p = parser("htsim side by side: the four scenarios on htsim and on our engines")
+    p.add_argument(
+        "htsim_dir", type=Path, help="Broadcom/csg-htsim build (root, sim/ or datacenter/)"
+    )
+    args = p.parse_args(argv)
+    exe = find_binary(args.htsim_dir)
+    if exe is None:
+        print(
+            f"no htsim build (htsim_ndp) under {args.htsim_dir}: nothing compared", file=sys.stderr
+        )
+        return 0
+
+    def log(name, mode, row):
+        brief = {
+            s: {k: row[s].get(k) for k in ("fct_p50_us", "fct_p99_us", "completion_us", "wall_s")}
+            for s in row
+        }
+        print(name, mode, brief, file=sys.stderr, flush=True)
+
+    emit("vs_htsim", table_result(exe, _engines_available(), log), args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    raise SystemExit(main())
