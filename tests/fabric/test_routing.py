@@ -492,3 +492,59 @@ def test_unknown_mode_is_a_config_error():
     with pytest.raises(ConfigError) as exc:
         Router(T.multiplane(16, 2, 8), "random")
     assert exc.value.field == "mode"
+
+
+# -- the plane-symmetric split ---------------------------------------------------------------
+@pytest.mark.parametrize("mode", ["spray", "adaptive"])
+@pytest.mark.parametrize("planes,radix", [(2, 8), (4, 16), (8, 8)])
+def test_plane_symmetric_routes_equal_the_per_plane_even_split(mode, planes, radix):
+    """On a healthy multiplane fabric the four plane-wide groups put exactly the per-plane
+    even split's share on every link (dense expansion, plain loops), and the engine's
+    completion times agree with the per-plane routes."""
+    from trainfabric.fabric.engine import simulate
+
+    topo = T.multiplane(radix * radix // 2, planes, radix, 800e9)
+    rng = np.random.default_rng(planes)
+    n = 60
+    src = rng.integers(0, topo.n_hosts, n)
+    dst = (src + rng.integers(1, topo.n_hosts, n)) % topo.n_hosts
+    flows = FlowTable.simple(src, dst, rng.uniform(1, 3, n) * 1e6)
+    router = Router(topo, mode)
+    sym = router.route(flows, np.arange(n))
+    assert router._epoch.symmetric and sym.group.shape[1] == 4
+    A_sym = dense_routes(sym, router.groups, topo.n_links)
+    router._epoch.symmetric = False  # force the per-plane slots
+    per_plane = router.route(flows, np.arange(n))
+    assert per_plane.group.shape[1] == 4 * planes
+    np.testing.assert_allclose(A_sym, dense_routes(per_plane, router.groups, topo.n_links), 1e-15)
+    np.testing.assert_array_equal(sym.hops, per_plane.hops)
+    np.testing.assert_array_equal(sym.lost, per_plane.lost)
+    a = simulate(topo, flows, Router(topo, mode))
+
+    class PerPlane(Router):
+        def _plane_symmetric(self):
+            return False
+
+    b = simulate(topo, flows, PerPlane(topo, mode))
+    np.testing.assert_allclose(a.finish_s, b.finish_s, rtol=1e-12)
+
+
+def test_plane_symmetric_split_only_when_every_plane_is_whole():
+    topo = T.multiplane(32, 4, 8)
+    flows = FlowTable.simple([0, 1], [20, 30], 1e6)
+    up = np.ones(topo.n_links, bool)
+    up[topo.host_up[2, 5]] = False  # a host link of another host: no longer symmetric
+    for mode, link_up, planes, expect in (
+        ("spray", None, 4, True),
+        ("spray", up, 4, False),
+        ("adaptive", T.fail_links(topo, 0.1, seed=0), 4, False),
+        ("spray", None, 1, False),
+        ("ecmp", None, 4, False),
+    ):
+        t = topo if planes == 4 else T.multiplane(32, 1, 16)
+        router = Router(t, mode)
+        state = np.ones(t.n_links, bool) if link_up is None else link_up
+        router.begin_epoch(state, {m: state for m in MECHANISMS}, flows, flows.bytes)
+        r = router.route(flows, np.arange(2))
+        assert bool(router._epoch.symmetric) == expect
+        assert r.group.shape[1] == (4 if expect or mode == "ecmp" else 4 * t.planes)

@@ -134,3 +134,26 @@ def test_compiled_refuses_dynamic_routes():
     ):
         with pytest.raises(ConfigError, match="compiled"):
             simulate(topo, flows, router, compiled=True, **kw)
+
+
+def test_entropy_shared_by_different_endpoints_same_as_python_loop():
+    """Routes are deduplicated per connection; flows that share an entropy but not their
+    endpoints or channel (allowed by FlowTable) get their own routes."""
+    topo = T.multiplane(64, 4, 16, 800e9)
+    base = _dag(11)
+    ent = (np.arange(base.n) % 7).astype(np.uint64)
+    flows = FlowTable(
+        src=base.src,
+        dst=base.dst,
+        bytes=base.bytes,
+        entropy=ent,
+        job=base.job,
+        deps_ptr=base.deps_ptr,
+        deps=base.deps,
+        release_s=base.release_s,
+        delay_s=base.delay_s,
+        channel=base.channel,
+    )
+    for mode in ("ecmp", "pinning"):
+        fast, slow = _both(topo, flows, mode)
+        _same(fast, slow)

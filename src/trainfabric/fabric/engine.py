@@ -238,7 +238,7 @@ def _simulate_compiled(topo, flows, router, link_up, until_s, batch_rtol, wire_f
         raise ConfigError("link_up", f"must have one entry per link ({topo.n_links})")
     wire = flows.bytes * wire_factor * 8.0
     router.begin_epoch(truth, {m: truth for m in MECHANISMS}, flows, wire)
-    sg, sw, lost, hops = route_all(router, flows)
+    rid, sg, sw, lost, hops = route_all(router, flows)
     groups = router.groups
     succ_ptr, succ = flows.successors()
     rem, start, finish = wire.copy(), np.full(n, np.nan), np.full(n, np.nan)
@@ -256,6 +256,7 @@ def _simulate_compiled(topo, flows, router, link_up, until_s, batch_rtol, wire_f
         succ,
         flows.job.astype(np.int64),
         jobs,
+        rid,
         sg,
         sw,
         lost,
@@ -284,7 +285,9 @@ def _simulate_compiled(topo, flows, router, link_up, until_s, batch_rtol, wire_f
         job_goodput_bps=seg_g[:s].T.copy() if s else np.zeros((jobs, cols)),
         job_active=seg_a[:s].T.copy() if s else np.zeros((jobs, cols), np.int64),
         job_impaired=seg_i[:s].T.copy() if s else np.zeros((jobs, cols), np.int64),
-        link_bits=_link_load(sg, sw, groups, topo.n_links, sent_bits),
+        link_bits=_link_load(
+            sg, sw, groups, topo.n_links, np.bincount(rid, sent_bits, minlength=sg.shape[0])
+        ),
         link_load_bps=None,
         n_events=int(n_events),
         n_rate_solves=int(n_solves),

@@ -91,18 +91,20 @@ def _grow2(a, rows):
 
 
 @numba.njit(cache=True)
-def _solve(act, m, sg, sw, lost, cap, g_off, g_ptr, g_link, g_coef, n_groups, lsg, lsw, rtol):
-    """Max-min rates of the active flows ``act[:m]`` (0 for those with ``lost >= 1``) and
-    the link loads; the count of unconstrained flows."""
+def _solve(act, m, rid, sg, sw, lost, cap, g_off, g_ptr, g_link, g_coef, n_groups, lsg, lsw, rtol):
+    """Max-min rates of the active flows ``act[:m]`` (0 for those with ``lost >= 1``; flow
+    ``f`` has the slots of route ``rid[f]``) and the link loads; the count of unconstrained
+    flows."""
     K = sg.shape[1]
     ok = np.empty(m, np.int64)
     mo = 0
     for i in range(m):
         f = act[i]
         if lost[f] < 1.0:
+            r = rid[f]
             for k in range(K):
-                lsg[mo, k] = sg[f, k]
-                lsw[mo, k] = sw[f, k]
+                lsg[mo, k] = sg[r, k]
+                lsw[mo, k] = sw[r, k]
             ok[mo] = i
             mo += 1
     rate = np.zeros(m)
@@ -151,6 +153,7 @@ def event_loop(
     succ,
     job,
     n_jobs,
+    rid,
     sg,
     sw,
     lost,
@@ -166,8 +169,9 @@ def event_loop(
     done_rtol,
     rtol,
 ):
-    """Run the flows to completion (or ``until_s``); module doc. Fills ``rem``, ``start``,
-    ``finish`` in place. Returns ``(t_end, events, solves, sent_bits per flow, seg_t,
+    """Run the flows to completion (or ``until_s``); module doc. Flow ``f`` follows route
+    ``rid[f]`` (rows of ``sg``/``sw``), with ``lost[f]`` and ``hops[f]``. Fills ``rem``,
+    ``start``, ``finish`` in place. Returns ``(t_end, events, solves, sent_bits per flow, seg_t,
     seg_goodput[S, J], seg_active[S, J], seg_impaired[S, J], unconstrained)``."""
     n = wire.size
     K = sg.shape[1]
@@ -203,7 +207,21 @@ def event_loop(
         if m > 0:
             solves += 1
             rate, _load, bad = _solve(
-                act, m, sg, sw, lost, cap, g_off, g_ptr, g_link, g_coef, n_groups, lsg, lsw, rtol
+                act,
+                m,
+                rid,
+                sg,
+                sw,
+                lost,
+                cap,
+                g_off,
+                g_ptr,
+                g_link,
+                g_coef,
+                n_groups,
+                lsg,
+                lsw,
+                rtol,
             )
             if bad:
                 return t, events, solves, sent_bits, seg_t[:n_seg], seg_g, seg_a, seg_i, bad
@@ -292,25 +310,54 @@ def event_loop(
     return t, events, solves, sent_bits, seg_t[:n_seg], seg_g, seg_a, seg_i, 0
 
 
-def route_all(router, flows, chunk: int = ROUTE_CHUNK):
-    """Routes of every flow in the router's current epoch, ``chunk`` flows per call:
-    ``(group[n, K], weight[n, K], lost[n], hops[n])``."""
+def route_keys(router, flows) -> tuple[np.ndarray, np.ndarray]:
+    """``(first, rid)``: flows ``first[r]`` represent the distinct routes, flow ``f`` follows
+    route ``rid[f]``. A route is a function of ``(src, dst)`` under the split modes and of
+    ``(src, dst, entropy, channel)`` under the single-path ones (in one epoch, without
+    flowlet re-hashes): flows of one connection (same entropy) share a route, checked."""
     n = flows.n
+    if n == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    if router.split:
+        key = flows.src * np.int64(max(int(flows.dst.max()) + 1, 1)) + flows.dst
+        _, first, rid = np.unique(key, return_index=True, return_inverse=True)
+        return first, rid.astype(np.int64)
+    order = np.argsort(flows.entropy, kind="stable")
+    e = flows.entropy[order]
+    new = np.r_[True, e[1:] != e[:-1]]
+    same_conn = True
+    for col in (flows.src, flows.dst, flows.channel):
+        c = col[order]
+        same_conn &= bool(np.all(new[1:] | (c[1:] == c[:-1])))
+    if not same_conn:  # an entropy shared by different endpoints: key on every input
+        cols = np.stack([flows.src, flows.dst, flows.channel, flows.entropy.view(np.int64)], 1)
+        _, first, rid = np.unique(cols, axis=0, return_index=True, return_inverse=True)
+        return first, rid.ravel().astype(np.int64)
+    group = np.cumsum(new) - 1
+    rid = np.empty(n, np.int64)
+    rid[order] = group
+    first = order[new]
+    return first, rid
+
+
+def route_all(router, flows, chunk: int = ROUTE_CHUNK):
+    """The distinct routes (:func:`route_keys`) in the router's current epoch, ``chunk``
+    per call: ``(rid[n], group[R, K], weight[R, K], lost[n], hops[n])``."""
+    first, rid = route_keys(router, flows)
+    R = first.size
     sg = sw = None
-    lost = np.ones(n)
-    hops = np.zeros(n, np.int64)
-    for lo in range(0, max(n, 1), chunk):
-        idx = np.arange(lo, min(n, lo + chunk))
-        if idx.size == 0:
-            break
-        r = router.route(flows, idx)
+    lost = np.ones(R)
+    hops = np.zeros(R, np.int64)
+    for lo in range(0, R, chunk):
+        sel = np.arange(lo, min(R, lo + chunk))
+        r = router.route(flows, first[sel])
         if sg is None:
-            sg = np.full((n, r.group.shape[1]), -1, np.int64)
-            sw = np.zeros((n, r.group.shape[1]))
-        sg[idx] = r.group
-        sw[idx] = r.weight
-        lost[idx] = r.lost
-        hops[idx] = r.hops
+            sg = np.full((R, r.group.shape[1]), -1, np.int64)
+            sw = np.zeros((R, r.group.shape[1]))
+        sg[sel] = r.group
+        sw[sel] = r.weight
+        lost[sel] = r.lost
+        hops[sel] = r.hops
     if sg is None:
         sg, sw = np.full((0, 1), -1, np.int64), np.zeros((0, 1))
-    return sg, sw, lost, hops
+    return rid, sg, sw, lost[rid], hops[rid]

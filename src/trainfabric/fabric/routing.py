@@ -272,12 +272,48 @@ class Router:
     def _route_split(self, src, dst) -> Routes:
         topo, ep = self.topo, self._epoch
         a, b = topo.leaf_of(src), topo.leaf_of(dst)
+        if self._plane_symmetric():
+            return self._split_symmetric(src, dst, a, b)
         usable = ep.plane[topo.host_up[:, src]].T & ep.remote[topo.host_down[:, dst]].T
         if topo.kind == "fat_tree":
             return self._split_3tier(src, dst, a, b, usable)
         if not ep.fabric[topo.fabric].all():  # the remote end must be reachable on the plane
             usable &= (a == b)[:, None] | self._leaf_reach()[:, a, b].T
         return self._split_2tier(src, dst, a, b, usable)
+
+    def _plane_symmetric(self) -> bool:
+        """Every plane identical and fully alive (truth and every view this mode uses) on a
+        2-tier multiplane fabric: every split route is the even one (module doc)."""
+        ep, topo = self._epoch, self.topo
+        if ep.symmetric is None:
+            host = ~topo.fabric
+            ep.symmetric = bool(
+                topo.kind != "fat_tree"
+                and topo.planes > 1
+                and ep.healthy
+                and ep.balance is None
+                and ep.truth[host].all()
+                and ep.plane[host].all()
+                and ep.remote[host].all()
+            )
+        return ep.symmetric
+
+    def _split_symmetric(self, src, dst, a, b) -> Routes:
+        """The even split over planes, uplinks and spine cables as four plane-wide groups
+        (``HUP(src)``, ``UP(a)``, ``DOWN(b)``, ``HDOWN(dst)``, coefficients ``1/P`` and
+        ``1/(P U)``): the same link loads as the per-plane slots, with 4 slots instead of
+        ``4 P``."""
+        topo = self.topo
+        L, H = topo.tables["leaf_up"].shape[1], topo.n_hosts
+        base = self.static.offset + 2 * topo.planes * L  # after the per-plane groups
+        cross = a != b
+        group = np.empty((src.size, 4), np.int64)
+        group[:, 0] = base + 2 * L + src
+        group[:, 1] = np.where(cross, base + a, -1)
+        group[:, 2] = np.where(cross, base + L + b, -1)
+        group[:, 3] = base + 2 * L + H + dst
+        weight = (group >= 0).astype(float)
+        return Routes(group, weight, np.zeros(src.size), np.where(cross, 4, 2))
 
     def _leaf_reach(self) -> np.ndarray:
         """``[P, L, L]``: leaf ``a`` reaches leaf ``b`` through some spine of plane ``p``
@@ -486,6 +522,7 @@ class _Epoch:
         self.balance: _Balance | None = None
         self.clean_up = self.clean_down = None
         self.reach: np.ndarray | None = None
+        self.symmetric: bool | None = None
         self.cache: dict[int, int] = {}
         self.surv: dict[int, float] = {}
         self.rows: list[Groups] = []
@@ -504,7 +541,10 @@ def _pick(usable: np.ndarray, h: np.ndarray) -> np.ndarray:
 # -- static spread groups -------------------------------------------------------------------------
 def _static_groups(topo: T.Topology) -> Groups:
     """2-tier: ``UP(p, a)`` (leaf a's uplinks, 1/U each) then ``DOWN(p, b)`` (the spine cables
-    into leaf b, 1/U each). Fat-tree: ``EUP(e)``, ``ADOWN(e)``, ``AUP(pod)``, ``CDOWN(pod)``."""
+    into leaf b, 1/U each); with several planes also the plane-wide ``UP(a)``, ``DOWN(b)``
+    (all planes' uplinks of leaf a / cables into leaf b, 1/(P U) each), ``HUP(h)`` and
+    ``HDOWN(h)`` (host h's links on every plane, 1/P each). Fat-tree: ``EUP(e)``,
+    ``ADOWN(e)``, ``AUP(pod)``, ``CDOWN(pod)``."""
     off = topo.n_links
     t = topo.tables
     if topo.kind == "fat_tree":
@@ -523,6 +563,11 @@ def _static_groups(topo: T.Topology) -> Groups:
         up = lu.reshape(P * L, U)
         down = sd.transpose(0, 2, 1, 3).reshape(P * L, U)
         rows = [(up, 1 / U), (down, 1 / U)]
+        if P > 1:  # plane-wide groups of the symmetric (healthy, even) split
+            up_all = lu.transpose(1, 0, 2).reshape(L, P * U)
+            down_all = down.reshape(P, L, U).transpose(1, 0, 2).reshape(L, P * U)
+            rows += [(up_all, 1 / (P * U)), (down_all, 1 / (P * U))]
+            rows += [(topo.host_up.T, 1 / P), (topo.host_down.T, 1 / P)]
     parts = [Groups.from_rows(0, r, np.full(r.shape, c)) for r, c in rows]
     return Groups.concat(parts, off)
 
