@@ -277,3 +277,14 @@ def test_find_binary(tmp_path):
     exe.chmod(0o755)
     assert H.find_binary(tmp_path) == exe
     assert H.find_binary(tmp_path / "sim") == exe
+
+
+def test_vs_htsim_without_a_build_says_so_and_exits_0(tmp_path):
+    import subprocess
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "vs_htsim.sh"
+    for args in ([str(tmp_path)], []):
+        out = subprocess.run([str(script), *args], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0 and out.stdout == ""
+        assert "nothing compared" in out.stderr
+    assert H.main([str(tmp_path)]) == 0
