@@ -390,10 +390,10 @@ def end_us_for(sc: Scenario) -> float:
 
 # -- our engines on a scenario -------------------------------------------------------------------
 def our_queue_packets() -> int:
-    """htsim's queue in our units: ``q`` MTU payloads of bytes hold ``floor(q mtu / wire)``
-    full wire packets (35 x 4000 B = 140,000 B hold 34 packets of 4064 B); our
-    ``queue_packets`` counts full wire packets."""
-    return QUEUE_PKTS * MTU // (MTU + HEADER)
+    """htsim's ``-q`` in our units. Both count MTU payloads: a switch port's data class holds
+    ``q x mtu`` bytes (35 x 4000 = 140,000 B: 34 whole 4064 B wire packets), the packet in
+    service included (our packet engine's driver: capacity ``queue_packets x mtu_bytes``)."""
+    return QUEUE_PKTS
 
 
 def new_packets(sc: Scenario) -> int:
@@ -589,7 +589,8 @@ def table_result(exe: Path, engines: tuple[str, ...], log=None) -> dict:
             "link": "100 Gb/s, 1 us per hop, no switch latency, store-and-forward",
             "mtu_payload_bytes": MTU,
             "header_bytes": HEADER,
-            "queue": f"-q {QUEUE_PKTS} = {QUEUE_PKTS * MTU} B = {our_queue_packets()} packets",
+            "queue": f"-q {QUEUE_PKTS} = {QUEUE_PKTS * MTU} B per switch port "
+            f"(queue_packets = {our_queue_packets()} MTU payloads)",
             "initial_window_packets": CWND_PKTS,
             "transport": "NDP with trimming (htsim_ndp; our transport='ndp', switch_mode='trim')",
             "completion": "source receives the last ACK (ours: last byte + ACK return)",

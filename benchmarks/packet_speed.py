@@ -153,7 +153,7 @@ def main() -> None:
     H.warm_up(("packet",))
     result = {
         "scenario": "512-host 2 MB permutation, spray, leaf_spine(512, 32, 100G), MTU 4000+64, "
-        "queue 140000 B (34 packets), NDP trim, cwnd 50",
+        "queue 140000 B (q = 35 MTU payloads), NDP trim, cwnd 50",
     }
     exe = None if args.htsim is None else H.find_binary(args.htsim)
     if args.htsim is not None and exe is None:
