@@ -361,12 +361,15 @@ def _step_deps(src, dst, step_of, n_steps: int, sync: str):
 def identical_steps(steps: list) -> bool:
     """True when every step has the same sources, destinations and bytes (a ring)."""
     first = steps[0]
+    distinct = {id(s): s for s in steps}  # ring steps share a few Step objects: compare those
     return all(
         s is first
-        or np.array_equal(s.src, first.src)
-        and np.array_equal(s.dst, first.dst)
-        and np.array_equal(s.bytes, first.bytes)
-        for s in steps[1:]
+        or (
+            np.array_equal(s.src, first.src)
+            and np.array_equal(s.dst, first.dst)
+            and np.array_equal(s.bytes, first.bytes)
+        )
+        for s in distinct.values()
     )
 
 
