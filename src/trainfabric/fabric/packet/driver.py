@@ -1,0 +1,289 @@
+"""Build the packet engine's arrays from a topology and a flow table, run the kernel and
+wrap its outputs (:func:`simulate_packets`)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from trainfabric.errors import ConfigError
+from trainfabric.fabric import topology as T
+from trainfabric.fabric.engine import LinkEvents
+from trainfabric.fabric.flows import FlowTable
+from trainfabric.fabric.packet import kernel as K
+from trainfabric.fabric.packet.config import PacketConfig, check_size
+from trainfabric.fabric.packet.lb import mode_views, n_paths
+from trainfabric.fabric.packet.result import PacketResult
+from trainfabric.fabric.routing import SPLIT_MODES, check_mode
+
+MODE_IDS = {
+    "ecmp": K.M_ECMP,
+    "flowlet": K.M_FLOWLET,
+    "pinning": K.M_PINNING,
+    "spray": K.M_SPRAY,
+    "adaptive": K.M_ADAPTIVE,
+}
+SW_IDS = {"lossless": K.SW_LOSSLESS, "lossy": K.SW_LOSSY, "trim": K.SW_TRIM}
+TR_IDS = {"ndp": K.TR_NDP, "dctcp": K.TR_DCTCP}
+MAX_RETRIES = 6
+
+
+def simulate_packets(
+    topo: T.Topology,
+    flows: FlowTable,
+    mode: str,
+    *,
+    config: PacketConfig | None = None,
+    events: LinkEvents | None = None,
+    link_up: np.ndarray | None = None,
+    seed: int = 0,
+    until_s: float | None = None,
+) -> PacketResult:
+    """Packet-level run of ``flows`` on ``topo`` under load-balancing ``mode`` (package doc).
+
+    ``link_up``: links down from t = 0 (every mechanism knows); ``events``: timed link state
+    changes (each mechanism learns them after its reaction time); ``until_s``: stop there.
+    """
+    check_mode(mode)
+    cfg = config if config is not None else PacketConfig()
+    if not isinstance(cfg, PacketConfig):
+        raise ConfigError("config", "must be a PacketConfig")
+    if topo.kind == "fat_tree":
+        raise ConfigError(
+            "topo.kind", "the packet engine runs 2-tier fabrics (leaf_spine, multiplane)"
+        )
+    flows.check_hosts(topo.n_hosts)
+    if until_s is not None and not until_s > 0:
+        raise ConfigError("until_s", "must be > 0")
+    up = _link_state(topo, link_up)
+    ev = events or LinkEvents(np.zeros(0), np.zeros(0, np.int64), np.zeros(0, bool))
+    if np.any(ev.link >= topo.n_links) or np.any(ev.link < 0):
+        raise ConfigError("events.link", f"link ids must be in 0..{topo.n_links - 1}")
+    nbytes = np.ceil(flows.bytes).astype(np.int64)
+    npk = -(-nbytes // cfg.mtu_bytes)
+    total = int(npk.sum())
+    check_size(cfg, total, flows.n, topo.n_links)
+    window = cfg.max_window_packets if cfg.transport == "dctcp" else cfg.initial_window_packets
+    pool = int(4 * np.minimum(npk, window).sum() + 8 * topo.n_hosts + 4096)
+    wall0 = time.perf_counter()
+    for _ in range(MAX_RETRIES):
+        out = _run_once(topo, flows, mode, cfg, ev, up, seed, until_s, nbytes, npk, pool)
+        status = out["ctr"][K.C_STATUS]
+        if status == K.ST_OK:
+            break
+        pool *= 2
+    else:
+        raise ConfigError("flows.bytes", "the packet pool kept overflowing")
+    return _result(out, flows, nbytes, total, time.perf_counter() - wall0)
+
+
+def _link_state(topo: T.Topology, link_up) -> np.ndarray:
+    if link_up is None:
+        return np.ones(topo.n_links, bool)
+    up = np.asarray(link_up, bool)
+    if up.shape != (topo.n_links,):
+        raise ConfigError("link_up", f"must have one entry per link ({topo.n_links})")
+    return up
+
+
+def _flow_arrays(topo, flows, mode, nbytes, npk):
+    n = flows.n
+    off = np.zeros(n, np.int64)
+    np.cumsum(npk[:-1], out=off[1:])
+    _, conn = np.unique(flows.entropy, return_inverse=True)
+    fl = np.zeros((n, K.N_FL), np.int64)
+    fl[:, K.FL_SRC] = flows.src
+    fl[:, K.FL_DST] = flows.dst
+    fl[:, K.FL_NPK] = npk
+    fl[:, K.FL_LAST] = nbytes - (npk - 1) * 0  # fixed below once the MTU is known
+    fl[:, K.FL_OFF] = off
+    fl[:, K.FL_CONN] = conn
+    fl[:, K.FL_CHAN] = flows.channel
+    fl[:, K.FL_JOB] = flows.job
+    flf = np.c_[flows.release_s, flows.delay_s].astype(float)
+    fi = np.zeros((n, K.N_FI), np.int64)
+    fi[:, K.FI_RQH] = -1
+    fi[:, K.FI_RQT] = -1
+    fi[:, K.FI_TARGET] = -1
+    fi[:, K.FI_PENDING] = np.diff(flows.deps_ptr)
+    fi[:, K.FI_NPATH] = n_paths(topo, flows.src, flows.dst)
+    ff = np.zeros((n, K.N_FF))
+    ff[:, [K.FF_START, K.FF_FINISH, K.FF_ACKED]] = np.nan
+    ff[:, K.FF_LASTMIG] = -np.inf
+    return fl, flf, fi, ff, int(conn.max(initial=-1)) + 1
+
+
+def _run_once(topo, flows, mode, cfg, ev, up, seed, until_s, nbytes, npk, pool):
+    n, L, H = flows.n, topo.n_links, topo.n_hosts
+    total = int(npk.sum())
+    fl, flf, fi, ff, n_conn = _flow_arrays(topo, flows, mode, nbytes, npk)
+    fl[:, K.FL_LAST] = nbytes - (npk - 1) * cfg.mtu_bytes
+    succ_ptr, succ = flows.successors()
+    li = np.zeros((L, K.N_LI), np.int64)
+    li[:, [K.L_QH0, K.L_QT0, K.L_QH1, K.L_QT1]] = -1
+    li[:, K.L_TRUTH] = up
+    lf = np.zeros((L, K.N_LF))
+    lf[:, K.LF_SER] = 8.0 / topo.capacity_bps
+    pi = np.zeros((pool, K.N_PI), np.int64)
+    pi[:, K.P_NEXT] = np.r_[np.arange(1, pool), -1]
+    pf = np.zeros((pool, K.N_PF))
+    n_heap = pool + 2 * L + H + 3 * n + 4 * ev.time_s.size + 64
+    view = np.tile(up.astype(np.uint8), (3, 1))
+    spray = mode == "spray"
+    ret_path = np.full((n if spray else 0, K.N_RETIRE), -1, np.int64)
+    ret_until = np.zeros((n if spray else 0, K.N_RETIRE))
+    hq = np.zeros((H, K.N_HI), np.int64)
+    hq[:, [K.H_PQH, K.H_PQT]] = -1
+    st = (
+        fi,
+        ff,
+        np.zeros(total, np.uint8),
+        np.zeros(total),
+        np.full(total, -1, np.int64),
+        np.full(total, -1, np.int64),
+        li,
+        lf,
+        pi,
+        pf,
+        np.zeros(n_heap),
+        np.zeros(n_heap, np.int64),
+        np.zeros(n_heap, np.int64),
+        view,
+        ret_path,
+        ret_until,
+        np.full(n_conn, -np.inf),
+        np.zeros(n_conn, np.int64),
+        topo.link_tier.astype(np.int64),
+        topo.host_up.astype(np.int64),
+        topo.host_down.astype(np.int64),
+        hq,
+        np.zeros((H, K.N_HF)),
+        np.zeros(total, np.uint8),
+    )
+    tp = _topo_tuple(topo)
+    fp, ip = _params(topo, cfg, mode, until_s)
+    ctr = np.zeros(K.N_CTR, np.int64)
+    ctr[K.C_FREE] = 0
+    ctr[K.C_DOWN0 : K.C_DOWN2 + 1] = int((~up).sum())
+    rng = np.array([np.uint64(0x853C49E6748FEA9B) ^ np.uint64(seed * 2 + 1)], np.uint64)
+    lat = np.zeros(min(cfg.latency_samples, total + 1))
+    jobs = int(flows.job.max(initial=0)) + 1
+    tl = np.zeros((jobs, 1024))
+    max_bins = max(1024, (1 << 22) // jobs)
+    end, tl, res = K.run(
+        st,
+        fl,
+        flows.entropy.view(np.int64),
+        flf,
+        succ_ptr,
+        succ,
+        tp,
+        topo.link_dst.astype(np.int64),
+        ev.time_s,
+        ev.link,
+        ev.up.astype(np.bool_),
+        fp,
+        ip,
+        ctr,
+        rng,
+        lat,
+        tl,
+        max_bins,
+    )
+    return {"st": st, "ctr": ctr, "lat": lat, "tl": tl, "res": res, "end": end}
+
+
+def _topo_tuple(topo: T.Topology):
+    H = topo.n_hosts
+    leaf_up, spine_down = topo.tables["leaf_up"], topo.tables["spine_down"]
+    L, S = leaf_up.shape[1], spine_down.shape[1]
+    per = L + S
+    local = np.arange(topo.n_switches) % per
+    sw_role = (local >= L).astype(np.int64)
+    sw_idx = np.where(local < L, local, local - L).astype(np.int64)
+    sw_plane = (np.arange(topo.n_switches) // per).astype(np.int64)
+    assert topo.n_switches == topo.planes * per and H >= 0
+    return (
+        topo.host_down.astype(np.int64),
+        topo.host_leaf[0].astype(np.int64),
+        leaf_up.astype(np.int64),
+        spine_down.astype(np.int64),
+        sw_role,
+        sw_idx,
+        sw_plane,
+    )
+
+
+def _params(topo: T.Topology, cfg: PacketConfig, mode: str, until_s):
+    fp = np.zeros(K.N_FP)
+    mtu = float(cfg.mtu_bytes)
+    fp[K.F_PROP] = topo.hop_latency_s
+    fp[K.F_RTO] = cfg.rto_s
+    fp[K.F_FLOWLET] = cfg.flowlet_gap_s
+    fp[K.F_RETIRE] = cfg.path_retire_s
+    fp[K.F_REACT0] = cfg.reaction_hardware_s
+    fp[K.F_REACT1] = cfg.reaction_software_s
+    fp[K.F_REACT2] = cfg.reaction_routing_s
+    fp[K.F_KMIN] = cfg.ecn_kmin_packets * mtu
+    fp[K.F_KMAX] = cfg.ecn_kmax_packets * mtu
+    fp[K.F_XOFF] = cfg.pfc_xoff_packets * mtu
+    fp[K.F_XON] = cfg.pfc_xon_packets * mtu
+    fp[K.F_QCAP] = cfg.queue_packets * mtu
+    fp[K.F_PACE] = cfg.wire_bytes * 8.0 / (topo.nic_rate_bps * cfg.pull_rate_fraction)
+    fp[K.F_UNTIL] = np.inf if until_s is None else float(until_s)
+    fp[K.F_GAIN] = cfg.dctcp_gain
+    fp[K.F_TLRES] = cfg.timeline_resolution_s
+    ip = np.zeros(K.N_IP, np.int64)
+    ip[K.I_MODE] = MODE_IDS[mode]
+    ip[K.I_SW] = SW_IDS[cfg.switch_mode]
+    ip[K.I_TR] = TR_IDS[cfg.transport]
+    ip[K.I_MTU] = cfg.mtu_bytes
+    ip[K.I_HDR] = cfg.header_bytes
+    ip[K.I_IW] = cfg.initial_window_packets
+    ip[K.I_MAXW] = cfg.max_window_packets
+    ip[K.I_NACKK] = cfg.reorder_nack_packets if mode in SPLIT_MODES else 3
+    ip[K.I_H] = topo.n_hosts
+    ip[K.I_P] = topo.planes
+    ip[K.I_MIGRATE] = int(cfg.pinning_migrate)
+    ip[K.I_VPLANE], ip[K.I_VREMOTE], ip[K.I_VFABRIC] = mode_views(mode)
+    ip[K.I_ACKREL] = int(cfg.release_on == "acked")
+    return fp, ip
+
+
+def _result(out, flows: FlowTable, nbytes, total: int, wall: float) -> PacketResult:
+    st, ctr = out["st"], out["ctr"]
+    fi, ff, lf = st[0], st[1], st[7]
+    end = float(out["end"])
+    n_lat = int(ctr[K.C_NLAT])
+    return PacketResult(
+        start_s=ff[:, K.FF_START].copy(),
+        finish_s=ff[:, K.FF_FINISH].copy(),
+        acked_s=ff[:, K.FF_ACKED].copy(),
+        delivered_bytes=ff[:, K.FF_DELIV].copy(),
+        flow_bytes=nbytes.astype(float),
+        flow_job=flows.job.copy(),
+        reorder_max=fi[:, K.FI_ROMAX].copy(),
+        queue_max_bytes=lf[:, K.LF_MAX].copy(),
+        queue_mean_bytes=lf[:, K.LF_AREA] / end if end > 0 else np.zeros(lf.shape[0]),
+        latency_s=out["lat"][: min(n_lat, out["lat"].size)].copy(),
+        n_latency=n_lat,
+        n_events=int(ctr[K.C_NEV]),
+        n_packets=total,
+        sent_packets=int(ctr[K.C_SENT]),
+        control_packets=int(ctr[K.C_CTRL]),
+        retransmitted=int(ctr[K.C_RTX]),
+        dropped=int(ctr[K.C_DROP]),
+        trimmed=int(ctr[K.C_TRIM]),
+        ecn_marked=int(ctr[K.C_ECN]),
+        pause_events=int(ctr[K.C_PAUSE]),
+        duplicates=int(ctr[K.C_DUP]),
+        timeouts=int(ctr[K.C_TIMEOUTS]),
+        migrations=int(ctr[K.C_MIGR]),
+        no_route=int(ctr[K.C_NOROUTE]),
+        end_s=end,
+        wall_s=wall,
+        timeline=out["tl"],
+        timeline_res_s=float(out["res"]),
+        pool_peak=int(ctr[K.C_USEDMAX]),
+    )

@@ -1,0 +1,1299 @@
+"""The packet engine's event loop, compiled with numba (every ``@njit`` of the engine lives in
+this one module: numba's on-disk cache does not notice edits to a callee in another module).
+
+State is plain arrays sized up front (:func:`trainfabric.fabric.packet.engine.simulate_packets`
+builds them): per flow ``fi[f, FI_*]`` / ``ff[f, FF_*]``, per directed link ``li`` / ``lf``,
+per packet in flight a pool record ``pi[k, P_*]`` / ``pf[k, PF_*]`` (free list through
+``P_NEXT``), per data packet of every flow (global sequence ``g = off[f] + s``) the receiver
+bit ``got``, the sender state ``sst`` and send time ``stime``. Events are a binary min-heap
+of ``(time, insertion number)`` over three arrays; the item packs ``id * 16 + kind``.
+Equal times are served in insertion order, so a run is a pure function of its inputs and
+seed (the only randomness is the xorshift64* generator ``rng``).
+
+Event kinds: ``ARRIVE`` (a packet's last bit reaches the far end of its link), ``WAKE``
+(a busy link finished serialising: start the next queued packet), ``RELEASE`` (a flow
+starts), ``PACE`` (a receiver's pull pacer may release a pull), ``RTO`` (a flow's
+retransmission timer), ``LINKEV`` (a link changes state in truth), ``VIEW`` (a mechanism
+learns it), ``PAUSE_ON`` / ``PAUSE_OFF`` (a PFC frame reaches the upstream transmitter).
+
+The models themselves (queues, trimming, PFC, ECN, transports, load balancing) are
+documented in :mod:`trainfabric.fabric.packet` and :mod:`trainfabric.fabric.packet.transport`.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+# -- event kinds ---------------------------------------------------------------------------
+K_ARRIVE, K_WAKE, K_RELEASE, K_PACE, K_RTO, K_LINKEV, K_VIEW, K_PON, K_POFF = range(9)
+# -- packet types ----------------------------------------------------------------------------
+T_DATA, T_HDR, T_ACK, T_NACK, T_PULL = range(5)
+# -- modes -----------------------------------------------------------------------------------
+M_ECMP, M_FLOWLET, M_PINNING, M_SPRAY, M_ADAPTIVE = range(5)
+SW_LOSSLESS, SW_LOSSY, SW_TRIM = range(3)
+TR_NDP, TR_DCTCP = range(2)
+# -- status ----------------------------------------------------------------------------------
+ST_OK, ST_POOL, ST_HEAP = 0, 1, 2
+# -- counters (ctr, int64) ------------------------------------------------------------------
+(
+    C_NEV,
+    C_HN,
+    C_HSEQ,
+    C_FREE,
+    C_USED,
+    C_RTX,
+    C_DROP,
+    C_TRIM,
+    C_ECN,
+    C_PAUSE,
+    C_DUP,
+    C_NLAT,
+    C_STATUS,
+    C_DONE,
+    C_SENT,
+    C_CTRL,
+    C_USEDMAX,
+    C_DOWN0,
+    C_DOWN1,
+    C_DOWN2,
+    C_TIMEOUTS,
+    C_MIGR,
+    C_NOROUTE,
+    C_SDONE,
+    N_CTR,
+) = range(25)
+# -- float parameters (fp) ------------------------------------------------------------------
+(
+    F_PROP,
+    F_RTO,
+    F_FLOWLET,
+    F_RETIRE,
+    F_REACT0,
+    F_REACT1,
+    F_REACT2,
+    F_KMIN,
+    F_KMAX,
+    F_XOFF,
+    F_XON,
+    F_QCAP,
+    F_PACE,
+    F_UNTIL,
+    F_GAIN,
+    F_TLRES,
+    N_FP,
+) = range(17)
+# -- int parameters (ip) --------------------------------------------------------------------
+(
+    I_MODE,
+    I_SW,
+    I_TR,
+    I_MTU,
+    I_HDR,
+    I_IW,
+    I_MAXW,
+    I_NACKK,
+    I_H,
+    I_P,
+    I_MIGRATE,
+    I_VPLANE,
+    I_VREMOTE,
+    I_VFABRIC,
+    I_ACKREL,
+    N_IP,
+) = range(16)
+# -- per-flow ints (fi) --------------------------------------------------------------------
+(
+    FI_SNDNXT,
+    FI_SNDUNA,
+    FI_INFL,
+    FI_RQH,
+    FI_RQT,
+    FI_RCVNXT,
+    FI_OOO,
+    FI_ROMAX,
+    FI_NACKUP,
+    FI_CRED,
+    FI_PULLNO,
+    FI_PULLSEEN,
+    FI_RTOPEND,
+    FI_PLANE,
+    FI_TARGET,
+    FI_PINOUT,
+    FI_PA,
+    FI_PB,
+    FI_PK,
+    FI_PENDING,
+    FI_WINEND,
+    FI_ACKW,
+    FI_MARKW,
+    FI_CUTG,
+    FI_RDONE,
+    FI_SDONE,
+    FI_NPATH,
+    N_FI,
+) = range(28)
+# -- per-flow floats (ff) ------------------------------------------------------------------
+FF_START, FF_FINISH, FF_ACKED, FF_DELIV, FF_CWND, FF_ALPHA, FF_RTODL, FF_READY, FF_LASTMIG = range(
+    9
+)
+N_FF = 9
+N_RETIRE = 8
+# -- per-link ints (li) ----------------------------------------------------------------------
+L_QH0, L_QT0, L_QH1, L_QT1, L_WAKE, L_PAUSED, L_PFC, L_EPOCH, L_TRUTH, L_SERVC, N_LI = range(11)
+# -- per-link floats (lf) --------------------------------------------------------------------
+LF_BUSY, LF_QB0, LF_QB1, LF_ING, LF_AREA, LF_LAST, LF_MAX, LF_SER, LF_SERV, N_LF = range(10)
+# -- pool ints (pi) --------------------------------------------------------------------------
+(
+    P_FLOW,
+    P_SEQ,
+    P_TYPE,
+    P_SIZE,
+    P_LINK,
+    P_INLINK,
+    P_EPOCH,
+    P_PLANE,
+    P_DST,
+    P_NEXT,
+    P_EV,
+    P_ECN,
+    P_AUX,
+    P_CUM,
+    N_PI,
+) = range(15)
+PF_T0, PF_SENT, N_PF = range(3)
+# -- per-host (hi / hf): pull pacer ------------------------------------------------------------
+H_PQH, H_PQT, H_ARMED, N_HI = range(4)
+HF_NEXT, N_HF = range(2)
+
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_GOLD = np.uint64(0x9E3779B97F4A7C15)
+
+
+# == small utilities =========================================================================
+@numba.njit(cache=True)
+def mix(a, b):
+    """SplitMix64 finaliser of ``a ^ (b * golden)`` (uint64 -> uint64)."""
+    h = np.uint64(a) ^ (np.uint64(b) * _GOLD)
+    h = (h ^ (h >> np.uint64(30))) * _M1
+    h = (h ^ (h >> np.uint64(27))) * _M2
+    return h ^ (h >> np.uint64(31))
+
+
+@numba.njit(cache=True)
+def rand(rng):
+    """xorshift64* step of the state ``rng[0]``; a uint64."""
+    x = rng[0]
+    x ^= x >> np.uint64(12)
+    x ^= x << np.uint64(25)
+    x ^= x >> np.uint64(27)
+    rng[0] = x
+    return x * np.uint64(0x2545F4914F6CDD1D)
+
+
+@numba.njit(cache=True)
+def randint(rng, n):
+    """Uniform integer in ``[0, n)``."""
+    return np.int64((rand(rng) >> np.uint64(11)) % np.uint64(n))
+
+
+@numba.njit(cache=True)
+def uniform(rng):
+    return (rand(rng) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+
+
+@numba.njit(cache=True)
+def gcd(a, b):
+    while b:
+        a, b = b, a % b
+    return a
+
+
+# == event heap ================================================================================
+@numba.njit(cache=True)
+def push(ht, hs, hi, ctr, t, kind, ident):
+    """Insert event ``(t, kind, ident)``; sets ST_HEAP when full."""
+    n = ctr[C_HN]
+    if n >= ht.size:
+        ctr[C_STATUS] = ST_HEAP
+        return
+    seq = ctr[C_HSEQ]
+    ctr[C_HSEQ] = seq + 1
+    item = ident * 16 + kind
+    i = n
+    while i > 0:
+        p = (i - 1) >> 1
+        tp = ht[p]
+        if tp < t or (tp == t and hs[p] < seq):
+            break
+        ht[i] = tp
+        hs[i] = hs[p]
+        hi[i] = hi[p]
+        i = p
+    ht[i] = t
+    hs[i] = seq
+    hi[i] = item
+    ctr[C_HN] = n + 1
+
+
+@numba.njit(cache=True)
+def pop(ht, hs, hi, ctr):
+    """Remove the earliest event; returns ``(t, item)``."""
+    n = ctr[C_HN] - 1
+    t0 = ht[0]
+    item0 = hi[0]
+    ctr[C_HN] = n
+    if n > 0:
+        t = ht[n]
+        s = hs[n]
+        it = hi[n]
+        i = 0
+        while True:
+            c = 2 * i + 1
+            if c >= n:
+                break
+            r = c + 1
+            if r < n and (ht[r] < ht[c] or (ht[r] == ht[c] and hs[r] < hs[c])):
+                c = r
+            if t < ht[c] or (t == ht[c] and s < hs[c]):
+                break
+            ht[i] = ht[c]
+            hs[i] = hs[c]
+            hi[i] = hi[c]
+            i = c
+        ht[i] = t
+        hs[i] = s
+        hi[i] = it
+    return t0, item0
+
+
+# == packet pool ===============================================================================
+@numba.njit(cache=True)
+def alloc(pi, pf, ctr, flow, seq, typ, size, dst):
+    """A fresh pool record (``-1`` and ST_POOL when the pool is exhausted)."""
+    k = ctr[C_FREE]
+    if k < 0:
+        ctr[C_STATUS] = ST_POOL
+        return -1
+    ctr[C_FREE] = pi[k, P_NEXT]
+    ctr[C_USED] += 1
+    if ctr[C_USED] > ctr[C_USEDMAX]:
+        ctr[C_USEDMAX] = ctr[C_USED]
+    pi[k, P_FLOW] = flow
+    pi[k, P_SEQ] = seq
+    pi[k, P_TYPE] = typ
+    pi[k, P_SIZE] = size
+    pi[k, P_LINK] = -1
+    pi[k, P_INLINK] = -1
+    pi[k, P_EPOCH] = 0
+    pi[k, P_PLANE] = 0
+    pi[k, P_DST] = dst
+    pi[k, P_NEXT] = -1
+    pi[k, P_EV] = 0
+    pi[k, P_ECN] = 0
+    pi[k, P_AUX] = -1
+    pi[k, P_CUM] = -1
+    pf[k, PF_T0] = -1.0
+    pf[k, PF_SENT] = 0.0
+    return k
+
+
+@numba.njit(cache=True)
+def free(pi, ctr, k):
+    pi[k, P_NEXT] = ctr[C_FREE]
+    ctr[C_FREE] = k
+    ctr[C_USED] -= 1
+
+
+# == queues and links ============================================================================
+@numba.njit(cache=True)
+def q_account(lf, lk, now):
+    """Integrate the waiting bytes of link ``lk`` up to ``now`` (time-mean occupancy)."""
+    occ = lf[lk, LF_QB0] + lf[lk, LF_QB1]
+    lf[lk, LF_AREA] += occ * (now - lf[lk, LF_LAST])
+    lf[lk, LF_LAST] = now
+
+
+@numba.njit(cache=True)
+def q_append(li, lf, pi, lk, k, cls, now):
+    q_account(lf, lk, now)
+    hcol = L_QH0 if cls == 0 else L_QH1
+    tcol = L_QT0 if cls == 0 else L_QT1
+    pi[k, P_NEXT] = -1
+    if li[lk, tcol] < 0:
+        li[lk, hcol] = k
+    else:
+        pi[li[lk, tcol], P_NEXT] = k
+    li[lk, tcol] = k
+    lf[lk, LF_QB0 if cls == 0 else LF_QB1] += pi[k, P_SIZE]
+    occ = lf[lk, LF_QB0] + lf[lk, LF_QB1]
+    if occ > lf[lk, LF_MAX]:
+        lf[lk, LF_MAX] = occ
+
+
+@numba.njit(cache=True)
+def q_pop(li, lf, pi, lk, now):
+    """Head of the high class, else of the low class; -1 when empty."""
+    for cls in range(2):
+        hcol = L_QH1 if cls == 0 else L_QH0
+        k = li[lk, hcol]
+        if k >= 0:
+            q_account(lf, lk, now)
+            nxt = pi[k, P_NEXT]
+            li[lk, hcol] = nxt
+            if nxt < 0:
+                li[lk, L_QT1 if cls == 0 else L_QT0] = -1
+            lf[lk, LF_QB1 if cls == 0 else LF_QB0] -= pi[k, P_SIZE]
+            li[lk, L_SERVC] = 1 - cls
+            return k
+    return -1
+
+
+@numba.njit(cache=True)
+def transmit(lk, k, now, li, lf, pi, pf, fp, ip, ctr, ht, hs, hi, link_tier):
+    """Start serialising packet ``k`` on link ``lk``: ARRIVE after serialisation + propagation;
+    PFC: the packet leaves its ingress buffer (XON below the threshold)."""
+    size = pi[k, P_SIZE]
+    end = now + size * lf[lk, LF_SER]
+    lf[lk, LF_BUSY] = end
+    lf[lk, LF_SERV] = size
+    pi[k, P_LINK] = lk
+    pi[k, P_EPOCH] = li[lk, L_EPOCH]
+    if link_tier[lk] == 0 and pf[k, PF_T0] < 0.0:
+        pf[k, PF_T0] = now
+    inl = pi[k, P_INLINK]
+    if inl >= 0 and ip[I_SW] == SW_LOSSLESS:
+        lf[inl, LF_ING] -= size
+        if li[inl, L_PFC] == 1 and lf[inl, LF_ING] <= fp[F_XON]:
+            li[inl, L_PFC] = 0
+            push(ht, hs, hi, ctr, now + fp[F_PROP], K_POFF, inl)
+    pi[k, P_INLINK] = -1
+    push(ht, hs, hi, ctr, end + fp[F_PROP], K_ARRIVE, k)
+
+
+@numba.njit(cache=True)
+def wake(lk, now, li, lf, pi, pf, fp, ip, ctr, ht, hs, hi, link_tier):
+    """The link is free (or resumed): serialise the next queued packet."""
+    li[lk, L_WAKE] = 0
+    if li[lk, L_PAUSED] == 1 or lf[lk, LF_BUSY] > now:
+        if li[lk, L_PAUSED] == 0:
+            li[lk, L_WAKE] = 1
+            push(ht, hs, hi, ctr, lf[lk, LF_BUSY], K_WAKE, lk)
+        return
+    k = q_pop(li, lf, pi, lk, now)
+    if k < 0:
+        return
+    transmit(lk, k, now, li, lf, pi, pf, fp, ip, ctr, ht, hs, hi, link_tier)
+    if li[lk, L_QH0] >= 0 or li[lk, L_QH1] >= 0:
+        li[lk, L_WAKE] = 1
+        push(ht, hs, hi, ctr, lf[lk, LF_BUSY], K_WAKE, lk)
+
+
+@numba.njit(cache=True)
+def swap_records(pi, pf, a, b):
+    """Exchange the contents of pool records ``a`` and ``b`` (not their queue links)."""
+    for c in range(N_PI):
+        if c != P_NEXT:
+            pi[a, c], pi[b, c] = pi[b, c], pi[a, c]
+    for c in range(N_PF):
+        pf[a, c], pf[b, c] = pf[b, c], pf[a, c]
+
+
+@numba.njit(cache=True)
+def enqueue(lk, k, now, li, lf, pi, pf, fp, ip, ctr, ht, hs, hi, link_tier, rng):
+    """Packet ``k`` joins the output queue of link ``lk`` (module doc of the package: ECN,
+    drop tail, trimming, PFC ingress accounting happen in the caller and here)."""
+    typ = pi[k, P_TYPE]
+    cls = 0 if (typ == T_DATA or (typ == T_NACK and link_tier[lk] == 0)) else 1
+    if link_tier[lk] != 0:  # a switch port
+        serv = lf[lk, LF_SERV] if lf[lk, LF_BUSY] > now else 0.0
+        if cls == 0:
+            low = lf[lk, LF_QB0] + (serv if li[lk, L_SERVC] == 0 else 0.0)
+            kmin, kmax = fp[F_KMIN], fp[F_KMAX]
+            if low >= kmin and (low >= kmax or uniform(rng) < (low - kmin) / (kmax - kmin)):
+                if pi[k, P_ECN] == 0:
+                    ctr[C_ECN] += 1
+                pi[k, P_ECN] = 1
+            if ip[I_SW] != SW_LOSSLESS and low + pi[k, P_SIZE] > fp[F_QCAP]:
+                if ip[I_SW] == SW_LOSSY:
+                    ctr[C_DROP] += 1
+                    free(pi, ctr, k)
+                    return
+                tail = li[lk, L_QT0]
+                if tail >= 0 and uniform(rng) < 0.5:  # trim the tail, the arrival takes its place
+                    swap_records(pi, pf, tail, k)
+                    lf[lk, LF_QB0] += pi[tail, P_SIZE] - pi[k, P_SIZE]
+                pi[k, P_TYPE] = T_HDR
+                pi[k, P_SIZE] = ip[I_HDR]
+                ctr[C_TRIM] += 1
+                cls = 1
+        if cls == 1:
+            high = lf[lk, LF_QB1] + (serv if li[lk, L_SERVC] == 1 else 0.0)
+            if ip[I_SW] != SW_LOSSLESS and high + pi[k, P_SIZE] > 2.0 * fp[F_QCAP]:
+                ctr[C_DROP] += 1
+                free(pi, ctr, k)
+                return
+    idle = li[lk, L_QH0] < 0 and li[lk, L_QH1] < 0
+    if idle and li[lk, L_PAUSED] == 0 and lf[lk, LF_BUSY] <= now:
+        li[lk, L_SERVC] = cls
+        transmit(lk, k, now, li, lf, pi, pf, fp, ip, ctr, ht, hs, hi, link_tier)
+        return
+    q_append(li, lf, pi, lk, k, cls, now)
+    if li[lk, L_WAKE] == 0 and li[lk, L_PAUSED] == 0:
+        li[lk, L_WAKE] = 1
+        push(ht, hs, hi, ctr, max(now, lf[lk, LF_BUSY]), K_WAKE, lk)
+
+
+# == load balancing ============================================================================
+@numba.njit(cache=True)
+def up_ok(p, a, b, j, leaf_up, spine_down, view, v):
+    """Uplink ``j`` of leaf ``a`` (plane ``p``) is up in view ``v`` and its spine has an up
+    cable into leaf ``b``."""
+    if view[v, leaf_up[p, a, j]] == 0:
+        return False
+    s = j % spine_down.shape[1]
+    for c in range(spine_down.shape[3]):  # noqa: SIM110
+        if view[v, spine_down[p, s, b, c]] != 0:
+            return True
+    return False
+
+
+@numba.njit(cache=True)
+def occupancy(lf, lk, now):
+    serv = lf[lk, LF_BUSY] - now
+    return lf[lk, LF_QB0] + lf[lk, LF_QB1] + (serv / lf[lk, LF_SER] if serv > 0.0 else 0.0)
+
+
+@numba.njit(cache=True)
+def pick_uplink(p, a, b, ev, mode, now, leaf_up, spine_down, view, v, healthy, lf, rng):
+    """Leaf ``a``'s uplink for a packet to leaf ``b``: by entropy (ecmp, flowlet, pinning,
+    spray: ``ev mod U`` when it is eligible, else the ``ev``-th eligible one) or the least
+    occupied eligible one (adaptive, random ties). -1: none eligible."""
+    U = leaf_up.shape[2]
+    if mode == M_ADAPTIVE:
+        best = -1
+        best_occ = 0.0
+        start = randint(rng, U)
+        for i in range(U):
+            j = (start + i) % U
+            if not healthy and not up_ok(p, a, b, j, leaf_up, spine_down, view, v):
+                continue
+            o = occupancy(lf, leaf_up[p, a, j], now)
+            if best < 0 or o < best_occ:
+                best, best_occ = j, o
+        return best
+    j = np.int64(ev % np.uint64(U))
+    if healthy or up_ok(p, a, b, j, leaf_up, spine_down, view, v):
+        return j
+    cnt = 0
+    for i in range(U):
+        if up_ok(p, a, b, i, leaf_up, spine_down, view, v):
+            cnt += 1
+    if cnt == 0:
+        return -1
+    r = np.int64(mix(ev, 77) % np.uint64(cnt))
+    for i in range(U):
+        if up_ok(p, a, b, i, leaf_up, spine_down, view, v):
+            if r == 0:
+                return i
+            r -= 1
+    return -1
+
+
+@numba.njit(cache=True)
+def pick_cable(p, s, b, ev, mode, now, spine_down, view, v, lf, rng):
+    """Spine ``s``'s cable into leaf ``b`` (entropy, or least occupied for adaptive)."""
+    C = spine_down.shape[3]
+    if C == 1:
+        return spine_down[p, s, b, 0]
+    best = -1
+    best_occ = 0.0
+    start = randint(rng, C) if mode == M_ADAPTIVE else np.int64(ev % np.uint64(C))
+    for i in range(C):
+        c = (start + i) % C
+        lk = spine_down[p, s, b, c]
+        if view[v, lk] == 0:
+            continue
+        if mode != M_ADAPTIVE:
+            return lk
+        o = occupancy(lf, lk, now)
+        if best < 0 or o < best_occ:
+            best, best_occ = lk, o
+    return best
+
+
+@numba.njit(cache=True)
+def route(k, node, now, pi, lf, ip, ctr, tp, view, rng):
+    """The output link of packet ``k`` at switch ``node``; -1 when there is no route."""
+    host_down, host_leaf, leaf_up, spine_down, sw_role, sw_idx, sw_plane = tp
+    H = ip[I_H]
+    sw = node - H
+    p = sw_plane[sw]
+    dst = pi[k, P_DST]
+    b = host_leaf[dst]
+    ev = np.uint64(pi[k, P_EV])
+    mode = ip[I_MODE]
+    v = ip[I_VFABRIC]
+    healthy = ctr[C_DOWN0 + v] == 0
+    if sw_role[sw] == 0:
+        a = sw_idx[sw]
+        if a == b:
+            return host_down[p, dst]
+        e2 = ev if mode == M_SPRAY else mix(ev, node)
+        j = pick_uplink(p, a, b, e2, mode, now, leaf_up, spine_down, view, v, healthy, lf, rng)
+        return -1 if j < 0 else leaf_up[p, a, j]
+    s = sw_idx[sw]
+    e2 = ev // np.uint64(leaf_up.shape[2]) if mode == M_SPRAY else mix(ev, node)
+    return pick_cable(p, s, b, e2, mode, now, spine_down, view, v, lf, rng)
+
+
+@numba.njit(cache=True)
+def plane_usable(p, src, dst, host_up, host_down, view, ip):
+    return view[ip[I_VPLANE], host_up[p, src]] != 0 and view[ip[I_VREMOTE], host_down[p, dst]] != 0
+
+
+@numba.njit(cache=True)
+def pick_plane(src, dst, ev, now, host_up, host_down, view, ip, lf, rng):
+    """The NIC's plane for a packet (module doc of the package); -1 when none is usable."""
+    P = ip[I_P]
+    if P == 1:
+        return 0
+    mode = ip[I_MODE]
+    cnt = 0
+    for p in range(P):
+        if plane_usable(p, src, dst, host_up, host_down, view, ip):
+            cnt += 1
+    if cnt == 0:
+        return -1
+    if mode == M_ADAPTIVE:
+        best = -1
+        best_occ = 0.0
+        start = randint(rng, P)
+        for i in range(P):
+            p = (start + i) % P
+            if plane_usable(p, src, dst, host_up, host_down, view, ip):
+                o = occupancy(lf, host_up[p, src], now)
+                if best < 0 or o < best_occ:
+                    best, best_occ = p, o
+        return best
+    r = np.int64(ev % np.uint64(cnt))
+    for p in range(P):
+        if plane_usable(p, src, dst, host_up, host_down, view, ip):
+            if r == 0:
+                return p
+            r -= 1
+    return -1
+
+
+# == flow table columns (fl: int64) ===============================================================
+FL_SRC, FL_DST, FL_NPK, FL_LAST, FL_OFF, FL_CONN, FL_CHAN, FL_JOB, N_FL = range(9)
+
+
+# == sender ====================================================================================
+@numba.njit(cache=True)
+def retired(f, path, now, ret_path, ret_until):
+    for i in range(ret_path.shape[1]):  # noqa: SIM110
+        if ret_path[f, i] == path and ret_until[f, i] > now:
+            return True
+    return False
+
+
+@numba.njit(cache=True)
+def retire(f, path, now, fp, ret_path, ret_until):
+    """MRC-like: the path of a trimmed or lost packet is avoided for ``path_retire_s``."""
+    if fp[F_RETIRE] <= 0.0 or path < 0 or ret_path.shape[0] <= f:
+        return
+    slot = 0
+    for i in range(ret_path.shape[1]):
+        if ret_path[f, i] == path:
+            slot = i
+            break
+        if ret_until[f, i] < ret_until[f, slot]:
+            slot = i
+    ret_path[f, slot] = path
+    ret_until[f, slot] = now + fp[F_RETIRE]
+
+
+@numba.njit(cache=True)
+def next_spray_path(f, now, fi, rng, ret_path, ret_until):
+    """Next path of the flow's current cyclic permutation ``(a k + b) mod n`` (fresh random
+    ``a`` coprime to ``n`` and ``b`` every cycle, as htsim's reshuffle per cycle), skipping
+    retired paths (at most one cycle of tries)."""
+    n = fi[f, FI_NPATH]
+    path = 0
+    for _ in range(n):
+        if fi[f, FI_PK] >= n or fi[f, FI_PA] == 0:
+            a = 1 + randint(rng, max(n - 1, 1))
+            while gcd(a, n) != 1:
+                a = 1 + randint(rng, max(n - 1, 1))
+            fi[f, FI_PA] = a
+            fi[f, FI_PB] = randint(rng, n)
+            fi[f, FI_PK] = 0
+        path = (fi[f, FI_PA] * fi[f, FI_PK] + fi[f, FI_PB]) % n
+        fi[f, FI_PK] += 1
+        if not retired(f, path, now, ret_path, ret_until):
+            return path
+    return path
+
+
+@numba.njit(cache=True)
+def arm_rto(f, now, fi, ff, fp, ctr, ht, hs, hi):
+    if fi[f, FI_RTOPEND] == 0:
+        fi[f, FI_RTOPEND] = 1
+        ff[f, FF_RTODL] = now + fp[F_RTO]
+        push(ht, hs, hi, ctr, now + fp[F_RTO], K_RTO, f)
+
+
+@numba.njit(cache=True)
+def sendable(f, fi, ff, fl, ip, sst, rqn):
+    """The next sequence the sender may send now (a queued retransmission first), or -1."""
+    if ip[I_MODE] == M_PINNING and fi[f, FI_TARGET] >= 0 and fi[f, FI_PINOUT] > 0:
+        return -1  # drain barrier: the old plane still has packets outstanding
+    if ip[I_TR] == TR_NDP:
+        if fi[f, FI_CRED] <= 0:
+            return -1
+    elif fi[f, FI_INFL] * ip[I_MTU] >= ff[f, FF_CWND]:
+        return -1
+    off = fl[f, FL_OFF]
+    while fi[f, FI_RQH] >= 0:
+        g = fi[f, FI_RQH]
+        if sst[g] == 3:
+            return g - off
+        fi[f, FI_RQH] = rqn[g]  # acked meanwhile: skip
+        if fi[f, FI_RQH] < 0:
+            fi[f, FI_RQT] = -1
+    if fi[f, FI_SNDNXT] < fl[f, FL_NPK]:
+        return fi[f, FI_SNDNXT]
+    return -1
+
+
+@numba.njit(cache=True)
+def pin_check(f, now, fi, ff, fl, fp, ip, ctr, view, host_up, host_down, congested):
+    """Pinning: move the flow to another plane when its plane is down in the software view,
+    or on congestion (``congested``) at most once per software reaction time; the move
+    happens after the drain barrier (:func:`resolve`)."""
+    P = ip[I_P]
+    if ip[I_MODE] != M_PINNING or P == 1 or fi[f, FI_TARGET] >= 0:
+        return
+    src, dst = fl[f, FL_SRC], fl[f, FL_DST]
+    p0 = fi[f, FI_PLANE]
+    ok = plane_usable(p0, src, dst, host_up, host_down, view, ip)
+    if ok and not (congested and ip[I_MIGRATE] == 1):
+        return
+    if ok and now - ff[f, FF_LASTMIG] < fp[F_REACT1]:
+        return
+    for i in range(1, P):
+        p = (p0 + i) % P
+        if plane_usable(p, src, dst, host_up, host_down, view, ip):
+            fi[f, FI_TARGET] = p
+            ff[f, FF_LASTMIG] = now
+            ctr[C_MIGR] += 1
+            if fi[f, FI_PINOUT] <= 0:
+                fi[f, FI_PLANE] = p
+                fi[f, FI_TARGET] = -1
+                fi[f, FI_PINOUT] = 0
+            return
+
+
+@numba.njit(cache=True)
+def send_data(f, s, now, st, fl, fle, ctr, fp, ip, rng):
+    """Packet ``s`` of flow ``f`` goes to the source NIC (plane and entropy by mode)."""
+    fi, ff, sst, stime, rqn, spath = st[0], st[1], st[2], st[3], st[4], st[5]
+    li, lf, pi, pf, ht, hs, hi = st[6], st[7], st[8], st[9], st[10], st[11], st[12]
+    view, ret_path, ret_until, conn_last, conn_fl = st[13], st[14], st[15], st[16], st[17]
+    link_tier, host_up, host_down = st[18], st[19], st[20]
+    src, dst, npk, off, conn = fl[f, 0], fl[f, 1], fl[f, 2], fl[f, 4], fl[f, 5]
+    g = off + s
+    payload = fl[f, FL_LAST] if s == npk - 1 else ip[I_MTU]
+    k = alloc(pi, pf, ctr, f, s, T_DATA, payload + ip[I_HDR], dst)
+    if k < 0:
+        return
+    if sst[g] == 3:
+        fi[f, FI_RQH] = rqn[g]
+        if rqn[g] < 0:
+            fi[f, FI_RQT] = -1
+        ctr[C_RTX] += 1
+    else:
+        fi[f, FI_SNDNXT] = s + 1
+    mode = ip[I_MODE]
+    ent = np.uint64(fle[f])
+    path = -1
+    if mode == M_SPRAY:
+        path = next_spray_path(f, now, fi, rng, ret_path, ret_until)
+        P = np.uint64(ip[I_P])
+        plane = pick_plane(
+            src, dst, np.uint64(path) % P, now, host_up, host_down, view, ip, lf, rng
+        )
+        ev = np.uint64(path) // P
+    elif mode == M_ADAPTIVE:
+        ev = rand(rng)
+        plane = pick_plane(src, dst, ev, now, host_up, host_down, view, ip, lf, rng)
+    elif mode == M_FLOWLET:
+        if now - conn_last[conn] > fp[F_FLOWLET]:
+            conn_fl[conn] += 1
+        conn_last[conn] = now
+        ev = mix(ent, conn_fl[conn])
+        plane = pick_plane(src, dst, mix(ev, 1), now, host_up, host_down, view, ip, lf, rng)
+    elif mode == M_PINNING:
+        ev = ent
+        plane = fi[f, FI_PLANE]
+        if not plane_usable(plane, src, dst, host_up, host_down, view, ip):
+            plane = -1
+    else:
+        ev = ent
+        plane = pick_plane(src, dst, mix(ev, 1), now, host_up, host_down, view, ip, lf, rng)
+    sst[g] = 1
+    stime[g] = now
+    spath[g] = path if mode == M_SPRAY else plane
+    fi[f, FI_INFL] += 1
+    if mode == M_PINNING:
+        fi[f, FI_PINOUT] += 1
+    if ip[I_TR] == TR_NDP:
+        fi[f, FI_CRED] -= 1
+    ctr[C_SENT] += 1
+    pi[k, P_EV] = np.int64(ev)
+    if plane < 0:  # no usable plane: the packet is lost at the NIC
+        ctr[C_NOROUTE] += 1
+        free(pi, ctr, k)
+    else:
+        pi[k, P_PLANE] = plane
+        pf[k, PF_SENT] = now
+        enqueue(
+            host_up[plane, src], k, now, li, lf, pi, pf, fp, ip, ctr, ht, hs, hi, link_tier, rng
+        )
+    arm_rto(f, now, fi, ff, fp, ctr, ht, hs, hi)
+
+
+@numba.njit(cache=True)
+def try_send(f, now, st, fl, fle, ctr, fp, ip, rng):
+    """Send while the transport allows (NDP credits, or the DCTCP window)."""
+    fi, ff, sst, rqn, view = st[0], st[1], st[2], st[4], st[13]
+    pin_check(f, now, fi, ff, fl, fp, ip, ctr, view, st[19], st[20], False)
+    while ctr[C_STATUS] == ST_OK:
+        s = sendable(f, fi, ff, fl, ip, sst, rqn)
+        if s < 0:
+            return
+        send_data(f, s, now, st, fl, fle, ctr, fp, ip, rng)
+
+
+@numba.njit(cache=True)
+def resolve(f, g, fi, ip, spath):
+    """A packet of flow ``f`` stopped being outstanding (acked, nacked or timed out); the
+    pinning drain barrier completes when the old plane has none left."""
+    fi[f, FI_INFL] -= 1
+    if ip[I_MODE] == M_PINNING and spath[g] == fi[f, FI_PLANE]:
+        fi[f, FI_PINOUT] -= 1
+        if fi[f, FI_PINOUT] <= 0 and fi[f, FI_TARGET] >= 0:
+            fi[f, FI_PLANE] = fi[f, FI_TARGET]
+            fi[f, FI_TARGET] = -1
+            fi[f, FI_PINOUT] = 0
+
+
+@numba.njit(cache=True)
+def queue_rtx(f, g, fi, sst, rqn):
+    sst[g] = 3
+    rqn[g] = -1
+    if fi[f, FI_RQT] < 0:
+        fi[f, FI_RQH] = g
+    else:
+        rqn[fi[f, FI_RQT]] = g
+    fi[f, FI_RQT] = g
+
+
+@numba.njit(cache=True)
+def dctcp_ack(f, marked, fi, ff, fp, ip):
+    """DCTCP window law per ACK (transport doc): +MTU^2/cwnd per unmarked ACK; once per
+    window of ACKs ``alpha <- (1 - g) alpha + g F`` and, if any was marked,
+    ``cwnd <- cwnd (1 - alpha / 2)``; ``MTU <= cwnd <= max_window``."""
+    mtu = float(ip[I_MTU])
+    fi[f, FI_ACKW] += 1
+    if marked:
+        fi[f, FI_MARKW] += 1
+    else:
+        ff[f, FF_CWND] = min(ff[f, FF_CWND] + mtu * mtu / ff[f, FF_CWND], ip[I_MAXW] * mtu)
+    if fi[f, FI_ACKW] >= fi[f, FI_WINEND]:
+        gain = fp[F_GAIN]
+        frac = fi[f, FI_MARKW] / fi[f, FI_ACKW]
+        ff[f, FF_ALPHA] = (1.0 - gain) * ff[f, FF_ALPHA] + gain * frac
+        if fi[f, FI_MARKW] > 0:
+            ff[f, FF_CWND] = max(mtu, ff[f, FF_CWND] * (1.0 - ff[f, FF_ALPHA] / 2.0))
+        fi[f, FI_WINEND] = max(1, np.int64(ff[f, FF_CWND] / mtu))
+        fi[f, FI_ACKW] = 0
+        fi[f, FI_MARKW] = 0
+
+
+@numba.njit(cache=True)
+def ack_one(f, g, fi, ff, fp, ip, sst, spath, marked):
+    """Selective ACK of global sequence ``g``."""
+    state = sst[g]
+    if state != 1 and state != 3:
+        return
+    if state == 1:
+        resolve(f, g, fi, ip, spath)
+    sst[g] = 2
+    if ip[I_TR] == TR_DCTCP:
+        dctcp_ack(f, marked, fi, ff, fp, ip)
+
+
+@numba.njit(cache=True)
+def loss_signal(f, g, now, st, fl, fp, ip, ctr):
+    """Packet ``g`` is known lost or trimmed: queue it, retire its path (spray), DCTCP
+    halves the window once per window, pinning may migrate."""
+    fi, ff, sst, rqn, spath = st[0], st[1], st[2], st[4], st[5]
+    if sst[g] != 1:
+        return
+    resolve(f, g, fi, ip, spath)
+    queue_rtx(f, g, fi, sst, rqn)
+    if ip[I_MODE] == M_SPRAY:
+        retire(f, spath[g], now, fp, st[14], st[15])
+    if ip[I_TR] == TR_DCTCP and g - fl[f, FL_OFF] >= fi[f, FI_CUTG]:
+        ff[f, FF_CWND] = max(float(ip[I_MTU]), ff[f, FF_CWND] / 2.0)
+        fi[f, FI_CUTG] = fi[f, FI_SNDNXT]
+    pin_check(f, now, fi, ff, fl, fp, ip, ctr, st[13], st[19], st[20], True)
+
+
+@numba.njit(cache=True)
+def sender_ctrl(k, now, st, fl, fle, ctr, fp, ip, rng):
+    """An ACK, NACK or PULL reached the flow's source."""
+    fi, ff, sst, spath, pi = st[0], st[1], st[2], st[5], st[8]
+    f = pi[k, P_FLOW]
+    off = fl[f, FL_OFF]
+    typ = pi[k, P_TYPE]
+    if typ == T_ACK:
+        ack_one(f, off + pi[k, P_SEQ], fi, ff, fp, ip, sst, spath, pi[k, P_ECN] == 1)
+        cum = pi[k, P_CUM]
+        una = fi[f, FI_SNDUNA]
+        while una < cum:
+            ack_one(f, off + una, fi, ff, fp, ip, sst, spath, False)
+            una += 1
+        while una < fi[f, FI_SNDNXT] and sst[off + una] == 2:
+            una += 1
+        if una > fi[f, FI_SNDUNA]:
+            ff[f, FF_RTODL] = now + fp[F_RTO]
+        fi[f, FI_SNDUNA] = una
+    elif typ == T_NACK:
+        loss_signal(f, off + pi[k, P_SEQ], now, st, fl, fp, ip, ctr)
+    aux = pi[k, P_AUX]
+    if aux > fi[f, FI_PULLSEEN]:
+        fi[f, FI_CRED] += aux - fi[f, FI_PULLSEEN]
+        fi[f, FI_PULLSEEN] = aux
+    free(pi, ctr, k)
+    if fi[f, FI_SNDUNA] >= fl[f, FL_NPK] and fi[f, FI_SDONE] == 0:
+        fi[f, FI_SDONE] = 1
+        ff[f, FF_ACKED] = now
+        ctr[C_SDONE] += 1
+        return True
+    try_send(f, now, st, fl, fle, ctr, fp, ip, rng)
+    return False
+
+
+@numba.njit(cache=True)
+def rto_fire(f, now, st, fl, fle, ctr, fp, ip, rng):
+    """The retransmission timer: packets outstanding for ``rto_s`` without any ACK progress
+    are declared lost and resent (NDP: with a credit each; DCTCP: window to one MTU)."""
+    fi, ff, sst, stime = st[0], st[1], st[2], st[3]
+    ht, hs, hi = st[10], st[11], st[12]
+    fi[f, FI_RTOPEND] = 0
+    if fi[f, FI_SDONE] == 1 or fi[f, FI_INFL] <= 0:
+        return
+    if now < ff[f, FF_RTODL]:
+        fi[f, FI_RTOPEND] = 1
+        push(ht, hs, hi, ctr, ff[f, FF_RTODL], K_RTO, f)
+        return
+    off = fl[f, FL_OFF]
+    n = 0
+    for s in range(fi[f, FI_SNDUNA], fi[f, FI_SNDNXT]):
+        g = off + s
+        if sst[g] == 1 and stime[g] <= now - fp[F_RTO] * (1.0 - 1e-9):
+            loss_signal(f, g, now, st, fl, fp, ip, ctr)
+            n += 1
+    if n > 0:
+        ctr[C_TIMEOUTS] += 1
+        if ip[I_TR] == TR_NDP:
+            fi[f, FI_CRED] += n
+        else:
+            ff[f, FF_CWND] = float(ip[I_MTU])
+    ff[f, FF_RTODL] = now + fp[F_RTO]
+    try_send(f, now, st, fl, fle, ctr, fp, ip, rng)
+    arm_rto(f, now, fi, ff, fp, ctr, ht, hs, hi)
+
+
+# == receiver ==================================================================================
+@numba.njit(cache=True)
+def ctrl_send(k, now, st, fl, fle, fp, ip, ctr, rng):
+    """Control packet ``k`` leaves host ``pi[k, P_DST]``'s peer: plane and entropy by mode
+    (spray and adaptive: a random path; the others hash the connection for the reverse
+    direction)."""
+    fi, li, lf, pi, pf = st[0], st[6], st[7], st[8], st[9]
+    ht, hs, hi, view, link_tier, host_up, host_down = (
+        st[10],
+        st[11],
+        st[12],
+        st[13],
+        st[18],
+        st[19],
+        st[20],
+    )
+    f = pi[k, P_FLOW]
+    src = fl[f, FL_DST]
+    dst = fl[f, FL_SRC]
+    mode = ip[I_MODE]
+    if mode == M_SPRAY or mode == M_ADAPTIVE:  # noqa: SIM108, SIM109 (numba)
+        ev = rand(rng)
+    else:
+        ev = mix(np.uint64(fle[f]), 0xACC)
+    if mode == M_PINNING:
+        plane = fi[f, FI_PLANE]
+        if not plane_usable(plane, src, dst, host_up, host_down, view, ip):
+            plane = pick_plane(src, dst, mix(ev, 1), now, host_up, host_down, view, ip, lf, rng)
+    else:
+        plane = pick_plane(src, dst, mix(ev, 1), now, host_up, host_down, view, ip, lf, rng)
+    ctr[C_CTRL] += 1
+    if plane < 0:
+        ctr[C_NOROUTE] += 1
+        free(pi, ctr, k)
+        return
+    pi[k, P_EV] = np.int64(ev)
+    pi[k, P_PLANE] = plane
+    enqueue(host_up[plane, src], k, now, li, lf, pi, pf, fp, ip, ctr, ht, hs, hi, link_tier, rng)
+
+
+@numba.njit(cache=True)
+def issue_pull(f, now, st, fl, fp, ip, ctr):
+    """NDP receiver: one pull per arrival. Carried by the ACK/NACK itself when the host's
+    pacer is idle and its last pull left ``pace`` ago (returns the pull number), else a
+    PULL packet waits in the pacer's FIFO (returns -1)."""
+    fi, pi, pf, ht, hs, hi, hq, hfq = st[0], st[8], st[9], st[10], st[11], st[12], st[21], st[22]
+    h = fl[f, FL_DST]
+    if hq[h, H_PQH] < 0 and now >= hfq[h, HF_NEXT]:
+        fi[f, FI_PULLNO] += 1
+        hfq[h, HF_NEXT] = now + fp[F_PACE]
+        return fi[f, FI_PULLNO]
+    k = alloc(pi, pf, ctr, f, -1, T_PULL, ip[I_HDR], fl[f, FL_SRC])
+    if k < 0:
+        return -1
+    if hq[h, H_PQT] < 0:
+        hq[h, H_PQH] = k
+    else:
+        pi[hq[h, H_PQT], P_NEXT] = k
+    hq[h, H_PQT] = k
+    if hq[h, H_ARMED] == 0:
+        hq[h, H_ARMED] = 1
+        push(ht, hs, hi, ctr, max(now, hfq[h, HF_NEXT]), K_PACE, h)
+    return -1
+
+
+@numba.njit(cache=True)
+def pace(h, now, st, fl, fle, fp, ip, ctr, rng):
+    """Host ``h``'s pull pacer releases the next pull (pulls of flows already complete at
+    this receiver are dropped without using a slot)."""
+    fi, pi, ht, hs, hi, hq, hfq = st[0], st[8], st[10], st[11], st[12], st[21], st[22]
+    hq[h, H_ARMED] = 0
+    while hq[h, H_PQH] >= 0:
+        k = hq[h, H_PQH]
+        hq[h, H_PQH] = pi[k, P_NEXT]
+        if hq[h, H_PQH] < 0:
+            hq[h, H_PQT] = -1
+        f = pi[k, P_FLOW]
+        if fi[f, FI_RDONE] == 1:
+            free(pi, ctr, k)
+            continue
+        fi[f, FI_PULLNO] += 1
+        pi[k, P_AUX] = fi[f, FI_PULLNO]
+        hfq[h, HF_NEXT] = now + fp[F_PACE]
+        ctrl_send(k, now, st, fl, fle, fp, ip, ctr, rng)
+        break
+    if hq[h, H_PQH] >= 0:
+        hq[h, H_ARMED] = 1
+        push(ht, hs, hi, ctr, hfq[h, HF_NEXT], K_PACE, h)
+
+
+@numba.njit(cache=True)
+def respond(f, s, typ, marked, pull, now, st, fl, fle, fp, ip, ctr, rng):
+    """The receiver answers: an ACK (selective ``s``, cumulative ``rcv_next``, ECN echo) or a
+    NACK of ``s``; with ``pull`` (NDP, one per arrival) it carries a pull when the pacer
+    allows, else a separate PULL waits in the pacer."""
+    fi, pi, pf = st[0], st[8], st[9]
+    aux = issue_pull(f, now, st, fl, fp, ip, ctr) if pull else -1
+    k = alloc(pi, pf, ctr, f, s, typ, ip[I_HDR], fl[f, FL_SRC])
+    if k < 0:
+        return
+    pi[k, P_AUX] = aux
+    pi[k, P_CUM] = fi[f, FI_RCVNXT]
+    pi[k, P_ECN] = 1 if marked else 0
+    ctrl_send(k, now, st, fl, fle, fp, ip, ctr, rng)
+
+
+@numba.njit(cache=True)
+def release_successors(f, now, fi, ff, flf, succ_ptr, succ, ctr, ht, hs, hi):
+    """Flow ``f`` completed: its dependants start at ``max(release, finishes) + delay``."""
+    for i in range(succ_ptr[f], succ_ptr[f + 1]):
+        q = succ[i]
+        fi[q, FI_PENDING] -= 1
+        ff[q, FF_READY] = max(ff[q, FF_READY], now)
+        if fi[q, FI_PENDING] == 0:
+            push(ht, hs, hi, ctr, max(ff[q, FF_READY], flf[q, 0]) + flf[q, 1], K_RELEASE, q)
+
+
+@numba.njit(cache=True)
+def receive(k, now, st, fl, fle, fp, ip, ctr, rng, lat):
+    """A data packet or a trimmed header reached its receiver; returns the payload bytes
+    delivered in order by this arrival (reordering buffer: ``rcv_next`` is the first
+    missing sequence, packets above it wait; the buffer depth is their count)."""
+    fi, pi, pf, got = st[0], st[8], st[9], st[23]
+    f = pi[k, P_FLOW]
+    s = pi[k, P_SEQ]
+    off, npk = fl[f, FL_OFF], fl[f, FL_NPK]
+    g = off + s
+    ndp = ip[I_TR] == TR_NDP
+    if pi[k, P_TYPE] == T_HDR:
+        free(pi, ctr, k)
+        if got[g] == 0:
+            got[g] = 2
+        respond(f, s, T_NACK, False, ndp, now, st, fl, fle, fp, ip, ctr, rng)
+        return 0.0
+    n = ctr[C_NLAT]
+    x = now - pf[k, PF_T0]
+    if n < lat.size:
+        lat[n] = x
+    else:
+        j = randint(rng, n + 1)
+        if j < lat.size:
+            lat[j] = x
+    ctr[C_NLAT] = n + 1
+    marked = pi[k, P_ECN] == 1
+    free(pi, ctr, k)
+    delivered = 0.0
+    rn = fi[f, FI_RCVNXT]
+    if got[g] == 1:
+        ctr[C_DUP] += 1
+    else:
+        got[g] = 1
+        if s == rn:
+            while rn < npk and got[off + rn] == 1:
+                delivered += fl[f, FL_LAST] if rn == npk - 1 else ip[I_MTU]
+                rn += 1
+                if rn - 1 > s:
+                    fi[f, FI_OOO] -= 1
+            fi[f, FI_RCVNXT] = rn
+        else:
+            fi[f, FI_OOO] += 1
+            if fi[f, FI_OOO] > fi[f, FI_ROMAX]:
+                fi[f, FI_ROMAX] = fi[f, FI_OOO]
+    respond(f, s, T_ACK, marked, ndp, now, st, fl, fle, fp, ip, ctr, rng)
+    kk = ip[I_NACKK]
+    lo = max(rn, fi[f, FI_NACKUP])
+    for h in range(lo, s - kk + 1):
+        if got[off + h] == 0:
+            respond(f, h, T_NACK, False, False, now, st, fl, fle, fp, ip, ctr, rng)
+    if s - kk + 1 > fi[f, FI_NACKUP]:
+        fi[f, FI_NACKUP] = s - kk + 1
+    return delivered
+
+
+@numba.njit(cache=True)
+def start_flow(f, now, st, fl, fle, ctr, fp, ip, rng):
+    """Flow ``f`` starts: NDP credits / DCTCP window = the initial window; pinning picks the
+    plane ``(hash(src, dst) + channel)``-th among the planes usable in the software view."""
+    fi, ff, view, host_up, host_down = st[0], st[1], st[13], st[19], st[20]
+    ff[f, FF_START] = now
+    iw = ip[I_IW]
+    fi[f, FI_CRED] = iw
+    ff[f, FF_CWND] = iw * float(ip[I_MTU])
+    fi[f, FI_WINEND] = iw
+    if ip[I_MODE] == M_PINNING:
+        src, dst = fl[f, FL_SRC], fl[f, FL_DST]
+        h = mix(mix(np.uint64(src), dst), 1) + np.uint64(fl[f, FL_CHAN])
+        P = ip[I_P]
+        cnt = 0
+        for p in range(P):
+            if plane_usable(p, src, dst, host_up, host_down, view, ip):
+                cnt += 1
+        r = np.int64(h % np.uint64(max(cnt, 1)))
+        plane = np.int64(h % np.uint64(P))
+        for p in range(P):
+            if plane_usable(p, src, dst, host_up, host_down, view, ip):
+                if r == 0:
+                    plane = p
+                    break
+                r -= 1
+        fi[f, FI_PLANE] = plane
+    try_send(f, now, st, fl, fle, ctr, fp, ip, rng)
+
+
+@numba.njit(cache=True)
+def record(tl, res, job, t, x, max_bins):
+    """Add ``x`` delivered bytes at time ``t`` to the per-job timeline; the bins double in
+    number, then in width (pairs merged) beyond ``max_bins``. Returns ``(tl, res)``."""
+    b = np.int64(t / res)
+    while b >= tl.shape[1]:
+        nb = tl.shape[1]
+        if 2 * nb <= max_bins:
+            new = np.zeros((tl.shape[0], 2 * nb))
+            new[:, :nb] = tl
+        else:
+            new = np.zeros((tl.shape[0], nb))
+            for i in range(nb):
+                new[:, i // 2] += tl[:, i]
+            res *= 2.0
+            b = np.int64(t / res)
+        tl = new
+    tl[job, b] += x
+    return tl, res
+
+
+@numba.njit(cache=True)
+def link_event(i, now, st, ev_link, ev_up, fp, ctr):
+    """Link ``ev_link[i]`` changes state in truth (a down link drops what is sent onto it
+    and what is in flight on it); every mechanism learns it after its reaction time."""
+    li, ht, hs, hi = st[6], st[10], st[11], st[12]
+    lk = ev_link[i]
+    up = 1 if ev_up[i] else 0
+    if li[lk, L_TRUTH] != up:
+        li[lk, L_TRUTH] = up
+        if up == 0:
+            li[lk, L_EPOCH] += 1
+    for m in range(3):
+        push(ht, hs, hi, ctr, now + fp[F_REACT0 + m], K_VIEW, i * 3 + m)
+
+
+@numba.njit(cache=True)
+def view_event(ident, st, ev_link, ev_up, ctr):
+    view = st[13]
+    i, m = ident // 3, ident % 3
+    lk = ev_link[i]
+    up = 1 if ev_up[i] else 0
+    if view[m, lk] != up:
+        view[m, lk] = up
+        ctr[C_DOWN0 + m] += -1 if up == 1 else 1
+
+
+@numba.njit(cache=True)
+def arrive(k, now, st, fl, fle, fp, ip, ctr, rng, lat, tp, link_dst):
+    """Packet ``k`` reached the far end of its link. Returns the flow whose receiver got
+    payload in order (for the timeline) as ``(flow, bytes, sender_done)``."""
+    li, lf, pi, pf, ht, hs, hi, view, link_tier = (
+        st[6],
+        st[7],
+        st[8],
+        st[9],
+        st[10],
+        st[11],
+        st[12],
+        st[13],
+        st[18],
+    )
+    lk = pi[k, P_LINK]
+    f = pi[k, P_FLOW]
+    if li[lk, L_TRUTH] == 0 or pi[k, P_EPOCH] != li[lk, L_EPOCH]:
+        ctr[C_DROP] += 1
+        free(pi, ctr, k)
+        return f, 0.0, False
+    node = link_dst[lk]
+    if node < ip[I_H]:
+        typ = pi[k, P_TYPE]
+        if typ == T_DATA or typ == T_HDR:  # noqa: SIM109
+            return f, receive(k, now, st, fl, fle, fp, ip, ctr, rng, lat), False
+        return f, 0.0, sender_ctrl(k, now, st, fl, fle, ctr, fp, ip, rng)
+    size = pi[k, P_SIZE]
+    lossless = ip[I_SW] == SW_LOSSLESS
+    if lossless:
+        lf[lk, LF_ING] += size
+        if li[lk, L_PFC] == 0 and lf[lk, LF_ING] > fp[F_XOFF]:
+            li[lk, L_PFC] = 1
+            push(ht, hs, hi, ctr, now + fp[F_PROP], K_PON, lk)
+        pi[k, P_INLINK] = lk
+    out = route(k, node, now, pi, lf, ip, ctr, tp, view, rng)
+    if out < 0:
+        ctr[C_NOROUTE] += 1
+        ctr[C_DROP] += 1
+        if lossless:
+            lf[lk, LF_ING] -= size
+        free(pi, ctr, k)
+        return f, 0.0, False
+    enqueue(out, k, now, li, lf, pi, pf, fp, ip, ctr, ht, hs, hi, link_tier, rng)
+    return f, 0.0, False
+
+
+@numba.njit(cache=True)
+def run(
+    st,
+    fl,
+    fle,
+    flf,
+    succ_ptr,
+    succ,
+    tp,
+    link_dst,
+    ev_time,
+    ev_link,
+    ev_up,
+    fp,
+    ip,
+    ctr,
+    rng,
+    lat,
+    tl,
+    max_bins,
+):
+    """The event loop (module doc). Returns ``(now, timeline, timeline resolution)``."""
+    fi, ff, li, lf, ht, hs, hi = st[0], st[1], st[6], st[7], st[10], st[11], st[12]
+    n = fl.shape[0]
+    res = fp[F_TLRES]
+    ackrel = ip[I_ACKREL] == 1
+    for f in range(n):
+        if fi[f, FI_PENDING] == 0:
+            push(ht, hs, hi, ctr, flf[f, 0] + flf[f, 1], K_RELEASE, f)
+    for i in range(ev_time.size):
+        push(ht, hs, hi, ctr, ev_time[i], K_LINKEV, i)
+    now = 0.0
+    until = fp[F_UNTIL]
+    while ctr[C_HN] > 0 and ctr[C_STATUS] == ST_OK:
+        if ctr[C_DONE] == n and ctr[C_SDONE] == n:
+            break
+        t, item = pop(ht, hs, hi, ctr)
+        if t > until:
+            now = until
+            break
+        now = t
+        ctr[C_NEV] += 1
+        kind = item & 15
+        ident = item >> 4
+        if kind == K_ARRIVE:
+            f, x, sdone = arrive(ident, now, st, fl, fle, fp, ip, ctr, rng, lat, tp, link_dst)
+            if x > 0.0:
+                ff[f, FF_DELIV] += x
+                tl, res = record(tl, res, fl[f, FL_JOB], now, x, max_bins)
+                if fi[f, FI_RCVNXT] >= fl[f, FL_NPK] and fi[f, FI_RDONE] == 0:
+                    fi[f, FI_RDONE] = 1
+                    ff[f, FF_FINISH] = now
+                    ctr[C_DONE] += 1
+                    if not ackrel:
+                        release_successors(f, now, fi, ff, flf, succ_ptr, succ, ctr, ht, hs, hi)
+            if sdone and ackrel:
+                release_successors(f, now, fi, ff, flf, succ_ptr, succ, ctr, ht, hs, hi)
+        elif kind == K_WAKE:
+            wake(ident, now, li, lf, st[8], st[9], fp, ip, ctr, ht, hs, hi, st[18])
+        elif kind == K_PACE:
+            pace(ident, now, st, fl, fle, fp, ip, ctr, rng)
+        elif kind == K_RELEASE:
+            start_flow(ident, now, st, fl, fle, ctr, fp, ip, rng)
+        elif kind == K_RTO:
+            rto_fire(ident, now, st, fl, fle, ctr, fp, ip, rng)
+        elif kind == K_LINKEV:
+            link_event(ident, now, st, ev_link, ev_up, fp, ctr)
+        elif kind == K_VIEW:
+            view_event(ident, st, ev_link, ev_up, ctr)
+        elif kind == K_PON:
+            if li[ident, L_PAUSED] == 0:
+                ctr[C_PAUSE] += 1
+            li[ident, L_PAUSED] = 1
+        elif kind == K_POFF:
+            li[ident, L_PAUSED] = 0
+            if li[ident, L_WAKE] == 0 and (li[ident, L_QH0] >= 0 or li[ident, L_QH1] >= 0):
+                li[ident, L_WAKE] = 1
+                push(ht, hs, hi, ctr, max(now, lf[ident, LF_BUSY]), K_WAKE, ident)
+    for lk in range(li.shape[0]):
+        q_account(lf, lk, now)
+    return now, tl, res
