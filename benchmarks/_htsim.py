@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import resource
 import subprocess
 import tempfile
 import time
@@ -233,7 +234,8 @@ def find_binary(htsim_dir: Path | str) -> Path | None:
 
 @dataclass(frozen=True)
 class HtsimRun:
-    """One htsim run: per-flow start/finish (s, ``nan`` if unfinished), packet counts, wall."""
+    """One htsim run: per-flow start/finish (s, ``nan`` if unfinished), packet counts, wall
+    and CPU seconds of the whole process (CPU is the steadier figure on a shared machine)."""
 
     strat: str
     start_s: np.ndarray
@@ -241,6 +243,7 @@ class HtsimRun:
     new_packets: int
     rtx_packets: int
     wall_s: float
+    cpu_s: float
     command: str
 
     @property
@@ -282,14 +285,20 @@ def run_htsim(exe: Path, sc: Scenario, strat: str, end_us: float, timeout_s: flo
     with tempfile.TemporaryDirectory(prefix="htsim_") as tmp:
         cm = write_cm(sc, Path(tmp) / f"{sc.name}.cm")
         cmd = htsim_command(exe, cm, sc, strat, end_us, Path(tmp) / "logout.dat")
-        t0 = time.perf_counter()
+        c0, t0 = _child_cpu_s(), time.perf_counter()
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=tmp)
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, _child_cpu_s() - c0
     if out.returncode != 0:
         raise RuntimeError(f"htsim exited {out.returncode}: {out.stderr[-500:]}")
     start, finish, new, rtx = parse_output(out.stdout, sc)
     shown = " ".join(Path(c).name if "/" in c else c for c in cmd)
-    return HtsimRun(strat, start, finish, new, rtx, wall, shown)
+    return HtsimRun(strat, start, finish, new, rtx, wall, cpu, shown)
+
+
+def _child_cpu_s() -> float:
+    """User + system CPU seconds of this process's finished children."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 # -- our side ------------------------------------------------------------------------------------
@@ -406,12 +415,12 @@ def run_packet(sc: Scenario, mode: str, seed: int = 0, **cfg) -> tuple[dict, obj
 
     topo, flows = topology(sc), flow_table(sc, seed)
     config = packet_config(queue_packets=our_queue_packets(), **cfg)
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     res = simulate_packets(topo, flows, mode, config=config, seed=seed)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     finish = res.finish_s + ack_return_s(sc)
     out = summary(sc, res.start_s, finish, wall, int(res.retransmitted), new_packets(sc))
-    out.update(events=int(res.n_events), packets=int(res.n_packets))
+    out.update(cpu_s=cpu, events=int(res.n_events), packets=int(res.n_packets))
     return out, res
 
 
@@ -421,12 +430,12 @@ def run_flow(sc: Scenario, mode: str, seed: int = 0) -> dict:
     from trainfabric.fabric.routing import Router
 
     topo, flows = topology(sc), flow_table(sc, seed)
-    t0 = time.perf_counter()
+    c0, t0 = time.process_time(), time.perf_counter()
     res = simulate(topo, flows, Router(topo, mode, seed=seed), mtu_bytes=MTU, header_bytes=HEADER)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     finish = res.finish_s + ack_return_s(sc)
     out = summary(sc, res.start_s, finish, wall, 0, new_packets(sc))
-    out.update(events=int(res.n_events))
+    out.update(cpu_s=cpu, events=int(res.n_events))
     return out
 
 
@@ -511,7 +520,7 @@ def side_by_side(
                 row["htsim"] = summary(
                     sc, r.start_s, r.finish_s, r.wall_s, r.rtx_packets, r.new_packets
                 )
-                row["htsim"]["command"] = r.command
+                row["htsim"].update(cpu_s=r.cpu_s, command=r.command)
             if "packet" in engines:
                 row["packet"] = run_packet(sc, mode)[0]
             if "flow" in engines:
@@ -522,10 +531,10 @@ def side_by_side(
     return table
 
 
-def flow_speedups(table: dict) -> dict:
-    """htsim wall / flow-engine wall per scenario and mode (both ran)."""
+def flow_speedups(table: dict, key: str = "wall_s") -> dict:
+    """htsim / flow engine of ``key`` (wall or CPU seconds) per scenario and mode (both ran)."""
     return {
-        f"{name}/{m}": rows[m]["htsim"]["wall_s"] / rows[m]["flow"]["wall_s"]
+        f"{name}/{m}": rows[m]["htsim"][key] / rows[m]["flow"][key]
         for name, rows in table.items()
         for m in rows
         if "htsim" in rows[m] and "flow" in rows[m]
@@ -547,7 +556,7 @@ def dependent_ring_speedup(htsim_rows: dict | None = None, seed: int = 13) -> di
     steps = fc.collective_steps("all_reduce", 16, 16 * 250_000)
     out = {}
     for mode in OUR_MODES:
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         rings = [
             fc.collective_flows(steps, h, job=j, connections="per_message").flows
             for j, h in enumerate(hosts)
@@ -555,10 +564,15 @@ def dependent_ring_speedup(htsim_rows: dict | None = None, seed: int = 13) -> di
         res = simulate(
             topo, FlowTable.concat(rings), Router(topo, mode), mtu_bytes=MTU, header_bytes=HEADER
         )
-        row = {"flow_wall_s": time.perf_counter() - t0, "completion_us": res.makespan_s * 1e6}
+        row = {
+            "flow_wall_s": time.perf_counter() - t0,
+            "flow_cpu_s": time.process_time() - c0,
+            "completion_us": res.makespan_s * 1e6,
+        }
         if htsim_rows is not None and "htsim" in htsim_rows.get(mode, {}):
             row["htsim_wall_s"] = htsim_rows[mode]["htsim"]["wall_s"]
             row["speedup"] = row["htsim_wall_s"] / row["flow_wall_s"]
+            row["speedup_cpu"] = htsim_rows[mode]["htsim"]["cpu_s"] / row["flow_cpu_s"]
         out[mode] = row
     return out
 
@@ -580,6 +594,10 @@ def table_result(exe: Path, engines: tuple[str, ...], log=None) -> dict:
     ring = dependent_ring_speedup(table["ring_allreduce"])
     ring_speed = {f"ring_rank_sync/{m}": r["speedup"] for m, r in ring.items()}
     every = {**speed, **ring_speed}
+    every_cpu = {
+        **flow_speedups(table, "cpu_s"),
+        **{f"ring_rank_sync/{m}": r["speedup_cpu"] for m, r in ring.items()},
+    }
     return {
         "engines": list(engines),
         "connection_semantics": "per_message: a new connection (ECMP hash, spray order, "
@@ -600,6 +618,8 @@ def table_result(exe: Path, engines: tuple[str, ...], log=None) -> dict:
         "compare": {e: compare(table, e) for e in engines},
         "flow_engine_speedups": every,
         "flow_engine_speedup_vs_htsim_min": min(every.values()) if every else None,
+        "flow_engine_speedups_cpu": every_cpu,
+        "flow_engine_speedup_vs_htsim_min_cpu": min(every_cpu.values()) if every_cpu else None,
         "flow_engine_speedup_ring_min": min(
             [v for k, v in every.items() if k.startswith("ring")], default=None
         ),

@@ -14,8 +14,9 @@ With ``--htsim DIR`` (a Broadcom/csg-htsim build: repository root, ``sim/`` or
 ``ecmp_host -paths 1``, ``ecmp_ar``) and on our engine (``spray``, ``ecmp``, ``adaptive``)
 with the same flows, and the result adds ``htsim_wall_s`` (htsim's whole process on the
 permutation with ``perm``), ``fct_p50_ratio_vs_htsim`` / ``fct_p99_ratio_vs_htsim`` (ours /
-htsim's on that run), ``wall_ratio_vs_htsim``, per scenario and mode the ratios of p50, p99
-and completion, and the ECMP/spray and adaptive/spray ratios and orderings on both sides.
+htsim's on that run), ``wall_ratio_vs_htsim`` (and with CPU seconds, steadier on a shared
+machine: ``htsim_cpu_s``, ``cpu_ratio_vs_htsim``), per scenario and mode the ratios of p50,
+p99 and completion, and the ECMP/spray and adaptive/spray ratios and orderings on both sides.
 Connection semantics: htsim's (a new connection per flow and per ring hop, ``per_message``);
 completion times on htsim's definition (the source has the last ACK), see :mod:`_htsim`.
 
@@ -51,6 +52,7 @@ def headline(row: dict) -> dict:
     wall = row["wall_s"]
     return {
         "wall_s": wall,
+        "cpu_s": row["cpu_s"],
         "packets_per_s": row["packets"] / wall,
         "events_per_s": row["events"] / wall,
         "n_packets": row["packets"],
@@ -137,6 +139,8 @@ def with_htsim(exe: Path) -> dict:
         "fct_p50_ratio_vs_htsim": perm["packet"]["fct_p50_us"] / perm["htsim"]["fct_p50_us"],
         "fct_p99_ratio_vs_htsim": perm["packet"]["fct_p99_us"] / perm["htsim"]["fct_p99_us"],
         "wall_ratio_vs_htsim": perm["packet"]["wall_s"] / perm["htsim"]["wall_s"],
+        "htsim_cpu_s": perm["htsim"]["cpu_s"],
+        "cpu_ratio_vs_htsim": perm["packet"]["cpu_s"] / perm["htsim"]["cpu_s"],
         "scenarios": cmp_,
         "table": table,
         "htsim_commands": {
