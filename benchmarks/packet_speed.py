@@ -20,7 +20,7 @@ p99 and completion, and the ECMP/spray and adaptive/spray ratios and orderings o
 Connection semantics: htsim's (a new connection per flow and per ring hop, ``per_message``);
 completion times on htsim's definition (the source has the last ACK), see :mod:`_htsim`.
 
-``largest_1ms``: the largest leaf-spine (host counts doubling from 512) on which a permutation
+``largest_1ms``: the largest leaf-spine (host counts doubling from 256) on which a permutation
 of flows longer than 1 ms is simulated for 1 ms (``until_s = 1e-3``) in under 60 s of wall
 (engine call, compiled), spraying, with htsim's matched parameters; a size whose predicted
 wall (the previous size's, scaled by hosts) exceeds 90 s is not attempted.
@@ -44,7 +44,7 @@ import _htsim as H  # noqa: E402
 from _common import emit, parser, peak_rss_gb  # noqa: E402
 
 LIMIT_S = 60.0
-SWEEP_HOSTS = (512, 1024, 2048, 4096, 8192, 16384, 32768)
+SWEEP_HOSTS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 
 
 def headline(row: dict) -> dict:
