@@ -101,6 +101,8 @@ def failures_figures(table: pd.DataFrame) -> list[Figure]:
         return []
     fig, axes = _figure(3, 4.6)
     stats = table.groupby(["mode", "failed_fraction"], sort=False)
+    measured = "latency_increase" in table.columns  # packet engine; else the M/M/1 estimate
+    lat_col = "latency_increase" if measured else "latency_increase_est"
     for i, mode in enumerate(dict.fromkeys(table["mode"])):
         rows = table[table["mode"] == mode].groupby("failed_fraction")
         for ax, col in zip(
@@ -115,7 +117,7 @@ def failures_figures(table: pd.DataFrame) -> list[Figure]:
                 label=mode,
                 **line_style(i),
             )
-        lat = rows["latency_increase_est"].mean().replace([np.inf, -np.inf], np.nan)
+        lat = rows[lat_col].mean().replace([np.inf, -np.inf], np.nan)
         axes[2].plot(lat.index, lat.values, label=mode, **line_style(i))
     lp = stats["max_concurrent_flow_lp"].mean().groupby("failed_fraction").mean()
     cut = stats["maxflow_bisection"].mean().groupby("failed_fraction").mean()
@@ -139,8 +141,8 @@ def failures_figures(table: pd.DataFrame) -> list[Figure]:
     )
     axes[2].set(
         xlabel="failed leaf-spine cables",
-        ylabel="p50 latency increase (estimate)",
-        title="Packet latency, M/M/1 estimate",
+        ylabel="p50 latency increase" + ("" if measured else " (estimate)"),
+        title="Packet latency, " + ("measured (packet engine)" if measured else "M/M/1 estimate"),
     )
     legend_outside(fig)
     return [fig]

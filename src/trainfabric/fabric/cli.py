@@ -26,6 +26,7 @@ from trainfabric.clikit import (
     out,
     progress,
 )
+from trainfabric.errors import ConfigError
 from trainfabric.io import prepare_dir
 
 app = typer.Typer(help="Multiplane Ethernet fabric simulation.", no_args_is_help=True)
@@ -34,6 +35,14 @@ OutOpt = Annotated[
     Path | None,
     typer.Option("--out", help="Run directory to write.", show_default="runs/fabric-<name>"),
 ]
+ENGINES = ("flow", "packet")
+
+
+def _engine(value: str | None) -> str | None:
+    """``--engine``: flow or packet (None: not given)."""
+    if value is not None and value not in ENGINES:
+        raise ConfigError("--engine", f"must be one of {', '.join(ENGINES)}, got {value!r}")
+    return value
 
 
 def _console(bar):
@@ -58,6 +67,9 @@ def _fmt(v) -> str:
 @app.command("eval")
 def eval_cmd(
     quick: Annotated[bool, typer.Option(help="Small fabric and fewer points (< 3 min).")] = False,
+    engine: Annotated[
+        str, typer.Option(help="flow (fluid max-min) or packet (packet-level, smaller sizes).")
+    ] = "flow",
     out_dir: OutOpt = None,
     seed: SeedOpt = 0,
     max_memory_gb: MaxMemoryOpt = None,
@@ -65,17 +77,27 @@ def eval_cmd(
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Line rate, isolation, failures and flaps per load-balancing mode, with a report."""
-    from trainfabric.fabric.scenarios import run_eval
+    """Line rate, isolation, failures and flaps per load-balancing mode, with a report.
+
+    \b
+    --engine packet runs the four scenarios on the packet-level engine at the sizes it
+    handles (32 GPUs quick, 64 full; see scenarios.packet_eval_scenarios) and adds the
+    measured p99_latency_us and jitter_us per mode.
+    """
+    from trainfabric.fabric.scenarios import eval_name, run_eval
     from trainfabric.runs.store import RunDir
 
-    out_dir = prepare_dir(out_dir or Path(f"runs/fabric-eval{'-quick' if quick else ''}"))
-    name = "fabric-eval" + ("-quick" if quick else "")
+    engine = _engine(engine)
+    name = eval_name(quick, engine)
+    out_dir = prepare_dir(out_dir or Path(f"runs/{name}"))
     with RunDir(out_dir).single_run(name), progress(json_out, "fabric eval", show_progress) as bar:
-        res = run_eval(out_dir, quick=quick, seed=seed, console=_console(bar), progress=bar)
+        res = run_eval(
+            out_dir, quick=quick, seed=seed, console=_console(bar), progress=bar, engine=engine
+        )
     if json_out:
         return emit_json(res)
-    out.print(_mode_table(f"fabric eval ({'quick' if quick else 'full'})", res["modes"]))
+    title = f"fabric eval ({'quick' if quick else 'full'}, {engine} engine)"
+    out.print(_mode_table(title, res["modes"]))
     err.print(f"run directory: {res['run_dir']}; report: {res['report']}")
 
 
@@ -84,6 +106,10 @@ def run_cmd(
     scenario: Annotated[
         Path, typer.Argument(help="Scenario TOML; see the fields above and configs/fabric-*.toml.")
     ],
+    engine: Annotated[
+        str | None,
+        typer.Option(help="flow or packet; overrides the file's engine field.", show_default=False),
+    ] = None,
     out_dir: OutOpt = None,
     max_memory_gb: MaxMemoryOpt = None,
     show_progress: ProgressOpt = None,
@@ -95,8 +121,10 @@ def run_cmd(
     \b
     A scenario file has kind = "line_rate" | "isolation" | "failures" | "flaps" and, for
     every kind: name (plain name, names runs/fabric-<name>), seed, modes (subset of ecmp,
-    flowlet, pinning, spray, adaptive) and [topology] (gpus, planes, switch_radix,
-    nic_rate_gbps, oversubscription, rail, hop_latency_s). Per kind:
+    flowlet, pinning, spray, adaptive), engine = "flow" | "packet", [packet] (the packet
+    engine's knobs: mtu_bytes, queue_packets, switch_mode, transport, ...) and [topology]
+    (gpus, planes, switch_radix, nic_rate_gbps, oversubscription, rail, hop_latency_s).
+    Per kind:
       line_rate   [[collectives]] (kind, algorithm, ranks, placement, channels,
                   connections = "persistent"|"per_message", ...), sizes_bytes
       isolation   [victim], [aggressor] collectives, victim_fraction,
@@ -110,8 +138,11 @@ def run_cmd(
     from trainfabric.fabric.scenarios import load_scenario, run_to_dir
     from trainfabric.runs.store import RunDir, safe_child
 
+    engine = _engine(engine)
     with options(config="SCENARIO"):
         sc = load_scenario(input_file(scenario, "SCENARIO"))
+    if engine is not None:
+        sc = sc.model_copy(update={"engine": engine})
     if out_dir is None:
         field = "name" if sc.name else "SCENARIO"
         out_dir = safe_child(Path("runs"), f"fabric-{sc.name or scenario.stem}", field)

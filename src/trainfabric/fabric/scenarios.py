@@ -64,7 +64,8 @@ import pandas as pd
 from pydantic import Field
 
 from trainfabric.config import Config, read_toml, validate
-from trainfabric.errors import ConfigError
+from trainfabric.errors import ConfigError, InfeasibleError
+from trainfabric.fabric.packet.config import PacketConfig
 from trainfabric.io import write_json
 from trainfabric.limits import check_memory
 from trainfabric.progress import track
@@ -119,6 +120,12 @@ class _Scenario(Config):
     seed: int = Field(0, ge=0)
     modes: list[LBMode] = Field(default_factory=lambda: list(ALL_MODES), min_length=1)
     topology: TopologyConfig = TopologyConfig()
+    engine: Literal["flow", "packet"] = Field(
+        "flow", description="flow: fluid max-min engine; packet: packet-level engine"
+    )
+    packet: PacketConfig = Field(
+        default_factory=PacketConfig, description="the packet engine's knobs (engine = packet)"
+    )
 
 
 class LineRateScenario(_Scenario):
@@ -335,10 +342,88 @@ def _kind_label(c: CollectiveConfig) -> str:
     return f"{c.kind}/{c.algorithm}" if ring else c.kind
 
 
+# -- engines ---------------------------------------------------------------------------------------
+PACKET_KEYS = (
+    "p50_latency_us",
+    "p99_latency_us",
+    "p999_latency_us",
+    "jitter_us",
+    "retransmit_fraction",
+    "dropped",
+    "trimmed",
+    "timeouts",
+    "reorder_max",
+    "queue_max_bytes",
+)
+
+
+def _packet_metrics(res) -> dict:
+    """The packet engine's per-run figures (:data:`PACKET_KEYS` of its summary); ``{}`` for
+    a flow-engine result."""
+    if not hasattr(res, "summary"):
+        return {}
+    summary = res.summary()
+    return {k: summary[k] for k in PACKET_KEYS}
+
+
+def _simulate(sc, topo, flows, mode: str, seed: int, field: str, *, link_up=None, events=None):
+    """``flows`` on the scenario's engine (``sc.engine``); both results have ``start_s``,
+    ``finish_s``, ``makespan_s``, ``unfinished``, ``n_events`` and ``wall_s``. The packet
+    engine's size refusal (``flows.bytes``) is re-labelled ``field`` (the scenario input
+    that sets the bytes)."""
+    if sc.engine == "flow":
+        from trainfabric.fabric.engine import simulate
+
+        return simulate(topo, flows, _router(topo, mode, seed), events=events, link_up=link_up)
+    from trainfabric.fabric.packet import simulate_packets
+
+    try:
+        return simulate_packets(
+            topo, flows, mode, config=sc.packet, events=events, link_up=link_up, seed=seed
+        )
+    except ConfigError as exc:
+        if exc.field != "flows.bytes":
+            raise ConfigError(f"packet.{exc.field}", exc.message) from None
+        raise ConfigError(field, exc.message) from None
+
+
+class _Run:
+    """A collective on the scenario's engine: ``time_s`` from release to the last byte,
+    steps simulated, flows, events, wall time, and the packet engine's figures."""
+
+    def __init__(self, time_s, n_steps, steps_simulated, n_flows, n_events, wall_s, packet):
+        self.time_s, self.n_steps, self.steps_simulated = time_s, n_steps, steps_simulated
+        self.n_flows, self.n_events, self.wall_s, self.packet = n_flows, n_events, wall_s, packet
+
+    @property
+    def shortcut(self) -> bool:
+        return self.steps_simulated < self.n_steps
+
+
+def _run_collective(sc, topo, mode, steps, hosts, c, seed, field, link_up=None) -> _Run:
+    """``steps`` of collective ``c`` on ``hosts``: the flow engine with the ring shortcut
+    (:func:`~trainfabric.fabric.collectives.run_collective`), or every step on the packet
+    engine."""
+    from trainfabric.fabric.collectives import collective_flows, run_collective
+
+    if sc.engine == "flow":
+        router = _router(topo, mode, seed)
+        run = run_collective(topo, router, steps, hosts, link_up=link_up, **_flow_options(c, seed))
+        return _Run(
+            run.time_s, run.n_steps, run.steps_simulated, run.n_flows, run.n_events, run.wall_s, {}
+        )
+    cf = collective_flows(steps, hosts, **_flow_options(c, seed))
+    res = _simulate(sc, topo, cf.flows, mode, seed, field, link_up=link_up)
+    if res.unfinished:
+        raise InfeasibleError(f"{res.unfinished} flows of the collective never finished")
+    n = len(steps)
+    return _Run(res.makespan_s, n, n, cf.flows.n, res.n_events, res.wall_s, _packet_metrics(res))
+
+
 # -- (a) line rate --------------------------------------------------------------------------------
 def run_line_rate(sc: LineRateScenario, seed: int | None = None) -> pd.DataFrame:
     """One row per collective x size x mode: time, busbw, fraction of line rate."""
-    from trainfabric.fabric.collectives import bus_factor, ideal_time_s, run_collective
+    from trainfabric.fabric.collectives import bus_factor, ideal_time_s
 
     seed = sc.seed if seed is None else seed
     topo = build_topology(sc.topology)
@@ -351,8 +436,8 @@ def run_line_rate(sc: LineRateScenario, seed: int | None = None) -> pd.DataFrame
         for size in sc.sizes_bytes:
             steps = _steps(c, n, size, seed + i, field=f"collectives.{i}")
             for mode in sc.modes:
-                run = run_collective(
-                    topo, _router(topo, mode, seed), steps, hosts, **_flow_options(c, seed)
+                run = _run_collective(
+                    sc, topo, mode, steps, hosts, c, seed, f"collectives.{i}.ranks"
                 )
                 busbw_bps = 8 * size / run.time_s * bus_factor(c.kind, n)
                 rows.append(
@@ -373,15 +458,24 @@ def run_line_rate(sc: LineRateScenario, seed: int | None = None) -> pd.DataFrame
                         "n_flows": run.n_flows,
                         "n_events": run.n_events,
                         "sim_wall_s": run.wall_s,
+                        "engine": sc.engine,
+                        "connections": c.connections,
+                        **run.packet,
                     }
                 )
     return pd.DataFrame(rows)
 
 
-def line_rate_summary(table: pd.DataFrame) -> dict[str, float]:
-    """Per mode: the lowest line-rate fraction over collectives at the largest size."""
-    big = table[table["size_bytes"] == table["size_bytes"].max()]
-    return big.groupby("mode", sort=False)["line_rate_fraction"].min().to_dict()
+def line_rate_summary(table: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """Per mode, at the largest size: the lowest line-rate fraction over the collectives
+    and, from the packet engine, the highest p99 latency and jitter (us)."""
+    big = table[table["size_bytes"] == table["size_bytes"].max()].groupby("mode", sort=False)
+    out = {m: {"line_rate_fraction": float(v)} for m, v in big["line_rate_fraction"].min().items()}
+    for key in ("p99_latency_us", "jitter_us"):
+        if key in table.columns:
+            for mode, v in big[key].max().items():
+                out[mode][key] = float(v)
+    return out
 
 
 # -- (b) isolation ---------------------------------------------------------------------------------
@@ -389,7 +483,6 @@ def run_isolation(sc: IsolationScenario, seed: int | None = None) -> pd.DataFram
     """One row per oversubscription x failed fraction x mode: victim solo / shared times."""
     from trainfabric.fabric import topology as T
     from trainfabric.fabric.collectives import collective_flows
-    from trainfabric.fabric.engine import simulate
     from trainfabric.fabric.flows import FlowTable
 
     seed = sc.seed if seed is None else seed
@@ -421,8 +514,8 @@ def run_isolation(sc: IsolationScenario, seed: int | None = None) -> pd.DataFram
         is_v = both.job == 0
         for frac, mode in ((f, m) for f in sc.failed_fractions for m in sc.modes):
             up = T.fail_links(topo, frac, seed=seed)
-            solo = simulate(topo, victim, _router(topo, mode, seed), link_up=up)
-            shared = simulate(topo, both, _router(topo, mode, seed), link_up=up)
+            solo = _simulate(sc, topo, victim, mode, seed, "victim.size_bytes", link_up=up)
+            shared = _simulate(sc, topo, both, mode, seed, "aggressor.size_bytes", link_up=up)
             solo_s = solo.makespan_s
             shared_s = float(np.nanmax(shared.finish_s[is_v]))
             aggr_s = float(np.nanmax(shared.finish_s[~is_v]))
@@ -443,6 +536,8 @@ def run_isolation(sc: IsolationScenario, seed: int | None = None) -> pd.DataFram
                     "aggressor_covers_victim": aggr_s >= shared_s,
                     "n_events": int(shared.n_events),
                     "sim_wall_s": float(solo.wall_s + shared.wall_s),
+                    "engine": sc.engine,
+                    **_packet_metrics(shared),
                 }
             )
     return pd.DataFrame(rows)
@@ -532,10 +627,45 @@ def _check_failures_size(sc: FailuresScenario, topo, ranks: int) -> None:
         check_lp_size(topo.n_hosts, topo.planes, spines, field="topology.gpus")
 
 
+def measured_goodput(res, flows, topo, wire_factor: float) -> float:
+    """A packet run's permutation goodput: per sender, the wire bytes of its flows (payload
+    x ``wire_factor``) over the span from its first start to its last finish, averaged
+    over senders, as a fraction of the NIC rate (the flow engine's figure, measured)."""
+    senders, inv = np.unique(flows.src, return_inverse=True)
+    first = np.full(senders.size, np.inf)
+    last = np.zeros(senders.size)
+    np.minimum.at(first, inv, res.start_s)
+    np.maximum.at(last, inv, res.finish_s)
+    wire_bits = np.bincount(inv, weights=flows.bytes) * 8.0 * wire_factor
+    return float(np.mean(wire_bits / (last - first)) / topo.nic_rate_bps)
+
+
+def _permutation_figures(sc, topo, mode, seed, flows, cut, link_up) -> dict:
+    """Goodput of the random and of the cut permutation under ``mode``, and packet latency:
+    max-min rates and the M/M/1 estimate (flow engine), or measured runs (packet engine:
+    latency and jitter of the random permutation at full load)."""
+    if sc.engine == "flow":
+        router = _router(topo, mode, seed)
+        return {
+            "mean_permutation_goodput": permutation_throughput(topo, router, flows, link_up),
+            "cut_permutation_goodput": permutation_throughput(topo, router, cut, link_up),
+            **_latency(topo, router, flows, sc.offered_load, link_up),
+        }
+    wire = sc.packet.wire_bytes / sc.packet.mtu_bytes
+    out = {}
+    for key, fl in (("mean_permutation_goodput", flows), ("cut_permutation_goodput", cut)):
+        res = _simulate(sc, topo, fl, mode, seed, "topology.gpus", link_up=link_up)
+        out[key] = measured_goodput(res, fl, topo, wire) if not res.unfinished else 0.0
+        if key == "mean_permutation_goodput":
+            m = _packet_metrics(res)
+            out |= {"latency_p50_us": m["p50_latency_us"], "latency_p99_us": m["p99_latency_us"]}
+            out |= {"jitter_us": m["jitter_us"], "retransmit_fraction": m["retransmit_fraction"]}
+    return out
+
+
 def run_failures(sc: FailuresScenario, seed: int | None = None) -> pd.DataFrame:
     """One row per failed fraction x draw x mode (columns: module doc)."""
     from trainfabric.fabric import topology as T
-    from trainfabric.fabric.collectives import run_collective
     from trainfabric.fabric.mcf import max_concurrent_flow
 
     seed = sc.seed if seed is None else seed
@@ -544,6 +674,7 @@ def run_failures(sc: FailuresScenario, seed: int | None = None) -> pd.DataFrame:
     hosts = _hosts(topo, c, seed)
     _check_failures_size(sc, topo, hosts.size)
     steps = _steps(c, hosts.size, c.size_bytes, seed)
+    field = _size_field(c, "collective")
     rows = []
     for frac in sc.fractions:
         for d in range(sc.draws):
@@ -557,38 +688,42 @@ def run_failures(sc: FailuresScenario, seed: int | None = None) -> pd.DataFrame:
             if sc.lp:
                 lp = max_concurrent_flow(topo, src, dst, topo.nic_rate_bps, link_up).lam
             for mode in sc.modes:
-                router = _router(topo, mode, seed)
-                run = run_collective(
-                    topo, router, steps, hosts, link_up=link_up, **_flow_options(c, seed)
-                )
-                across = permutation_throughput(topo, router, cut, link_up)
+                run = _run_collective(sc, topo, mode, steps, hosts, c, seed, field, link_up)
+                perm = _permutation_figures(sc, topo, mode, seed, flows, cut, link_up)
                 rows.append(
                     {
                         "failed_fraction": float(frac),
                         "draw": d,
                         "mode": mode,
                         "failed_links": int((~link_up).sum()),
-                        "mean_permutation_goodput": permutation_throughput(
-                            topo, router, flows, link_up
-                        ),
+                        "mean_permutation_goodput": perm.pop("mean_permutation_goodput"),
                         "max_concurrent_flow_lp": lp,
                         "maxflow_bisection": maxflow,
-                        "cut_permutation_goodput": across,
-                        "goodput_over_maxflow": across / maxflow,
+                        "cut_permutation_goodput": perm["cut_permutation_goodput"],
+                        "goodput_over_maxflow": perm.pop("cut_permutation_goodput") / maxflow,
                         "ideal_fraction": 1.0 - frac,
-                        **_latency(topo, router, flows, sc.offered_load, link_up),
+                        **perm,
                         "collective": _kind_label(c),
                         "connections": c.connections,
                         "collective_s": run.time_s,
                         "sim_wall_s": run.wall_s,
+                        "engine": sc.engine,
                     }
                 )
-    table = pd.DataFrame(rows)
+    return _increases(pd.DataFrame(rows))
+
+
+def _increases(table: pd.DataFrame) -> pd.DataFrame:
+    """Per mode, the collective time and p50 latency (estimated or measured) over their
+    means without failures, minus 1."""
     base = table[table["failed_fraction"] == 0].groupby("mode")
     for col, out in (
         ("collective_s", "collective_increase"),
         ("latency_p50_us_est", "latency_increase_est"),
+        ("latency_p50_us", "latency_increase"),
     ):
+        if col not in table.columns:
+            continue
         ref = table["mode"].map(base[col].mean()) if len(base) else np.nan
         table[out] = table[col] / ref - 1
     return table
@@ -650,29 +785,84 @@ def _ends(finish_s: np.ndarray, group: np.ndarray, n_groups: int) -> np.ndarray:
     return np.maximum.accumulate(ends)
 
 
+class _PacketStalls:
+    """Stall intervals of a packet run, measured like the flow engine's
+    (:meth:`~trainfabric.fabric.engine.SimResult.stalls`): bins of the run's recorded
+    resolution (``timeline_res_s``, 1 us by default) in which the job has started,
+    unfinished flows and delivers no payload byte in order."""
+
+    def __init__(self, res, flows):
+        self.res = res
+        self.edges, self.delivered = res.goodput_timeline(res.timeline_res_s)
+        self.jobs = flows.job
+
+    def stalls(self, job: int = 0, after_s: float = 0.0) -> np.ndarray:
+        mine = self.jobs == job
+        start = np.sort(self.res.start_s[mine])
+        finish = np.sort(np.nan_to_num(self.res.finish_s[mine], nan=np.inf))
+        lo, hi = self.edges[:-1], self.edges[1:]
+        active = np.searchsorted(start, hi, "left") - np.searchsorted(finish, lo, "right")
+        stuck = (active > 0) & (self.delivered[job] <= 0) & (hi > after_s)
+        flips = np.diff(np.r_[0, stuck.astype(np.int8), 0])
+        a, b = np.flatnonzero(flips == 1), np.flatnonzero(flips == -1)
+        return np.c_[np.maximum(self.edges[a], after_s), self.edges[b]]
+
+    def job_goodput_timeline(self, points: int = 500) -> tuple[np.ndarray, np.ndarray]:
+        """About ``points`` bins over the run: edges and bits/s per job."""
+        span = float(self.edges[-1])
+        bin_s = max(self.res.timeline_res_s, span / points)
+        edges, delivered = self.res.goodput_timeline(bin_s)
+        return edges, delivered * 8.0 / bin_s
+
+
+def _stall_view(sc, res, flows):
+    """What measures stalls and goodput over time: the flow engine's result itself, or
+    :class:`_PacketStalls` over a packet run."""
+    return res if sc.engine == "flow" else _PacketStalls(res, flows)
+
+
+def _reaction_router(sc, topo, mode: str, seed: int):
+    """The mode's router with the engine's reaction times (the packet engine's come from
+    its config)."""
+    from trainfabric.fabric.routing import Reaction, Router
+
+    if sc.engine == "flow":
+        return _router(topo, mode, seed)
+    p = sc.packet
+    reaction = Reaction(p.reaction_hardware_s, p.reaction_software_s, p.reaction_routing_s)
+    return Router(topo, mode, seed=seed, reaction=reaction)
+
+
 def run_flaps(sc: FlapsScenario, seed: int | None = None, timeline: list | None = None):
     """One row per flap x mode: iteration and step stalls against the flap-free run.
 
-    ``timeline`` (a list) receives per-job goodput timeline rows of every run.
+    ``timeline`` (a list) receives per-job goodput timeline rows of every run. On the packet
+    engine the flap's effect is the engine's (packets on the dead link lost, recovered by
+    NACKs and timeouts; each mechanism reroutes after its reaction time): ``stall_s`` is
+    measured on the delivered bytes, ``lost_packets`` / ``timeouts`` are the run's extra
+    drops and timeouts over the flap-free run, and ``impaired_until_s`` (the fluid engine's
+    "still sending into the dead link") is not defined (NaN).
     """
     from trainfabric.fabric.collectives import collective_flows
-    from trainfabric.fabric.engine import LinkEvents, simulate
+    from trainfabric.fabric.engine import LinkEvents
 
     seed = sc.seed if seed is None else seed
     topo = build_topology(sc.topology)
     hosts = _hosts(topo, sc.collective, seed)
     part = _collective_part(sc.collective, hosts.size, sc.iterations, sync="rank")  # no shortcut
-    _check_flows(_size_field(sc.collective, "collective"), topo, sc.modes, [part])
+    field = _size_field(sc.collective, "collective")
+    _check_flows(field, topo, sc.modes, [part])
     steps, delay, per_iter = _iteration_steps(sc, hosts.size, seed)
     opts = _flow_options(sc.collective, seed) | {"step_latency_s": delay}
     cf = collective_flows(steps, hosts, **opts)
     iteration = cf.step // per_iter
     rows = []
     for mode in sc.modes:
-        base = simulate(topo, cf.flows, _router(topo, mode, seed))
+        base = _simulate(sc, topo, cf.flows, mode, seed, field)
+        b_view = _stall_view(sc, base, cf.flows)
         b_iter = _ends(base.finish_s, iteration, sc.iterations)
         b_step = _ends(base.finish_s, cf.step, cf.n_steps)
-        _timeline_rows(timeline, base, mode, "none")
+        _timeline_rows(timeline, b_view, mode, "none")
         for i, flap in enumerate(sc.flaps):
             if flap.iteration >= sc.iterations:
                 raise ConfigError(f"flaps.{i}.iteration", f"must be < iterations ({sc.iterations})")
@@ -682,13 +872,12 @@ def run_flaps(sc: FlapsScenario, seed: int | None = None, timeline: list | None 
                 at = start + 0.1 * (b_iter[flap.iteration] - start)
             links = _flap_links(topo, flap.link, int(hosts[0]), cf.flows, seed)
             events = LinkEvents.flap(links, at, at + flap.duration_s)
-            router = _router(topo, mode, seed)
-            res = simulate(topo, cf.flows, router, events=events)
+            res = _simulate(sc, topo, cf.flows, mode, seed, field, events=events)
+            view = _stall_view(sc, res, cf.flows)
             f_iter = _ends(res.finish_s, iteration, sc.iterations)
             f_step = _ends(res.finish_s, cf.step, cf.n_steps)
-            stalls = _within(res.stalls(0, after_s=at), at + flap.duration_s)
-            impaired = _within(res.impaired(0, after_s=at), at + flap.duration_s)
-            _timeline_rows(timeline, res, mode, f"{flap.link}#{i}")
+            stalls = _within(view.stalls(0, after_s=at), at + flap.duration_s)
+            _timeline_rows(timeline, view, mode, f"{flap.link}#{i}")
             rows.append(
                 {
                     "flap": f"{flap.link}#{i}",
@@ -696,10 +885,14 @@ def run_flaps(sc: FlapsScenario, seed: int | None = None, timeline: list | None 
                     "mode": mode,
                     "at_s": at,
                     "duration_s": flap.duration_s,
-                    "reaction_s": float(np.max(router.reaction_s(links))),
-                    "impaired_until_s": float(impaired[:, 1].max(initial=at) - at),
+                    "reaction_s": float(
+                        np.max(_reaction_router(sc, topo, mode, seed).reaction_s(links))
+                    ),
+                    **_impairment(sc, res, base, at, flap.duration_s),
                     "stall_s": float(np.max(np.diff(stalls, axis=1), initial=0.0)),
-                    "baseline_stall_s": float(np.max(np.diff(base.stalls(0), axis=1), initial=0.0)),
+                    "baseline_stall_s": float(
+                        np.max(np.diff(b_view.stalls(0), axis=1), initial=0.0)
+                    ),
                     "iteration_stall_s": float(
                         np.max(np.diff(f_iter, prepend=0) - np.diff(b_iter, prepend=0))
                     ),
@@ -708,17 +901,33 @@ def run_flaps(sc: FlapsScenario, seed: int | None = None, timeline: list | None 
                     ),
                     "extra_s": float(f_iter[-1] - b_iter[-1]),
                     "iteration_s": float(b_iter[-1] / sc.iterations),
+                    "unfinished": int(res.unfinished),
                     "n_events": int(res.n_events),
                     "sim_wall_s": float(res.wall_s),
+                    "engine": sc.engine,
                 }
             )
     return pd.DataFrame(rows)
 
 
-def _timeline_rows(timeline: list | None, res, mode: str, flap: str) -> None:
+def _impairment(sc, res, base, at: float, duration_s: float) -> dict:
+    """Flow engine: how long after the flap the job still sent into the dead link. Packet
+    engine: the packets lost and the timeouts the flap caused (over the flap-free run)."""
+    if sc.engine == "flow":
+        impaired = _within(res.impaired(0, after_s=at), at + duration_s)
+        return {"impaired_until_s": float(impaired[:, 1].max(initial=at) - at)}
+    return {
+        "impaired_until_s": float("nan"),
+        "lost_packets": int(res.dropped - base.dropped),
+        "timeouts": int(res.timeouts - base.timeouts),
+        "retransmitted": int(res.retransmitted - base.retransmitted),
+    }
+
+
+def _timeline_rows(timeline: list | None, view, mode: str, flap: str) -> None:
     if timeline is None:
         return
-    t, goodput = res.job_goodput_timeline()
+    t, goodput = view.job_goodput_timeline()
     for k in range(t.size - 1):
         timeline.append(
             {"mode": mode, "flap": flap, "t_s": float(t[k]), "goodput_gbps": goodput[0, k] / 1e9}
@@ -750,7 +959,7 @@ def _keyed(summary, key: str):
 
 
 RUNNERS = {
-    "line_rate": (run_line_rate, _keyed(line_rate_summary, "line_rate_fraction")),
+    "line_rate": (run_line_rate, line_rate_summary),
     "isolation": (run_isolation, _keyed(isolation_summary, "isolation_ratio")),
     "failures": (run_failures, failures_summary),
     "flaps": (run_flaps, _keyed(flaps_summary, "flap_recovery_s")),
@@ -782,8 +991,10 @@ def _write_tables(run_dir: Path, tables: dict[str, pd.DataFrame]) -> None:
         write_parquet(run_dir / f"{stem}.parquet", table)
 
 
-def _write_manifest(run_dir: Path, name: str, config: dict, started: str, seed: int) -> None:
-    description = "trainfabric fabric scenarios (flow-level engine)"
+def _write_manifest(
+    run_dir: Path, name: str, config: dict, started: str, seed: int, engine: str = "flow"
+) -> None:
+    description = f"trainfabric fabric scenarios ({engine}-level engine)"
     write_run_manifest(run_dir, name, description, config, [seed], started)
 
 
@@ -801,10 +1012,12 @@ def run_to_dir(sc: Scenario, run_dir: str | Path, console=None) -> dict:
         console.print(f"scenario {sc.name or sc.kind} ({sc.kind}), modes {', '.join(sc.modes)}")
     tables = run_scenario(sc)
     _write_tables(run_dir, tables)
-    _write_manifest(run_dir, f"fabric-{sc.kind}", sc.model_dump(mode="json"), started, sc.seed)
+    config = sc.model_dump(mode="json")
+    _write_manifest(run_dir, f"fabric-{sc.kind}", config, started, sc.seed, sc.engine)
     result = {
         "scenario": sc.name or sc.kind,
         "kind": sc.kind,
+        "engine": sc.engine,
         "run_dir": str(run_dir),
         "modes": summarize(sc.kind, tables),
         "rows": tables[STEMS[sc.kind]].to_dict(orient="records"),
@@ -839,22 +1052,37 @@ def topology_comparison(cfg: TopologyConfig, gpus: list[int]) -> pd.DataFrame:
 
 
 # -- the evaluation and the demo -------------------------------------------------------------------
-def eval_scenarios(quick: bool, seed: int = 0) -> list[Scenario]:
-    """The four scenarios of ``fabric eval``: 64 GPUs (quick) or 512 GPUs, 4 planes, 800G NICs.
+def eval_scenarios(quick: bool, seed: int = 0, engine: str = "flow") -> list[Scenario]:
+    """The four scenarios of ``fabric eval`` on ``engine``: 64 GPUs (quick) or 512 GPUs, 4
+    planes, 800G NICs (the packet engine's sizes: :func:`packet_eval_scenarios`).
 
     Quick: radix 16 per plane (8 leaves x 4 spines per plane, 2 parallel cables per
     leaf-spine pair); full: radix 32 (32 leaves x 16 spines per plane), as htsim's 512-host
-    reference fabric but multiplane. The collectives of the full evaluation run on 64-rank
-    groups placed at random over the whole fabric (their flows cross every spine); the
-    permutations and failure draws use every host.
+    reference fabric but multiplane. The collectives of the full evaluation run on groups
+    placed at random (isolation: interleaved) over the whole fabric, so their flows cross
+    every spine; the permutations and failure draws use every host.
+
+    Full sizes (chosen to finish in about 3 minutes on 2 cores; they took about 10 minutes
+    before, almost all of it in the isolation and flap runs): line rate on 64-rank groups, 8
+    sizes from 256 KiB to 4 GiB; isolation on a 32-rank victim all-reduce next to a 32-rank
+    aggressor all-to-all (were 64 + 64: the aggressor's 16k concurrent flows made every
+    victim step a 16k-flow max-min solve); failures: 3 draws per fraction (were 5) and a
+    32-rank all-to-all (was 64); flaps: a 16-rank all-reduce (was 64), 8 iterations of
+    0.25 s of compute (were 20 of 0.1 s), so that the 1.5 s flaps still cover several
+    iterations and outlast the routing reaction (1 s).
     """
+    if engine == "packet":
+        return packet_eval_scenarios(quick, seed)
+    if engine != "flow":
+        raise ConfigError("engine", f"must be flow or packet, got {engine!r}")
     topo = TopologyConfig(gpus=64 if quick else 512, switch_radix=16 if quick else 32)
     common = dict(seed=seed, topology=topo)
     sizes = [1.0 * MiB, 16.0 * MiB, 256.0 * MiB, 4096.0 * MiB]
-    ranks = None if quick else 64
     if not quick:
         sizes = [2.0**k * MiB for k in range(-2, 13, 2)]
-    group = dict(ranks=ranks)
+    group = dict(ranks=None if quick else 64)
+    small = dict(ranks=None if quick else 32)
+    flaps = {} if quick else dict(iterations=8, compute_s=0.25)
     return [
         LineRateScenario(
             name="line-rate",
@@ -867,42 +1095,113 @@ def eval_scenarios(quick: bool, seed: int = 0) -> list[Scenario]:
         ),
         IsolationScenario(
             name="isolation",
-            victim=CollectiveConfig(kind="all_reduce", placement="scattered", **group),
+            victim=CollectiveConfig(kind="all_reduce", placement="scattered", **small),
             aggressor=CollectiveConfig(
-                kind="all_to_all", placement="scattered", size_bytes=1024 * MiB, **group
+                kind="all_to_all", placement="scattered", size_bytes=1024 * MiB, **small
             ),
             **common,
         ),
         FailuresScenario(
             name="failures",
-            draws=2 if quick else 5,
-            collective=CollectiveConfig(kind="all_to_all", size_bytes=64 * MiB, **group),
+            draws=2 if quick else 3,
+            collective=CollectiveConfig(kind="all_to_all", size_bytes=64 * MiB, **small),
             **common,
         ),
         FlapsScenario(
             name="flaps",
-            collective=CollectiveConfig(kind="all_reduce", ranks=16 if quick else 64),
+            collective=CollectiveConfig(kind="all_reduce", ranks=16),
+            **flaps,
             **common,
         ),
     ]
 
 
+def packet_eval_scenarios(quick: bool, seed: int = 0) -> list[Scenario]:
+    """The four scenarios on the packet engine (``engine = "packet"``, default
+    :class:`~trainfabric.fabric.packet.PacketConfig`: trimming switches, NDP-like transport).
+
+    It simulates every packet (about 10 events each), so the sizes are those it runs in
+    seconds: 32 GPUs (quick; radix 16: 4 leaves x 2 spines per plane, 4 parallel cables per
+    pair) or 64 GPUs (full; 8 leaves x 4 spines per plane), 4 planes, 800G NICs. Line rate:
+    a ring all-reduce (global barrier per step) and an all-to-all over every host, per-rank
+    buffers of 256 KiB and 2 MiB (quick) or up to 8 MiB (full). Isolation: a victim
+    all-reduce of 4 MiB on half the hosts next to an aggressor all-to-all of 16 MiB on the
+    other half (quick: no oversubscription). Failures: the fractions of the flow evaluation,
+    one draw (quick) or two, 1 MB per connection in the permutations, a 4 MiB all-to-all.
+    Flaps: an 8-rank all-reduce of 4 MiB, 6 iterations of 20 ms of compute, a host and a
+    fabric link down for 50 ms each (the flap, its detection and the recovery of the lost
+    packets are the engine's: keep-alive-free, by missing acknowledgements and each
+    mechanism's reaction time).
+    """
+    topo = TopologyConfig(gpus=32 if quick else 64, switch_radix=16)
+    common = dict(seed=seed, topology=topo, engine="packet")
+    sizes = [0.25 * MiB, 2.0 * MiB] if quick else [0.25 * MiB, 2.0 * MiB, 8.0 * MiB]
+    return [
+        LineRateScenario(
+            name="line-rate",
+            sizes_bytes=sizes,
+            collectives=[
+                CollectiveConfig(kind="all_reduce", sync="step"),
+                CollectiveConfig(kind="all_to_all"),
+            ],
+            **common,
+        ),
+        IsolationScenario(
+            name="isolation",
+            victim=CollectiveConfig(kind="all_reduce", placement="scattered", size_bytes=4 * MiB),
+            aggressor=CollectiveConfig(
+                kind="all_to_all", placement="scattered", size_bytes=16 * MiB
+            ),
+            oversubscription=[1.0] if quick else [1.0, 2.0],
+            **common,
+        ),
+        FailuresScenario(
+            name="failures",
+            draws=1 if quick else 2,
+            collective=CollectiveConfig(kind="all_to_all", size_bytes=4 * MiB),
+            **common,
+        ),
+        FlapsScenario(
+            name="flaps",
+            collective=CollectiveConfig(kind="all_reduce", ranks=8, size_bytes=4 * MiB),
+            iterations=6,
+            compute_s=0.02,
+            flaps=[
+                FlapConfig(link="host", duration_s=0.05),
+                FlapConfig(link="fabric", duration_s=0.05),
+            ],
+            **common,
+        ),
+    ]
+
+
+def eval_name(quick: bool, engine: str = "flow") -> str:
+    """The run name of ``fabric eval``: ``fabric-eval[-packet][-quick]``."""
+    return "fabric-eval" + ("-packet" if engine == "packet" else "") + ("-quick" if quick else "")
+
+
 def run_eval(
-    run_dir: str | Path, quick: bool = False, seed: int = 0, console=None, progress=None
+    run_dir: str | Path,
+    quick: bool = False,
+    seed: int = 0,
+    console=None,
+    progress=None,
+    engine: str = "flow",
 ) -> dict:
-    """All four scenarios into one run directory with a report; headline figures per mode.
+    """All four scenarios on ``engine`` into one run directory with a report; headline
+    figures per mode.
 
     ``progress``: a rich Progress advanced once per scenario (:func:`trainfabric.progress.track`).
     """
     run_dir = Path(run_dir)
     started, t0 = now(), time.perf_counter()
-    scenarios = eval_scenarios(quick, seed)
+    scenarios = eval_scenarios(quick, seed, engine)
     modes: dict[str, dict[str, float]] = {}
     walls = {}
     for sc in track(scenarios, "scenarios", progress):
         t = time.perf_counter()
         if console is not None:
-            console.print(f"fabric eval: {sc.kind} ...")
+            console.print(f"fabric eval ({engine} engine): {sc.kind} ...")
         tables = run_scenario(sc)
         _write_tables(run_dir, tables)
         for mode, row in summarize(sc.kind, tables).items():
@@ -916,10 +1215,11 @@ def run_eval(
     ]
     _write_tables(run_dir, {"fabric_topologies": pd.concat(builds, ignore_index=True)})
     config = {sc.kind: sc.model_dump(mode="json") for sc in scenarios}
-    _write_manifest(run_dir, "fabric-eval" + ("-quick" if quick else ""), config, started, seed)
+    _write_manifest(run_dir, eval_name(quick, engine), config, started, seed, engine)
     result = {
         "run_dir": str(run_dir),
         "quick": quick,
+        "engine": engine,
         "modes": modes,
         "f3": f3_check(modes),
         "header_bound": HEADER_BOUND,
