@@ -270,21 +270,27 @@ def parse_output(text: str, sc: Scenario) -> tuple[np.ndarray, np.ndarray, int, 
     return start, finish, new, rtx
 
 
-def htsim_command(exe: Path, cm: Path, sc: Scenario, strat: str, end_us: float, log: Path) -> list:
+def htsim_command(
+    exe: Path, cm: Path, sc: Scenario, strat: str, end_us: float, log: Path, seed: int = 13
+) -> list:
+    """htsim_ndp's command line for ``sc`` under our ``strat`` name (``-seed 13`` is its
+    default; the seed drives the switches' hash salts and the spray orders)."""
     return [
         str(exe), "-tm", str(cm), "-tiers", "2", "-nodes", str(sc.n),
         "-linkspeed", str(int(RATE_BPS / 1e6)), "-strat", *STRATS[strat].split(),
         "-q", str(QUEUE_PKTS), "-cwnd", str(CWND_PKTS), "-mtu", str(MTU),
-        "-end", str(int(math.ceil(end_us))), "-o", str(log),
+        "-end", str(int(math.ceil(end_us))), "-o", str(log), "-seed", str(seed),
     ]  # fmt: skip
 
 
-def run_htsim(exe: Path, sc: Scenario, strat: str, end_us: float, timeout_s: float = 600):
+def run_htsim(
+    exe: Path, sc: Scenario, strat: str, end_us: float, timeout_s: float = 600, seed: int = 13
+):
     """Run ``sc`` under our ``strat`` name (``STRATS``) and parse it (wall = the process's
     whole run, from exec to exit, including topology and connection set-up)."""
     with tempfile.TemporaryDirectory(prefix="htsim_") as tmp:
         cm = write_cm(sc, Path(tmp) / f"{sc.name}.cm")
-        cmd = htsim_command(exe, cm, sc, strat, end_us, Path(tmp) / "logout.dat")
+        cmd = htsim_command(exe, cm, sc, strat, end_us, Path(tmp) / "logout.dat", seed)
         c0, t0 = _child_cpu_s(), time.perf_counter()
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=tmp)
         wall, cpu = time.perf_counter() - t0, _child_cpu_s() - c0
@@ -503,28 +509,51 @@ def compare(table: dict, engine: str) -> dict:
     return out
 
 
+def mean_rows(rows: list[dict]) -> dict:
+    """The mean of each numeric field over seeds; ``per_seed`` keeps the FCTs and completion."""
+    if len(rows) == 1:
+        return rows[0]
+    out = dict(rows[0])
+    for k, v in rows[0].items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            vals = [r[k] for r in rows if r.get(k) is not None]
+            out[k] = float(np.mean(vals)) if vals else None
+    keep = ("fct_p50_us", "fct_p99_us", "completion_us", "retransmit_fraction")
+    out["per_seed"] = [{k: r.get(k) for k in keep} for r in rows]
+    return out
+
+
 def side_by_side(
     scenarios: dict[str, Scenario],
     exe: Path | None,
     engines: tuple[str, ...] = ("packet", "flow"),
     log=None,
+    ecmp_seeds: int = 1,
 ) -> dict:
-    """``table[scenario][mode][side]`` = :func:`summary` for htsim (if ``exe``) and ours."""
+    """``table[scenario][mode][side]`` = :func:`summary` for htsim (if ``exe``) and ours.
+
+    ECMP's completion times depend on one hash draw (which flows collide), so its rows are
+    the mean over ``ecmp_seeds`` draws on each side (htsim ``-seed 13, 14, ..``; ours seeds
+    0, 1, ..: entropy mix and engine seed); spray and adaptive use one seed."""
     table: dict = {}
     for name, sc in scenarios.items():
         table[name] = {}
         for mode in OUR_MODES:
+            seeds = range(ecmp_seeds if mode == "ecmp" else 1)
             row = {}
             if exe is not None:
-                r = run_htsim(exe, sc, mode, end_us_for(sc))
-                row["htsim"] = summary(
-                    sc, r.start_s, r.finish_s, r.wall_s, r.rtx_packets, r.new_packets
-                )
-                row["htsim"].update(cpu_s=r.cpu_s, command=r.command)
+                hs = []
+                for k in seeds:
+                    r = run_htsim(exe, sc, mode, end_us_for(sc), seed=13 + k)
+                    hs.append(
+                        summary(sc, r.start_s, r.finish_s, r.wall_s, r.rtx_packets, r.new_packets)
+                    )
+                    hs[-1].update(cpu_s=r.cpu_s, command=r.command)
+                row["htsim"] = mean_rows(hs)
             if "packet" in engines:
-                row["packet"] = run_packet(sc, mode)[0]
+                row["packet"] = mean_rows([run_packet(sc, mode, seed=k)[0] for k in seeds])
             if "flow" in engines:
-                row["flow"] = run_flow(sc, mode)
+                row["flow"] = mean_rows([run_flow(sc, mode, seed=k) for k in seeds])
             table[name][mode] = row
             if log:
                 log(name, mode, row)
@@ -586,10 +615,10 @@ def _engines_available() -> tuple[str, ...]:
     return ("packet", "flow")
 
 
-def table_result(exe: Path, engines: tuple[str, ...], log=None) -> dict:
+def table_result(exe: Path, engines: tuple[str, ...], log=None, ecmp_seeds: int = 3) -> dict:
     """The side-by-side table, per-engine comparisons and the flow engine's speed-ups."""
     warm_up(engines)
-    table = side_by_side(default_scenarios(), exe, engines=engines, log=log)
+    table = side_by_side(default_scenarios(), exe, engines, log, ecmp_seeds)
     speed = flow_speedups(table)
     ring = dependent_ring_speedup(table["ring_allreduce"])
     ring_speed = {f"ring_rank_sync/{m}": r["speedup"] for m, r in ring.items()}
@@ -614,6 +643,7 @@ def table_result(exe: Path, engines: tuple[str, ...], log=None) -> dict:
             "completion": "source receives the last ACK (ours: last byte + ACK return)",
             "strategies": STRATS,
         },
+        "ecmp_seeds": ecmp_seeds,
         "table": table,
         "compare": {e: compare(table, e) for e in engines},
         "flow_engine_speedups": every,
@@ -651,7 +681,8 @@ def main(argv=None) -> int:
         }
         print(name, mode, brief, file=sys.stderr, flush=True)
 
-    emit("vs_htsim", table_result(exe, _engines_available(), log), args.out)
+    seeds = 1 if args.quick else 3
+    emit("vs_htsim", table_result(exe, _engines_available(), log, seeds), args.out)
     return 0
 
 

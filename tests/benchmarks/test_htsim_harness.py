@@ -255,7 +255,7 @@ def test_htsim_command_uses_matched_parameters(tmp_path):
     cmd = H.htsim_command(Path("htsim_ndp"), tmp_path / "p.cm", sc, "ecmp", 2000, tmp_path / "l")
     text = " ".join(cmd)
     for part in ("-tiers 2", "-nodes 512", "-linkspeed 100000", "-strat ecmp_host -paths 1",
-                 "-q 35", "-cwnd 50", "-mtu 4000", "-end 2000"):  # fmt: skip
+                 "-q 35", "-cwnd 50", "-mtu 4000", "-end 2000", "-seed 13"):  # fmt: skip
         assert part in text
 
 
@@ -288,3 +288,26 @@ def test_vs_htsim_without_a_build_says_so_and_exits_0(tmp_path):
         assert out.returncode == 0 and out.stdout == ""
         assert "nothing compared" in out.stderr
     assert H.main([str(tmp_path)]) == 0
+
+
+def test_mean_rows_over_seeds():
+    rows = [
+        {
+            "fct_p50_us": 1.0,
+            "fct_p99_us": 4.0,
+            "completion_us": 5.0,
+            "unfinished": 0,
+            "command": "a",
+        },
+        {
+            "fct_p50_us": 3.0,
+            "fct_p99_us": 8.0,
+            "completion_us": 7.0,
+            "unfinished": 2,
+            "command": "b",
+        },
+    ]
+    m = H.mean_rows(rows)
+    assert (m["fct_p50_us"], m["fct_p99_us"], m["completion_us"], m["unfinished"]) == (2, 6, 6, 1)
+    assert m["command"] == "a" and len(m["per_seed"]) == 2
+    assert H.mean_rows(rows[:1]) is rows[0]
