@@ -615,6 +615,28 @@ def _engines_available() -> tuple[str, ...]:
     return ("packet", "flow")
 
 
+CONNECTIONS = (
+    "per_message: a new connection (ECMP hash, spray order, window) per flow and per ring hop, "
+    "as htsim's connection matrices"
+)
+
+
+def matched() -> dict:
+    """The parameters both sides share (module doc)."""
+    return {
+        "topology": "htsim -tiers 2 -nodes N = leaf_spine(N, K, 100G), N = K^2/2",
+        "link": "100 Gb/s, 1 us per hop, no switch latency, store-and-forward",
+        "mtu_payload_bytes": MTU,
+        "header_bytes": HEADER,
+        "queue": f"-q {QUEUE_PKTS} = {QUEUE_PKTS * MTU} B per switch port "
+        f"(queue_packets = {our_queue_packets()} MTU payloads)",
+        "initial_window_packets": CWND_PKTS,
+        "transport": "NDP with trimming (htsim_ndp; our transport='ndp', switch_mode='trim')",
+        "completion": "source receives the last ACK (ours: last byte + ACK return)",
+        "strategies": STRATS,
+    }
+
+
 def table_result(exe: Path, engines: tuple[str, ...], log=None, ecmp_seeds: int = 3) -> dict:
     """The side-by-side table, per-engine comparisons and the flow engine's speed-ups."""
     warm_up(engines)
@@ -629,20 +651,8 @@ def table_result(exe: Path, engines: tuple[str, ...], log=None, ecmp_seeds: int 
     }
     return {
         "engines": list(engines),
-        "connection_semantics": "per_message: a new connection (ECMP hash, spray order, "
-        "window) per flow and per ring hop, as htsim's connection matrices",
-        "matched": {
-            "topology": "htsim -tiers 2 -nodes N = leaf_spine(N, K, 100G), N = K^2/2",
-            "link": "100 Gb/s, 1 us per hop, no switch latency, store-and-forward",
-            "mtu_payload_bytes": MTU,
-            "header_bytes": HEADER,
-            "queue": f"-q {QUEUE_PKTS} = {QUEUE_PKTS * MTU} B per switch port "
-            f"(queue_packets = {our_queue_packets()} MTU payloads)",
-            "initial_window_packets": CWND_PKTS,
-            "transport": "NDP with trimming (htsim_ndp; our transport='ndp', switch_mode='trim')",
-            "completion": "source receives the last ACK (ours: last byte + ACK return)",
-            "strategies": STRATS,
-        },
+        "connection_semantics": CONNECTIONS,
+        "matched": matched(),
         "ecmp_seeds": ecmp_seeds,
         "table": table,
         "compare": {e: compare(table, e) for e in engines},

@@ -135,6 +135,8 @@ def with_htsim(exe: Path, ecmp_seeds: int) -> dict:
     perm = table["permutation"]["spray"]
     cmp_ = H.compare(table, "packet")
     return {
+        "connection_semantics": H.CONNECTIONS,
+        "matched": H.matched(),
         "htsim_wall_s": perm["htsim"]["wall_s"],
         "fct_p50_ratio_vs_htsim": perm["packet"]["fct_p50_us"] / perm["htsim"]["fct_p50_us"],
         "fct_p99_ratio_vs_htsim": perm["packet"]["fct_p99_us"] / perm["htsim"]["fct_p99_us"],
