@@ -135,6 +135,7 @@ def with_htsim(exe: Path, ecmp_seeds: int) -> dict:
     perm = table["permutation"]["spray"]
     cmp_ = H.compare(table, "packet")
     return {
+        **digest(cmp_),
         "connection_semantics": H.CONNECTIONS,
         "matched": H.matched(),
         "htsim_wall_s": perm["htsim"]["wall_s"],
@@ -148,6 +149,31 @@ def with_htsim(exe: Path, ecmp_seeds: int) -> dict:
         "htsim_commands": {
             f"{n}/{m}": rows[m]["htsim"]["command"] for n, rows in table.items() for m in rows
         },
+    }
+
+
+def digest(cmp_: dict) -> dict:
+    """Compact views of :func:`_htsim.compare`: ours/htsim per scenario and mode (p50, p99,
+    completion), how many are within 10%, the mode ratios within 25%, the orderings."""
+    short = {"fct_p50_us": "p50", "fct_p99_us": "p99", "completion_us": "completion"}
+    ratios = {
+        f"{name}/{m}": {short[k]: v for k, v in r.items()}
+        for name, c in cmp_.items()
+        for m, r in c["ratio_vs_htsim"].items()
+    }
+    vals = [v for r in ratios.values() for v in r.values() if v is not None]
+    checks = [
+        x["within_25pct"]
+        for c in cmp_.values()
+        for per in c["mode_ratios"].values()
+        for x in per.values()
+        if x["within_25pct"] is not None
+    ]
+    return {
+        "ratios_vs_htsim": ratios,
+        "ratios_within_10pct": f"{sum(abs(v - 1) <= 0.1 for v in vals)} of {len(vals)}",
+        "mode_ratios_within_25pct": f"{sum(checks)} of {len(checks)}",
+        "orderings": {name: c["ordering"] for name, c in cmp_.items()},
     }
 
 
