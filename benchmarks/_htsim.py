@@ -20,10 +20,12 @@ permutation, fresh window) for every flow in the ``.cm`` file, including each ho
 (``per_message``); our side gives every flow its own ``entropy`` (a seeded mix of its index).
 
 Completion: htsim's flow finishes when its SOURCE receives the ACK covering the last byte
-(``Flow ... finished at T``), and a triggered flow starts at that instant. Our engines' finish
-is the last byte's arrival at the receiver, so :func:`flow_table` delays a dependent flow by
-the ACK's return latency and :func:`our_fct_s` adds it to our completion times
-(:func:`ack_return_s`: 4 hops x (1 us + 64 B at line rate) across leaves, 2 within a leaf).
+(``Flow ... finished at T``), and a triggered flow starts at that instant. Our packet engine
+reports that instant (``acked_s``) and releases dependants on it (``release_on="acked"``).
+The flow engine has no ACKs: its finish is the last byte's arrival, so :func:`flow_table`
+delays a dependent flow by the ACK's return latency and :func:`run_flow` adds it to the
+completion times (:func:`ack_return_s`: 4 hops x (1 us + 64 B at line rate) across leaves, 2
+within a leaf).
 
 Strategy correspondence: htsim ``perm`` (per-packet spraying over all spines, source routed)
 ~ our ``spray``; ``ecmp_host -paths 1`` (per-flow hash at the switches) ~ ``ecmp``;
@@ -321,15 +323,17 @@ def wire_bytes(sc: Scenario) -> np.ndarray:
     return -(-sc.size // MTU) * MTU
 
 
-def flow_table(sc: Scenario, seed: int = 0):
+def flow_table(sc: Scenario, seed: int = 0, ack_delay: bool = True):
     """Our :class:`FlowTable` of ``sc``: htsim's payload per flow, one connection (entropy) per
-    flow, a triggered flow depends on its predecessor and waits for its ACK return."""
+    flow, a triggered flow depends on its predecessor and (``ack_delay``) waits for the
+    predecessor's ACK return after its last byte arrived (the flow engine's stand-in for
+    htsim's trigger; the packet engine releases on the ACK itself)."""
     from trainfabric.fabric.flows import FlowTable, mix64
 
     f = sc.n_flows
     trig = sc.pred >= 0
     deps_ptr = np.r_[0, np.cumsum(trig)].astype(np.int64)
-    delay = np.where(trig, ack_return_s(sc)[np.maximum(sc.pred, 0)], 0.0)
+    delay = np.where(trig & ack_delay, ack_return_s(sc)[np.maximum(sc.pred, 0)], 0.0)
     return FlowTable(
         src=sc.src,
         dst=sc.dst,
@@ -341,11 +345,6 @@ def flow_table(sc: Scenario, seed: int = 0):
         release_s=np.where(trig, 0.0, sc.start_s),
         delay_s=delay,
     )
-
-
-def our_fct_s(sc: Scenario, start_s: np.ndarray, finish_s: np.ndarray) -> np.ndarray:
-    """Our completion times on htsim's definition (last ACK back at the source)."""
-    return finish_s + ack_return_s(sc) - start_s
 
 
 def topology(sc: Scenario):
@@ -416,15 +415,17 @@ def new_packets(sc: Scenario) -> int:
 
 
 def run_packet(sc: Scenario, mode: str, seed: int = 0, **cfg) -> tuple[dict, object]:
-    """Our packet engine on ``sc`` (htsim-matched config); summary on htsim's FCT definition."""
+    """Our packet engine on ``sc`` (htsim-matched config); summary on htsim's FCT definition:
+    the engine's own ``acked_s`` (the source has the last ACK) and dependants released then
+    (``release_on="acked"``, htsim's ``send_done_trigger``)."""
     from trainfabric.fabric.packet import simulate_packets
 
-    topo, flows = topology(sc), flow_table(sc, seed)
-    config = packet_config(queue_packets=our_queue_packets(), **cfg)
+    topo, flows = topology(sc), flow_table(sc, seed, ack_delay=False)
+    config = packet_config(queue_packets=our_queue_packets(), release_on="acked", **cfg)
     c0, t0 = time.process_time(), time.perf_counter()
     res = simulate_packets(topo, flows, mode, config=config, seed=seed)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    finish = res.finish_s + ack_return_s(sc)
+    finish = res.acked_s
     out = summary(sc, res.start_s, finish, wall, int(res.retransmitted), new_packets(sc))
     out.update(cpu_s=cpu, events=int(res.n_events), packets=int(res.n_packets))
     return out, res

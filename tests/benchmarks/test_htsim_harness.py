@@ -247,6 +247,7 @@ def test_flow_table_matches_htsim_semantics():
     assert np.allclose(ft.delay_s[trig], H.ack_return_s(sc)[sc.pred[trig]])
     assert np.all(ft.delay_s[~trig] == 0)
     assert np.unique(ft.entropy).size == sc.n_flows  # a new connection per flow
+    assert np.all(H.flow_table(sc, ack_delay=False).delay_s == 0)
     assert H.our_queue_packets() * H.MTU == 140_000  # htsim -q 35
 
 
