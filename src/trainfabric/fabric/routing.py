@@ -123,8 +123,8 @@ class Groups:
         return cls(
             offset,
             np.concatenate(ptr),
-            np.concatenate([g.link for g in parts]).astype(np.int64),
-            np.concatenate([g.coef for g in parts]).astype(float),
+            np.concatenate([g.link for g in parts]).astype(np.int64, copy=False),
+            np.concatenate([g.coef for g in parts]).astype(float, copy=False),
         )
 
 
@@ -171,8 +171,18 @@ class Router:
         self.plane_view, self.remote_view, self.fabric_view = _VIEWS[mode]
         self.split = mode in SPLIT_MODES
         self.static = _static_groups(topo)
-        self.groups = self.static
+        self._groups = self.static
         self._epoch: _Epoch | None = None
+
+    @property
+    def groups(self) -> Groups:
+        """The static groups and the pair groups built in this epoch (concatenated once per
+        batch of new pair groups, when asked for)."""
+        ep = self._epoch
+        if ep is not None and ep.rows_joined < len(ep.rows):
+            self._groups = Groups.concat([self.static, *ep.rows], self.static.offset)
+            ep.rows_joined = len(ep.rows)
+        return self._groups
 
     # -- reaction times ---------------------------------------------------------------------
     @property
@@ -218,7 +228,7 @@ class Router:
         if self.mode == "adaptive" and view_failed and topo.kind != "fat_tree":
             ep.balance = _balance_for(topo, ep, demand, demand_bytes)
         self._epoch = ep
-        self.groups = self.static
+        self._groups = self.static
 
     def route(self, flows: FlowTable, idx: np.ndarray, flowlet: np.ndarray | None = None) -> Routes:
         """Routes of flows ``idx`` in the current epoch (``flowlet``: per-flow re-hash count)."""
@@ -433,7 +443,6 @@ class Router:
             ep.cache[k] = i
             ep.surv[i] = s
         ep.rows.append(rows)
-        self.groups = Groups.concat([self.static, *ep.rows], self.static.offset)
 
     def _spray_weights(self, p: int, a, b) -> np.ndarray:
         """[pairs, S]: each spine's share when the leaf sprays evenly over its uplinks that
@@ -526,6 +535,7 @@ class _Epoch:
         self.cache: dict[int, int] = {}
         self.surv: dict[int, float] = {}
         self.rows: list[Groups] = []
+        self.rows_joined = 0
         self.next_id = 0
 
 
@@ -773,7 +783,7 @@ def _pair_rows_2tier(p, a, b, spine_w, leaf_up, spine_down, view, truth):
                     surv[i] += arrived / n_dn
                     e += 1
         ptr[i + 1] = e
-    return ptr, link[:e], coef[:e], surv
+    return ptr, link[:e].copy(), coef[:e].copy(), surv
 
 
 @numba.njit(cache=True)
