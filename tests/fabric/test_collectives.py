@@ -202,3 +202,19 @@ def test_ring_shortcut_and_per_message_connections(mode):
         fast.n_flows
     )
     assert fast.time_s == pytest.approx(full.time_s, rel=1e-9)
+
+
+def test_grouped_all_to_all_is_every_groups_uniform_all_to_all():
+    hosts = np.random.default_rng(0).permutation(40)
+    flows = fc.grouped_all_to_all(hosts, 8, 8e6)
+    assert flows.n == 5 * 8 * 7
+    np.testing.assert_allclose(flows.bytes, 1e6)
+    for g in range(5):
+        mine = flows.job == g
+        group = set(hosts[8 * g : 8 * g + 8].tolist())
+        pairs = set(zip(flows.src[mine].tolist(), flows.dst[mine].tolist(), strict=True))
+        assert pairs == {(a, b) for a in group for b in group if a != b}
+    ref = fc.collective_flows(fc.collective_steps("all_to_all", 8, 8e6), hosts[:8]).flows
+    assert np.array_equal(flows.entropy[flows.job == 0], ref.entropy)
+    with pytest.raises(ConfigError, match="group_size"):
+        fc.grouped_all_to_all(hosts, 7, 1e6)

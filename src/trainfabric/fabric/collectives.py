@@ -177,6 +177,28 @@ def uniform_all_to_all(n: int, size_bytes: float) -> list:
     return [wc.Step(i, dst, np.full(i.size, size_bytes / n))]
 
 
+def grouped_all_to_all(
+    hosts: np.ndarray, group_size: int, size_bytes: float, *, seed: int = 0
+) -> FlowTable:
+    """Concurrent all-to-alls within consecutive groups of ``group_size`` ranks (expert
+    parallelism: group ``g`` = ranks ``g·G .. g·G + G-1`` on ``hosts``), every group at once:
+    ``n (G-1)`` flows of ``size_bytes / G`` (the uniform all-to-all of each group), tagged
+    ``job = g``, one persistent connection per pair (``entropy`` as :func:`collective_flows`).
+    Built by index arithmetic: ``O(n G)`` memory for the flows only."""
+    hosts = np.asarray(hosts, np.int64)
+    n = hosts.size
+    if group_size < 2 or n % group_size:
+        raise ConfigError("group_size", f"must be >= 2 and divide the ranks ({n})")
+    (step,) = uniform_all_to_all(group_size, size_bytes)
+    groups = n // group_size
+    off = np.repeat(np.arange(groups, dtype=np.int64) * group_size, step.src.size)
+    src = hosts[np.tile(step.src, groups) + off]
+    dst = hosts[np.tile(step.dst, groups) + off]
+    job = np.repeat(np.arange(groups, dtype=np.int64), step.src.size)
+    entropy = mix64(job, src, dst, np.zeros(src.size, np.int64), seed=seed)
+    return FlowTable.simple(src, dst, step.bytes[0], job=job, entropy=entropy)
+
+
 def _steps_and_flows(kind: str, n: int, algorithm: str) -> tuple[int, int]:
     """``(steps, flows per step)`` of a collective over ``n`` ranks (:func:`collective_steps`)."""
     if kind == "all_to_all":
