@@ -56,6 +56,7 @@ Units: bytes, seconds; rates in Gb/s in files (``nic_rate_gbps``), bits/s inside
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -125,6 +126,11 @@ class _Scenario(Config):
     )
     packet: PacketConfig = Field(
         default_factory=PacketConfig, description="the packet engine's knobs (engine = packet)"
+    )
+    calibration: bool = Field(
+        False,
+        description="flow engine only: add the packet-fitted per-message start-up and "
+        "first-window loss (trainfabric.fabric.calibration.FITTED); off by default",
     )
 
 
@@ -372,9 +378,13 @@ def _simulate(sc, topo, flows, mode: str, seed: int, field: str, *, link_up=None
     engine's size refusal (``flows.bytes``) is re-labelled ``field`` (the scenario input
     that sets the bytes)."""
     if sc.engine == "flow":
+        from trainfabric.fabric.calibration import FITTED, simulate_calibrated
         from trainfabric.fabric.engine import simulate
 
-        return simulate(topo, flows, _router(topo, mode, seed), events=events, link_up=link_up)
+        router = _router(topo, mode, seed)
+        if sc.calibration:
+            return simulate_calibrated(topo, flows, router, FITTED, events=events, link_up=link_up)
+        return simulate(topo, flows, router, events=events, link_up=link_up)
     from trainfabric.fabric.packet import simulate_packets
 
     try:
@@ -406,6 +416,8 @@ def _run_collective(sc, topo, mode, steps, hosts, c, seed, field, link_up=None) 
     engine."""
     from trainfabric.fabric.collectives import collective_flows, run_collective
 
+    if sc.engine == "flow" and sc.calibration:
+        return _calibrated_collective(sc, topo, mode, steps, hosts, c, seed, link_up)
     if sc.engine == "flow":
         router = _router(topo, mode, seed)
         run = run_collective(topo, router, steps, hosts, link_up=link_up, **_flow_options(c, seed))
@@ -418,6 +430,26 @@ def _run_collective(sc, topo, mode, steps, hosts, c, seed, field, link_up=None) 
         raise InfeasibleError(f"{res.unfinished} flows of the collective never finished")
     n = len(steps)
     return _Run(res.makespan_s, n, n, cf.flows.n, res.n_events, res.wall_s, _packet_metrics(res))
+
+
+def _calibrated_collective(sc, topo, mode, steps, hosts, c, seed, link_up) -> _Run:
+    """The flow engine with the calibration (:mod:`trainfabric.fabric.calibration`), with the
+    ring shortcut where it applies (every step then pays the same start-up)."""
+    from trainfabric.fabric.calibration import FITTED, simulate_calibrated
+    from trainfabric.fabric.collectives import collective_flows, identical_steps, shortcut_applies
+
+    use = (
+        shortcut_applies(c.sync, mode, c.connections) and len(steps) > 1 and identical_steps(steps)
+    )
+    cf = collective_flows(steps[:1] if use else steps, hosts, **_flow_options(c, seed))
+    router = _router(topo, mode, seed)
+    res = simulate_calibrated(topo, cf.flows, router, FITTED, link_up=link_up)
+    if res.unfinished:
+        raise InfeasibleError(f"{res.unfinished} flows of the collective never finished")
+    n = len(steps)
+    steps_run = 1 if use else n
+    time_s = res.makespan_s * (n if use else 1)
+    return _Run(time_s, n, steps_run, cf.flows.n, res.n_events, res.wall_s, {})
 
 
 # -- (a) line rate --------------------------------------------------------------------------------
@@ -628,16 +660,30 @@ def _check_failures_size(sc: FailuresScenario, topo, ranks: int) -> None:
 
 
 def measured_goodput(res, flows, topo, wire_factor: float) -> float:
-    """A packet run's permutation goodput: per sender, the wire bytes of its flows (payload
-    x ``wire_factor``) over the span from its first start to its last finish, averaged
-    over senders, as a fraction of the NIC rate (the flow engine's figure, measured)."""
+    """A packet run's permutation goodput, the measured analogue of the fluid figure (the
+    max-min rates while every flow is active): the payload delivered in the window from the
+    last flow start plus the median one-way latency to the first flow finish, in wire bits
+    (x ``wire_factor``) per second, over (senders x NIC rate). Where that window is shorter
+    than 4 recorded bins, each sender's bytes over its own span (first start to last
+    finish), averaged over senders."""
     senders, inv = np.unique(flows.src, return_inverse=True)
+    norm = senders.size * topo.nic_rate_bps
+    edges, delivered = res.goodput_timeline(res.timeline_res_s)
+    lo = float(np.max(res.start_s)) + float(np.median(res.latency_s, overwrite_input=False))
+    a = int(np.searchsorted(edges, lo, "left"))
+    b = int(np.searchsorted(edges, float(np.min(res.finish_s)), "right")) - 1
+    if b - a >= 4:
+        bits = delivered[:, a:b].sum() * 8.0 * wire_factor
+        return float(bits / (edges[b] - edges[a]) / norm)
     first = np.full(senders.size, np.inf)
     last = np.zeros(senders.size)
     np.minimum.at(first, inv, res.start_s)
     np.maximum.at(last, inv, res.finish_s)
     wire_bits = np.bincount(inv, weights=flows.bytes) * 8.0 * wire_factor
     return float(np.mean(wire_bits / (last - first)) / topo.nic_rate_bps)
+
+
+PACKET_PERMUTATION_BYTES = 512 * 1024  # per connection, in the packet engine's permutations
 
 
 def _permutation_figures(sc, topo, mode, seed, flows, cut, link_up) -> dict:
@@ -654,6 +700,7 @@ def _permutation_figures(sc, topo, mode, seed, flows, cut, link_up) -> dict:
     wire = sc.packet.wire_bytes / sc.packet.mtu_bytes
     out = {}
     for key, fl in (("mean_permutation_goodput", flows), ("cut_permutation_goodput", cut)):
+        fl = replace(fl, bytes=np.full(fl.n, PACKET_PERMUTATION_BYTES))
         res = _simulate(sc, topo, fl, mode, seed, "topology.gpus", link_up=link_up)
         out[key] = measured_goodput(res, fl, topo, wire) if not res.unfinished else 0.0
         if key == "mean_permutation_goodput":
@@ -1123,11 +1170,14 @@ def packet_eval_scenarios(quick: bool, seed: int = 0) -> list[Scenario]:
     It simulates every packet (about 10 events each), so the sizes are those it runs in
     seconds: 32 GPUs (quick; radix 16: 4 leaves x 2 spines per plane, 4 parallel cables per
     pair) or 64 GPUs (full; 8 leaves x 4 spines per plane), 4 planes, 800G NICs. Line rate:
-    a ring all-reduce (global barrier per step) and an all-to-all over every host, per-rank
-    buffers of 256 KiB and 2 MiB (quick) or up to 8 MiB (full). Isolation: a victim
-    all-reduce of 4 MiB on half the hosts next to an aggressor all-to-all of 16 MiB on the
-    other half (quick: no oversubscription). Failures: the fractions of the flow evaluation,
-    one draw (quick) or two, 1 MB per connection in the permutations, a 4 MiB all-to-all.
+    a ring all-reduce (global barrier per step) and an all-to-all over 8 random ranks,
+    per-rank buffers of 1 and 16 MiB (quick; full adds 64 MiB): with more ranks the ring's
+    per-step latency (about 7 us) dominates the buffers the engine can afford. Isolation:
+    a victim all-reduce of 4 MiB on 8 ranks next to an aggressor all-to-all of 16 MiB on 8
+    others, interleaved on every leaf (quick: no oversubscription). Failures: 0, 10 and 20%
+    of the cables down, one draw (quick) or two; permutations of 512 KiB per connection
+    (:data:`PACKET_PERMUTATION_BYTES`, goodput measured while every flow is active:
+    :func:`measured_goodput`) and a 1 MiB all-to-all over every host.
     Flaps: an 8-rank all-reduce of 4 MiB, 6 iterations of 20 ms of compute, a host and a
     fabric link down for 50 ms each (the flap, its detection and the recovery of the lost
     packets are the engine's: keep-alive-free, by missing acknowledgements and each
@@ -1135,30 +1185,33 @@ def packet_eval_scenarios(quick: bool, seed: int = 0) -> list[Scenario]:
     """
     topo = TopologyConfig(gpus=32 if quick else 64, switch_radix=16)
     common = dict(seed=seed, topology=topo, engine="packet")
-    sizes = [0.25 * MiB, 2.0 * MiB] if quick else [0.25 * MiB, 2.0 * MiB, 8.0 * MiB]
+    sizes = [1.0 * MiB, 16.0 * MiB] if quick else [1.0 * MiB, 16.0 * MiB, 64.0 * MiB]
     return [
         LineRateScenario(
             name="line-rate",
             sizes_bytes=sizes,
             collectives=[
-                CollectiveConfig(kind="all_reduce", sync="step"),
-                CollectiveConfig(kind="all_to_all"),
+                CollectiveConfig(kind="all_reduce", sync="step", ranks=8),
+                CollectiveConfig(kind="all_to_all", ranks=8),
             ],
             **common,
         ),
         IsolationScenario(
             name="isolation",
-            victim=CollectiveConfig(kind="all_reduce", placement="scattered", size_bytes=4 * MiB),
+            victim=CollectiveConfig(
+                kind="all_reduce", placement="scattered", ranks=8, size_bytes=4 * MiB
+            ),
             aggressor=CollectiveConfig(
-                kind="all_to_all", placement="scattered", size_bytes=16 * MiB
+                kind="all_to_all", placement="scattered", ranks=8, size_bytes=16 * MiB
             ),
             oversubscription=[1.0] if quick else [1.0, 2.0],
             **common,
         ),
         FailuresScenario(
             name="failures",
+            fractions=[0.0, 0.1, 0.2],
             draws=1 if quick else 2,
-            collective=CollectiveConfig(kind="all_to_all", size_bytes=4 * MiB),
+            collective=CollectiveConfig(kind="all_to_all", size_bytes=1 * MiB),
             **common,
         ),
         FlapsScenario(
