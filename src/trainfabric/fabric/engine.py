@@ -25,6 +25,17 @@ all-to-alls under ECMP, where nearly every flow has its own completion time, nee
 
 Outputs (:class:`SimResult`): per-flow start and finish, per-segment goodput per job, the
 load of every link integrated over time (mean utilisation) and, on request, per segment.
+
+Two implementations of the same loop: when routes are static (no link events, not
+``flowlet``, no per-segment link loads requested) :func:`simulate` routes every distinct
+connection once and runs the loop compiled (:mod:`trainfabric.fabric.engine_loop`); else
+the Python loop below, which stays the reference (``compiled=False``; the tests compare the
+two to 1e-9 on random dependent workloads). Measured on the shared 2-core machine (CPU
+seconds, warm): an ECMP ring all-reduce with per-rank dependencies, 8 rings x 16 ranks on
+128 hosts, 3,840 flows, 6,097 events: 0.84 s -> 0.09 s; htsim's chained ring (3,968 flows,
+7,559 events) 0.15 s. The compiled loop still re-solves the max-min rates of every active
+flow at every event (``O(active x slots + links)``), so a long dependent collective next to
+a large static tenant costs a full solve per step.
 """
 
 from __future__ import annotations

@@ -37,7 +37,16 @@ Modes (``MODES``), each with what it models and what it cannot:
   (:func:`trainfabric.fabric.mcf.balanced_split`, HiGHS), recomputed at every link-state
   change, not at every arrival: an idealised equaliser, not a model of queue-by-queue
   decisions. On the 3-tier tree it sprays over the paths alive in the hardware view (no
-  load feedback).
+  load feedback). Beyond ``mcf.MAX_LP_VARIABLES`` (a 131,072-GPU fabric's leaf pairs) the
+  split comes from the priced decomposition (:func:`trainfabric.fabric.mcf.priced_split`),
+  whose gap to the LP is certified per instance instead of being zero by construction.
+
+Plane symmetry: on a healthy multiplane fabric (every plane whole in the truth and in the
+views the mode uses) the even split of ``spray`` / ``adaptive`` is written as four
+plane-wide groups per flow (host links of every plane, ``1/P`` each; leaf uplinks and
+spine cables of every plane, ``1/(P U)`` each) instead of four per plane: the same link
+loads (tested against the per-plane slots), ``P`` times fewer slots, so 8.3 M flows of a
+131,072-GPU expert-parallel all-to-all fit in a few GB.
 
 Emergent behaviour worth knowing: under ``flowlet`` a barrier-synchronised collective
 concentrates load. Connections on a congested path finish last and restart at once (no
