@@ -27,6 +27,7 @@ MODE_IDS = {
 SW_IDS = {"lossless": K.SW_LOSSLESS, "lossy": K.SW_LOSSY, "trim": K.SW_TRIM}
 TR_IDS = {"ndp": K.TR_NDP, "dctcp": K.TR_DCTCP}
 MAX_RETRIES = 6
+TIMELINE_CELLS = 1 << 20  # jobs x bins of the goodput timeline (8 MB)
 
 
 def simulate_packets(
@@ -146,9 +147,7 @@ def _run_once(topo, flows, mode, cfg, ev, up, seed, until_s, nbytes, npk, pool):
         lf,
         pi,
         pf,
-        np.zeros(n_heap),
-        np.zeros(n_heap, np.int64),
-        np.zeros(n_heap, np.int64),
+        np.zeros((n_heap, 2)),
         view,
         ret_path,
         ret_until,
@@ -169,9 +168,8 @@ def _run_once(topo, flows, mode, cfg, ev, up, seed, until_s, nbytes, npk, pool):
     rng = np.array([np.uint64(0x853C49E6748FEA9B) ^ np.uint64(seed * 2 + 1)], np.uint64)
     lat = np.zeros(min(cfg.latency_samples, total + 1))
     jobs = int(flows.job.max(initial=0)) + 1
-    tl = np.zeros((jobs, 1024))
-    max_bins = max(1024, (1 << 22) // jobs)
-    end, tl, res = K.run(
+    tl = np.zeros((jobs, max(1024, TIMELINE_CELLS // jobs) // 2 * 2))
+    end, res = K.run(
         st,
         fl,
         flows.entropy.view(np.int64),
@@ -189,7 +187,6 @@ def _run_once(topo, flows, mode, cfg, ev, up, seed, until_s, nbytes, npk, pool):
         rng,
         lat,
         tl,
-        max_bins,
     )
     return {"st": st, "ctr": ctr, "lat": lat, "tl": tl, "res": res, "end": end}
 

@@ -5,10 +5,10 @@ State is plain arrays sized up front (:func:`trainfabric.fabric.packet.engine.si
 builds them): per flow ``fi[f, FI_*]`` / ``ff[f, FF_*]``, per directed link ``li`` / ``lf``,
 per packet in flight a pool record ``pi[k, P_*]`` / ``pf[k, PF_*]`` (free list through
 ``P_NEXT``), per data packet of every flow (global sequence ``g = off[f] + s``) the receiver
-bit ``got``, the sender state ``sst`` and send time ``stime``. Events are a binary min-heap
-of ``(time, insertion number)`` over three arrays; the item packs ``id * 16 + kind``.
-Equal times are served in insertion order, so a run is a pure function of its inputs and
-seed (the only randomness is the xorshift64* generator ``rng``).
+bit ``got``, the sender state ``sst`` and send time ``stime``. Events are a 4-ary min-heap
+of ``(time, item)`` rows; the item packs ``id * 16 + kind`` and orders equal times, so a
+run is a pure function of its inputs and seed (the only randomness is the xorshift64*
+generator ``rng``).
 
 Event kinds: ``ARRIVE`` (a packet's last bit reaches the far end of its link), ``WAKE``
 (a busy link finished serialising: start the next queued packet), ``RELEASE`` (a flow
@@ -25,6 +25,13 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+# helpers never allocate: compiled without reference counting (NRT), which otherwise costs an
+# atomic increment and decrement per array argument of every call
+hot = numba.njit(cache=True, _nrt=False)
+# functions with one call site on the event path are inlined (numba passes every array
+# argument as ~9 scalar parameters: a call with the state tuple copies hundreds of words)
+once = numba.njit(cache=True, _nrt=False, inline="always")
+
 # -- event kinds ---------------------------------------------------------------------------
 K_ARRIVE, K_WAKE, K_RELEASE, K_PACE, K_RTO, K_LINKEV, K_VIEW, K_PON, K_POFF = range(9)
 # -- packet types ----------------------------------------------------------------------------
@@ -39,7 +46,7 @@ ST_OK, ST_POOL, ST_HEAP = 0, 1, 2
 (
     C_NEV,
     C_HN,
-    C_HSEQ,
+    C_HSEQ_UNUSED,
     C_FREE,
     C_USED,
     C_RTX,
@@ -172,7 +179,7 @@ _GOLD = np.uint64(0x9E3779B97F4A7C15)
 
 
 # == small utilities =========================================================================
-@numba.njit(cache=True)
+@hot
 def mix(a, b):
     """SplitMix64 finaliser of ``a ^ (b * golden)`` (uint64 -> uint64)."""
     h = np.uint64(a) ^ (np.uint64(b) * _GOLD)
@@ -181,7 +188,7 @@ def mix(a, b):
     return h ^ (h >> np.uint64(31))
 
 
-@numba.njit(cache=True)
+@hot
 def rand(rng):
     """xorshift64* step of the state ``rng[0]``; a uint64."""
     x = rng[0]
@@ -192,18 +199,18 @@ def rand(rng):
     return x * np.uint64(0x2545F4914F6CDD1D)
 
 
-@numba.njit(cache=True)
+@hot
 def randint(rng, n):
     """Uniform integer in ``[0, n)``."""
     return np.int64((rand(rng) >> np.uint64(11)) % np.uint64(n))
 
 
-@numba.njit(cache=True)
+@hot
 def uniform(rng):
     return (rand(rng) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
 
 
-@numba.njit(cache=True)
+@hot
 def gcd(a, b):
     while b:
         a, b = b, a % b
@@ -211,65 +218,63 @@ def gcd(a, b):
 
 
 # == event heap ================================================================================
-@numba.njit(cache=True)
-def push(ht, hs, hi, ctr, t, kind, ident):
-    """Insert event ``(t, kind, ident)``; sets ST_HEAP when full."""
+@hot
+def push(hp, ctr, t, kind, ident):
+    """Insert event ``(t, kind, ident)`` into the 4-ary min-heap ``hp[:, 0]`` = time,
+    ``hp[:, 1]`` = item (ties: the smaller item first); sets ST_HEAP when full."""
     n = ctr[C_HN]
-    if n >= ht.size:
+    if n >= hp.shape[0]:
         ctr[C_STATUS] = ST_HEAP
         return
-    seq = ctr[C_HSEQ]
-    ctr[C_HSEQ] = seq + 1
-    item = ident * 16 + kind
+    item = float(ident * 16 + kind)
     i = n
     while i > 0:
-        p = (i - 1) >> 1
-        tp = ht[p]
-        if tp < t or (tp == t and hs[p] < seq):
+        p = (i - 1) >> 2
+        tp = hp[p, 0]
+        if tp < t or (tp == t and hp[p, 1] < item):
             break
-        ht[i] = tp
-        hs[i] = hs[p]
-        hi[i] = hi[p]
+        hp[i, 0] = tp
+        hp[i, 1] = hp[p, 1]
         i = p
-    ht[i] = t
-    hs[i] = seq
-    hi[i] = item
+    hp[i, 0] = t
+    hp[i, 1] = item
     ctr[C_HN] = n + 1
 
 
-@numba.njit(cache=True)
-def pop(ht, hs, hi, ctr):
+@hot
+def pop(hp, ctr):
     """Remove the earliest event; returns ``(t, item)``."""
     n = ctr[C_HN] - 1
-    t0 = ht[0]
-    item0 = hi[0]
+    t0 = hp[0, 0]
+    item0 = np.int64(hp[0, 1])
     ctr[C_HN] = n
     if n > 0:
-        t = ht[n]
-        s = hs[n]
-        it = hi[n]
+        t = hp[n, 0]
+        it = hp[n, 1]
         i = 0
         while True:
-            c = 2 * i + 1
+            c = 4 * i + 1
             if c >= n:
                 break
-            r = c + 1
-            if r < n and (ht[r] < ht[c] or (ht[r] == ht[c] and hs[r] < hs[c])):
-                c = r
-            if t < ht[c] or (t == ht[c] and s < hs[c]):
+            m = c
+            mt = hp[c, 0]
+            mi = hp[c, 1]
+            for j in range(c + 1, min(c + 4, n)):
+                tj = hp[j, 0]
+                if tj < mt or (tj == mt and hp[j, 1] < mi):
+                    m, mt, mi = j, tj, hp[j, 1]
+            if t < mt or (t == mt and it < mi):
                 break
-            ht[i] = ht[c]
-            hs[i] = hs[c]
-            hi[i] = hi[c]
-            i = c
-        ht[i] = t
-        hs[i] = s
-        hi[i] = it
+            hp[i, 0] = mt
+            hp[i, 1] = mi
+            i = m
+        hp[i, 0] = t
+        hp[i, 1] = it
     return t0, item0
 
 
 # == packet pool ===============================================================================
-@numba.njit(cache=True)
+@hot
 def alloc(pi, pf, ctr, flow, seq, typ, size, dst):
     """A fresh pool record (``-1`` and ST_POOL when the pool is exhausted)."""
     k = ctr[C_FREE]
@@ -299,7 +304,7 @@ def alloc(pi, pf, ctr, flow, seq, typ, size, dst):
     return k
 
 
-@numba.njit(cache=True)
+@hot
 def free(pi, ctr, k):
     pi[k, P_NEXT] = ctr[C_FREE]
     ctr[C_FREE] = k
@@ -307,7 +312,7 @@ def free(pi, ctr, k):
 
 
 # == queues and links ============================================================================
-@numba.njit(cache=True)
+@hot
 def q_account(lf, lk, now):
     """Integrate the waiting bytes of link ``lk`` up to ``now`` (time-mean occupancy)."""
     occ = lf[lk, LF_QB0] + lf[lk, LF_QB1]
@@ -315,7 +320,7 @@ def q_account(lf, lk, now):
     lf[lk, LF_LAST] = now
 
 
-@numba.njit(cache=True)
+@hot
 def q_append(li, lf, pi, lk, k, cls, now):
     q_account(lf, lk, now)
     hcol = L_QH0 if cls == 0 else L_QH1
@@ -332,7 +337,7 @@ def q_append(li, lf, pi, lk, k, cls, now):
         lf[lk, LF_MAX] = occ
 
 
-@numba.njit(cache=True)
+@hot
 def q_pop(li, lf, pi, lk, now):
     """Head of the high class, else of the low class; -1 when empty."""
     for cls in range(2):
@@ -350,8 +355,8 @@ def q_pop(li, lf, pi, lk, now):
     return -1
 
 
-@numba.njit(cache=True)
-def transmit(lk, k, now, li, lf, pi, pf, fp, ip, ctr, ht, hs, hi, link_tier):
+@hot
+def transmit(lk, k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier):
     """Start serialising packet ``k`` on link ``lk``: ARRIVE after serialisation + propagation;
     PFC: the packet leaves its ingress buffer (XON below the threshold)."""
     size = pi[k, P_SIZE]
@@ -367,30 +372,30 @@ def transmit(lk, k, now, li, lf, pi, pf, fp, ip, ctr, ht, hs, hi, link_tier):
         lf[inl, LF_ING] -= size
         if li[inl, L_PFC] == 1 and lf[inl, LF_ING] <= fp[F_XON]:
             li[inl, L_PFC] = 0
-            push(ht, hs, hi, ctr, now + fp[F_PROP], K_POFF, inl)
+            push(hp, ctr, now + fp[F_PROP], K_POFF, inl)
     pi[k, P_INLINK] = -1
-    push(ht, hs, hi, ctr, end + fp[F_PROP], K_ARRIVE, k)
+    push(hp, ctr, end + fp[F_PROP], K_ARRIVE, k)
 
 
-@numba.njit(cache=True)
-def wake(lk, now, li, lf, pi, pf, fp, ip, ctr, ht, hs, hi, link_tier):
+@once
+def wake(lk, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier):
     """The link is free (or resumed): serialise the next queued packet."""
     li[lk, L_WAKE] = 0
     if li[lk, L_PAUSED] == 1 or lf[lk, LF_BUSY] > now:
         if li[lk, L_PAUSED] == 0:
             li[lk, L_WAKE] = 1
-            push(ht, hs, hi, ctr, lf[lk, LF_BUSY], K_WAKE, lk)
+            push(hp, ctr, lf[lk, LF_BUSY], K_WAKE, lk)
         return
     k = q_pop(li, lf, pi, lk, now)
     if k < 0:
         return
-    transmit(lk, k, now, li, lf, pi, pf, fp, ip, ctr, ht, hs, hi, link_tier)
+    transmit(lk, k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier)
     if li[lk, L_QH0] >= 0 or li[lk, L_QH1] >= 0:
         li[lk, L_WAKE] = 1
-        push(ht, hs, hi, ctr, lf[lk, LF_BUSY], K_WAKE, lk)
+        push(hp, ctr, lf[lk, LF_BUSY], K_WAKE, lk)
 
 
-@numba.njit(cache=True)
+@hot
 def swap_records(pi, pf, a, b):
     """Exchange the contents of pool records ``a`` and ``b`` (not their queue links)."""
     for c in range(N_PI):
@@ -400,8 +405,8 @@ def swap_records(pi, pf, a, b):
         pf[a, c], pf[b, c] = pf[b, c], pf[a, c]
 
 
-@numba.njit(cache=True)
-def enqueue(lk, k, now, li, lf, pi, pf, fp, ip, ctr, ht, hs, hi, link_tier, rng):
+@hot
+def enqueue(lk, k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier, rng):
     """Packet ``k`` joins the output queue of link ``lk`` (module doc of the package: ECN,
     drop tail, trimming, PFC ingress accounting happen in the caller and here)."""
     typ = pi[k, P_TYPE]
@@ -437,16 +442,16 @@ def enqueue(lk, k, now, li, lf, pi, pf, fp, ip, ctr, ht, hs, hi, link_tier, rng)
     idle = li[lk, L_QH0] < 0 and li[lk, L_QH1] < 0
     if idle and li[lk, L_PAUSED] == 0 and lf[lk, LF_BUSY] <= now:
         li[lk, L_SERVC] = cls
-        transmit(lk, k, now, li, lf, pi, pf, fp, ip, ctr, ht, hs, hi, link_tier)
+        transmit(lk, k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier)
         return
     q_append(li, lf, pi, lk, k, cls, now)
     if li[lk, L_WAKE] == 0 and li[lk, L_PAUSED] == 0:
         li[lk, L_WAKE] = 1
-        push(ht, hs, hi, ctr, max(now, lf[lk, LF_BUSY]), K_WAKE, lk)
+        push(hp, ctr, max(now, lf[lk, LF_BUSY]), K_WAKE, lk)
 
 
 # == load balancing ============================================================================
-@numba.njit(cache=True)
+@hot
 def up_ok(p, a, b, j, leaf_up, spine_down, view, v):
     """Uplink ``j`` of leaf ``a`` (plane ``p``) is up in view ``v`` and its spine has an up
     cable into leaf ``b``."""
@@ -459,13 +464,13 @@ def up_ok(p, a, b, j, leaf_up, spine_down, view, v):
     return False
 
 
-@numba.njit(cache=True)
+@hot
 def occupancy(lf, lk, now):
     serv = lf[lk, LF_BUSY] - now
     return lf[lk, LF_QB0] + lf[lk, LF_QB1] + (serv / lf[lk, LF_SER] if serv > 0.0 else 0.0)
 
 
-@numba.njit(cache=True)
+@once
 def pick_uplink(p, a, b, ev, mode, now, leaf_up, spine_down, view, v, healthy, lf, rng):
     """Leaf ``a``'s uplink for a packet to leaf ``b``: by entropy (ecmp, flowlet, pinning,
     spray: ``ev mod U`` when it is eligible, else the ``ev``-th eligible one) or the least
@@ -501,7 +506,7 @@ def pick_uplink(p, a, b, ev, mode, now, leaf_up, spine_down, view, v, healthy, l
     return -1
 
 
-@numba.njit(cache=True)
+@once
 def pick_cable(p, s, b, ev, mode, now, spine_down, view, v, lf, rng):
     """Spine ``s``'s cable into leaf ``b`` (entropy, or least occupied for adaptive)."""
     C = spine_down.shape[3]
@@ -523,7 +528,7 @@ def pick_cable(p, s, b, ev, mode, now, spine_down, view, v, lf, rng):
     return best
 
 
-@numba.njit(cache=True)
+@once
 def route(k, node, now, pi, lf, ip, ctr, tp, view, rng):
     """The output link of packet ``k`` at switch ``node``; -1 when there is no route."""
     host_down, host_leaf, leaf_up, spine_down, sw_role, sw_idx, sw_plane = tp
@@ -548,12 +553,12 @@ def route(k, node, now, pi, lf, ip, ctr, tp, view, rng):
     return pick_cable(p, s, b, e2, mode, now, spine_down, view, v, lf, rng)
 
 
-@numba.njit(cache=True)
+@hot
 def plane_usable(p, src, dst, host_up, host_down, view, ip):
     return view[ip[I_VPLANE], host_up[p, src]] != 0 and view[ip[I_VREMOTE], host_down[p, dst]] != 0
 
 
-@numba.njit(cache=True)
+@hot
 def pick_plane(src, dst, ev, now, host_up, host_down, view, ip, lf, rng):
     """The NIC's plane for a packet (module doc of the package); -1 when none is usable."""
     P = ip[I_P]
@@ -591,7 +596,7 @@ FL_SRC, FL_DST, FL_NPK, FL_LAST, FL_OFF, FL_CONN, FL_CHAN, FL_JOB, N_FL = range(
 
 
 # == sender ====================================================================================
-@numba.njit(cache=True)
+@hot
 def retired(f, path, now, ret_path, ret_until):
     for i in range(ret_path.shape[1]):  # noqa: SIM110
         if ret_path[f, i] == path and ret_until[f, i] > now:
@@ -599,7 +604,7 @@ def retired(f, path, now, ret_path, ret_until):
     return False
 
 
-@numba.njit(cache=True)
+@hot
 def retire(f, path, now, fp, ret_path, ret_until):
     """MRC-like: the path of a trimmed or lost packet is avoided for ``path_retire_s``."""
     if fp[F_RETIRE] <= 0.0 or path < 0 or ret_path.shape[0] <= f:
@@ -615,7 +620,7 @@ def retire(f, path, now, fp, ret_path, ret_until):
     ret_until[f, slot] = now + fp[F_RETIRE]
 
 
-@numba.njit(cache=True)
+@hot
 def next_spray_path(f, now, fi, rng, ret_path, ret_until):
     """Next path of the flow's current cyclic permutation ``(a k + b) mod n`` (fresh random
     ``a`` coprime to ``n`` and ``b`` every cycle, as htsim's reshuffle per cycle), skipping
@@ -637,15 +642,15 @@ def next_spray_path(f, now, fi, rng, ret_path, ret_until):
     return path
 
 
-@numba.njit(cache=True)
-def arm_rto(f, now, fi, ff, fp, ctr, ht, hs, hi):
+@hot
+def arm_rto(f, now, fi, ff, fp, ctr, hp):
     if fi[f, FI_RTOPEND] == 0:
         fi[f, FI_RTOPEND] = 1
         ff[f, FF_RTODL] = now + fp[F_RTO]
-        push(ht, hs, hi, ctr, now + fp[F_RTO], K_RTO, f)
+        push(hp, ctr, now + fp[F_RTO], K_RTO, f)
 
 
-@numba.njit(cache=True)
+@hot
 def sendable(f, fi, ff, fl, ip, sst, rqn):
     """The next sequence the sender may send now (a queued retransmission first), or -1."""
     if ip[I_MODE] == M_PINNING and fi[f, FI_TARGET] >= 0 and fi[f, FI_PINOUT] > 0:
@@ -668,7 +673,7 @@ def sendable(f, fi, ff, fl, ip, sst, rqn):
     return -1
 
 
-@numba.njit(cache=True)
+@hot
 def pin_check(f, now, fi, ff, fl, fp, ip, ctr, view, host_up, host_down, congested):
     """Pinning: move the flow to another plane when its plane is down in the software view,
     or on congestion (``congested``) at most once per software reaction time; the move
@@ -696,13 +701,13 @@ def pin_check(f, now, fi, ff, fl, fp, ip, ctr, view, host_up, host_down, congest
             return
 
 
-@numba.njit(cache=True)
+@hot
 def send_data(f, s, now, st, fl, fle, ctr, fp, ip, rng):
     """Packet ``s`` of flow ``f`` goes to the source NIC (plane and entropy by mode)."""
     fi, ff, sst, stime, rqn, spath = st[0], st[1], st[2], st[3], st[4], st[5]
-    li, lf, pi, pf, ht, hs, hi = st[6], st[7], st[8], st[9], st[10], st[11], st[12]
-    view, ret_path, ret_until, conn_last, conn_fl = st[13], st[14], st[15], st[16], st[17]
-    link_tier, host_up, host_down = st[18], st[19], st[20]
+    li, lf, pi, pf, hp = st[6], st[7], st[8], st[9], st[10]
+    view, ret_path, ret_until, conn_last, conn_fl = st[11], st[12], st[13], st[14], st[15]
+    link_tier, host_up, host_down = st[16], st[17], st[18]
     src, dst, npk, off, conn = fl[f, 0], fl[f, 1], fl[f, 2], fl[f, 4], fl[f, 5]
     g = off + s
     payload = fl[f, FL_LAST] if s == npk - 1 else ip[I_MTU]
@@ -759,17 +764,15 @@ def send_data(f, s, now, st, fl, fle, ctr, fp, ip, rng):
     else:
         pi[k, P_PLANE] = plane
         pf[k, PF_SENT] = now
-        enqueue(
-            host_up[plane, src], k, now, li, lf, pi, pf, fp, ip, ctr, ht, hs, hi, link_tier, rng
-        )
-    arm_rto(f, now, fi, ff, fp, ctr, ht, hs, hi)
+        enqueue(host_up[plane, src], k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier, rng)
+    arm_rto(f, now, fi, ff, fp, ctr, hp)
 
 
-@numba.njit(cache=True)
+@hot
 def try_send(f, now, st, fl, fle, ctr, fp, ip, rng):
     """Send while the transport allows (NDP credits, or the DCTCP window)."""
-    fi, ff, sst, rqn, view = st[0], st[1], st[2], st[4], st[13]
-    pin_check(f, now, fi, ff, fl, fp, ip, ctr, view, st[19], st[20], False)
+    fi, ff, sst, rqn, view = st[0], st[1], st[2], st[4], st[11]
+    pin_check(f, now, fi, ff, fl, fp, ip, ctr, view, st[17], st[18], False)
     while ctr[C_STATUS] == ST_OK:
         s = sendable(f, fi, ff, fl, ip, sst, rqn)
         if s < 0:
@@ -777,7 +780,7 @@ def try_send(f, now, st, fl, fle, ctr, fp, ip, rng):
         send_data(f, s, now, st, fl, fle, ctr, fp, ip, rng)
 
 
-@numba.njit(cache=True)
+@hot
 def resolve(f, g, fi, ip, spath):
     """A packet of flow ``f`` stopped being outstanding (acked, nacked or timed out); the
     pinning drain barrier completes when the old plane has none left."""
@@ -790,7 +793,7 @@ def resolve(f, g, fi, ip, spath):
             fi[f, FI_PINOUT] = 0
 
 
-@numba.njit(cache=True)
+@hot
 def queue_rtx(f, g, fi, sst, rqn):
     sst[g] = 3
     rqn[g] = -1
@@ -801,7 +804,7 @@ def queue_rtx(f, g, fi, sst, rqn):
     fi[f, FI_RQT] = g
 
 
-@numba.njit(cache=True)
+@hot
 def dctcp_ack(f, marked, fi, ff, fp, ip):
     """DCTCP window law per ACK (transport doc): +MTU^2/cwnd per unmarked ACK; once per
     window of ACKs ``alpha <- (1 - g) alpha + g F`` and, if any was marked,
@@ -823,7 +826,7 @@ def dctcp_ack(f, marked, fi, ff, fp, ip):
         fi[f, FI_MARKW] = 0
 
 
-@numba.njit(cache=True)
+@hot
 def ack_one(f, g, fi, ff, fp, ip, sst, spath, marked):
     """Selective ACK of global sequence ``g``."""
     state = sst[g]
@@ -836,7 +839,7 @@ def ack_one(f, g, fi, ff, fp, ip, sst, spath, marked):
         dctcp_ack(f, marked, fi, ff, fp, ip)
 
 
-@numba.njit(cache=True)
+@hot
 def loss_signal(f, g, now, st, fl, fp, ip, ctr):
     """Packet ``g`` is known lost or trimmed: queue it, retire its path (spray), DCTCP
     halves the window once per window, pinning may migrate."""
@@ -846,14 +849,14 @@ def loss_signal(f, g, now, st, fl, fp, ip, ctr):
     resolve(f, g, fi, ip, spath)
     queue_rtx(f, g, fi, sst, rqn)
     if ip[I_MODE] == M_SPRAY:
-        retire(f, spath[g], now, fp, st[14], st[15])
+        retire(f, spath[g], now, fp, st[12], st[13])
     if ip[I_TR] == TR_DCTCP and g - fl[f, FL_OFF] >= fi[f, FI_CUTG]:
         ff[f, FF_CWND] = max(float(ip[I_MTU]), ff[f, FF_CWND] / 2.0)
         fi[f, FI_CUTG] = fi[f, FI_SNDNXT]
-    pin_check(f, now, fi, ff, fl, fp, ip, ctr, st[13], st[19], st[20], True)
+    pin_check(f, now, fi, ff, fl, fp, ip, ctr, st[11], st[17], st[18], True)
 
 
-@numba.njit(cache=True)
+@once
 def sender_ctrl(k, now, st, fl, fle, ctr, fp, ip, rng):
     """An ACK, NACK or PULL reached the flow's source."""
     fi, ff, sst, spath, pi = st[0], st[1], st[2], st[5], st[8]
@@ -888,18 +891,18 @@ def sender_ctrl(k, now, st, fl, fle, ctr, fp, ip, rng):
     return False
 
 
-@numba.njit(cache=True)
+@once
 def rto_fire(f, now, st, fl, fle, ctr, fp, ip, rng):
     """The retransmission timer: packets outstanding for ``rto_s`` without any ACK progress
     are declared lost and resent (NDP: with a credit each; DCTCP: window to one MTU)."""
     fi, ff, sst, stime = st[0], st[1], st[2], st[3]
-    ht, hs, hi = st[10], st[11], st[12]
+    hp = st[10]
     fi[f, FI_RTOPEND] = 0
     if fi[f, FI_SDONE] == 1 or fi[f, FI_INFL] <= 0:
         return
     if now < ff[f, FF_RTODL]:
         fi[f, FI_RTOPEND] = 1
-        push(ht, hs, hi, ctr, ff[f, FF_RTODL], K_RTO, f)
+        push(hp, ctr, ff[f, FF_RTODL], K_RTO, f)
         return
     off = fl[f, FL_OFF]
     n = 0
@@ -916,24 +919,22 @@ def rto_fire(f, now, st, fl, fle, ctr, fp, ip, rng):
             ff[f, FF_CWND] = float(ip[I_MTU])
     ff[f, FF_RTODL] = now + fp[F_RTO]
     try_send(f, now, st, fl, fle, ctr, fp, ip, rng)
-    arm_rto(f, now, fi, ff, fp, ctr, ht, hs, hi)
+    arm_rto(f, now, fi, ff, fp, ctr, hp)
 
 
 # == receiver ==================================================================================
-@numba.njit(cache=True)
+@hot
 def ctrl_send(k, now, st, fl, fle, fp, ip, ctr, rng):
     """Control packet ``k`` leaves host ``pi[k, P_DST]``'s peer: plane and entropy by mode
     (spray and adaptive: a random path; the others hash the connection for the reverse
     direction)."""
     fi, li, lf, pi, pf = st[0], st[6], st[7], st[8], st[9]
-    ht, hs, hi, view, link_tier, host_up, host_down = (
+    hp, view, link_tier, host_up, host_down = (
         st[10],
         st[11],
-        st[12],
-        st[13],
+        st[16],
+        st[17],
         st[18],
-        st[19],
-        st[20],
     )
     f = pi[k, P_FLOW]
     src = fl[f, FL_DST]
@@ -956,15 +957,15 @@ def ctrl_send(k, now, st, fl, fle, fp, ip, ctr, rng):
         return
     pi[k, P_EV] = np.int64(ev)
     pi[k, P_PLANE] = plane
-    enqueue(host_up[plane, src], k, now, li, lf, pi, pf, fp, ip, ctr, ht, hs, hi, link_tier, rng)
+    enqueue(host_up[plane, src], k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier, rng)
 
 
-@numba.njit(cache=True)
+@once
 def issue_pull(f, now, st, fl, fp, ip, ctr):
     """NDP receiver: one pull per arrival. Carried by the ACK/NACK itself when the host's
     pacer is idle and its last pull left ``pace`` ago (returns the pull number), else a
     PULL packet waits in the pacer's FIFO (returns -1)."""
-    fi, pi, pf, ht, hs, hi, hq, hfq = st[0], st[8], st[9], st[10], st[11], st[12], st[21], st[22]
+    fi, pi, pf, hp, hq, hfq = st[0], st[8], st[9], st[10], st[19], st[20]
     h = fl[f, FL_DST]
     if hq[h, H_PQH] < 0 and now >= hfq[h, HF_NEXT]:
         fi[f, FI_PULLNO] += 1
@@ -980,15 +981,15 @@ def issue_pull(f, now, st, fl, fp, ip, ctr):
     hq[h, H_PQT] = k
     if hq[h, H_ARMED] == 0:
         hq[h, H_ARMED] = 1
-        push(ht, hs, hi, ctr, max(now, hfq[h, HF_NEXT]), K_PACE, h)
+        push(hp, ctr, max(now, hfq[h, HF_NEXT]), K_PACE, h)
     return -1
 
 
-@numba.njit(cache=True)
+@once
 def pace(h, now, st, fl, fle, fp, ip, ctr, rng):
     """Host ``h``'s pull pacer releases the next pull (pulls of flows already complete at
     this receiver are dropped without using a slot)."""
-    fi, pi, ht, hs, hi, hq, hfq = st[0], st[8], st[10], st[11], st[12], st[21], st[22]
+    fi, pi, hp, hq, hfq = st[0], st[8], st[10], st[19], st[20]
     hq[h, H_ARMED] = 0
     while hq[h, H_PQH] >= 0:
         k = hq[h, H_PQH]
@@ -1006,10 +1007,10 @@ def pace(h, now, st, fl, fle, fp, ip, ctr, rng):
         break
     if hq[h, H_PQH] >= 0:
         hq[h, H_ARMED] = 1
-        push(ht, hs, hi, ctr, hfq[h, HF_NEXT], K_PACE, h)
+        push(hp, ctr, hfq[h, HF_NEXT], K_PACE, h)
 
 
-@numba.njit(cache=True)
+@hot
 def respond(f, s, typ, marked, pull, now, st, fl, fle, fp, ip, ctr, rng):
     """The receiver answers: an ACK (selective ``s``, cumulative ``rcv_next``, ECN echo) or a
     NACK of ``s``; with ``pull`` (NDP, one per arrival) it carries a pull when the pacer
@@ -1025,23 +1026,23 @@ def respond(f, s, typ, marked, pull, now, st, fl, fle, fp, ip, ctr, rng):
     ctrl_send(k, now, st, fl, fle, fp, ip, ctr, rng)
 
 
-@numba.njit(cache=True)
-def release_successors(f, now, fi, ff, flf, succ_ptr, succ, ctr, ht, hs, hi):
+@hot
+def release_successors(f, now, fi, ff, flf, succ_ptr, succ, ctr, hp):
     """Flow ``f`` completed: its dependants start at ``max(release, finishes) + delay``."""
     for i in range(succ_ptr[f], succ_ptr[f + 1]):
         q = succ[i]
         fi[q, FI_PENDING] -= 1
         ff[q, FF_READY] = max(ff[q, FF_READY], now)
         if fi[q, FI_PENDING] == 0:
-            push(ht, hs, hi, ctr, max(ff[q, FF_READY], flf[q, 0]) + flf[q, 1], K_RELEASE, q)
+            push(hp, ctr, max(ff[q, FF_READY], flf[q, 0]) + flf[q, 1], K_RELEASE, q)
 
 
-@numba.njit(cache=True)
+@once
 def receive(k, now, st, fl, fle, fp, ip, ctr, rng, lat):
     """A data packet or a trimmed header reached its receiver; returns the payload bytes
     delivered in order by this arrival (reordering buffer: ``rcv_next`` is the first
     missing sequence, packets above it wait; the buffer depth is their count)."""
-    fi, pi, pf, got = st[0], st[8], st[9], st[23]
+    fi, pi, pf, got = st[0], st[8], st[9], st[21]
     f = pi[k, P_FLOW]
     s = pi[k, P_SEQ]
     off, npk = fl[f, FL_OFF], fl[f, FL_NPK]
@@ -1092,11 +1093,11 @@ def receive(k, now, st, fl, fle, fp, ip, ctr, rng, lat):
     return delivered
 
 
-@numba.njit(cache=True)
+@once
 def start_flow(f, now, st, fl, fle, ctr, fp, ip, rng):
     """Flow ``f`` starts: NDP credits / DCTCP window = the initial window; pinning picks the
     plane ``(hash(src, dst) + channel)``-th among the planes usable in the software view."""
-    fi, ff, view, host_up, host_down = st[0], st[1], st[13], st[19], st[20]
+    fi, ff, view, host_up, host_down = st[0], st[1], st[11], st[17], st[18]
     ff[f, FF_START] = now
     iw = ip[I_IW]
     fi[f, FI_CRED] = iw
@@ -1122,32 +1123,30 @@ def start_flow(f, now, st, fl, fle, ctr, fp, ip, rng):
     try_send(f, now, st, fl, fle, ctr, fp, ip, rng)
 
 
-@numba.njit(cache=True)
-def record(tl, res, job, t, x, max_bins):
-    """Add ``x`` delivered bytes at time ``t`` to the per-job timeline; the bins double in
-    number, then in width (pairs merged) beyond ``max_bins``. Returns ``(tl, res)``."""
+@hot
+def record(tl, res, job, t, x):
+    """Add ``x`` delivered bytes at time ``t`` to the per-job timeline ``tl[jobs, B]``
+    (bins of ``res`` seconds); past the last bin, pairs of bins merge in place and the
+    resolution doubles. Returns the resolution."""
     b = np.int64(t / res)
-    while b >= tl.shape[1]:
-        nb = tl.shape[1]
-        if 2 * nb <= max_bins:
-            new = np.zeros((tl.shape[0], 2 * nb))
-            new[:, :nb] = tl
-        else:
-            new = np.zeros((tl.shape[0], nb))
-            for i in range(nb):
-                new[:, i // 2] += tl[:, i]
-            res *= 2.0
-            b = np.int64(t / res)
-        tl = new
+    nb = tl.shape[1]
+    while b >= nb:
+        for j in range(tl.shape[0]):
+            for i in range(nb // 2):
+                tl[j, i] = tl[j, 2 * i] + tl[j, 2 * i + 1]
+            for i in range(nb // 2, nb):
+                tl[j, i] = 0.0
+        res *= 2.0
+        b = np.int64(t / res)
     tl[job, b] += x
-    return tl, res
+    return res
 
 
-@numba.njit(cache=True)
+@once
 def link_event(i, now, st, ev_link, ev_up, fp, ctr):
     """Link ``ev_link[i]`` changes state in truth (a down link drops what is sent onto it
     and what is in flight on it); every mechanism learns it after its reaction time."""
-    li, ht, hs, hi = st[6], st[10], st[11], st[12]
+    li, hp = st[6], st[10]
     lk = ev_link[i]
     up = 1 if ev_up[i] else 0
     if li[lk, L_TRUTH] != up:
@@ -1155,12 +1154,12 @@ def link_event(i, now, st, ev_link, ev_up, fp, ctr):
         if up == 0:
             li[lk, L_EPOCH] += 1
     for m in range(3):
-        push(ht, hs, hi, ctr, now + fp[F_REACT0 + m], K_VIEW, i * 3 + m)
+        push(hp, ctr, now + fp[F_REACT0 + m], K_VIEW, i * 3 + m)
 
 
-@numba.njit(cache=True)
+@once
 def view_event(ident, st, ev_link, ev_up, ctr):
-    view = st[13]
+    view = st[11]
     i, m = ident // 3, ident % 3
     lk = ev_link[i]
     up = 1 if ev_up[i] else 0
@@ -1169,20 +1168,18 @@ def view_event(ident, st, ev_link, ev_up, ctr):
         ctr[C_DOWN0 + m] += -1 if up == 1 else 1
 
 
-@numba.njit(cache=True)
+@once
 def arrive(k, now, st, fl, fle, fp, ip, ctr, rng, lat, tp, link_dst):
     """Packet ``k`` reached the far end of its link. Returns the flow whose receiver got
     payload in order (for the timeline) as ``(flow, bytes, sender_done)``."""
-    li, lf, pi, pf, ht, hs, hi, view, link_tier = (
+    li, lf, pi, pf, hp, view, link_tier = (
         st[6],
         st[7],
         st[8],
         st[9],
         st[10],
         st[11],
-        st[12],
-        st[13],
-        st[18],
+        st[16],
     )
     lk = pi[k, P_LINK]
     f = pi[k, P_FLOW]
@@ -1202,7 +1199,7 @@ def arrive(k, now, st, fl, fle, fp, ip, ctr, rng, lat, tp, link_dst):
         lf[lk, LF_ING] += size
         if li[lk, L_PFC] == 0 and lf[lk, LF_ING] > fp[F_XOFF]:
             li[lk, L_PFC] = 1
-            push(ht, hs, hi, ctr, now + fp[F_PROP], K_PON, lk)
+            push(hp, ctr, now + fp[F_PROP], K_PON, lk)
         pi[k, P_INLINK] = lk
     out = route(k, node, now, pi, lf, ip, ctr, tp, view, rng)
     if out < 0:
@@ -1212,11 +1209,11 @@ def arrive(k, now, st, fl, fle, fp, ip, ctr, rng, lat, tp, link_dst):
             lf[lk, LF_ING] -= size
         free(pi, ctr, k)
         return f, 0.0, False
-    enqueue(out, k, now, li, lf, pi, pf, fp, ip, ctr, ht, hs, hi, link_tier, rng)
+    enqueue(out, k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier, rng)
     return f, 0.0, False
 
 
-@numba.njit(cache=True)
+@hot
 def run(
     st,
     fl,
@@ -1235,24 +1232,23 @@ def run(
     rng,
     lat,
     tl,
-    max_bins,
 ):
-    """The event loop (module doc). Returns ``(now, timeline, timeline resolution)``."""
-    fi, ff, li, lf, ht, hs, hi = st[0], st[1], st[6], st[7], st[10], st[11], st[12]
+    """The event loop (module doc). Returns ``(end time, timeline resolution)``."""
+    fi, ff, li, lf, hp = st[0], st[1], st[6], st[7], st[10]
     n = fl.shape[0]
     res = fp[F_TLRES]
     ackrel = ip[I_ACKREL] == 1
     for f in range(n):
         if fi[f, FI_PENDING] == 0:
-            push(ht, hs, hi, ctr, flf[f, 0] + flf[f, 1], K_RELEASE, f)
+            push(hp, ctr, flf[f, 0] + flf[f, 1], K_RELEASE, f)
     for i in range(ev_time.size):
-        push(ht, hs, hi, ctr, ev_time[i], K_LINKEV, i)
+        push(hp, ctr, ev_time[i], K_LINKEV, i)
     now = 0.0
     until = fp[F_UNTIL]
     while ctr[C_HN] > 0 and ctr[C_STATUS] == ST_OK:
         if ctr[C_DONE] == n and ctr[C_SDONE] == n:
             break
-        t, item = pop(ht, hs, hi, ctr)
+        t, item = pop(hp, ctr)
         if t > until:
             now = until
             break
@@ -1264,17 +1260,17 @@ def run(
             f, x, sdone = arrive(ident, now, st, fl, fle, fp, ip, ctr, rng, lat, tp, link_dst)
             if x > 0.0:
                 ff[f, FF_DELIV] += x
-                tl, res = record(tl, res, fl[f, FL_JOB], now, x, max_bins)
+                res = record(tl, res, fl[f, FL_JOB], now, x)
                 if fi[f, FI_RCVNXT] >= fl[f, FL_NPK] and fi[f, FI_RDONE] == 0:
                     fi[f, FI_RDONE] = 1
                     ff[f, FF_FINISH] = now
                     ctr[C_DONE] += 1
                     if not ackrel:
-                        release_successors(f, now, fi, ff, flf, succ_ptr, succ, ctr, ht, hs, hi)
+                        release_successors(f, now, fi, ff, flf, succ_ptr, succ, ctr, hp)
             if sdone and ackrel:
-                release_successors(f, now, fi, ff, flf, succ_ptr, succ, ctr, ht, hs, hi)
+                release_successors(f, now, fi, ff, flf, succ_ptr, succ, ctr, hp)
         elif kind == K_WAKE:
-            wake(ident, now, li, lf, st[8], st[9], fp, ip, ctr, ht, hs, hi, st[18])
+            wake(ident, now, li, lf, st[8], st[9], fp, ip, ctr, hp, st[16])
         elif kind == K_PACE:
             pace(ident, now, st, fl, fle, fp, ip, ctr, rng)
         elif kind == K_RELEASE:
@@ -1293,7 +1289,7 @@ def run(
             li[ident, L_PAUSED] = 0
             if li[ident, L_WAKE] == 0 and (li[ident, L_QH0] >= 0 or li[ident, L_QH1] >= 0):
                 li[ident, L_WAKE] = 1
-                push(ht, hs, hi, ctr, max(now, lf[ident, LF_BUSY]), K_WAKE, ident)
+                push(hp, ctr, max(now, lf[ident, LF_BUSY]), K_WAKE, ident)
     for lk in range(li.shape[0]):
         q_account(lf, lk, now)
-    return now, tl, res
+    return now, res
