@@ -188,7 +188,7 @@ def _run_once(topo, flows, mode, cfg, ev, up, seed, until_s, nbytes, npk, pool):
         lat,
         tl,
     )
-    return {"st": st, "ctr": ctr, "lat": lat, "tl": tl, "res": res, "end": end}
+    return {"st": st, "ctr": ctr, "lat": lat, "tl": tl, "res": res, "end": end, "npk": npk}
 
 
 def _topo_tuple(topo: T.Topology):
@@ -248,6 +248,13 @@ def _params(topo: T.Topology, cfg: PacketConfig, mode: str, until_s):
     return fp, ip
 
 
+def _per_flow_count(mask: np.ndarray, npk: np.ndarray) -> np.ndarray:
+    """Per flow, the True entries of its slice of the per-packet ``mask``."""
+    ends = np.cumsum(npk)
+    total = np.r_[0, np.cumsum(mask)]
+    return total[ends] - total[ends - npk]
+
+
 def _result(out, flows: FlowTable, nbytes, total: int, wall: float) -> PacketResult:
     st, ctr = out["st"], out["ctr"]
     fi, ff, lf = st[0], st[1], st[7]
@@ -261,6 +268,8 @@ def _result(out, flows: FlowTable, nbytes, total: int, wall: float) -> PacketRes
         flow_bytes=nbytes.astype(float),
         flow_job=flows.job.copy(),
         reorder_max=fi[:, K.FI_ROMAX].copy(),
+        in_order_packets=fi[:, K.FI_RCVNXT].copy(),
+        received_packets=_per_flow_count(st[21] == 1, out["npk"]),
         queue_max_bytes=lf[:, K.LF_MAX].copy(),
         queue_mean_bytes=lf[:, K.LF_AREA] / end if end > 0 else np.zeros(lf.shape[0]),
         latency_s=out["lat"][: min(n_lat, out["lat"].size)].copy(),

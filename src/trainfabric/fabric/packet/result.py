@@ -14,7 +14,9 @@ Definitions (used by :meth:`PacketResult.summary` and everywhere the engine repo
   serialised excluded); ``queue_max_bytes`` and the time mean ``queue_mean_bytes`` over the
   run.
 * **reordering depth** per flow: the most packets ever held in the receiver's reordering
-  buffer (received above the first missing sequence).
+  buffer (received above the first missing sequence); ``in_order_packets`` (the first
+  missing sequence) and ``received_packets`` (distinct packets received) at the end of the
+  run: the buffer holds their difference.
 * **line-rate fraction** of a flow: ``bytes x 8 / (FCT x rate)`` (payload goodput over the
   rate given, e.g. the NIC rate).
 """
@@ -43,6 +45,8 @@ class PacketResult:
     flow_bytes: np.ndarray
     flow_job: np.ndarray
     reorder_max: np.ndarray
+    in_order_packets: np.ndarray
+    received_packets: np.ndarray
     queue_max_bytes: np.ndarray
     queue_mean_bytes: np.ndarray
     latency_s: np.ndarray
