@@ -5,16 +5,20 @@ the wire is ``payload + header_bytes`` (a trimmed packet or a control packet is
 ``header_bytes``). Queue capacities and ECN / PFC thresholds are in full packets
 (``mtu_bytes + header_bytes`` each), so ``queue_packets = 35`` is ``35 x 4160`` bytes.
 
-Size bound (:func:`check_size`): the engine keeps per data packet a fixed record (receiver
-bitmap, sender state, send time, retransmission link, path slot: ``SEQ_BYTES`` = 24 B) and
-per packet in flight a pool entry (``POOL_BYTES`` = 72 B, pool sized to three times the
-sum of the flows' windows); a run whose total data-packet count exceeds ``max_packets`` or
-whose estimated memory exceeds ``max_memory_bytes`` is refused with a ConfigError naming
-``flows.bytes`` (the input that sets it), before any array is allocated.
+Size bound (:func:`check_size`): per data packet the engine keeps a fixed record (receiver
+bit, sender state, send time, retransmission link, path; a latency sample; the result's
+temporaries: ``SEQ_BYTES`` = 43 B), per flow ``FLOW_BYTES`` = 420 B, per record of the
+packet pool ``POOL_BYTES`` = 152 B with its heap entry (the pool holds four times the sum
+over flows of ``min(packets, window)`` plus 8 per host, and doubles if a run overflows
+it), per link 200 B, plus the 8 MB goodput timeline. A run whose data-packet count exceeds
+``max_packets`` or whose estimate exceeds ``max_memory_bytes`` is refused with a
+ConfigError naming ``flows.bytes`` (the input that sets it) before any array is
+allocated.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -24,9 +28,10 @@ from trainfabric.errors import ConfigError
 
 SWITCH_MODES = ("lossless", "lossy", "trim")
 TRANSPORTS = ("ndp", "dctcp")
-SEQ_BYTES = 24
-POOL_BYTES = 72
-FLOW_BYTES = 256
+SEQ_BYTES = 43
+POOL_BYTES = 152
+FLOW_BYTES = 420
+FIXED_BYTES = 8.4e6
 
 
 class PacketConfig(Config):
@@ -38,6 +43,11 @@ class PacketConfig(Config):
     ``pfc_xoff_packets`` of ingress occupancy, resume below ``pfc_xon_packets``; queues
     never drop), ``lossy`` (drop tail at ``queue_packets``), ``trim`` (above
     ``queue_packets`` the payload is cut and the header goes on at high priority).
+    ``adaptive_levels``: adaptive routing compares ports by how many of these occupancy
+    thresholds (fractions of ``queue_packets x mtu_bytes``, increasing) they reach, random
+    among the least (htsim's ``ecmp_ar`` queue quantisation); ``()`` compares exact bytes.
+    ``initial_window_packets``: ``None`` = :func:`auto_window` (1.5 bandwidth-delay
+    products); the DCTCP window never exceeds ``max(max_window_packets, initial window)``.
     """
 
     mtu_bytes: int = Field(4096, gt=0, le=1 << 20)
@@ -49,7 +59,7 @@ class PacketConfig(Config):
     ecn_kmax_packets: float = Field(24.0, ge=0)
     pfc_xoff_packets: float = Field(24.0, gt=0)
     pfc_xon_packets: float = Field(16.0, ge=0)
-    initial_window_packets: int = Field(50, ge=1, le=1 << 20)
+    initial_window_packets: int | None = Field(None, ge=1, le=1 << 20)
     max_window_packets: int = Field(256, ge=1, le=1 << 20)
     dctcp_gain: float = Field(1.0 / 16.0, gt=0, le=1)
     rto_s: float = Field(1e-3, gt=0)
@@ -58,6 +68,7 @@ class PacketConfig(Config):
     path_retire_s: float = Field(20e-6, ge=0)
     pinning_migrate: bool = True
     flowlet_gap_s: float = Field(50e-6, gt=0)
+    adaptive_levels: tuple[float, ...] = Field((0.05, 0.1, 0.2), strict=False, max_length=4)
     reaction_hardware_s: float = Field(5e-6, ge=0)
     reaction_software_s: float = Field(5e-3, ge=0)
     reaction_routing_s: float = Field(1.0, ge=0)
@@ -72,10 +83,11 @@ class PacketConfig(Config):
     def _thresholds(self) -> PacketConfig:
         if self.ecn_kmax_packets < self.ecn_kmin_packets:
             raise ValueError("ecn_kmax_packets must be >= ecn_kmin_packets")
+        lev = self.adaptive_levels
+        if any(x < 0 for x in lev) or any(b <= a for a, b in zip(lev, lev[1:], strict=False)):
+            raise ValueError("adaptive_levels must be increasing and >= 0")
         if self.pfc_xon_packets > self.pfc_xoff_packets:
             raise ValueError("pfc_xon_packets must be <= pfc_xoff_packets")
-        if self.max_window_packets < self.initial_window_packets:
-            raise ValueError("max_window_packets must be >= initial_window_packets")
         return self
 
     @property
@@ -84,13 +96,24 @@ class PacketConfig(Config):
         return self.mtu_bytes + self.header_bytes
 
 
-def memory_bytes(n_packets: int, n_flows: int, window_packets: int, n_links: int) -> float:
-    """Estimated peak bytes of a run (module doc)."""
-    pool = 3.0 * n_flows * window_packets + 8 * n_links + 4096
-    return SEQ_BYTES * n_packets + POOL_BYTES * pool + FLOW_BYTES * n_flows + 200.0 * n_links
+def auto_window(cfg: PacketConfig, nic_rate_bps: float, hop_latency_s: float) -> int:
+    """``ceil(1.5 x BDP)`` packets: the bandwidth-delay product of an idle cross-leaf path
+    (4 hops of a full packet out, 4 hops of a header back) at the NIC rate. NDP needs an
+    initial window of at least one BDP to fill the pipe (htsim's 50 at 100 Gb/s is 1.7)."""
+    wire = cfg.wire_bytes * 8.0
+    rtt = 4 * (wire / nic_rate_bps + hop_latency_s) + 4 * (
+        cfg.header_bytes * 8.0 / nic_rate_bps + hop_latency_s
+    )
+    return max(1, math.ceil(1.5 * rtt * nic_rate_bps / wire))
 
 
-def check_size(cfg: PacketConfig, n_packets: int, n_flows: int, n_links: int) -> None:
+def memory_bytes(n_packets: int, n_flows: int, pool: int, n_links: int) -> float:
+    """Estimated peak bytes of a run (module doc); ``pool``: packet records."""
+    per = SEQ_BYTES * n_packets + POOL_BYTES * pool + FLOW_BYTES * n_flows + 200.0 * n_links
+    return per + FIXED_BYTES
+
+
+def check_size(cfg: PacketConfig, n_packets: int, n_flows: int, pool: int, n_links: int) -> None:
     """ConfigError naming ``flows.bytes`` when the run exceeds the bounds (module doc)."""
     if n_packets > cfg.max_packets:
         raise ConfigError(
@@ -98,8 +121,7 @@ def check_size(cfg: PacketConfig, n_packets: int, n_flows: int, n_links: int) ->
             f"{n_packets:,} data packets exceed the packet engine's bound of "
             f"{cfg.max_packets:,} (config.max_packets)",
         )
-    window = min(cfg.max_window_packets, max(1, n_packets // max(n_flows, 1) + 1))
-    need = memory_bytes(n_packets, n_flows, window, n_links)
+    need = memory_bytes(n_packets, n_flows, pool, n_links)
     if need > cfg.max_memory_bytes:
         raise ConfigError(
             "flows.bytes",

@@ -12,7 +12,7 @@ from trainfabric.fabric import topology as T
 from trainfabric.fabric.engine import LinkEvents
 from trainfabric.fabric.flows import FlowTable
 from trainfabric.fabric.packet import kernel as K
-from trainfabric.fabric.packet.config import PacketConfig, check_size
+from trainfabric.fabric.packet.config import PacketConfig, auto_window, check_size
 from trainfabric.fabric.packet.lb import mode_views, n_paths
 from trainfabric.fabric.packet.result import PacketResult
 from trainfabric.fabric.routing import SPLIT_MODES, check_mode
@@ -64,12 +64,16 @@ def simulate_packets(
     nbytes = np.ceil(flows.bytes).astype(np.int64)
     npk = -(-nbytes // cfg.mtu_bytes)
     total = int(npk.sum())
-    check_size(cfg, total, flows.n, topo.n_links)
-    window = cfg.max_window_packets if cfg.transport == "dctcp" else cfg.initial_window_packets
+    iw = cfg.initial_window_packets or auto_window(cfg, topo.nic_rate_bps, topo.hop_latency_s)
+    max_w = max(cfg.max_window_packets, iw)
+    window = max_w if cfg.transport == "dctcp" else iw
     pool = int(4 * np.minimum(npk, window).sum() + 8 * topo.n_hosts + 4096)
+    check_size(cfg, total, flows.n, pool, topo.n_links)
     wall0 = time.perf_counter()
     for _ in range(MAX_RETRIES):
-        out = _run_once(topo, flows, mode, cfg, ev, up, seed, until_s, nbytes, npk, pool)
+        out = _run_once(
+            topo, flows, mode, cfg, ev, up, seed, until_s, nbytes, npk, pool, (iw, max_w)
+        )
         status = out["ctr"][K.C_STATUS]
         if status == K.ST_OK:
             break
@@ -115,7 +119,7 @@ def _flow_arrays(topo, flows, mode, nbytes, npk):
     return fl, flf, fi, ff, int(conn.max(initial=-1)) + 1
 
 
-def _run_once(topo, flows, mode, cfg, ev, up, seed, until_s, nbytes, npk, pool):
+def _run_once(topo, flows, mode, cfg, ev, up, seed, until_s, nbytes, npk, pool, windows):
     n, L, H = flows.n, topo.n_links, topo.n_hosts
     total = int(npk.sum())
     fl, flf, fi, ff, n_conn = _flow_arrays(topo, flows, mode, nbytes, npk)
@@ -161,7 +165,7 @@ def _run_once(topo, flows, mode, cfg, ev, up, seed, until_s, nbytes, npk, pool):
         np.zeros(total, np.uint8),
     )
     tp = _topo_tuple(topo)
-    fp, ip = _params(topo, cfg, mode, until_s)
+    fp, ip = _params(topo, cfg, mode, until_s, windows)
     ctr = np.zeros(K.N_CTR, np.int64)
     ctr[K.C_FREE] = 0
     ctr[K.C_DOWN0 : K.C_DOWN2 + 1] = int((~up).sum())
@@ -212,7 +216,7 @@ def _topo_tuple(topo: T.Topology):
     )
 
 
-def _params(topo: T.Topology, cfg: PacketConfig, mode: str, until_s):
+def _params(topo: T.Topology, cfg: PacketConfig, mode: str, until_s, windows):
     fp = np.zeros(K.N_FP)
     mtu = float(cfg.mtu_bytes)
     fp[K.F_PROP] = topo.hop_latency_s
@@ -231,20 +235,22 @@ def _params(topo: T.Topology, cfg: PacketConfig, mode: str, until_s):
     fp[K.F_UNTIL] = np.inf if until_s is None else float(until_s)
     fp[K.F_GAIN] = cfg.dctcp_gain
     fp[K.F_TLRES] = cfg.timeline_resolution_s
+    levels = np.asarray(cfg.adaptive_levels, float) * fp[K.F_QCAP]
+    fp[K.F_LEV0 : K.F_LEV0 + levels.size] = levels
     ip = np.zeros(K.N_IP, np.int64)
     ip[K.I_MODE] = MODE_IDS[mode]
     ip[K.I_SW] = SW_IDS[cfg.switch_mode]
     ip[K.I_TR] = TR_IDS[cfg.transport]
     ip[K.I_MTU] = cfg.mtu_bytes
     ip[K.I_HDR] = cfg.header_bytes
-    ip[K.I_IW] = cfg.initial_window_packets
-    ip[K.I_MAXW] = cfg.max_window_packets
+    ip[K.I_IW], ip[K.I_MAXW] = windows
     ip[K.I_NACKK] = cfg.reorder_nack_packets if mode in SPLIT_MODES else 3
     ip[K.I_H] = topo.n_hosts
     ip[K.I_P] = topo.planes
     ip[K.I_MIGRATE] = int(cfg.pinning_migrate)
     ip[K.I_VPLANE], ip[K.I_VREMOTE], ip[K.I_VFABRIC] = mode_views(mode)
     ip[K.I_ACKREL] = int(cfg.release_on == "acked")
+    ip[K.I_NLEV] = levels.size
     return fp, ip
 
 

@@ -88,8 +88,12 @@ ST_OK, ST_POOL, ST_HEAP = 0, 1, 2
     F_UNTIL,
     F_GAIN,
     F_TLRES,
+    F_LEV0,
+    F_LEV1,
+    F_LEV2,
+    F_LEV3,
     N_FP,
-) = range(17)
+) = range(21)
 # -- int parameters (ip) --------------------------------------------------------------------
 (
     I_MODE,
@@ -107,8 +111,9 @@ ST_OK, ST_POOL, ST_HEAP = 0, 1, 2
     I_VREMOTE,
     I_VFABRIC,
     I_ACKREL,
+    I_NLEV,
     N_IP,
-) = range(16)
+) = range(17)
 # -- per-flow ints (fi) --------------------------------------------------------------------
 (
     FI_SNDNXT,
@@ -465,13 +470,22 @@ def up_ok(p, a, b, j, leaf_up, spine_down, view, v):
 
 
 @hot
-def occupancy(lf, lk, now):
+def occupancy(lf, lk, now, fp, ip):
+    """Adaptive routing's load signal of port ``lk``: bytes queued plus the rest of the packet
+    being serialised, or with ``adaptive_levels`` the number of thresholds it reaches."""
     serv = lf[lk, LF_BUSY] - now
-    return lf[lk, LF_QB0] + lf[lk, LF_QB1] + (serv / lf[lk, LF_SER] if serv > 0.0 else 0.0)
+    occ = lf[lk, LF_QB0] + lf[lk, LF_QB1] + (serv / lf[lk, LF_SER] if serv > 0.0 else 0.0)
+    if ip[I_NLEV] == 0:
+        return occ
+    level = 0.0
+    for i in range(ip[I_NLEV]):
+        if occ >= fp[F_LEV0 + i]:
+            level = i + 1.0
+    return level
 
 
 @once
-def pick_uplink(p, a, b, ev, mode, now, leaf_up, spine_down, view, v, healthy, lf, rng):
+def pick_uplink(p, a, b, ev, mode, now, leaf_up, spine_down, view, v, healthy, lf, rng, fp, ip):
     """Leaf ``a``'s uplink for a packet to leaf ``b``: by entropy (ecmp, flowlet, pinning,
     spray: ``ev mod U`` when it is eligible, else the ``ev``-th eligible one) or the least
     occupied eligible one (adaptive, random ties). -1: none eligible."""
@@ -484,7 +498,7 @@ def pick_uplink(p, a, b, ev, mode, now, leaf_up, spine_down, view, v, healthy, l
             j = (start + i) % U
             if not healthy and not up_ok(p, a, b, j, leaf_up, spine_down, view, v):
                 continue
-            o = occupancy(lf, leaf_up[p, a, j], now)
+            o = occupancy(lf, leaf_up[p, a, j], now, fp, ip)
             if best < 0 or o < best_occ:
                 best, best_occ = j, o
         return best
@@ -507,7 +521,7 @@ def pick_uplink(p, a, b, ev, mode, now, leaf_up, spine_down, view, v, healthy, l
 
 
 @once
-def pick_cable(p, s, b, ev, mode, now, spine_down, view, v, lf, rng):
+def pick_cable(p, s, b, ev, mode, now, spine_down, view, v, lf, rng, fp, ip):
     """Spine ``s``'s cable into leaf ``b`` (entropy, or least occupied for adaptive)."""
     C = spine_down.shape[3]
     if C == 1:
@@ -522,14 +536,14 @@ def pick_cable(p, s, b, ev, mode, now, spine_down, view, v, lf, rng):
             continue
         if mode != M_ADAPTIVE:
             return lk
-        o = occupancy(lf, lk, now)
+        o = occupancy(lf, lk, now, fp, ip)
         if best < 0 or o < best_occ:
             best, best_occ = lk, o
     return best
 
 
 @once
-def route(k, node, now, pi, lf, ip, ctr, tp, view, rng):
+def route(k, node, now, pi, lf, fp, ip, ctr, tp, view, rng):
     """The output link of packet ``k`` at switch ``node``; -1 when there is no route."""
     host_down, host_leaf, leaf_up, spine_down, sw_role, sw_idx, sw_plane = tp
     H = ip[I_H]
@@ -546,11 +560,13 @@ def route(k, node, now, pi, lf, ip, ctr, tp, view, rng):
         if a == b:
             return host_down[p, dst]
         e2 = ev if mode == M_SPRAY else mix(ev, node)
-        j = pick_uplink(p, a, b, e2, mode, now, leaf_up, spine_down, view, v, healthy, lf, rng)
+        j = pick_uplink(
+            p, a, b, e2, mode, now, leaf_up, spine_down, view, v, healthy, lf, rng, fp, ip
+        )
         return -1 if j < 0 else leaf_up[p, a, j]
     s = sw_idx[sw]
     e2 = ev // np.uint64(leaf_up.shape[2]) if mode == M_SPRAY else mix(ev, node)
-    return pick_cable(p, s, b, e2, mode, now, spine_down, view, v, lf, rng)
+    return pick_cable(p, s, b, e2, mode, now, spine_down, view, v, lf, rng, fp, ip)
 
 
 @hot
@@ -559,7 +575,7 @@ def plane_usable(p, src, dst, host_up, host_down, view, ip):
 
 
 @hot
-def pick_plane(src, dst, ev, now, host_up, host_down, view, ip, lf, rng):
+def pick_plane(src, dst, ev, now, host_up, host_down, view, ip, lf, rng, fp):
     """The NIC's plane for a packet (module doc of the package); -1 when none is usable."""
     P = ip[I_P]
     if P == 1:
@@ -578,7 +594,7 @@ def pick_plane(src, dst, ev, now, host_up, host_down, view, ip, lf, rng):
         for i in range(P):
             p = (start + i) % P
             if plane_usable(p, src, dst, host_up, host_down, view, ip):
-                o = occupancy(lf, host_up[p, src], now)
+                o = occupancy(lf, host_up[p, src], now, fp, ip)
                 if best < 0 or o < best_occ:
                     best, best_occ = p, o
         return best
@@ -728,18 +744,18 @@ def send_data(f, s, now, st, fl, fle, ctr, fp, ip, rng):
         path = next_spray_path(f, now, fi, rng, ret_path, ret_until)
         P = np.uint64(ip[I_P])
         plane = pick_plane(
-            src, dst, np.uint64(path) % P, now, host_up, host_down, view, ip, lf, rng
+            src, dst, np.uint64(path) % P, now, host_up, host_down, view, ip, lf, rng, fp
         )
         ev = np.uint64(path) // P
     elif mode == M_ADAPTIVE:
         ev = rand(rng)
-        plane = pick_plane(src, dst, ev, now, host_up, host_down, view, ip, lf, rng)
+        plane = pick_plane(src, dst, ev, now, host_up, host_down, view, ip, lf, rng, fp)
     elif mode == M_FLOWLET:
         if now - conn_last[conn] > fp[F_FLOWLET]:
             conn_fl[conn] += 1
         conn_last[conn] = now
         ev = mix(ent, conn_fl[conn])
-        plane = pick_plane(src, dst, mix(ev, 1), now, host_up, host_down, view, ip, lf, rng)
+        plane = pick_plane(src, dst, mix(ev, 1), now, host_up, host_down, view, ip, lf, rng, fp)
     elif mode == M_PINNING:
         ev = ent
         plane = fi[f, FI_PLANE]
@@ -747,7 +763,7 @@ def send_data(f, s, now, st, fl, fle, ctr, fp, ip, rng):
             plane = -1
     else:
         ev = ent
-        plane = pick_plane(src, dst, mix(ev, 1), now, host_up, host_down, view, ip, lf, rng)
+        plane = pick_plane(src, dst, mix(ev, 1), now, host_up, host_down, view, ip, lf, rng, fp)
     sst[g] = 1
     stime[g] = now
     spath[g] = path if mode == M_SPRAY else plane
@@ -947,9 +963,9 @@ def ctrl_send(k, now, st, fl, fle, fp, ip, ctr, rng):
     if mode == M_PINNING:
         plane = fi[f, FI_PLANE]
         if not plane_usable(plane, src, dst, host_up, host_down, view, ip):
-            plane = pick_plane(src, dst, mix(ev, 1), now, host_up, host_down, view, ip, lf, rng)
+            plane = pick_plane(src, dst, mix(ev, 1), now, host_up, host_down, view, ip, lf, rng, fp)
     else:
-        plane = pick_plane(src, dst, mix(ev, 1), now, host_up, host_down, view, ip, lf, rng)
+        plane = pick_plane(src, dst, mix(ev, 1), now, host_up, host_down, view, ip, lf, rng, fp)
     ctr[C_CTRL] += 1
     if plane < 0:
         ctr[C_NOROUTE] += 1
@@ -1201,7 +1217,7 @@ def arrive(k, now, st, fl, fle, fp, ip, ctr, rng, lat, tp, link_dst):
             li[lk, L_PFC] = 1
             push(hp, ctr, now + fp[F_PROP], K_PON, lk)
         pi[k, P_INLINK] = lk
-    out = route(k, node, now, pi, lf, ip, ctr, tp, view, rng)
+    out = route(k, node, now, pi, lf, fp, ip, ctr, tp, view, rng)
     if out < 0:
         ctr[C_NOROUTE] += 1
         ctr[C_DROP] += 1
