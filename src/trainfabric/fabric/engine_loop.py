@@ -10,8 +10,9 @@ statement — same next-event rule, same completion test, same release rule, sam
 completions — with three changes of bookkeeping, none of the model:
 
 * the max-min solve (:func:`trainfabric.fabric.maxmin._fill`, the same progressive filling)
-  runs on a compact copy of the active flows' slots, rebuilt at each event in ``O(active
-  x slots)``, instead of the Python loop's incidence over every routed flow;
+  runs on a compact copy of the active flows' slots and its group -> flow incidence,
+  rebuilt after releases and reused while flows only complete (as the Python loop reuses
+  its incidence);
 * link bits are integrated per flow (``Σ rate_f · busy_f``, the wire bits it sent) and put on
   the links once at the end (``A^T s``) instead of adding the link loads at every event: the
   same sum in another order;
@@ -91,33 +92,51 @@ def _grow2(a, rows):
 
 
 @numba.njit(cache=True)
-def _solve(act, m, rid, sg, sw, lost, cap, g_off, g_ptr, g_link, g_coef, n_groups, lsg, lsw, rtol):
-    """Max-min rates of the active flows ``act[:m]`` (0 for those with ``lost >= 1``; flow
-    ``f`` has the slots of route ``rid[f]``) and the link loads; the count of unconstrained
-    flows."""
+def _rebuild(act, m, rid, sg, sw, lost, n_groups, bsg, bsw, bpos):
+    """Copy the slots of the active flows with ``lost < 1`` into ``bsg``/``bsw`` (the solver's
+    base, rows in activation order; ``bpos[f]`` = row of flow ``f``) and build their group
+    -> row incidence. Returns ``(rows, mptr, members)``."""
     K = sg.shape[1]
-    ok = np.empty(m, np.int64)
-    mo = 0
+    nb = 0
     for i in range(m):
         f = act[i]
         if lost[f] < 1.0:
             r = rid[f]
             for k in range(K):
-                lsg[mo, k] = sg[r, k]
-                lsw[mo, k] = sw[r, k]
+                bsg[nb, k] = sg[r, k]
+                bsw[nb, k] = sw[r, k]
+            bpos[f] = nb
+            nb += 1
+    mptr, members = _incidence(bsg[:nb], bsw[:nb], n_groups)
+    return nb, mptr, members
+
+
+@numba.njit(cache=True)
+def _solve(
+    act, m, lost, cap, g_off, g_ptr, g_link, g_coef, bsg, bsw, nb, bpos, mptr, members, rtol
+):
+    """Max-min rates of the active flows ``act[:m]`` (0 for those with ``lost >= 1``) on the
+    base built by :func:`_rebuild` (which must hold every active flow: it is rebuilt after
+    releases and reused while flows only complete, as the Python loop reuses its
+    incidence); the count of unconstrained flows."""
+    local = np.empty(m, np.int64)
+    ok = np.empty(m, np.int64)
+    mo = 0
+    for i in range(m):
+        f = act[i]
+        if lost[f] < 1.0:
+            local[mo] = bpos[f]
             ok[mo] = i
             mo += 1
     rate = np.zeros(m)
     if mo == 0:
-        return rate, np.zeros(cap.size), 0
-    a_sg, a_sw = lsg[:mo], lsw[:mo]
-    mptr, members = _incidence(a_sg, a_sw, n_groups)
-    r, load, bad = _fill(
-        cap, a_sg, a_sw, np.arange(mo), g_off, g_ptr, g_link, g_coef, mptr, members, rtol
+        return rate, 0
+    r, _load, bad = _fill(
+        cap, bsg[:nb], bsw[:nb], local[:mo], g_off, g_ptr, g_link, g_coef, mptr, members, rtol
     )
     for j in range(mo):
-        rate[ok[j]] = r[j]
-    return rate, load, bad
+        rate[ok[j]] = r[local[j]]
+    return rate, bad
 
 
 @numba.njit(cache=True)
@@ -188,8 +207,13 @@ def event_loop(
     act = np.empty(n, np.int64)
     m = 0
     sent_bits = np.zeros(n)
-    lsg = np.empty((16, K), np.int64)
-    lsw = np.empty((16, K))
+    bsg = np.empty((16, K), np.int64)
+    bsw = np.empty((16, K))
+    bpos = np.full(n, -1, np.int64)
+    nb = 0
+    mptr = np.zeros(1, np.int64)
+    members = np.zeros(0, np.int64)
+    released = True  # flows joined since the base was built
     seg_t = np.empty(64)
     seg_g = np.zeros((64, n_jobs))
     seg_a = np.zeros((64, n_jobs), np.int64)
@@ -200,27 +224,30 @@ def event_loop(
     solves = 0
     while True:
         # -- rates of the active flows
-        if lsg.shape[0] < m:
-            lsg = np.empty((2 * m, K), np.int64)
-            lsw = np.empty((2 * m, K))
         rate = np.zeros(m)
         if m > 0:
             solves += 1
-            rate, _load, bad = _solve(
+            if released:
+                if bsg.shape[0] < m:
+                    bsg = np.empty((2 * m, K), np.int64)
+                    bsw = np.empty((2 * m, K))
+                nb, mptr, members = _rebuild(act, m, rid, sg, sw, lost, n_groups, bsg, bsw, bpos)
+                released = False
+            rate, bad = _solve(
                 act,
                 m,
-                rid,
-                sg,
-                sw,
                 lost,
                 cap,
                 g_off,
                 g_ptr,
                 g_link,
                 g_coef,
-                n_groups,
-                lsg,
-                lsw,
+                bsg,
+                bsw,
+                nb,
+                bpos,
+                mptr,
+                members,
                 rtol,
             )
             if bad:
@@ -307,6 +334,7 @@ def event_loop(
             start[f] = t
             act[m] = f
             m += 1
+            released = True
     return t, events, solves, sent_bits, seg_t[:n_seg], seg_g, seg_a, seg_i, 0
 
 
