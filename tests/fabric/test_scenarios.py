@@ -187,3 +187,24 @@ def test_topology_comparison_at_the_seed_scale():
     assert t.loc["multiplane", "max_switch_hops"] == 3 and t.loc["fat_tree", "max_switch_hops"] == 5
     for build in ("multiplane", "fat_tree"):  # full bisection both: H/2 x 800G
         assert t.loc[build, "bisection_gbps"] == 32768 / 2 * 800
+
+
+@pytest.mark.parametrize("mode", ["ecmp", "adaptive"])
+def test_one_routing_gives_the_same_figures(mode):
+    """The failures scenario routes a permutation once for its goodput and its latency
+    estimate: the same numbers as the separate static_goodput and packet_latency_s."""
+    from trainfabric.fabric import topology as T
+    from trainfabric.fabric.latency import packet_latency_s
+
+    topo = S.build_topology(S.TopologyConfig(**SMALL))
+    up = T.fail_links(topo, 0.25, seed=4)
+    src, dst = S.half_to_half_permutation(topo.n_hosts, np.random.default_rng(4))
+    flows = S.permutation_flows(src, dst, 2)
+    got = S._routed_figures(topo, S._router(topo, mode, 0), flows, 0.5, up)
+    goodput = S.permutation_throughput(topo, S._router(topo, mode, 0), flows, up)
+    per_host = np.bincount(flows.src, minlength=topo.n_hosts)[flows.src]
+    offered = 0.5 * topo.nic_rate_bps / per_host
+    lat = packet_latency_s(topo, S._router(topo, mode, 0), flows, offered, up)
+    assert got["mean_permutation_goodput"] == pytest.approx(goodput, rel=1e-12)
+    p50 = np.quantile(lat, 0.5, method="inverted_cdf")
+    assert got["latency_p50_us_est"] == pytest.approx(p50 * 1e6, rel=1e-12)

@@ -38,12 +38,20 @@ def packet_latency_s(
 ) -> np.ndarray:
     """Estimated mean packet latency (s) of every flow when each offers ``offered_bps``
     (failures in ``link_up`` known to every mechanism)."""
-    offered = np.broadcast_to(np.asarray(offered_bps, float), (flows.n,))
-    if np.any(offered < 0):
-        raise ConfigError("offered_bps", "must be >= 0")
     up = np.ones(topo.n_links, bool) if link_up is None else np.asarray(link_up, bool)
     router.begin_epoch(up, {m: up for m in MECHANISMS}, flows, flows.bytes)
     routes = router.route(flows, np.arange(flows.n))
+    return routed_latency_s(topo, router, routes, offered_bps, up)
+
+
+def routed_latency_s(topo: Topology, router: Router, routes, offered_bps, link_up) -> np.ndarray:
+    """:func:`packet_latency_s` of flows already routed (``routes`` of ``router``'s current
+    epoch, whose view of the failures is ``link_up``): one routing shared with other
+    figures of the same flows."""
+    offered = np.broadcast_to(np.asarray(offered_bps, float), (routes.lost.size,))
+    if np.any(offered < 0):
+        raise ConfigError("offered_bps", "must be >= 0")
+    up = np.asarray(link_up, bool)
     wire = (MTU_BYTES + HEADER_BYTES) / MTU_BYTES
     load = link_load(routes.group, routes.weight, router.groups, topo.n_links, offered * wire)
     service = (MTU_BYTES + HEADER_BYTES) * 8.0 / topo.capacity_bps

@@ -630,15 +630,28 @@ def permutation_throughput(topo, router, flows, link_up) -> float:
     return float(static_goodput(topo, flows, router, link_up).sum() / (senders * topo.nic_rate_bps))
 
 
-def _latency(topo, router, flows, load: float, link_up) -> dict[str, float]:
-    """Estimated packet latency (M/M/1, see :mod:`trainfabric.fabric.latency`) of the
-    permutation's flows, each host offering ``load`` x its NIC rate."""
-    from trainfabric.fabric.latency import packet_latency_s
+def _routed_figures(topo, router, flows, load: float, link_up) -> dict[str, float]:
+    """One routing of the permutation ``flows`` (every mechanism knows ``link_up``): its
+    max-min goodput (:func:`permutation_throughput`'s figure) and the estimated packet
+    latency (M/M/1, :mod:`trainfabric.fabric.latency`) when each host offers ``load`` x
+    its NIC rate. One epoch for both (the adaptive mode solves its split LP once)."""
+    from trainfabric.fabric.latency import routed_latency_s
+    from trainfabric.fabric.maxmin import max_min_rates
+    from trainfabric.fabric.routing import MECHANISMS
 
+    up = np.asarray(link_up, bool)
+    router.begin_epoch(up, {m: up for m in MECHANISMS}, flows, flows.bytes)
+    routes = router.route(flows, np.arange(flows.n))
+    ok = np.flatnonzero(routes.lost < 1.0)
+    rates, _ = max_min_rates(routes.group, routes.weight, router.groups, topo.capacity_bps, ok)
+    goodput = float(np.sum(rates * (1.0 - routes.lost[ok])))
+    senders = np.unique(flows.src).size
     per_host = np.bincount(flows.src, minlength=topo.n_hosts)[flows.src]
-    lat = packet_latency_s(topo, router, flows, load * topo.nic_rate_bps / per_host, link_up)
+    offered = load * topo.nic_rate_bps / per_host
+    lat = routed_latency_s(topo, router, routes, offered, up)
     p50, p99 = np.quantile(lat, [0.5, 0.99], method="inverted_cdf")  # inf = unstable queue
     return {
+        "mean_permutation_goodput": goodput / (senders * topo.nic_rate_bps),
         "latency_p50_us_est": float(p50) * 1e6,
         "latency_p99_us_est": float(p99) * 1e6,
         "unstable_flow_fraction_est": float(np.mean(~np.isfinite(lat))),
@@ -693,9 +706,8 @@ def _permutation_figures(sc, topo, mode, seed, flows, cut, link_up) -> dict:
     if sc.engine == "flow":
         router = _router(topo, mode, seed)
         return {
-            "mean_permutation_goodput": permutation_throughput(topo, router, flows, link_up),
+            **_routed_figures(topo, router, flows, sc.offered_load, link_up),
             "cut_permutation_goodput": permutation_throughput(topo, router, cut, link_up),
-            **_latency(topo, router, flows, sc.offered_load, link_up),
         }
     wire = sc.packet.wire_bytes / sc.packet.mtu_bytes
     out = {}
@@ -1113,10 +1125,12 @@ def eval_scenarios(quick: bool, seed: int = 0, engine: str = "flow") -> list[Sce
     before, almost all of it in the isolation and flap runs): line rate on 64-rank groups, 8
     sizes from 256 KiB to 4 GiB; isolation on a 32-rank victim all-reduce next to a 32-rank
     aggressor all-to-all (were 64 + 64: the aggressor's 16k concurrent flows made every
-    victim step a 16k-flow max-min solve); failures: 3 draws per fraction (were 5) and a
-    32-rank all-to-all (was 64); flaps: a 16-rank all-reduce (was 64), 8 iterations of
-    0.25 s of compute (were 20 of 0.1 s), so that the 1.5 s flaps still cover several
-    iterations and outlast the routing reaction (1 s).
+    victim step a 16k-flow max-min solve); failures: 2 draws per fraction (were 5; a draw
+    costs about 5 concurrent-flow LPs over 512 hosts: the figure itself and the adaptive
+    mode's split for the collective and for both permutations) and a 32-rank all-to-all
+    (was 64); flaps: a 16-rank all-reduce (was 64), 8 iterations of 0.25 s of compute (were
+    20 of 0.1 s), so that the 1.5 s flaps still cover several iterations and outlast the
+    routing reaction (1 s).
     """
     if engine == "packet":
         return packet_eval_scenarios(quick, seed)
@@ -1150,7 +1164,7 @@ def eval_scenarios(quick: bool, seed: int = 0, engine: str = "flow") -> list[Sce
         ),
         FailuresScenario(
             name="failures",
-            draws=2 if quick else 3,
+            draws=2,
             collective=CollectiveConfig(kind="all_to_all", size_bytes=64 * MiB, **small),
             **common,
         ),
