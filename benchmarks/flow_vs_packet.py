@@ -9,7 +9,8 @@ the most loaded fabric cable goes down and comes back). Modes: spray, ecmp, adap
 a single-plane 2-tier leaf-spine of radix 16 (8 hosts and 8 uplinks per leaf) with 100 Gb/s
 links and 1 us per hop, htsim's reference setting, where the packet engine is checked against
 htsim (``benchmarks/vs_htsim.sh``); packet engine: its default configuration (NDP-like
-transport, trimming, 35-packet queues, 50-packet initial window, 4096 B MTU + 64 B headers).
+transport, trimming, 35-packet queues, an initial window of 1.5 bandwidth-delay products
+(``packet.config.auto_window``), 4096 B MTU + 64 B headers).
 
 Fit cases: 32 hosts, seed 0 (sizes in ``FIT``); test cases: 64 hosts, seed 1, other sizes
 (``TEST``). The calibration's two constants (:mod:`trainfabric.fabric.calibration`:
