@@ -151,7 +151,7 @@ def _run_once(topo, flows, mode, cfg, ev, up, seed, until_s, nbytes, npk, pool, 
         lf,
         pi,
         pf,
-        np.zeros((n_heap, 2)),
+        _aligned_rows(n_heap + K.HEAP_OFF + 1),
         view,
         ret_path,
         ret_until,
@@ -193,6 +193,13 @@ def _run_once(topo, flows, mode, cfg, ev, up, seed, until_s, nbytes, npk, pool, 
         tl,
     )
     return {"st": st, "ctr": ctr, "lat": lat, "tl": tl, "res": res, "end": end, "npk": npk}
+
+
+def _aligned_rows(n: int) -> np.ndarray:
+    """``zeros((n, 2))`` whose data starts on a 64-byte boundary (the heap's layout)."""
+    raw = np.zeros(2 * n + 8)
+    skip = (-raw.ctypes.data % 64) // 8
+    return raw[skip : skip + 2 * n].reshape(n, 2)
 
 
 def _topo_tuple(topo: T.Topology):
@@ -298,4 +305,6 @@ def _result(out, flows: FlowTable, nbytes, total: int, wall: float) -> PacketRes
         timeline=out["tl"],
         timeline_res_s=float(out["res"]),
         pool_peak=int(ctr[K.C_USEDMAX]),
+        heap_peak=int(ctr[K.C_HMAX]),
+        events_by_kind=dict(zip(K.EVENT_KINDS, ctr[K.C_KIND : K.C_KIND + 9].tolist(), strict=True)),
     )

@@ -34,6 +34,7 @@ once = numba.njit(cache=True, _nrt=False, inline="always")
 
 # -- event kinds ---------------------------------------------------------------------------
 K_ARRIVE, K_WAKE, K_RELEASE, K_PACE, K_RTO, K_LINKEV, K_VIEW, K_PON, K_POFF = range(9)
+EVENT_KINDS = ("arrive", "wake", "release", "pace", "rto", "link", "view", "pause", "resume")
 # -- packet types ----------------------------------------------------------------------------
 T_DATA, T_HDR, T_ACK, T_NACK, T_PULL = range(5)
 # -- modes -----------------------------------------------------------------------------------
@@ -68,8 +69,10 @@ ST_OK, ST_POOL, ST_HEAP = 0, 1, 2
     C_MIGR,
     C_NOROUTE,
     C_SDONE,
-    N_CTR,
-) = range(25)
+    C_HMAX,
+    C_KIND,  # 9 slots: events per kind
+) = range(26)
+N_CTR = C_KIND + 9
 # -- float parameters (fp) ------------------------------------------------------------------
 (
     F_PROP,
@@ -152,9 +155,11 @@ FF_START, FF_FINISH, FF_ACKED, FF_DELIV, FF_CWND, FF_ALPHA, FF_RTODL, FF_READY, 
 N_FF = 9
 N_RETIRE = 8
 # -- per-link ints (li) ----------------------------------------------------------------------
-L_QH0, L_QT0, L_QH1, L_QT1, L_WAKE, L_PAUSED, L_PFC, L_EPOCH, L_TRUTH, L_SERVC, N_LI = range(11)
+L_QH0, L_QT0, L_QH1, L_QT1, L_WAKE, L_PAUSED, L_PFC, L_EPOCH, L_TRUTH, N_LI = range(10)
 # -- per-link floats (lf) --------------------------------------------------------------------
-LF_BUSY, LF_QB0, LF_QB1, LF_ING, LF_AREA, LF_LAST, LF_MAX, LF_SER, LF_SERV, N_LF = range(10)
+LF_BUSY, LF_QB0, LF_QB1, LF_ING, LF_AREA, LF_LAST, LF_MAX, LF_SER, LF_S0, LF_E0, LF_E1, N_LF = (
+    range(12)
+)
 # -- pool ints (pi) --------------------------------------------------------------------------
 (
     P_FLOW,
@@ -223,58 +228,64 @@ def gcd(a, b):
 
 
 # == event heap ================================================================================
+HEAP_OFF = 3  # the root sits in row 3: the 4 children of a node fill one 64-byte line
+
+
 @hot
 def push(hp, ctr, t, kind, ident):
     """Insert event ``(t, kind, ident)`` into the 4-ary min-heap ``hp[:, 0]`` = time,
-    ``hp[:, 1]`` = item (ties: the smaller item first); sets ST_HEAP when full."""
+    ``hp[:, 1]`` = item (ties: the smaller item first); node ``i`` is row ``i + HEAP_OFF``
+    and its children ``4i + 1 .. 4i + 4`` share a cache line. Sets ST_HEAP when full."""
     n = ctr[C_HN]
-    if n >= hp.shape[0]:
+    if n + HEAP_OFF >= hp.shape[0]:
         ctr[C_STATUS] = ST_HEAP
         return
     item = float(ident * 16 + kind)
     i = n
     while i > 0:
         p = (i - 1) >> 2
-        tp = hp[p, 0]
-        if tp < t or (tp == t and hp[p, 1] < item):
+        tp = hp[p + HEAP_OFF, 0]
+        if tp < t or (tp == t and hp[p + HEAP_OFF, 1] < item):
             break
-        hp[i, 0] = tp
-        hp[i, 1] = hp[p, 1]
+        hp[i + HEAP_OFF, 0] = tp
+        hp[i + HEAP_OFF, 1] = hp[p + HEAP_OFF, 1]
         i = p
-    hp[i, 0] = t
-    hp[i, 1] = item
+    hp[i + HEAP_OFF, 0] = t
+    hp[i + HEAP_OFF, 1] = item
     ctr[C_HN] = n + 1
+    if n >= ctr[C_HMAX]:
+        ctr[C_HMAX] = n + 1
 
 
 @hot
 def pop(hp, ctr):
     """Remove the earliest event; returns ``(t, item)``."""
     n = ctr[C_HN] - 1
-    t0 = hp[0, 0]
-    item0 = np.int64(hp[0, 1])
+    t0 = hp[HEAP_OFF, 0]
+    item0 = np.int64(hp[HEAP_OFF, 1])
     ctr[C_HN] = n
     if n > 0:
-        t = hp[n, 0]
-        it = hp[n, 1]
+        t = hp[n + HEAP_OFF, 0]
+        it = hp[n + HEAP_OFF, 1]
         i = 0
         while True:
             c = 4 * i + 1
             if c >= n:
                 break
             m = c
-            mt = hp[c, 0]
-            mi = hp[c, 1]
+            mt = hp[c + HEAP_OFF, 0]
+            mi = hp[c + HEAP_OFF, 1]
             for j in range(c + 1, min(c + 4, n)):
-                tj = hp[j, 0]
-                if tj < mt or (tj == mt and hp[j, 1] < mi):
-                    m, mt, mi = j, tj, hp[j, 1]
+                tj = hp[j + HEAP_OFF, 0]
+                if tj < mt or (tj == mt and hp[j + HEAP_OFF, 1] < mi):
+                    m, mt, mi = j, tj, hp[j + HEAP_OFF, 1]
             if t < mt or (t == mt and it < mi):
                 break
-            hp[i, 0] = mt
-            hp[i, 1] = mi
+            hp[i + HEAP_OFF, 0] = mt
+            hp[i + HEAP_OFF, 1] = mi
             i = m
-        hp[i, 0] = t
-        hp[i, 1] = it
+        hp[i + HEAP_OFF, 0] = t
+        hp[i + HEAP_OFF, 1] = it
     return t0, item0
 
 
@@ -355,19 +366,24 @@ def q_pop(li, lf, pi, lk, now):
             if nxt < 0:
                 li[lk, L_QT1 if cls == 0 else L_QT0] = -1
             lf[lk, LF_QB1 if cls == 0 else LF_QB0] -= pi[k, P_SIZE]
-            li[lk, L_SERVC] = 1 - cls
             return k
     return -1
 
 
 @hot
 def transmit(lk, k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier):
-    """Start serialising packet ``k`` on link ``lk``: ARRIVE after serialisation + propagation;
-    PFC: the packet leaves its ingress buffer (XON below the threshold)."""
+    """Start serialising packet ``k`` on link ``lk`` at ``now``: ARRIVE after serialisation +
+    propagation; the data packet in service still counts in its queue until it has left
+    (``LF_S0`` bytes until ``LF_E0``); PFC: the packet leaves its ingress buffer (XON below
+    the threshold)."""
     size = pi[k, P_SIZE]
     end = now + size * lf[lk, LF_SER]
     lf[lk, LF_BUSY] = end
-    lf[lk, LF_SERV] = size
+    if pi[k, P_TYPE] == T_DATA:
+        lf[lk, LF_S0] = size
+        lf[lk, LF_E0] = end
+    else:
+        lf[lk, LF_E1] = end
     pi[k, P_LINK] = lk
     pi[k, P_EPOCH] = li[lk, L_EPOCH]
     if link_tier[lk] == 0 and pf[k, PF_T0] < 0.0:
@@ -417,9 +433,8 @@ def enqueue(lk, k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier, rng):
     typ = pi[k, P_TYPE]
     cls = 0 if (typ == T_DATA or (typ == T_NACK and link_tier[lk] == 0)) else 1
     if link_tier[lk] != 0:  # a switch port
-        serv = lf[lk, LF_SERV] if lf[lk, LF_BUSY] > now else 0.0
         if cls == 0:
-            low = lf[lk, LF_QB0] + (serv if li[lk, L_SERVC] == 0 else 0.0)
+            low = lf[lk, LF_QB0] + (lf[lk, LF_S0] if lf[lk, LF_E0] > now else 0.0)
             kmin, kmax = fp[F_KMIN], fp[F_KMAX]
             if low >= kmin and (low >= kmax or uniform(rng) < (low - kmin) / (kmax - kmin)):
                 if pi[k, P_ECN] == 0:
@@ -439,16 +454,20 @@ def enqueue(lk, k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier, rng):
                 ctr[C_TRIM] += 1
                 cls = 1
         if cls == 1:
-            high = lf[lk, LF_QB1] + (serv if li[lk, L_SERVC] == 1 else 0.0)
+            ahead = (lf[lk, LF_E1] - now) / lf[lk, LF_SER]  # committed headers (below)
+            high = lf[lk, LF_QB1] + (ahead if ahead > 0.0 else 0.0)
             if ip[I_SW] != SW_LOSSLESS and high + pi[k, P_SIZE] > 2.0 * fp[F_QCAP]:
                 ctr[C_DROP] += 1
                 free(pi, ctr, k)
                 return
-    idle = li[lk, L_QH0] < 0 and li[lk, L_QH1] < 0
-    if idle and li[lk, L_PAUSED] == 0 and lf[lk, LF_BUSY] <= now:
-        li[lk, L_SERVC] = cls
-        transmit(lk, k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier)
-        return
+    if li[lk, L_PAUSED] == 0:
+        idle = li[lk, L_QH0] < 0 and li[lk, L_QH1] < 0 and lf[lk, LF_BUSY] <= now
+        if idle or (cls == 1 and li[lk, L_QH1] < 0 and ip[I_SW] != SW_LOSSLESS):
+            # idle: at once. A header first in the strict-priority class will start when the
+            # port frees whatever comes later, so it is committed now (no WAKE event); not
+            # under PFC, which may pause the port before that
+            transmit(lk, k, max(now, lf[lk, LF_BUSY]), li, lf, pi, pf, fp, ip, ctr, hp, link_tier)
+            return
     q_append(li, lf, pi, lk, k, cls, now)
     if li[lk, L_WAKE] == 0 and li[lk, L_PAUSED] == 0:
         li[lk, L_WAKE] = 1
@@ -1272,6 +1291,7 @@ def run(
         ctr[C_NEV] += 1
         kind = item & 15
         ident = item >> 4
+        ctr[C_KIND + kind] += 1
         if kind == K_ARRIVE:
             f, x, sdone = arrive(ident, now, st, fl, fle, fp, ip, ctr, rng, lat, tp, link_dst)
             if x > 0.0:

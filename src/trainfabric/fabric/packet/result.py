@@ -69,6 +69,8 @@ class PacketResult:
     timeline: np.ndarray
     timeline_res_s: float
     pool_peak: int
+    heap_peak: int
+    events_by_kind: dict
 
     @property
     def unfinished(self) -> int:
