@@ -39,7 +39,19 @@ Model (units: bytes, seconds; ``mtu_bytes`` is the payload of a full packet):
 """
 
 from trainfabric.fabric.packet.config import PacketConfig
-from trainfabric.fabric.packet.driver import simulate_packets
-from trainfabric.fabric.packet.result import PacketResult
 
 __all__ = ["PacketConfig", "PacketResult", "simulate_packets"]
+
+
+def __getattr__(name: str):
+    """``simulate_packets`` and ``PacketResult`` load lazily: importing the config (as the
+    scenario models do) must not load numba."""
+    if name == "simulate_packets":
+        from trainfabric.fabric.packet.driver import simulate_packets
+
+        return simulate_packets
+    if name == "PacketResult":
+        from trainfabric.fabric.packet.result import PacketResult
+
+        return PacketResult
+    raise AttributeError(name)
