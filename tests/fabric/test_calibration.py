@@ -138,3 +138,26 @@ def test_scenario_calibration_is_opt_in():
     steps = int(raw["n_steps"].iloc[0])
     extra = cal["time_s"].iloc[0] - raw["time_s"].iloc[0]
     assert extra == pytest.approx(steps * K.FITTED.startup_s, rel=1e-6, abs=1e-12)
+
+
+def test_cli_calibrated_flag(cli, tmp_path):
+    """``--calibrated`` runs the calibrated flow engine (every ring step pays the start-up);
+    with the packet engine it is refused naming the option."""
+    from trainfabric.io import loads
+
+    f = tmp_path / "lr.toml"
+    f.write_text(
+        'kind = "line_rate"\nmodes = ["spray"]\nsizes_bytes = [1048576.0]\n'
+        '[[collectives]]\nkind = "all_reduce"\nsync = "step"\n'
+        "[topology]\ngpus = 16\nswitch_radix = 8\nplanes = 2\n"
+    )
+    rows = {}
+    for flag in ((), ("--calibrated",)):
+        out_dir = str(tmp_path / f"r{len(flag)}")
+        code, out, _ = cli("fabric", "run", str(f), *flag, "--json", "--out", out_dir)
+        assert code == 0
+        rows[bool(flag)] = loads(out)["rows"][0]
+    extra = rows[True]["time_s"] - rows[False]["time_s"]
+    assert extra == pytest.approx(rows[False]["n_steps"] * K.FITTED.startup_s, rel=1e-6)
+    code, out, err = cli("fabric", "run", str(f), "--calibrated", "--engine", "packet")
+    assert code == 2 and out == "" and err.startswith("error: --calibrated")

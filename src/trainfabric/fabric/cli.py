@@ -36,6 +36,19 @@ OutOpt = Annotated[
     typer.Option("--out", help="Run directory to write.", show_default="runs/fabric-<name>"),
 ]
 ENGINES = ("flow", "packet")
+CalibratedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--calibrated",
+        help="Flow engine: add the packet-fitted per-message start-up "
+        "(trainfabric.fabric.calibration; off by default).",
+    ),
+]
+
+
+def _check_calibrated(engine: str, calibrated: bool) -> None:
+    if calibrated and engine != "flow":
+        raise ConfigError("--calibrated", "calibrates the flow engine; not with --engine packet")
 
 
 def _engine(value: str | None) -> str | None:
@@ -70,6 +83,7 @@ def eval_cmd(
     engine: Annotated[
         str, typer.Option(help="flow (fluid max-min) or packet (packet-level, smaller sizes).")
     ] = "flow",
+    calibrated: CalibratedOpt = False,
     out_dir: OutOpt = None,
     seed: SeedOpt = 0,
     max_memory_gb: MaxMemoryOpt = None,
@@ -88,11 +102,18 @@ def eval_cmd(
     from trainfabric.runs.store import RunDir
 
     engine = _engine(engine)
+    _check_calibrated(engine, calibrated)
     name = eval_name(quick, engine)
     out_dir = prepare_dir(out_dir or Path(f"runs/{name}"))
     with RunDir(out_dir).single_run(name), progress(json_out, "fabric eval", show_progress) as bar:
         res = run_eval(
-            out_dir, quick=quick, seed=seed, console=_console(bar), progress=bar, engine=engine
+            out_dir,
+            quick=quick,
+            seed=seed,
+            console=_console(bar),
+            progress=bar,
+            engine=engine,
+            calibrated=calibrated,
         )
     if json_out:
         return emit_json(res)
@@ -110,6 +131,7 @@ def run_cmd(
         str | None,
         typer.Option(help="flow or packet; overrides the file's engine field.", show_default=False),
     ] = None,
+    calibrated: CalibratedOpt = False,
     out_dir: OutOpt = None,
     max_memory_gb: MaxMemoryOpt = None,
     show_progress: ProgressOpt = None,
@@ -143,6 +165,9 @@ def run_cmd(
         sc = load_scenario(input_file(scenario, "SCENARIO"))
     if engine is not None:
         sc = sc.model_copy(update={"engine": engine})
+    _check_calibrated(sc.engine, calibrated)
+    if calibrated:
+        sc = sc.model_copy(update={"calibration": True})
     if out_dir is None:
         field = "name" if sc.name else "SCENARIO"
         out_dir = safe_child(Path("runs"), f"fabric-{sc.name or scenario.stem}", field)

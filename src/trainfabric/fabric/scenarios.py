@@ -1254,6 +1254,7 @@ def run_eval(
     console=None,
     progress=None,
     engine: str = "flow",
+    calibrated: bool = False,
 ) -> dict:
     """All four scenarios on ``engine`` into one run directory with a report; headline
     figures per mode.
@@ -1263,6 +1264,8 @@ def run_eval(
     run_dir = Path(run_dir)
     started, t0 = now(), time.perf_counter()
     scenarios = eval_scenarios(quick, seed, engine)
+    if calibrated:
+        scenarios = [sc.model_copy(update={"calibration": True}) for sc in scenarios]
     modes: dict[str, dict[str, float]] = {}
     walls = {}
     for sc in track(scenarios, "scenarios", progress):
@@ -1287,6 +1290,7 @@ def run_eval(
         "run_dir": str(run_dir),
         "quick": quick,
         "engine": engine,
+        "calibrated": calibrated,
         "modes": modes,
         "f3": f3_check(modes),
         "header_bound": HEADER_BOUND,
