@@ -17,7 +17,9 @@ Fit cases: 32 hosts, seed 0 (sizes in ``FIT``); test cases: 64 hosts, seed 1, ot
 ``startup_s``, ``retx_gain``) minimise the mean squared log ratio flow/packet of the makespan
 and of the mean flow completion time over the fit cases of ``FIT_FAMILIES`` and the modes
 ``FIT_MODES`` (a coordinate search on a grid); every family is then reported on both splits
-(the failure and flap families and all test cases are held out of the fit). Reported per
+(the failure and flap families and all test cases are held out of the fit). A second test
+set runs on another fabric (``TEST_MULTIPLANE``: 32 hosts on 4 planes of 200G, 800G NICs,
+seed 2, other sizes). Reported per
 family and split: the relative error ``flow / packet - 1`` of the makespan and of the mean
 FCT, per mode, for the raw and the calibrated flow engine, and the largest absolute error
 over ``FIT_MODES`` (ecmp apart: each engine draws its own hash, see ``FIT_MODES``).
@@ -80,9 +82,23 @@ TEST = dict(
         "flaps": 8 * MiB,
     },
 )
-FAIL_FRACTION = {"fit": 0.1, "test": 0.2}
-INCAST_SENDERS = {"fit": 16, "test": 32}
-RING_RANKS = {"fit": 16, "test": 32}
+# A second held-out set on another fabric: 4-plane multiplane, 800G NICs (200G planes).
+TEST_MULTIPLANE = dict(
+    hosts=32,
+    seed=2,
+    sizes={
+        "permutation": 16 * MiB,
+        "alltoall_small": 32 * KiB,
+        "incast": 1 * MiB,
+        "ring_allreduce": 16 * MiB,
+        "failures": 16 * MiB,
+        "flaps": 16 * MiB,
+    },
+)
+SPLITS = {"fit": FIT, "test": TEST, "test_multiplane": TEST_MULTIPLANE}
+FAIL_FRACTION = {"fit": 0.1, "test": 0.2, "test_multiplane": 0.1}
+INCAST_SENDERS = {"fit": 16, "test": 32, "test_multiplane": 24}
+RING_RANKS = {"fit": 16, "test": 32, "test_multiplane": 16}
 
 
 @dataclass(frozen=True)
@@ -96,9 +112,11 @@ class Case:
     label: str
 
 
-def _topology(hosts: int):
+def _topology(hosts: int, split: str):
     from trainfabric.fabric import topology as T
 
+    if split == "test_multiplane":
+        return T.multiplane(hosts, planes=4, switch_radix=16, nic_rate_bps=800e9)
     return T.leaf_spine(hosts, switch_radix=16, nic_rate_bps=100e9)
 
 
@@ -136,9 +154,9 @@ def make_case(family: str, split: str) -> Case:
     """One case of ``family`` at the ``split``'s sizes and seed."""
     from trainfabric.fabric import topology as T
 
-    spec = FIT if split == "fit" else TEST
+    spec = SPLITS[split]
     n, seed, size = spec["hosts"], spec["seed"], spec["sizes"][family]
-    topo = _topology(n)
+    topo = _topology(n, split)
     link_up = events = None
     if family in ("permutation", "failures", "flaps"):
         flows = _collective(topo, "permutation", n, size, seed)
@@ -152,7 +170,8 @@ def make_case(family: str, split: str) -> Case:
         link_up = T.fail_links(topo, FAIL_FRACTION[split], seed=seed)
     if family == "flaps":
         events = _flap_events(topo, flows, seed, at_s=20e-6, duration_s=200e-6)
-    label = f"{n} hosts, seed {seed}, {size / KiB:g} KiB" + (
+    fabric = "4-plane 800G" if split == "test_multiplane" else "100G leaf-spine"
+    label = f"{n} hosts ({fabric}), seed {seed}, {size / KiB:g} KiB" + (
         f", {FAIL_FRACTION[split]:.0%} cables down" if family == "failures" else ""
     )
     return Case(family, split, topo, flows, link_up, events, label)
@@ -214,7 +233,7 @@ def main() -> None:
 
     t0 = time.perf_counter()
     warm_up()
-    cases = {(f, s): make_case(f, s) for s in ("fit", "test") for f in FAMILIES}
+    cases = {(f, s): make_case(f, s) for s in SPLITS for f in FAMILIES}
     packet = {(k, m): run_packet(c, m) for k, c in cases.items() for m in MODES}
     fit_keys = [(k, m) for k in cases if k[1] == "fit" and k[0] in FIT_FAMILIES for m in FIT_MODES]
 
@@ -228,7 +247,7 @@ def main() -> None:
     families = {}
     for family in FAMILIES:
         per_split = {}
-        for split in ("fit", "test"):
+        for split in SPLITS:
             case = cases[(family, split)]
             rows = {}
             for mode in MODES:
@@ -268,6 +287,12 @@ def main() -> None:
         "committed_constants": {"startup_s": FITTED.startup_s, "retx_gain": FITTED.retx_gain},
         "fit_cases": {"hosts": FIT["hosts"], "seed": FIT["seed"], "sizes_bytes": FIT["sizes"]},
         "test_cases": {"hosts": TEST["hosts"], "seed": TEST["seed"], "sizes_bytes": TEST["sizes"]},
+        "test_multiplane_cases": {
+            "hosts": TEST_MULTIPLANE["hosts"],
+            "seed": TEST_MULTIPLANE["seed"],
+            "fabric": "multiplane, 4 planes, 800G NICs, radix 16",
+            "sizes_bytes": TEST_MULTIPLANE["sizes"],
+        },
         "error_definition": "flow / packet - 1 of makespan and of mean FCT; max |.| over "
         "the fitted modes (spray, adaptive); ecmp separately (a different hash draw)",
         "fit_modes": list(FIT_MODES),
@@ -276,6 +301,12 @@ def main() -> None:
         "families": families,
         "test_calibrated_max_abs_error": test,
         "test_raw_max_abs_error": {f: families[f]["test"]["raw_max_abs_error"] for f in FAMILIES},
+        "test_multiplane_calibrated_max_abs_error": {
+            f: families[f]["test_multiplane"]["calibrated_max_abs_error"] for f in FAMILIES
+        },
+        "test_multiplane_raw_max_abs_error": {
+            f: families[f]["test_multiplane"]["raw_max_abs_error"] for f in FAMILIES
+        },
         "large_flow_families": list(LARGE),
         "large_flow_target_10pct_met": all(test[f] <= 0.10 for f in LARGE),
         "wall_s": time.perf_counter() - t0,

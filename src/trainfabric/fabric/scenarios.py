@@ -41,6 +41,17 @@ A scenario file (TOML) has a ``kind`` and the fields of that kind; every kind sh
   (collective step) against the flap-free run, which also counts the slowdown of running on
   ``(P-1)/P`` of a host's bandwidth while its link is down.
 
+Engines: ``engine = "flow"`` (default: the fluid max-min engine,
+:mod:`trainfabric.fabric.engine`; ``calibration = true`` adds the packet-fitted per-message
+start-up of :mod:`trainfabric.fabric.calibration`) or ``"packet"`` (the packet-level
+engine, :mod:`trainfabric.fabric.packet`, configured by the ``[packet]`` table). On the
+packet engine every step of a collective is simulated (no ring shortcut), line-rate rows add
+the measured per-packet latency (p50, p99, p99.9), jitter (p99 - p50) and retransmissions,
+failures measure the permutations' goodput and latency from packet runs
+(:func:`measured_goodput`), and a flap's effect is the engine's: packets sent into the
+dead link are lost, each mechanism reroutes after its reaction time, the transport
+recovers the loss (NACKs, timeouts); ``stall_s`` is measured on the delivered bytes.
+
 Size guards: before building any flow, every scenario prices the flows it will simulate
 (:func:`trainfabric.fabric.collectives.collective_memory_bytes`: per collective, its flow
 count times the per-flow memory of the costliest mode) and, in ``failures``, the
