@@ -7,7 +7,8 @@ the wire is ``payload + header_bytes`` (a trimmed packet or a control packet is
 
 Size bound (:func:`check_size`): per data packet the engine keeps a fixed record (receiver
 bit, sender state, send time, retransmission link, path; a latency sample; the result's
-temporaries: ``SEQ_BYTES`` = 43 B), per flow ``FLOW_BYTES`` = 420 B, per record of the
+temporaries: ``SEQ_BYTES`` = 43 B), per flow ``FLOW_BYTES`` = 420 B plus 72 B per plane
+(its round-robin sub-queues), per record of the
 packet pool ``POOL_BYTES`` = 152 B with its heap entry (the pool holds four times the sum
 over flows of ``min(packets, window)`` plus 8 per host, and doubles if a run overflows
 it), per link 200 B, plus the 8 MB goodput timeline. A run whose data-packet count exceeds
@@ -107,13 +108,16 @@ def auto_window(cfg: PacketConfig, nic_rate_bps: float, hop_latency_s: float) ->
     return max(1, math.ceil(1.5 * rtt * nic_rate_bps / wire))
 
 
-def memory_bytes(n_packets: int, n_flows: int, pool: int, n_links: int) -> float:
+def memory_bytes(n_packets: int, n_flows: int, pool: int, n_links: int, planes: int = 1) -> float:
     """Estimated peak bytes of a run (module doc); ``pool``: packet records."""
-    per = SEQ_BYTES * n_packets + POOL_BYTES * pool + FLOW_BYTES * n_flows + 200.0 * n_links
+    flow = (FLOW_BYTES + 72 * planes) * n_flows
+    per = SEQ_BYTES * n_packets + POOL_BYTES * pool + flow + 200.0 * n_links
     return per + FIXED_BYTES
 
 
-def check_size(cfg: PacketConfig, n_packets: int, n_flows: int, pool: int, n_links: int) -> None:
+def check_size(
+    cfg: PacketConfig, n_packets: int, n_flows: int, pool: int, n_links: int, planes: int = 1
+) -> None:
     """ConfigError naming ``flows.bytes`` when the run exceeds the bounds (module doc)."""
     if n_packets > cfg.max_packets:
         raise ConfigError(
@@ -121,7 +125,7 @@ def check_size(cfg: PacketConfig, n_packets: int, n_flows: int, pool: int, n_lin
             f"{n_packets:,} data packets exceed the packet engine's bound of "
             f"{cfg.max_packets:,} (config.max_packets)",
         )
-    need = memory_bytes(n_packets, n_flows, pool, n_links)
+    need = memory_bytes(n_packets, n_flows, pool, n_links, planes)
     if need > cfg.max_memory_bytes:
         raise ConfigError(
             "flows.bytes",

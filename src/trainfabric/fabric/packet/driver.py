@@ -68,7 +68,7 @@ def simulate_packets(
     max_w = max(cfg.max_window_packets, iw)
     window = max_w if cfg.transport == "dctcp" else iw
     pool = int(4 * np.minimum(npk, window).sum() + 8 * topo.n_hosts + 4096)
-    check_size(cfg, total, flows.n, pool, topo.n_links)
+    check_size(cfg, total, flows.n, pool, topo.n_links, topo.planes)
     wall0 = time.perf_counter()
     for _ in range(MAX_RETRIES):
         out = _run_once(
@@ -163,6 +163,7 @@ def _run_once(topo, flows, mode, cfg, ev, up, seed, until_s, nbytes, npk, pool, 
         hq,
         np.zeros((H, K.N_HF)),
         np.zeros(total, np.uint8),
+        np.full((3 * n * topo.planes, 3), -1, np.int64),
     )
     tp = _topo_tuple(topo)
     fp, ip = _params(topo, cfg, mode, until_s, windows)

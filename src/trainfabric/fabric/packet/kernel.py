@@ -336,17 +336,77 @@ def q_account(lf, lk, now):
     lf[lk, LF_LAST] = now
 
 
+SQ_H, SQ_T, SQ_RR = range(3)  # sub-queue head and tail packet, next sub-queue in the round
+
+
 @hot
-def q_append(li, lf, pi, lk, k, cls, now):
-    q_account(lf, lk, now)
-    hcol = L_QH0 if cls == 0 else L_QH1
-    tcol = L_QT0 if cls == 0 else L_QT1
+def sq_key(pi, k, ip):
+    """Sub-queue of packet ``k``: ``(flow x 3 + d) x P + plane`` with ``d`` = 0 data at the
+    source NIC, 1 NACK at the receiver NIC, 2 pull in the receiver's pacer."""
+    typ = pi[k, P_TYPE]
+    d = 2 if typ == T_PULL else (1 if typ == T_NACK else 0)
+    return (pi[k, P_FLOW] * 3 + d) * ip[I_P] + (0 if d == 2 else pi[k, P_PLANE])
+
+
+@hot
+def rr_push(sq, heads, row, ch, ct, key, k, pi):
+    """Append packet ``k`` to sub-queue ``key``; a sub-queue that was empty joins the tail of
+    the round-robin list ``heads[row, ch] .. heads[row, ct]``."""
     pi[k, P_NEXT] = -1
-    if li[lk, tcol] < 0:
-        li[lk, hcol] = k
+    if sq[key, SQ_T] < 0:
+        sq[key, SQ_H] = k
+        sq[key, SQ_RR] = -1
+        if heads[row, ct] < 0:
+            heads[row, ch] = key
+        else:
+            sq[heads[row, ct], SQ_RR] = key
+        heads[row, ct] = key
     else:
-        pi[li[lk, tcol], P_NEXT] = k
-    li[lk, tcol] = k
+        pi[sq[key, SQ_T], P_NEXT] = k
+    sq[key, SQ_T] = k
+
+
+@hot
+def rr_pop(sq, heads, row, ch, ct, pi):
+    """The head packet of the first sub-queue of the round, which then moves to the tail if
+    it still holds packets (one packet per flow in turn); -1 when empty."""
+    key = heads[row, ch]
+    if key < 0:
+        return -1
+    k = sq[key, SQ_H]
+    nxt = pi[k, P_NEXT]
+    sq[key, SQ_H] = nxt
+    heads[row, ch] = sq[key, SQ_RR]
+    if heads[row, ch] < 0:
+        heads[row, ct] = -1
+    if nxt < 0:
+        sq[key, SQ_T] = -1
+    else:
+        sq[key, SQ_RR] = -1
+        if heads[row, ct] < 0:
+            heads[row, ch] = key
+        else:
+            sq[heads[row, ct], SQ_RR] = key
+        heads[row, ct] = key
+    return k
+
+
+@hot
+def q_append(li, lf, pi, sq, ip, link_tier, lk, k, cls, now):
+    """Packet ``k`` waits in class ``cls`` of link ``lk``: FIFO, except the low class of a
+    host NIC, served round-robin over flows (htsim's FairPriorityQueue)."""
+    q_account(lf, lk, now)
+    if cls == 0 and link_tier[lk] == 0:
+        rr_push(sq, li, lk, L_QH0, L_QT0, sq_key(pi, k, ip), k, pi)
+    else:
+        hcol = L_QH0 if cls == 0 else L_QH1
+        tcol = L_QT0 if cls == 0 else L_QT1
+        pi[k, P_NEXT] = -1
+        if li[lk, tcol] < 0:
+            li[lk, hcol] = k
+        else:
+            pi[li[lk, tcol], P_NEXT] = k
+        li[lk, tcol] = k
     lf[lk, LF_QB0 if cls == 0 else LF_QB1] += pi[k, P_SIZE]
     occ = lf[lk, LF_QB0] + lf[lk, LF_QB1]
     if occ > lf[lk, LF_MAX]:
@@ -354,20 +414,28 @@ def q_append(li, lf, pi, lk, k, cls, now):
 
 
 @hot
-def q_pop(li, lf, pi, lk, now):
+def q_pop(li, lf, pi, sq, link_tier, lk, now):
     """Head of the high class, else of the low class; -1 when empty."""
-    for cls in range(2):
-        hcol = L_QH1 if cls == 0 else L_QH0
-        k = li[lk, hcol]
-        if k >= 0:
-            q_account(lf, lk, now)
-            nxt = pi[k, P_NEXT]
-            li[lk, hcol] = nxt
-            if nxt < 0:
-                li[lk, L_QT1 if cls == 0 else L_QT0] = -1
-            lf[lk, LF_QB1 if cls == 0 else LF_QB0] -= pi[k, P_SIZE]
-            return k
-    return -1
+    k = li[lk, L_QH1]
+    if k >= 0:
+        q_account(lf, lk, now)
+        li[lk, L_QH1] = pi[k, P_NEXT]
+        if pi[k, P_NEXT] < 0:
+            li[lk, L_QT1] = -1
+        lf[lk, LF_QB1] -= pi[k, P_SIZE]
+        return k
+    if li[lk, L_QH0] < 0:
+        return -1
+    q_account(lf, lk, now)
+    if link_tier[lk] == 0:
+        k = rr_pop(sq, li, lk, L_QH0, L_QT0, pi)
+    else:
+        k = li[lk, L_QH0]
+        li[lk, L_QH0] = pi[k, P_NEXT]
+        if pi[k, P_NEXT] < 0:
+            li[lk, L_QT0] = -1
+    lf[lk, LF_QB0] -= pi[k, P_SIZE]
+    return k
 
 
 @hot
@@ -399,7 +467,7 @@ def transmit(lk, k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier):
 
 
 @once
-def wake(lk, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier):
+def wake(lk, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier, sq):
     """The link is free (or resumed): serialise the next queued packet."""
     li[lk, L_WAKE] = 0
     if li[lk, L_PAUSED] == 1 or lf[lk, LF_BUSY] > now:
@@ -407,7 +475,7 @@ def wake(lk, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier):
             li[lk, L_WAKE] = 1
             push(hp, ctr, lf[lk, LF_BUSY], K_WAKE, lk)
         return
-    k = q_pop(li, lf, pi, lk, now)
+    k = q_pop(li, lf, pi, sq, link_tier, lk, now)
     if k < 0:
         return
     transmit(lk, k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier)
@@ -427,7 +495,7 @@ def swap_records(pi, pf, a, b):
 
 
 @hot
-def enqueue(lk, k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier, rng):
+def enqueue(lk, k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier, rng, sq):
     """Packet ``k`` joins the output queue of link ``lk`` (module doc of the package: ECN,
     drop tail, trimming, PFC ingress accounting happen in the caller and here)."""
     typ = pi[k, P_TYPE]
@@ -468,7 +536,7 @@ def enqueue(lk, k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier, rng):
             # under PFC, which may pause the port before that
             transmit(lk, k, max(now, lf[lk, LF_BUSY]), li, lf, pi, pf, fp, ip, ctr, hp, link_tier)
             return
-    q_append(li, lf, pi, lk, k, cls, now)
+    q_append(li, lf, pi, sq, ip, link_tier, lk, k, cls, now)
     if li[lk, L_WAKE] == 0 and li[lk, L_PAUSED] == 0:
         li[lk, L_WAKE] = 1
         push(hp, ctr, max(now, lf[lk, LF_BUSY]), K_WAKE, lk)
@@ -799,7 +867,9 @@ def send_data(f, s, now, st, fl, fle, ctr, fp, ip, rng):
     else:
         pi[k, P_PLANE] = plane
         pf[k, PF_SENT] = now
-        enqueue(host_up[plane, src], k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier, rng)
+        enqueue(
+            host_up[plane, src], k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier, rng, st[22]
+        )
     arm_rto(f, now, fi, ff, fp, ctr, hp)
 
 
@@ -992,14 +1062,14 @@ def ctrl_send(k, now, st, fl, fle, fp, ip, ctr, rng):
         return
     pi[k, P_EV] = np.int64(ev)
     pi[k, P_PLANE] = plane
-    enqueue(host_up[plane, src], k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier, rng)
+    enqueue(host_up[plane, src], k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier, rng, st[22])
 
 
 @once
 def issue_pull(f, now, st, fl, fp, ip, ctr):
     """NDP receiver: one pull per arrival. Carried by the ACK/NACK itself when the host's
     pacer is idle and its last pull left ``pace`` ago (returns the pull number), else a
-    PULL packet waits in the pacer's FIFO (returns -1)."""
+    PULL packet waits in the pacer, served round-robin over flows (returns -1)."""
     fi, pi, pf, hp, hq, hfq = st[0], st[8], st[9], st[10], st[19], st[20]
     h = fl[f, FL_DST]
     if hq[h, H_PQH] < 0 and now >= hfq[h, HF_NEXT]:
@@ -1009,11 +1079,7 @@ def issue_pull(f, now, st, fl, fp, ip, ctr):
     k = alloc(pi, pf, ctr, f, -1, T_PULL, ip[I_HDR], fl[f, FL_SRC])
     if k < 0:
         return -1
-    if hq[h, H_PQT] < 0:
-        hq[h, H_PQH] = k
-    else:
-        pi[hq[h, H_PQT], P_NEXT] = k
-    hq[h, H_PQT] = k
+    rr_push(st[22], hq, h, H_PQH, H_PQT, sq_key(pi, k, ip), k, pi)
     if hq[h, H_ARMED] == 0:
         hq[h, H_ARMED] = 1
         push(hp, ctr, max(now, hfq[h, HF_NEXT]), K_PACE, h)
@@ -1027,10 +1093,7 @@ def pace(h, now, st, fl, fle, fp, ip, ctr, rng):
     fi, pi, hp, hq, hfq = st[0], st[8], st[10], st[19], st[20]
     hq[h, H_ARMED] = 0
     while hq[h, H_PQH] >= 0:
-        k = hq[h, H_PQH]
-        hq[h, H_PQH] = pi[k, P_NEXT]
-        if hq[h, H_PQH] < 0:
-            hq[h, H_PQT] = -1
+        k = rr_pop(st[22], hq, h, H_PQH, H_PQT, pi)
         f = pi[k, P_FLOW]
         if fi[f, FI_RDONE] == 1:
             free(pi, ctr, k)
@@ -1244,7 +1307,7 @@ def arrive(k, now, st, fl, fle, fp, ip, ctr, rng, lat, tp, link_dst):
             lf[lk, LF_ING] -= size
         free(pi, ctr, k)
         return f, 0.0, False
-    enqueue(out, k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier, rng)
+    enqueue(out, k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier, rng, st[22])
     return f, 0.0, False
 
 
@@ -1306,7 +1369,7 @@ def run(
             if sdone and ackrel:
                 release_successors(f, now, fi, ff, flf, succ_ptr, succ, ctr, hp)
         elif kind == K_WAKE:
-            wake(ident, now, li, lf, st[8], st[9], fp, ip, ctr, hp, st[16])
+            wake(ident, now, li, lf, st[8], st[9], fp, ip, ctr, hp, st[16], st[22])
         elif kind == K_PACE:
             pace(ident, now, st, fl, fle, fp, ip, ctr, rng)
         elif kind == K_RELEASE:
