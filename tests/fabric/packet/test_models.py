@@ -217,6 +217,8 @@ def test_flap_loses_packets_until_the_mechanism_reacts():
         assert res.unfinished == 0
         np.testing.assert_array_equal(res.delivered_bytes, 2_000_000)
         assert res.dropped > 0 and res.retransmitted > 0
+        assert 0 < res.lost_bytes.sum() <= res.dropped * MTU
+        assert res.detected_s["hardware"][0] == pytest.approx(20e-6 + 5e-6)
         dropped[mode] = res.dropped
     held = 2 * (cfg.queue_packets + 6e-6 / SER)  # data both ways (control packets are fewer)
     assert dropped["adaptive"] <= held < dropped["spray"]

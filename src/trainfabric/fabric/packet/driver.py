@@ -193,7 +193,20 @@ def _run_once(topo, flows, mode, cfg, ev, up, seed, until_s, nbytes, npk, pool, 
         lat,
         tl,
     )
-    return {"st": st, "ctr": ctr, "lat": lat, "tl": tl, "res": res, "end": end, "npk": npk}
+    react = (cfg.reaction_hardware_s, cfg.reaction_software_s, cfg.reaction_routing_s)
+    detected = {
+        m: ev.time_s + r for m, r in zip(("hardware", "software", "routing"), react, strict=True)
+    }
+    return {
+        "st": st,
+        "ctr": ctr,
+        "lat": lat,
+        "tl": tl,
+        "res": res,
+        "end": end,
+        "npk": npk,
+        "detected": detected,
+    }
 
 
 def _aligned_rows(n: int) -> np.ndarray:
@@ -280,6 +293,8 @@ def _result(out, flows: FlowTable, nbytes, total: int, wall: float) -> PacketRes
         acked_s=ff[:, K.FF_ACKED].copy(),
         delivered_bytes=ff[:, K.FF_DELIV].copy(),
         flow_bytes=nbytes.astype(float),
+        lost_bytes=ff[:, K.FF_LOST].copy(),
+        detected_s=out["detected"],
         flow_job=flows.job.copy(),
         reorder_max=fi[:, K.FI_ROMAX].copy(),
         in_order_packets=fi[:, K.FI_RCVNXT].copy(),

@@ -149,10 +149,19 @@ N_CTR = C_KIND + 9
     N_FI,
 ) = range(28)
 # -- per-flow floats (ff) ------------------------------------------------------------------
-FF_START, FF_FINISH, FF_ACKED, FF_DELIV, FF_CWND, FF_ALPHA, FF_RTODL, FF_READY, FF_LASTMIG = range(
-    9
-)
-N_FF = 9
+(
+    FF_START,
+    FF_FINISH,
+    FF_ACKED,
+    FF_DELIV,
+    FF_CWND,
+    FF_ALPHA,
+    FF_RTODL,
+    FF_READY,
+    FF_LASTMIG,
+    FF_LOST,
+    N_FF,
+) = range(11)
 N_RETIRE = 8
 # -- per-link ints (li) ----------------------------------------------------------------------
 L_QH0, L_QT0, L_QH1, L_QT1, L_WAKE, L_PAUSED, L_PFC, L_EPOCH, L_TRUTH, N_LI = range(10)
@@ -863,6 +872,7 @@ def send_data(f, s, now, st, fl, fle, ctr, fp, ip, rng):
     pi[k, P_EV] = np.int64(ev)
     if plane < 0:  # no usable plane: the packet is lost at the NIC
         ctr[C_NOROUTE] += 1
+        ff[f, FF_LOST] += payload
         free(pi, ctr, k)
     else:
         pi[k, P_PLANE] = plane
@@ -1283,6 +1293,8 @@ def arrive(k, now, st, fl, fle, fp, ip, ctr, rng, lat, tp, link_dst):
     f = pi[k, P_FLOW]
     if li[lk, L_TRUTH] == 0 or pi[k, P_EPOCH] != li[lk, L_EPOCH]:
         ctr[C_DROP] += 1
+        if pi[k, P_TYPE] == T_DATA:  # payload lost on a dead link
+            st[1][f, FF_LOST] += pi[k, P_SIZE] - ip[I_HDR]
         free(pi, ctr, k)
         return f, 0.0, False
     node = link_dst[lk]
@@ -1303,6 +1315,8 @@ def arrive(k, now, st, fl, fle, fp, ip, ctr, rng, lat, tp, link_dst):
     if out < 0:
         ctr[C_NOROUTE] += 1
         ctr[C_DROP] += 1
+        if pi[k, P_TYPE] == T_DATA:
+            st[1][f, FF_LOST] += size - ip[I_HDR]
         if lossless:
             lf[lk, LF_ING] -= size
         free(pi, ctr, k)

@@ -17,6 +17,11 @@ Definitions (used by :meth:`PacketResult.summary` and everywhere the engine repo
   buffer (received above the first missing sequence); ``in_order_packets`` (the first
   missing sequence) and ``received_packets`` (distinct packets received) at the end of the
   run: the buffer holds their difference.
+* **lost bytes** per flow: payload of data packets dropped on a link that was down (sent onto
+  it, queued at its port, or in flight when it failed) or with no route; queue drops and
+  trims are counted in ``dropped`` / ``trimmed``. ``detected_s[mechanism][i]``: when each
+  mechanism (hardware, software, routing) learned link event ``i`` (its time plus that
+  mechanism's reaction time; the model's views change exactly then).
 * **line-rate fraction** of a flow: ``bytes x 8 / (FCT x rate)`` (payload goodput over the
   rate given, e.g. the NIC rate).
 """
@@ -43,6 +48,8 @@ class PacketResult:
     acked_s: np.ndarray
     delivered_bytes: np.ndarray
     flow_bytes: np.ndarray
+    lost_bytes: np.ndarray
+    detected_s: dict
     flow_job: np.ndarray
     reorder_max: np.ndarray
     in_order_packets: np.ndarray
