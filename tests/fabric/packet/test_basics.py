@@ -1,10 +1,14 @@
 """Packet engine: closed forms on tiny fabrics, dependencies, multiplane, exactly-once delivery."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 from trainfabric.errors import ConfigError
 from trainfabric.fabric import topology as T
+from trainfabric.fabric.engine import LinkEvents
 from trainfabric.fabric.flows import FlowTable
 from trainfabric.fabric.packet import PacketConfig, simulate_packets
 
@@ -70,7 +74,40 @@ def test_bad_input_names_the_field():
     with pytest.raises(ConfigError, match="flows.bytes"):
         big = FlowTable.simple([0], [2], 1e6)
         simulate_packets(topo, big, "ecmp", config=PacketConfig(max_packets=10))
+    with pytest.raises(ConfigError, match="until_s"):
+        simulate_packets(topo, flows, "ecmp", until_s=0.0)
+    with pytest.raises(ConfigError, match="events.link"):
+        simulate_packets(topo, flows, "ecmp", events=LinkEvents.flap([10_000], 1e-6, 2e-6))
+    with pytest.raises(ConfigError, match="topo.kind"):
+        simulate_packets(T.fat_tree(16, 4, 100e9), flows, "ecmp")
+    with pytest.raises(ConfigError, match="flows.dst"):
+        simulate_packets(topo, FlowTable.simple([0], [99], 4000), "ecmp")
     with pytest.raises(ConfigError, match="ecn_kmax_packets"):
         from trainfabric.config import validate
 
         validate(PacketConfig, {"ecn_kmin_packets": 10.0, "ecn_kmax_packets": 5.0})
+    with pytest.raises(ConfigError, match="switch_mode"):
+        validate(PacketConfig, {"switch_mode": "magic"})
+    with pytest.raises(ConfigError, match="adaptive_levels"):
+        validate(PacketConfig, {"adaptive_levels": [0.2, 0.1]})
+
+
+def test_empty_and_tiny_flows():
+    topo = T.leaf_spine(8, 4, 100e9)
+    empty = simulate_packets(
+        topo, FlowTable.simple(np.zeros(0, int), np.zeros(0, int), 1.0), "spray"
+    )
+    assert empty.makespan_s == 0.0 and empty.unfinished == 0
+    one = simulate_packets(topo, FlowTable.simple([0], [5], 1.0), "ecmp", config=HTSIM)
+    assert one.finish_s[0] == pytest.approx(4 * (1e-6 + 65 * 8 / 100e9))  # 1 B + 64 B header
+    assert one.delivered_bytes[0] == 1.0
+
+
+def test_importing_the_config_does_not_load_numba():
+    """The scenario models import PacketConfig; the kernel loads only with simulate_packets."""
+    code = (
+        "import sys; from trainfabric.fabric.packet import PacketConfig; "
+        "print('trainfabric.fabric.packet.kernel' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
