@@ -67,7 +67,7 @@ Units: bytes, seconds; rates in Gb/s in files (``nic_rate_gbps``), bits/s inside
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -408,13 +408,18 @@ def _simulate(sc, topo, flows, mode: str, seed: int, field: str, *, link_up=None
         raise ConfigError(field, exc.message) from None
 
 
+@dataclass(frozen=True)
 class _Run:
     """A collective on the scenario's engine: ``time_s`` from release to the last byte,
     steps simulated, flows, events, wall time, and the packet engine's figures."""
 
-    def __init__(self, time_s, n_steps, steps_simulated, n_flows, n_events, wall_s, packet):
-        self.time_s, self.n_steps, self.steps_simulated = time_s, n_steps, steps_simulated
-        self.n_flows, self.n_events, self.wall_s, self.packet = n_flows, n_events, wall_s, packet
+    time_s: float
+    n_steps: int
+    steps_simulated: int
+    n_flows: int
+    n_events: int
+    wall_s: float
+    packet: dict
 
     @property
     def shortcut(self) -> bool:
