@@ -93,9 +93,8 @@ def eval_cmd(
 ) -> None:
     """Line rate, isolation, failures and flaps per load-balancing mode, with a report.
 
-    \b
-    --engine packet runs the four scenarios on the packet-level engine at the sizes it
-    handles (32 GPUs quick, 64 full; see scenarios.packet_eval_scenarios) and adds the
+    --engine packet: the packet-level engine, at the sizes it handles
+    (32 GPUs quick, 64 full; scenarios.packet_eval_scenarios), adding the
     measured p99_latency_us and jitter_us per mode.
     """
     from trainfabric.fabric.scenarios import eval_name, run_eval
