@@ -11,7 +11,10 @@ Model (units: bytes, seconds; ``mtu_bytes`` is the payload of a full packet):
   control packet is ``header_bytes``) occupies a link of rate ``c`` for ``8 w / c`` and
   arrives ``hop_latency_s`` after its last bit left (store and forward at every hop).
 * **Output queues**: one per directed link (host NIC ports included), two classes served in
-  strict priority: control packets and trimmed headers (high), data (low). At a switch port
+  strict priority: control packets and trimmed headers (high), data (low; at a host NIC
+  also NACKs, served round-robin over flows, one packet per flow in turn, as htsim's
+  FairPriorityQueue; FIFO at switch ports). A header first in its class is put on the wire
+  when the port frees without waiting for an event (not under PFC). At a switch port
   the low class holds at most ``queue_packets x mtu_bytes`` bytes counting the packet being
   serialised (htsim's accounting), the high class twice that. ECN (data, at switch ports):
   marked with probability ``(q - kmin) / (kmax - kmin)`` for ``kmin <= q < kmax`` and 1 above
@@ -30,11 +33,21 @@ Model (units: bytes, seconds; ``mtu_bytes`` is the payload of a full packet):
   The receiver delivers in order through a reordering buffer; each payload byte is
   delivered once (duplicates are counted, not delivered).
 * **Load balancing**: :mod:`~trainfabric.fabric.packet.lb`.
+* **Connections**: flows sharing an ``entropy`` value are one connection for path choice
+  (the same ECMP / flowlet hash, the same pinned plane: NCCL's persistent queue pairs);
+  distinct values are new connections (htsim's generators). Transport state (window,
+  credits, sequence space) is per flow: every message starts with the initial window.
 * **Failures**: a link that is down in truth drops what is sent onto it and what is in flight
   on it; the hardware / software / routing views learn a change after
   ``reaction_*_s``; static failures (``link_up``) are known to every view from t = 0.
 * **Metrics**: :mod:`~trainfabric.fabric.packet.result` (latency, jitter = p99 - p50 of the
-  one-way latency, queue occupancy, reordering depth, retransmissions, goodput timeline).
+  one-way latency, queue occupancy, reordering depth, retransmissions, lost bytes, goodput
+  timeline; ``acked_s`` = htsim's completion, the source holding the last ACK).
+* **Checked against htsim** (same flows, htsim's parameters: 100 Gb/s, 1 us per hop, MTU
+  4000 + 64 B, 35-packet queues, IW 50): 512-host 2 MB permutation acked FCT p50/p99
+  178.3/179.2 us (htsim 178.2/179.3, spray/perm), 184.6/188.5 (184.3/188.3, adaptive /
+  ecmp_ar); 128-host 100 kB all-to-all 1052.6/1074.9 (1053.0/1074.2); 64-to-1 incast
+  completion 5272 (5270); 8 x 16 chained ring 972 (978).
 * **Limits**: :mod:`~trainfabric.fabric.packet.config` (packet count and memory bound).
 """
 

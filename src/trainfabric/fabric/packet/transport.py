@@ -11,7 +11,8 @@
   sender one pull. One pacer per receiving host (shared by its flows) spaces pulls by
   ``(mtu + header) x 8 / (nic_rate x pull_rate_fraction)`` seconds: if it is idle and its
   last pull left at least that long ago, the ACK/NACK carries the pull; otherwise a separate
-  PULL packet waits in the pacer's FIFO. Pulls of a flow already complete are discarded.
+  PULL packet waits in the pacer, which serves its flows round-robin (htsim's
+  FairPullQueue). Pulls of a flow already complete are discarded.
 * a NACKed sequence is queued for retransmission (sent on the next credit).
 
 **dctcp** — a RoCE-like sender window with the DCTCP law (Alizadeh et al., SIGCOMM'10), in
