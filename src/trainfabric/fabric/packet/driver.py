@@ -27,6 +27,7 @@ MODE_IDS = {
 SW_IDS = {"lossless": K.SW_LOSSLESS, "lossy": K.SW_LOSSY, "trim": K.SW_TRIM}
 TR_IDS = {"ndp": K.TR_NDP, "dctcp": K.TR_DCTCP}
 MAX_RETRIES = 6
+POOL_FACTOR = 2  # packet records per window packet (data + its ACK / pull); doubles on overflow
 TIMELINE_CELLS = 1 << 20  # jobs x bins of the goodput timeline (8 MB)
 
 
@@ -67,7 +68,7 @@ def simulate_packets(
     iw = cfg.initial_window_packets or auto_window(cfg, topo.nic_rate_bps, topo.hop_latency_s)
     max_w = max(cfg.max_window_packets, iw)
     window = max_w if cfg.transport == "dctcp" else iw
-    pool = int(4 * np.minimum(npk, window).sum() + 8 * topo.n_hosts + 4096)
+    pool = int(POOL_FACTOR * np.minimum(npk, window).sum() + 8 * topo.n_hosts + 4096)
     check_size(cfg, total, flows.n, pool, topo.n_links, topo.planes)
     wall0 = time.perf_counter()
     for _ in range(MAX_RETRIES):
