@@ -225,6 +225,9 @@ def balanced_split(
         ports_dst = _leaf_ports(topo, link_up, topo.host_down, np.unique(dst), leaf, L)
     demand = np.bincount(inv, weights=nbytes, minlength=keys.size)
     demand = demand / demand.max()  # the split is scale-free; capacities are in ports
+    if keys.size * P * S > max_lp_variables:  # the priced split leaves unroutable ones at 0
+        args = (a, b, ks, kd, ports_src, ports_dst, cap_up, cap_down)
+        return keys, priced_split(*args, demand).y, ("host" if host else "leaf")
     ok = _routable(a, b, ks, kd, ports_src, ports_dst, cap_up, cap_down)
     y = np.zeros((keys.size, P, S))
     if ok.any():
@@ -371,7 +374,9 @@ def priced_split(
     d = np.asarray(demand, np.float64)
     args = (a, b, ks, kd, d, ports_src, ports_dst, cap_up, cap_in)
     best_y, theta, done = _priced_iterations(y, *args, int(iterations))
-    bound = max(_priced_bound(best_y, *args), _priced_bound(y, *args))  # y: the last split
+    bound = _priced_bound(best_y, *args)
+    if theta > bound * (1 + 1e-3):  # try the prices at the last split's loads too
+        bound = max(bound, _priced_bound(y, *args))
     return PricedSplit(best_y, float(theta), float(bound), int(done))
 
 

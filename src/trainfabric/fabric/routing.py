@@ -747,52 +747,64 @@ def _paths_3tier(
         hops[i] = 6
 
 
-@numba.njit(cache=True)
 def _pair_rows_2tier(p, a, b, spine_w, leaf_up, spine_down, view, truth):
     """Pair groups on plane ``p``: spine ``s`` gets ``spine_w[i, s]``, split evenly over the
     view-alive uplinks to it, then over the view-alive cables from it into ``b``. Traffic
-    reaching a link that is down in truth is dropped there (survival = delivered share)."""
+    reaching a link that is down in truth is dropped there (survival = delivered share).
+    The plane's tables and link states are gathered into contiguous arrays first (leaf-major
+    cables into each leaf), then :func:`_pair_rows_plane` counts and fills exactly."""
+    lu = np.ascontiguousarray(leaf_up[p])  # [L, U]
+    ld = np.ascontiguousarray(spine_down[p].transpose(1, 0, 2))  # [L(b), S, C]
+    return _pair_rows_plane(a, b, spine_w, lu, ld, view[lu], truth[lu], view[ld], truth[ld])
+
+
+@numba.njit(cache=True)
+def _pair_rows_plane(a, b, spine_w, lu, ld, uv, ut, dv, dt):
+    U, S, C = lu.shape[1], ld.shape[1], ld.shape[2]
     n = a.size
-    U = leaf_up.shape[2]
-    S = spine_down.shape[1]
-    C = spine_down.shape[3]
     ptr = np.zeros(n + 1, np.int64)
-    link = np.empty(n * (U + S * C), np.int64)
-    coef = np.empty(n * (U + S * C))
-    surv = np.zeros(n)
-    e = 0
-    for i in range(n):
-        for s in range(S):
-            w = spine_w[i, s]
-            if w <= 0.0:
-                continue
-            n_up = 0
-            for j in range(s, U, S):
-                if view[leaf_up[p, a[i], j]]:
-                    n_up += 1
-            n_dn = 0
-            for k in range(C):
-                if view[spine_down[p, s, b[i], k]]:
-                    n_dn += 1
-            if n_up == 0 or n_dn == 0:
-                continue
-            arrived = 0.0
-            for j in range(s, U, S):
-                lk = leaf_up[p, a[i], j]
-                if view[lk] and truth[lk]:
-                    link[e] = lk
-                    coef[e] = w / n_up
-                    arrived += w / n_up
-                    e += 1
-            for k in range(C):
-                lk = spine_down[p, s, b[i], k]
-                if view[lk] and truth[lk]:
-                    link[e] = lk
-                    coef[e] = arrived / n_dn
-                    surv[i] += arrived / n_dn
-                    e += 1
-        ptr[i + 1] = e
-    return ptr, link[:e].copy(), coef[:e].copy(), surv
+    for sweep in range(2):  # count, then fill
+        if sweep == 1:
+            link = np.empty(ptr[n], np.int64)
+            coef = np.empty(ptr[n])
+        else:
+            link = np.empty(0, np.int64)
+            coef = np.empty(0)
+        surv = np.zeros(n)
+        e = 0
+        for i in range(n):
+            ai, bi = a[i], b[i]
+            for s in range(S):
+                w = spine_w[i, s]
+                if w <= 0.0:
+                    continue
+                n_up = 0
+                for j in range(s, U, S):
+                    if uv[ai, j]:
+                        n_up += 1
+                n_dn = 0
+                for k in range(C):
+                    if dv[bi, s, k]:
+                        n_dn += 1
+                if n_up == 0 or n_dn == 0:
+                    continue
+                arrived = 0.0
+                for j in range(s, U, S):
+                    if uv[ai, j] and ut[ai, j]:
+                        if sweep == 1:
+                            link[e] = lu[ai, j]
+                            coef[e] = w / n_up
+                        arrived += w / n_up
+                        e += 1
+                for k in range(C):
+                    if dv[bi, s, k] and dt[bi, s, k]:
+                        if sweep == 1:
+                            link[e] = ld[bi, s, k]
+                            coef[e] = arrived / n_dn
+                        surv[i] += arrived / n_dn
+                        e += 1
+            ptr[i + 1] = e
+    return ptr, link, coef, surv
 
 
 @numba.njit(cache=True)
