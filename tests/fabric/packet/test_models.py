@@ -290,3 +290,31 @@ def test_every_byte_delivered_exactly_once_under_random_flaps(data):
     assert res.unfinished == 0
     np.testing.assert_array_equal(res.delivered_bytes, np.ceil(flows.bytes))
     assert res.lost_bytes.sum() <= res.dropped * cfg.mtu_bytes
+
+
+def test_flowlet_rehashes_after_an_idle_gap_and_ecmp_does_not():
+    """Two messages on one connection (same entropy), the second 100 us after the first
+    ends (gap 50 us): ECMP keeps the connection on one leaf uplink, flowlet re-hashes it
+    (a different uplink for most entropies). Counted from the bytes each uplink carried."""
+    topo = T.leaf_spine(16, 16, RATE)  # 8 hosts and 8 uplinks per leaf
+    uplinks = topo.tables["leaf_up"][0, 0]
+    used = {"ecmp": [], "flowlet": []}
+    for ent in range(12):
+        flows = FlowTable(
+            src=[0, 0],
+            dst=[9, 9],
+            bytes=[100_000.0, 100_000.0],
+            entropy=np.array([ent, ent], np.uint64),
+            job=[0, 0],
+            deps_ptr=[0, 0, 1],
+            deps=[0],
+            release_s=[0.0, 0.0],
+            delay_s=[0.0, 100e-6],
+        )
+        for mode in used:
+            res = simulate_packets(topo, flows, mode, config=PacketConfig(mtu_bytes=MTU))
+            assert res.unfinished == 0
+            data = res.link_bytes[uplinks] > 20 * MTU  # a message is 25 packets
+            used[mode].append(int(data.sum()))
+    assert used["ecmp"] == [1] * 12
+    assert sum(u == 2 for u in used["flowlet"]) >= 8

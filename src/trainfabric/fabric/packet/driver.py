@@ -302,6 +302,7 @@ def _result(out, flows: FlowTable, nbytes, total: int, wall: float) -> PacketRes
         received_packets=_per_flow_count(st[21] == 1, out["npk"]),
         queue_max_bytes=lf[:, K.LF_MAX].copy(),
         queue_mean_bytes=lf[:, K.LF_AREA] / end if end > 0 else np.zeros(lf.shape[0]),
+        link_bytes=lf[:, K.LF_BYTES].copy(),
         latency_s=out["lat"][: min(n_lat, out["lat"].size)].copy(),
         n_latency=n_lat,
         n_events=int(ctr[K.C_NEV]),

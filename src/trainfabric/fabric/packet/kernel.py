@@ -166,9 +166,21 @@ N_RETIRE = 8
 # -- per-link ints (li) ----------------------------------------------------------------------
 L_QH0, L_QT0, L_QH1, L_QT1, L_WAKE, L_PAUSED, L_PFC, L_EPOCH, L_TRUTH, N_LI = range(10)
 # -- per-link floats (lf) --------------------------------------------------------------------
-LF_BUSY, LF_QB0, LF_QB1, LF_ING, LF_AREA, LF_LAST, LF_MAX, LF_SER, LF_S0, LF_E0, LF_E1, N_LF = (
-    range(12)
-)
+(
+    LF_BUSY,
+    LF_QB0,
+    LF_QB1,
+    LF_ING,
+    LF_AREA,
+    LF_LAST,
+    LF_MAX,
+    LF_SER,
+    LF_S0,
+    LF_E0,
+    LF_E1,
+    LF_BYTES,
+    N_LF,
+) = range(13)
 # -- pool ints (pi) --------------------------------------------------------------------------
 (
     P_FLOW,
@@ -456,6 +468,7 @@ def transmit(lk, k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier):
     size = pi[k, P_SIZE]
     end = now + size * lf[lk, LF_SER]
     lf[lk, LF_BUSY] = end
+    lf[lk, LF_BYTES] += size
     if pi[k, P_TYPE] == T_DATA:
         lf[lk, LF_S0] = size
         lf[lk, LF_E0] = end

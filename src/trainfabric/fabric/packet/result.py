@@ -12,7 +12,8 @@ Definitions (used by :meth:`PacketResult.summary` and everywhere the engine repo
   it (htsim's definition of a finished flow).
 * **queue occupancy** per directed link: bytes waiting in its output queue (the packet being
   serialised excluded); ``queue_max_bytes`` and the time mean ``queue_mean_bytes`` over the
-  run.
+  run; ``link_bytes``: wire bytes each link transmitted (its mean utilisation is
+  ``8 x link_bytes / (capacity x end_s)``).
 * **reordering depth** per flow: the most packets ever held in the receiver's reordering
   buffer (received above the first missing sequence); ``in_order_packets`` (the first
   missing sequence) and ``received_packets`` (distinct packets received) at the end of the
@@ -56,6 +57,7 @@ class PacketResult:
     received_packets: np.ndarray
     queue_max_bytes: np.ndarray
     queue_mean_bytes: np.ndarray
+    link_bytes: np.ndarray
     latency_s: np.ndarray
     n_latency: int
     n_events: int
