@@ -1141,12 +1141,15 @@ def eval_scenarios(quick: bool, seed: int = 0, engine: str = "flow") -> list[Sce
     before, almost all of it in the isolation and flap runs): line rate on 64-rank groups, 8
     sizes from 256 KiB to 4 GiB; isolation on a 32-rank victim all-reduce next to a 32-rank
     aggressor all-to-all (were 64 + 64: the aggressor's 16k concurrent flows made every
-    victim step a 16k-flow max-min solve); failures: 2 draws per fraction (were 5; a draw
-    costs about 5 concurrent-flow LPs over 512 hosts: the figure itself and the adaptive
-    mode's split for the collective and for both permutations) and a 32-rank all-to-all
-    (was 64); flaps: a 16-rank all-reduce (was 64), 8 iterations of 0.25 s of compute (were
-    20 of 0.1 s), so that the 1.5 s flaps still cover several iterations and outlast the
-    routing reaction (1 s).
+    victim step a 16k-flow max-min solve). The aggressor sends 1 GiB per rank: the ECMP
+    and flowlet victims outlast it (``aggressor_covers_victim`` False); 2 GiB covers them
+    but costs 40 s more (every victim step then re-solves the aggressor's flows) and leaves
+    their ratio at 1 (their bottlenecks are their own collisions). Failures: 2 draws per
+    fraction (were 5; a draw costs about 5 concurrent-flow LPs over 512 hosts: the figure
+    itself and the adaptive mode's split for the collective and for both permutations) and
+    a 32-rank all-to-all (was 64). Flaps: a 16-rank all-reduce (was 64), 8 iterations of
+    0.25 s of compute (were 20 of 0.1 s), so that the 1.5 s flaps still cover several
+    iterations and outlast the routing reaction (1 s).
     """
     if engine == "packet":
         return packet_eval_scenarios(quick, seed)
