@@ -26,11 +26,12 @@ import numba
 import numpy as np
 
 # helpers never allocate: compiled without reference counting (NRT), which otherwise costs an
-# atomic increment and decrement per array argument of every call
-hot = numba.njit(cache=True, _nrt=False)
+# atomic increment and decrement per array argument of every call; numpy's error model: no
+# zero-divisor branch on every modulo / division (every divisor here is checked > 0)
+hot = numba.njit(cache=True, _nrt=False, error_model="numpy")
 # functions with one call site on the event path are inlined (numba passes every array
 # argument as ~9 scalar parameters: a call with the state tuple copies hundreds of words)
-once = numba.njit(cache=True, _nrt=False, inline="always")
+once = numba.njit(cache=True, _nrt=False, inline="always", error_model="numpy")
 
 # -- event kinds ---------------------------------------------------------------------------
 K_ARRIVE, K_WAKE, K_RELEASE, K_PACE, K_RTO, K_LINKEV, K_VIEW, K_PON, K_POFF = range(9)
