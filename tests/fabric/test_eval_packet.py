@@ -97,6 +97,7 @@ def test_packet_flap_effect_comes_from_the_mechanism():
     assert ecmp["stall_s"] >= 0.9 * 0.05
     assert adaptive["stall_s"] < 0.05 / 10
     assert ecmp["lost_packets"] > 0 and adaptive["lost_packets"] >= 0
+    assert ecmp["lost_bytes"] > 0  # payload the engine dropped on the dead cable
     assert (table["unfinished"] == 0).all()
     assert (table["baseline_stall_s"] < 1e-3).all()
 

@@ -914,9 +914,10 @@ def run_flaps(sc: FlapsScenario, seed: int | None = None, timeline: list | None 
     ``timeline`` (a list) receives per-job goodput timeline rows of every run. On the packet
     engine the flap's effect is the engine's (packets on the dead link lost, recovered by
     NACKs and timeouts; each mechanism reroutes after its reaction time): ``stall_s`` is
-    measured on the delivered bytes, ``lost_packets`` / ``timeouts`` are the run's extra
-    drops and timeouts over the flap-free run, and ``impaired_until_s`` (the fluid engine's
-    "still sending into the dead link") is not defined (NaN).
+    measured on the delivered bytes, ``lost_bytes`` is the payload the engine dropped on the
+    dead link, ``lost_packets`` / ``timeouts`` the run's extra drops and timeouts, and
+    ``impaired_until_s`` (the fluid engine's "still sending into the dead link") is not
+    defined (NaN).
     """
     from trainfabric.fabric.collectives import collective_flows
     from trainfabric.fabric.engine import LinkEvents
@@ -987,12 +988,14 @@ def run_flaps(sc: FlapsScenario, seed: int | None = None, timeline: list | None 
 
 def _impairment(sc, res, base, at: float, duration_s: float) -> dict:
     """Flow engine: how long after the flap the job still sent into the dead link. Packet
-    engine: the packets lost and the timeouts the flap caused (over the flap-free run)."""
+    engine: the payload bytes lost on the dead link, and the drops, timeouts and
+    retransmissions the flap caused (over the flap-free run)."""
     if sc.engine == "flow":
         impaired = _within(res.impaired(0, after_s=at), at + duration_s)
         return {"impaired_until_s": float(impaired[:, 1].max(initial=at) - at)}
     return {
         "impaired_until_s": float("nan"),
+        "lost_bytes": float(res.lost_bytes.sum() - base.lost_bytes.sum()),
         "lost_packets": int(res.dropped - base.dropped),
         "timeouts": int(res.timeouts - base.timeouts),
         "retransmitted": int(res.retransmitted - base.retransmitted),
