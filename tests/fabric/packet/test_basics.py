@@ -26,6 +26,9 @@ def test_one_packet_serialisation_plus_propagation():
     assert res.latency_s[0] == pytest.approx(data, rel=1e-12)
     same_leaf = simulate_packets(topo, FlowTable.simple([0], [1], 4000), "ecmp", config=HTSIM)
     assert same_leaf.finish_s[0] == pytest.approx(2 * (1e-6 + 4064 * 8 / 100e9), rel=1e-12)
+    fat = T.fat_tree(16, 4, 100e9)  # across pods: 6 hops
+    across = simulate_packets(fat, FlowTable.simple([0], [15], 4000), "adaptive", config=HTSIM)
+    assert across.finish_s[0] == pytest.approx(6 * (1e-6 + 4064 * 8 / 100e9), rel=1e-12)
 
 
 def test_solo_flow_runs_at_line_rate():
@@ -78,8 +81,6 @@ def test_bad_input_names_the_field():
         simulate_packets(topo, flows, "ecmp", until_s=0.0)
     with pytest.raises(ConfigError, match="events.link"):
         simulate_packets(topo, flows, "ecmp", events=LinkEvents.flap([10_000], 1e-6, 2e-6))
-    with pytest.raises(ConfigError, match="topo.kind"):
-        simulate_packets(T.fat_tree(16, 4, 100e9), flows, "ecmp")
     with pytest.raises(ConfigError, match="flows.dst"):
         simulate_packets(topo, FlowTable.simple([0], [99], 4000), "ecmp")
     with pytest.raises(ConfigError, match="ecn_kmax_packets"):

@@ -96,11 +96,14 @@ def test_lossless_incast_never_drops(transport):
 
 
 def _scenario(data, planes):
-    topo = (
-        T.multiplane(16, planes=planes, switch_radix=8, nic_rate_bps=planes * 25e9)
-        if planes > 1
-        else T.leaf_spine(16, 8, 25e9)
-    )
+    """Random flows on 16 hosts: a 2-tier fabric of ``planes`` planes, or (``planes = 0``)
+    a 3-tier fat-tree of radix 4."""
+    if planes == 0:
+        topo = T.fat_tree(16, 4, 25e9)
+    elif planes > 1:
+        topo = T.multiplane(16, planes=planes, switch_radix=8, nic_rate_bps=planes * 25e9)
+    else:
+        topo = T.leaf_spine(16, 8, 25e9)
     n = data.draw(st.integers(1, 10))
     src = np.array(data.draw(st.lists(st.integers(0, 15), min_size=n, max_size=n)))
     shift = np.array(data.draw(st.lists(st.integers(1, 15), min_size=n, max_size=n)))
@@ -130,7 +133,7 @@ def test_every_byte_delivered_exactly_once(data):
     """Random small scenarios in every mode, switch mode and transport, with queues small
     enough to trim, drop and pause: every flow completes, each payload byte is delivered
     once, in order (the in-order prefix is the whole flow)."""
-    planes = data.draw(st.sampled_from([1, 2]))
+    planes = data.draw(st.sampled_from([0, 1, 2]))
     topo, flows = _scenario(data, planes)
     mode = data.draw(st.sampled_from(MODES))
     cfg = PacketConfig(
@@ -263,7 +266,7 @@ def test_every_byte_delivered_exactly_once_under_random_flaps(data):
     """Random flaps of any links (host or fabric, 1 to 3, each down 1-200 us) in every mode,
     switch mode and transport: what the dead links swallow is recovered (NACK, timeout,
     the mechanisms' reactions), every byte is delivered exactly once."""
-    planes = data.draw(st.sampled_from([1, 2]))
+    planes = data.draw(st.sampled_from([0, 1, 2]))
     topo, flows = _scenario(data, planes)
     k = data.draw(st.integers(1, 3))
     links = np.array(data.draw(st.lists(st.integers(0, topo.n_links - 1), min_size=k, max_size=k)))

@@ -51,10 +51,6 @@ def simulate_packets(
     cfg = config if config is not None else PacketConfig()
     if not isinstance(cfg, PacketConfig):
         raise ConfigError("config", "must be a PacketConfig")
-    if topo.kind == "fat_tree":
-        raise ConfigError(
-            "topo.kind", "the packet engine runs 2-tier fabrics (leaf_spine, multiplane)"
-        )
     flows.check_hosts(topo.n_hosts)
     if until_s is not None and not until_s > 0:
         raise ConfigError("until_s", "must be > 0")
@@ -218,23 +214,44 @@ def _aligned_rows(n: int) -> np.ndarray:
 
 
 def _topo_tuple(topo: T.Topology):
-    H = topo.n_hosts
-    leaf_up, spine_down = topo.tables["leaf_up"], topo.tables["spine_down"]
-    L, S = leaf_up.shape[1], spine_down.shape[1]
-    per = L + S
-    local = np.arange(topo.n_switches) % per
-    sw_role = (local >= L).astype(np.int64)
-    sw_idx = np.where(local < L, local, local - L).astype(np.int64)
-    sw_plane = (np.arange(topo.n_switches) // per).astype(np.int64)
-    assert topo.n_switches == topo.planes * per and H >= 0
+    """Routing tables of both fabric kinds (the other kind's are 1-entry placeholders, so
+    the kernel compiles once): host ports, the host's leaf / edge, 2-tier ``leaf_up`` and
+    ``spine_down``, per switch its role (leaf 0 / spine 1; edge 0 / agg 1 / core 2), index
+    in its tier and plane, fat-tree ``edge_up``, ``agg_down``, ``agg_up``, ``core_down``
+    and ``up_slot`` (per agg uplink its ``j x ua + m`` row of ``core_down``)."""
+    i64 = np.int64
+    t = topo.tables
+    tier = topo.switch_tier.astype(i64)
+    if topo.kind == "fat_tree":
+        first = np.searchsorted(tier, np.arange(3))  # switches are numbered tier by tier
+        sw_idx = np.arange(topo.n_switches) - first[tier]
+        agg_up = t["agg_up"].astype(i64)
+        u = t["edge_up"].shape[1]
+        up_slot = np.full(topo.n_links, -1, i64)
+        a, m = np.indices(agg_up.shape)
+        up_slot[agg_up] = (a % u) * agg_up.shape[1] + m
+        two = (np.zeros((1, 1, 1), i64), np.zeros((1, 1, 1, 1), i64))
+        fat = (t["edge_up"], t["agg_down"], agg_up, t["core_down"], up_slot)
+        sw_role, sw_plane = tier, np.zeros(topo.n_switches, i64)
+    else:
+        leaf_up, spine_down = t["leaf_up"], t["spine_down"]
+        L, S = leaf_up.shape[1], spine_down.shape[1]
+        per = L + S
+        local = np.arange(topo.n_switches) % per
+        sw_role = (local >= L).astype(i64)
+        sw_idx = np.where(local < L, local, local - L)
+        sw_plane = np.arange(topo.n_switches) // per
+        two = (leaf_up, spine_down)
+        one = np.zeros((1, 1), i64)
+        fat = (one, one, one, one, np.zeros(1, i64))
     return (
-        topo.host_down.astype(np.int64),
-        topo.host_leaf[0].astype(np.int64),
-        leaf_up.astype(np.int64),
-        spine_down.astype(np.int64),
-        sw_role,
-        sw_idx,
-        sw_plane,
+        topo.host_down.astype(i64),
+        topo.host_leaf[0].astype(i64),
+        *(np.ascontiguousarray(x, i64) for x in two),
+        sw_role.astype(i64),
+        np.asarray(sw_idx, i64),
+        np.asarray(sw_plane, i64),
+        *(np.ascontiguousarray(x, i64) for x in fat),
     )
 
 
@@ -273,6 +290,7 @@ def _params(topo: T.Topology, cfg: PacketConfig, mode: str, until_s, windows):
     ip[K.I_VPLANE], ip[K.I_VREMOTE], ip[K.I_VFABRIC] = mode_views(mode)
     ip[K.I_ACKREL] = int(cfg.release_on == "acked")
     ip[K.I_NLEV] = levels.size
+    ip[K.I_FAT] = int(topo.kind == "fat_tree")
     return fp, ip
 
 

@@ -116,8 +116,9 @@ N_CTR = C_KIND + 9
     I_VFABRIC,
     I_ACKREL,
     I_NLEV,
+    I_FAT,
     N_IP,
-) = range(17)
+) = range(18)
 # -- per-flow ints (fi) --------------------------------------------------------------------
 (
     FI_SNDNXT,
@@ -655,7 +656,7 @@ def pick_cable(p, s, b, ev, mode, now, spine_down, view, v, lf, rng, fp, ip):
 @once
 def route(k, node, now, pi, lf, fp, ip, ctr, tp, view, rng):
     """The output link of packet ``k`` at switch ``node``; -1 when there is no route."""
-    host_down, host_leaf, leaf_up, spine_down, sw_role, sw_idx, sw_plane = tp
+    host_down, host_leaf, leaf_up, spine_down, sw_role, sw_idx, sw_plane = tp[:7]
     H = ip[I_H]
     sw = node - H
     p = sw_plane[sw]
@@ -665,6 +666,8 @@ def route(k, node, now, pi, lf, fp, ip, ctr, tp, view, rng):
     mode = ip[I_MODE]
     v = ip[I_VFABRIC]
     healthy = ctr[C_DOWN0 + v] == 0
+    if ip[I_FAT] == 1:
+        return route_3tier(k, sw, dst, b, ev, mode, now, pi, lf, fp, ip, tp, view, v, healthy, rng)
     if sw_role[sw] == 0:
         a = sw_idx[sw]
         if a == b:
@@ -677,6 +680,93 @@ def route(k, node, now, pi, lf, fp, ip, ctr, tp, view, rng):
     s = sw_idx[sw]
     e2 = ev // np.uint64(leaf_up.shape[2]) if mode == M_SPRAY else mix(ev, node)
     return pick_cable(p, s, b, e2, mode, now, spine_down, view, v, lf, rng, fp, ip)
+
+
+@hot
+def core_ok(j, m, q, qb, ib, u, agg_up, core_down, agg_down, view, v):
+    """Agg ``j`` of pod ``q`` reaches edge ``ib`` of pod ``qb`` over its uplink ``m``."""
+    ua = agg_up.shape[1]
+    return (
+        view[v, agg_up[q * u + j, m]] != 0
+        and view[v, core_down[j * ua + m, qb]] != 0
+        and view[v, agg_down[qb * u + j, ib]] != 0
+    )
+
+
+@hot
+def agg_ok(e, j, qb, ib, e_pod, u, edge_up, agg_up, core_down, agg_down, view, v):
+    """Edge ``e`` reaches edge ``ib`` of pod ``qb`` through its agg ``j``."""
+    if view[v, edge_up[e, j]] == 0:
+        return False
+    q = e // e_pod
+    if q == qb:
+        return view[v, agg_down[q * u + j, ib]] != 0
+    for m in range(agg_up.shape[1]):  # noqa: SIM110
+        if core_ok(j, m, q, qb, ib, u, agg_up, core_down, agg_down, view, v):
+            return True
+    return False
+
+
+@hot
+def route_3tier(k, sw, dst, b, ev, mode, now, pi, lf, fp, ip, tp, view, v, healthy, rng):
+    """Fat-tree hop: an edge picks an agg (``j``), an agg of the source pod a core uplink
+    (``m``), a core the cable with the same uplink index into the destination pod (as the
+    flow engine's paths), then down. Spray: ``j = path mod u``, ``m = (path div u) mod ua``
+    (when eligible, else the ``path``-th eligible); ecmp-like modes hash; adaptive: the least
+    occupied eligible port."""
+    host_down, sw_role, sw_idx = tp[0], tp[4], tp[5]
+    edge_up, agg_down, agg_up, core_down, up_slot = tp[7], tp[8], tp[9], tp[10], tp[11]
+    e_pod = agg_down.shape[1]
+    u = edge_up.shape[1]
+    ua = agg_up.shape[1]
+    qb, ib = b // e_pod, b % e_pod
+    role = sw_role[sw]
+    idx = sw_idx[sw]
+    if role == 2:  # core: the cable into the destination pod with the incoming uplink's index
+        lk = core_down[up_slot[pi[k, P_LINK]], qb]
+        return lk if view[v, lk] != 0 else -1
+    if role == 0:
+        e = idx
+        if e == b:
+            return host_down[0, dst]
+        n_opt = u
+        want = (
+            np.int64(ev % np.uint64(u)) if mode == M_SPRAY else np.int64(mix(ev, sw) % np.uint64(u))
+        )
+    else:
+        a = idx
+        q, j = a // u, a % u
+        if q == qb:
+            lk = agg_down[a, ib]
+            return lk if view[v, lk] != 0 else -1
+        n_opt = ua
+        if mode == M_SPRAY:
+            want = np.int64((ev // np.uint64(u)) % np.uint64(ua))
+        else:
+            want = np.int64(mix(ev, sw) % np.uint64(ua))
+    best = -1
+    best_occ = 0.0
+    cnt = 0
+    start = randint(rng, n_opt) if mode == M_ADAPTIVE else want
+    for i in range(n_opt):
+        c = (start + i) % n_opt
+        if role == 0:
+            ok = healthy or agg_ok(
+                idx, c, qb, ib, e_pod, u, edge_up, agg_up, core_down, agg_down, view, v
+            )
+            lk = edge_up[idx, c]
+        else:
+            ok = healthy or core_ok(j, c, q, qb, ib, u, agg_up, core_down, agg_down, view, v)
+            lk = agg_up[idx, c]
+        if not ok:
+            continue
+        if mode != M_ADAPTIVE:
+            return lk  # the wanted port, or the next eligible one after it
+        o = occupancy(lf, lk, now, fp, ip)
+        if best < 0 or o < best_occ:
+            best, best_occ = lk, o
+        cnt += 1
+    return best
 
 
 @hot

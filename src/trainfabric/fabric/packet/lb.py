@@ -26,6 +26,11 @@ Decisions are taken per packet where the real mechanism takes them (the kernel's
   the fewest bytes queued (queued + the rest of the packet being serialised), each spine the
   least-loaded cable into the destination leaf; ties at random. Views: hardware (5 us).
 
+Fat-tree (single plane, 3 tiers): an edge picks one of its ``u`` aggs, an agg of the source
+pod one of its ``ua`` core uplinks (spray: the path's digits; ecmp-like: a hash; adaptive:
+the least occupied eligible port), a core forwards on the cable with the same uplink index
+into the destination pod.
+
 Eligible uplink: up in the view and its spine has an up cable into the destination leaf.
 A packet sent into a link that is down in truth is lost there (and what is in flight on a
 link when it fails); each mechanism routes around a failure only once its view has it.
@@ -48,7 +53,13 @@ def mode_views(mode: str) -> tuple[int, int, int]:
 
 
 def n_paths(topo: T.Topology, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    """Spray paths per flow: ``P`` within one leaf, ``P x U x C`` across leaves."""
+    """Spray paths per flow: ``P`` within one leaf, ``P x U x C`` across leaves; fat-tree:
+    1 within an edge, ``u`` (aggs) within a pod, ``u x ua`` (agg uplinks) across pods."""
+    if topo.kind == "fat_tree":
+        t = topo.tables
+        u, ua, e_pod = t["edge_up"].shape[1], t["agg_up"].shape[1], int(t["edges_per_pod"])
+        a, b = topo.leaf_of(src), topo.leaf_of(dst)
+        return np.where(a == b, 1, np.where(a // e_pod == b // e_pod, u, u * ua)).astype(np.int64)
     leaf_up, spine_down = topo.tables["leaf_up"], topo.tables["spine_down"]
     cross = leaf_up.shape[2] * spine_down.shape[3]
     same = topo.leaf_of(src) == topo.leaf_of(dst)
