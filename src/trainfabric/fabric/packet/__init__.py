@@ -2,8 +2,8 @@
 
 ``simulate_packets(topo, flows, mode, config=PacketConfig(...))`` runs a
 :class:`~trainfabric.fabric.flows.FlowTable` (dependencies and delays honoured with the flow
-engine's start rule) on a 2-tier :class:`~trainfabric.fabric.topology.Topology` (leaf_spine,
-multiplane) under a load-balancing mode of :data:`trainfabric.fabric.routing.MODES`.
+engine's start rule) on a :class:`~trainfabric.fabric.topology.Topology` (leaf_spine,
+multiplane, fat_tree) under a load-balancing mode of :data:`trainfabric.fabric.routing.MODES`.
 
 Model (units: bytes, seconds; ``mtu_bytes`` is the payload of a full packet):
 
