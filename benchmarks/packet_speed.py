@@ -7,8 +7,8 @@ trimming and an initial window of 50 packets) on our packet engine with per-pack
 Wall time is the engine call only, after numba has compiled every kernel on tiny instances
 (:func:`_htsim.warm_up`, not timed); topology and flow tables are built before.
 
-With ``--htsim DIR`` (a Broadcom/csg-htsim build: repository root, ``sim/`` or
-``sim/datacenter/`` holding ``htsim_ndp``), the four side-by-side scenarios of
+With ``--htsim DIR`` (or ``$HTSIM_DIR``; a Broadcom/csg-htsim build: repository root,
+``sim/`` or ``sim/datacenter/`` holding ``htsim_ndp``), the four side-by-side scenarios of
 :mod:`_htsim` (permutation, 128-host all-to-all of 100 kB per pair, 64-to-1 incast of
 1 MB each, 8 x 16-rank chained ring all-reduce of 250 KB hops) run on htsim (``perm``,
 ``ecmp_host -paths 1``, ``ecmp_ar``) and on our engine (``spray``, ``ecmp``, ``adaptive``)
@@ -32,6 +32,7 @@ are the mean over the draws (:func:`_htsim.side_by_side`).
 from __future__ import annotations
 
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -180,7 +181,12 @@ def digest(cmp_: dict) -> dict:
 
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
-    p.add_argument("--htsim", type=Path, default=None, help="htsim build (see module doc)")
+    p.add_argument(
+        "--htsim",
+        type=Path,
+        default=os.environ.get("HTSIM_DIR") or None,
+        help="htsim build (module doc); default: $HTSIM_DIR",
+    )
     p.add_argument("--no-sweep", action="store_true", help="skip the 1 ms largest-fabric sweep")
     args = p.parse_args()
     H.warm_up(("packet",))
