@@ -15,8 +15,9 @@ full-bisection 2-tier leaf-spine, NDP, 100 Gb/s, MTU 4000 B):
 The htsim numbers are the spec's (theirs), the paper's 98% and +7% are the paper's; both are
 printed beside ours and labelled. Targets: F1 busbw >= 0.97 of line rate with hardware LB
 (largest size); F2 the ordering spray <= adaptive < ECMP of htsim, and our ratios to spray
-within 25% of htsim's; F3 adaptive/spray permutation throughput within 2% of the
-capacity-proportional ideal 1 - f at every failed fraction, ECMP below it; F4 victim within
+within 25% of htsim's; F3 (restated by issue 14) adaptive's goodput across the
+bisection >= 0.98 of its max-flow bound at every failed fraction, ECMP's mean permutation
+goodput below 1 - f (the first wave's "within 2% of 1 - f" is kept, labelled); F4 victim within
 5% of solo with adaptive (1:1, no failures), the ECMP penalty shown; F5 the measured
 impairment after a flap equals the reaction time of the mode's mechanism (within 2x).
 """
@@ -119,6 +120,7 @@ def main() -> None:
 
     per = fail.groupby(["mode", "failed_fraction"])["mean_permutation_goodput"].mean().unstack(0)
     ideal = 1 - per.index.to_numpy()
+    over = fail.groupby(["mode", "failed_fraction"])["goodput_over_maxflow"].mean().unstack(0)
     lat10 = fail[np.isclose(fail["failed_fraction"], 0.1)].groupby("mode")["latency_increase_est"]
 
     base_iso = iso[(iso["oversubscription"] == 1.0) & (iso["failed_fraction"] == 0.0)]
@@ -163,8 +165,14 @@ def main() -> None:
             .to_dict(),
             "latency_increase_at_10pct_est": lat10.mean().to_dict(),
             "paper latency increase at 10% (theirs)": PAPER["latency_increase_at_10pct"],
-            "met_adaptive": bool(np.all(per["adaptive"].to_numpy() >= ideal - 0.02)),
-            "met_spray": bool(np.all(per["spray"].to_numpy() >= ideal - 0.02)),
+            "goodput_over_maxflow": over.to_dict(),
+            "target": "adaptive goodput >= 0.98 of the max-flow bound at every failed fraction",
+            "met_adaptive": bool(np.all(over["adaptive"].to_numpy() >= 0.98)),
+            "met_spray": bool(np.all(over["spray"].to_numpy() >= 0.98)),
+            "mean_goodput_within_2pct_of_1_minus_f (first-wave check)": {
+                mode: bool(np.all(per[mode].to_numpy() >= ideal - 0.02))
+                for mode in ("adaptive", "spray")
+            },
             "ecmp_below_ideal": bool(np.all(per["ecmp"].to_numpy() < ideal)),
         },
         "F4_isolation": {
