@@ -12,7 +12,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[dev,distributed]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,distributed,train,serve]'
 	@$(MAKE) --no-print-directory browser-deps
 	touch $(STAMP)
 
