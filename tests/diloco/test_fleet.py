@@ -8,7 +8,7 @@ import pytest
 from trainfabric.diloco.fleet import REGIMES, Block, FleetConfig, simulate
 from trainfabric.diloco.learners import ProgressModel, SyncModel
 from trainfabric.diloco.policies import POLICY_NAMES, Schedule, make_policy, matched_schedule
-from trainfabric.diloco.serving import FINISHED, VIOLATED, EngineState, advance
+from trainfabric.diloco.serving import FINISHED, N_COUNTERS, VIOLATED, EngineState, advance
 from trainfabric.errors import ConfigError, InfeasibleError
 
 CFG = FleetConfig(windows=600)
@@ -45,7 +45,7 @@ def test_no_sync_run_is_the_bare_serving_load():
         r = regime.requests(CFG.horizon_s, int(seed))
         st = EngineState.empty(1, CFG.serving)
         arr = r.arrival_s[None]
-        tot = np.zeros(8)
+        tot = np.zeros(N_COUNTERS)
         for w in range(CFG.windows):
             tot += advance(
                 st,

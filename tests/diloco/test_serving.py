@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from trainfabric.diloco import requests as R
 from trainfabric.diloco.serving import (
     FINISHED,
+    N_COUNTERS,
     TPOT_VIOL,
     TTFT_VIOL,
     VIOLATED,
@@ -23,7 +24,7 @@ def run(reqs: R.Requests, model: ServingModel, horizon: float, sync_until=-1.0, 
     arr, pr, out = (x[None, :] for x in (reqs.arrival_s, reqs.prompt_tokens, reqs.output_tokens))
     st_ = EngineState.empty(1, model)
     rec = np.full((1, reqs.n, 2), np.nan)
-    tot = np.zeros(8)
+    tot = np.zeros(N_COUNTERS)
     t = 0.0
     while t < horizon:
         t = min(t + step, horizon)
@@ -114,7 +115,7 @@ def run_last(reqs, model, horizon, step=1.0):
     """Like :func:`run`, also returning the counters of the final window."""
     arr, pr, out = (x[None, :] for x in (reqs.arrival_s, reqs.prompt_tokens, reqs.output_tokens))
     st_ = EngineState.empty(1, model)
-    tot, t, last = np.zeros((1, 8)), 0.0, None
+    tot, t, last = np.zeros((1, N_COUNTERS)), 0.0, None
     while t < horizon:
         t = min(t + step, horizon)
         last = advance(

@@ -11,8 +11,10 @@ a seed) and window ``[t0, t0 + window_s)``:
 3. the serving engines run to the window's end on the request set of the seed;
 4. the learners take ``steps_per_s`` inner steps per second they were not syncing.
 
-Telemetry (all in [0, 1]): ``inference`` = the engines' busy fraction in the last window,
-``serve_now`` = last window's arrivals over twice the regime's mean (a 4x burst saturates it),
+Telemetry (all in [0, 1], :mod:`~.telemetry`): ``inference`` = the pressure of the serving
+engines in the last window computed from what a vLLM server exposes (waiting requests, KV-cache
+use, TTFT/ITL quantiles of the window's histograms against the SLOs; :func:`server_pressure`),
+``serve_now`` = last window's arrivals over twice the regime's mean (a 2x burst saturates it),
 ``serve_forecast`` = its one-step EWMA (``alpha``), ``serve_next`` = the same for the next
 window (the future: only for the non-deployable offline policy), ``network`` and
 ``checkpoint`` = the regime's background series (zero unless the regime defines them).
@@ -20,14 +22,25 @@ window (the future: only for the non-deployable offline policy), ``network`` and
 **Regimes** (:data:`REGIMES`): ``steady`` (Poisson), ``diurnal`` (sinusoidal rate, 1 h
 period), ``bursty`` (MMPP: 4x bursts of 30 s every 120 s), ``sync_heavy`` (steady load, an 8B
 model over 5 Gb/s links: syncs occupy about a quarter of the time at H = 256), ``azure`` (the
-real trace from a random start offset per seed, wrapped, scaled to 1 request/s: its bursts of
-long prompts already give a 4.5% no-sync violation rate there, 28% at 2 requests/s), and the
+real trace scaled to 1 request/s; bursts of long prompts), and the
 artifact's own regimes ``seed_clean``, ``seed_mixed`` and ``seed_bursty`` in **seed_compat**
 mode: its pressure formulas, its simulated sidecar (32 requests/s, the latency formula of
 :func:`sidecar_latency_ms`, SLO 120 ms), a fixed 8 s sync window after each merge, plain
 delta averaging (``averaging_efficiency``) and per-learner votes (a random deferral syncs
 only when all 8 learners draw "sync"). The same seed gives every policy the same requests
 (common random numbers), so policy comparisons are paired.
+
+**Trace regimes** (``azure``, ``--trace``): seed ``i`` replays the ``i``-th disjoint segment
+of the trace time-scaled to the regime's rate (:func:`~.requests.segment`), so seeds are
+independent samples; the trace holds ``floor(n / (rate · horizon))`` of them
+(:func:`trace_segments`), more seeds are refused (:func:`check_segments`) unless the regime
+allows ``overlap`` (random start offsets, wrapped around: seeds then share requests). The
+default horizon of a trace regime is the segment length for the seeds asked for,
+``n / rate / seeds`` (:func:`segment_windows`).
+
+**Sync durations**: the regime's scalar (derived, or the artifact's 8 s), or a distribution
+(:class:`SyncDurations`: measured samples or a callable) drawn per seed with common random
+numbers.
 
 Outcomes per run: SLO violation rate (requests over the TTFT or TPOT SLO or unfinished at the
 horizon / requests arrived, :func:`~.serving.violation_rates`),
@@ -40,6 +53,7 @@ its last interval, only for the spacing of its syncs.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
@@ -51,15 +65,26 @@ from pydantic import AfterValidator, Field
 from trainfabric.config import Config
 from trainfabric.diloco import requests as R
 from trainfabric.diloco.learners import ProgressModel, SyncModel
-from trainfabric.diloco.policies import Observation, Policy
+from trainfabric.diloco.policies import Policy
 from trainfabric.diloco.serving import (
-    BUSY_S,
     FINISHED,
+    KV_FRAC,
+    N_COUNTERS,
     VIOLATED,
+    WAITING,
     EngineState,
     ServingModel,
     advance,
+    histogram,
     violation_rates,
+)
+from trainfabric.diloco.telemetry import (
+    ITL_BUCKETS,
+    TTFT_BUCKETS,
+    PressureModel,
+    Telemetry,
+    histogram_quantile,
+    serve_load,
 )
 from trainfabric.errors import ConfigError
 from trainfabric.limits import check_memory
@@ -75,18 +100,34 @@ class Regime(Config):
     sync: SyncModel = SyncModel()
     background: Literal["none", "seed_clean", "seed_mixed", "seed_bursty"] = "none"
     seed_compat: bool = Field(False, description="the artifact's sidecar, window and votes")
+    overlap: bool = Field(
+        False, description="trace regimes: random, overlapping offsets instead of disjoint segments"
+    )
 
     @property
     def sync_s(self) -> float:
         """How long a sync occupies the fleet: derived (ours) or the artifact's fixed 8 s."""
         return SEED_SYNC_WINDOW_S if self.seed_compat else self.sync.duration_s()
 
+    @property
+    def is_trace(self) -> bool:
+        return self.arrivals in ("azure", "trace")
+
+    def trace_requests(self) -> R.Requests:
+        return R.azure_trace() if self.arrivals == "azure" else _read_trace(self.trace)
+
+    def trace_duration_s(self) -> float:
+        """A trace regime's whole trace at its rate: ``n / rate`` seconds."""
+        return self.trace_requests().n / self.rate
+
     def requests(self, horizon_s: float, seed: int) -> R.Requests:
+        """The requests of ``seed``; in a trace regime its disjoint segment number ``seed``
+        (:func:`~.requests.segment`), or with ``overlap`` a random offset (wrapped)."""
         rng = np.random.default_rng([seed, 17])
-        if self.arrivals == "azure":
-            return R.replay(R.azure_trace(), self.rate, horizon_s, rng)
-        if self.arrivals == "trace":
-            return R.replay(_read_trace(self.trace), self.rate, horizon_s, rng)
+        if self.is_trace:
+            if self.overlap:
+                return R.replay(self.trace_requests(), self.rate, horizon_s, rng)
+            return R.segment(self.trace_requests(), self.rate, horizon_s, seed)
         gen = {"poisson": R.poisson, "diurnal": R.diurnal, "mmpp": R.mmpp, "hawkes": R.hawkes}
         return gen[self.arrivals](self.rate, horizon_s, rng)
 
@@ -153,6 +194,33 @@ def _read_trace(path: str | None) -> R.Requests:
     return R.read_trace(path)
 
 
+def trace_segments(regime: Regime, horizon_s: float) -> int:
+    """Disjoint segments of ``horizon_s`` in a trace regime's trace (at its rate)."""
+    return R.segments(regime.trace_requests(), regime.rate, horizon_s)
+
+
+def segment_windows(regime: Regime, seeds: int, window_s: float = 1.0) -> int:
+    """A trace regime's default horizon in windows: the segment length when the trace is cut
+    into one segment per seed, ``floor(n / rate / seeds / window_s)``."""
+    return int(np.floor(regime.trace_duration_s() / seeds / window_s * (1 + 1e-12)))
+
+
+def check_segments(regime: Regime, seeds: int, horizon_s: float, flag: str = "--seeds") -> None:
+    """ConfigError naming ``flag`` when a trace regime without ``overlap`` holds fewer than
+    ``seeds`` disjoint segments of ``horizon_s``."""
+    if not regime.is_trace or regime.overlap:
+        return
+    held = trace_segments(regime, horizon_s)
+    if seeds > held:
+        raise ConfigError(
+            flag,
+            f"the trace of regime {regime.name} holds {held} independent segments of "
+            f"{horizon_s:.6g} s at {regime.rate:.4g} requests/s ({regime.trace_duration_s():.6g} "
+            f"s in all), {seeds} seeds asked for: fewer seeds, a shorter horizon, or "
+            "--allow-overlap (seeds then share requests and the verdict says so)",
+        )
+
+
 def get_regime(name: str) -> Regime:
     if name not in REGIMES:
         raise ConfigError("regime", f"unknown regime {name!r}; known: {', '.join(REGIMES)}")
@@ -185,6 +253,9 @@ class FleetConfig(Config):
     serving: ServingModel = ServingModel()
     progress: ProgressModel = ProgressModel()
     forecast_alpha: float = Field(0.3, gt=0, le=1, description="EWMA weight of the newest window")
+    pressure_quantile: float = Field(
+        0.9, ge=0, le=1, description="TTFT/ITL quantile in the inference pressure"
+    )
 
     @property
     def horizon_s(self) -> float:
@@ -229,12 +300,70 @@ def check_fleet_size(config: FleetConfig, regime: Regime, runs: int, seeds: int)
     )
 
 
+class SyncDurations:
+    """A distribution of sync durations (seconds) in place of the regime's scalar.
+
+    ``samples``: durations drawn uniformly with replacement (e.g. measured collective
+    times); or ``fn(rng, n)``: ``n`` durations from a numpy Generator, at most ``max_s``
+    (which a matched-random control needs to keep its syncs apart). Each seed has one
+    stream, from ``default_rng([seed, 31])`` in blocks of :attr:`BLOCK` draws, and a run's
+    ``k``-th sync takes the stream's ``k``-th duration: common random numbers, so policies
+    on the same seed see the same durations in the same order.
+    """
+
+    BLOCK = 256
+
+    def __init__(self, samples=None, fn: Callable | None = None, max_s: float | None = None):
+        if (samples is None) == (fn is None):
+            raise ConfigError("sync_durations", "give either samples or a callable")
+        if samples is not None:
+            samples = np.asarray(samples, float).ravel()
+            if samples.size == 0 or not np.all(np.isfinite(samples) & (samples > 0)):
+                raise ConfigError("sync_durations", "samples must be finite and > 0 seconds")
+            max_s = float(samples.max())
+        elif max_s is None or not (np.isfinite(max_s) and max_s > 0):
+            raise ConfigError("sync_durations", "a callable needs max_s > 0 seconds")
+        self.samples, self.fn, self.max_s = samples, fn, float(max_s)
+
+    def _block(self, rng: np.random.Generator) -> np.ndarray:
+        if self.samples is not None:
+            return self.samples[rng.integers(self.samples.size, size=self.BLOCK)]
+        d = np.asarray(self.fn(rng, self.BLOCK), float)
+        if d.shape != (self.BLOCK,) or not np.all(np.isfinite(d) & (d > 0) & (d <= self.max_s)):
+            raise ConfigError(
+                "sync_durations", f"the callable must return {self.BLOCK} durations in (0, max_s]"
+            )
+        return d
+
+    def streams(self, seeds: np.ndarray) -> list[_Stream]:
+        return [_Stream(self, np.random.default_rng([int(s), 31])) for s in seeds]
+
+
+class _Stream:
+    """The durations of one seed, drawn block by block as needed (same order every time)."""
+
+    def __init__(self, dist: SyncDurations, rng: np.random.Generator):
+        self.dist, self.rng, self.values = dist, rng, np.zeros(0)
+
+    def __getitem__(self, k: int) -> float:
+        while k >= self.values.size:
+            self.values = np.r_[self.values, self.dist._block(self.rng)]
+        return float(self.values[k])
+
+
 def simulate(
-    config: FleetConfig, regime: Regime, blocks: list[Block], *, sync: bool = True
+    config: FleetConfig,
+    regime: Regime,
+    blocks: list[Block],
+    *,
+    sync: bool = True,
+    durations: SyncDurations | None = None,
 ) -> FleetResult:
     """Run every block's policy on its seeds (module doc); ``sync=False`` removes every sync
-    (the no-sync load match: the same offered load, nothing else). Refuses a run over the
-    memory limit before drawing any request (:func:`check_fleet_size`, field ``windows``)."""
+    (the no-sync load match: the same offered load, nothing else); ``durations`` draws each
+    sync's duration (:class:`SyncDurations`) instead of the regime's scalar. Refuses a run
+    over the memory limit before drawing any request (:func:`check_fleet_size`, field
+    ``windows``)."""
     seeds = np.concatenate([np.asarray(b.seeds, np.int64) for b in blocks])
     uniq, req_of = np.unique(seeds, return_inverse=True)
     check_fleet_size(config, regime, seeds.size, uniq.size)
@@ -244,7 +373,7 @@ def simulate(
     counts = np.stack(
         [np.histogram(r.arrival_s, bins=W + 1, range=(0, (W + 1) * dt))[0] for r in sets]
     )
-    load = np.clip(counts / (2.0 * regime.rate * dt), 0.0, 1.0)[req_of]  # [K, W+1]
+    load = serve_load(counts, regime.rate, dt)[req_of]  # [K, W+1]
     net, bg_inf, ckpt, burst = regime.pressure(np.arange(W + 1) * dt)
     compat = regime.seed_compat
     if compat:  # the artifact's serving signals: bursts now, next window's overlap with one
@@ -263,33 +392,34 @@ def simulate(
         b.policy.reset(len(b.seeds), seeds[lo : lo + len(b.seeds)], SEED_LEARNERS if compat else 1)
     prog = config.progress
     D = regime.sync_s
+    streams = None if durations is None else durations.streams(uniq)
     outer = prog.averaging_efficiency if compat else 1.0
     params = regime.sync.params
+    pressure = pressure_model(config)
+    tel = Telemetry(K, regime.rate, dt, config.forecast_alpha)
     state = EngineState.empty(K, config.serving)
     h, tokens, eff = np.zeros(K), np.zeros(K), np.zeros(K)
     sync_until = np.full(K, -np.inf)
     last_sync = np.zeros(K)
-    inference, forecast = np.zeros(K), np.zeros(K)
+    inference = np.zeros(K)
     started = np.zeros((K, W), bool)
     viol = np.zeros((K, W))
     fin = np.zeros((K, W))
-    totals = np.zeros((K, 8))
-    syncing_s = np.zeros(K)
+    totals = np.zeros((K, N_COUNTERS))
+    syncing_s, drawn_s = np.zeros(K), np.zeros(K)
     for w in range(W):
         t0 = w * dt
         if sync:
             gain = tokens * prog.efficiency(h) * outer
-            obs = Observation.of(
+            obs = tel.observe(
                 w,
                 h=h,
                 tokens=tokens,
                 loss_delta=prog.loss(eff, params) - prog.loss(eff + gain, params),
                 staleness_s=t0 - last_sync,
-                network=np.full(K, net[w]),
-                inference=np.full(K, bg_inf[w]) if compat else inference,
-                checkpoint=np.full(K, ckpt[w]),
-                serve_now=load[:, w - 1] if w else np.zeros(K),
-                serve_forecast=forecast,
+                network=net[w],
+                inference=bg_inf[w] if compat else inference,
+                checkpoint=ckpt[w],
                 serve_next=next_cost[:, w] if compat else load[:, w],
             )
             want = np.concatenate(
@@ -302,18 +432,24 @@ def simulate(
             eff[go] += gain[go]
             h[go] = 0.0
             tokens[go] = 0.0
-            sync_until[go] = t0 + D
-            last_sync[go] = t0 + D
+            dur = np.full(K, D)
+            if streams is not None:
+                for k in np.flatnonzero(go):
+                    dur[k] = streams[req_of[k]][int(started[k].sum())]
+                drawn_s[go] += dur[go]
+            sync_until[go] = t0 + dur[go]
+            last_sync[go] = t0 + dur[go]
             started[:, w] = go
         if compat:
             lat = sidecar_latency_ms(net[w], bg_inf[w], ckpt[w], sync_until > t0, noise[:, w])
-            c = np.zeros((K, 8))
+            c = np.zeros((K, N_COUNTERS))
             c[:, FINISHED] = SEED_REQUESTS_PER_S
             c[:, VIOLATED] = (lat > SEED_SLO_MS).sum(axis=1)
         else:
             c = advance(
                 state, arrival, prompt, output, n_req, req_of, t0 + dt, sync_until, config.serving
             )
+            inference = server_pressure(pressure, c)
         totals += c
         viol[:, w], fin[:, w] = c[:, VIOLATED], c[:, FINISHED]
         busy_sync = np.clip(np.minimum(sync_until, t0 + dt) - t0, 0.0, dt)
@@ -321,12 +457,13 @@ def simulate(
         steps = (dt - busy_sync) * prog.steps_per_s
         h += steps
         tokens += steps * prog.tokens_per_step
-        inference = np.clip(c[:, BUSY_S] / (config.serving.replicas * dt), 0.0, 1.0)
-        forecast = config.forecast_alpha * load[:, w] + (1 - config.forecast_alpha) * forecast
+        tel.update(load=load[:, w])
     trained = (
         config.horizon_s * prog.steps_per_s * prog.tokens_per_step
         - syncing_s * prog.steps_per_s * prog.tokens_per_step
     )
+    syncs = started.sum(axis=1)
+    mean_sync_s = D if streams is None else np.where(syncs > 0, drawn_s / np.maximum(syncs, 1), D)
     table = pd.DataFrame(
         {
             "policy": np.concatenate([[b.policy.name] * len(b.seeds) for b in blocks]),
@@ -334,9 +471,9 @@ def simulate(
             "seed": seeds,
             "regime": regime.name,
             "windows": W,
-            **violation_rates(totals, c),  # unfinished at the horizon count as violations
-            "syncs": started.sum(axis=1),
-            "sync_s": D,
+            **violation_rates(totals, c),  # unfinished past their SLO count as violations
+            "syncs": syncs,
+            "sync_s": mean_sync_s,
             "sync_time_fraction": syncing_s / config.horizon_s,
             "tokens_trained": trained,
             "effective_tokens": eff + tokens * prog.efficiency(h) * outer,
@@ -344,6 +481,27 @@ def simulate(
         }
     )
     return FleetResult(table, started, viol, fin)
+
+
+def pressure_model(config: FleetConfig) -> PressureModel:
+    """The ``inference`` pressure of the simulated servers: the serving SLOs, the fleet's
+    quantile, a queue of one full batch per replica at 1 (:mod:`~.telemetry`)."""
+    sm = config.serving
+    return PressureModel(
+        ttft_slo_s=sm.ttft_slo_s,
+        tpot_slo_s=sm.tpot_slo_s,
+        quantile=config.pressure_quantile,
+        queue_scale=float(sm.replicas * sm.max_batch),
+    )
+
+
+def server_pressure(model: PressureModel, c: np.ndarray) -> np.ndarray:
+    """``inference`` per run from one window's counters, exactly as from two scrapes of a
+    vLLM server (:func:`~.telemetry.window`): gauges at its end, latency quantiles of its
+    histograms (Prometheus' ``histogram_quantile``)."""
+    ttft = histogram_quantile(model.quantile, TTFT_BUCKETS, *histogram(c, "ttft"))
+    itl = histogram_quantile(model.quantile, ITL_BUCKETS, *histogram(c, "itl"))
+    return model.inference(c[:, KV_FRAC], c[:, WAITING], ttft, itl)
 
 
 def _pack(sets: list[R.Requests]):

@@ -31,9 +31,12 @@ which keeps blank lines and reports ragged rows by line): a million-row Azure-la
 :func:`diurnal` (sinusoidal rate by thinning), :func:`mmpp` (two-state Markov-modulated
 Poisson, bursts of ``on_s`` every ``period_s``), :func:`hawkes` (self-exciting: every
 arrival raises the rate by ``alpha`` decaying at ``beta``; the request-overlap structure of
-agentic and retry traffic) and :func:`replay` (a trace from a random start offset, wrapped
-around, time-scaled so its mean rate becomes ``rate``). Token lengths are drawn jointly from
-a trace's (prompt, output) pairs, so synthetic arrivals keep real length correlations.
+agentic and retry traffic) and :func:`segment` (a trace time-scaled so its mean rate becomes
+``rate``, cut into disjoint segments of the horizon's length: segment ``i`` is run ``i``'s,
+so seeds are independent samples of the trace; :func:`segments` says how many it holds) or
+:func:`replay` (from a random start offset, wrapped around: seeds overlap). Token lengths
+are drawn jointly from a trace's (prompt, output) pairs, so synthetic arrivals keep real
+length correlations.
 """
 
 from __future__ import annotations
@@ -362,13 +365,45 @@ def hawkes(
 
 
 def replay(trace: Requests, rate: float, horizon_s: float, rng: np.random.Generator) -> Requests:
-    """``trace`` from a random start offset, wrapped around, scaled to mean ``rate``."""
+    """``trace`` from a random start offset, wrapped around, scaled to mean ``rate`` (runs
+    of different seeds overlap: use :func:`segment` for independent ones)."""
     _check(rate, horizon_s)
     span = trace.span_s + trace.span_s / max(trace.n - 1, 1)  # one mean gap closes the loop
-    scale = (trace.n / span) / rate  # stretch factor of the trace's time axis
+    scale = _scale(trace, rate)  # stretch factor of the trace's time axis
     offset = rng.uniform(0.0, span)
     loops = int(np.ceil(horizon_s / (span * scale))) + 1
     t = (trace.arrival_s[None, :] + span * np.arange(loops)[:, None]).ravel() - offset
     idx = np.tile(np.arange(trace.n), loops)
     keep = (t >= 0) & (t * scale < horizon_s)
     return Requests(t[keep] * scale, trace.prompt_tokens[idx[keep]], trace.output_tokens[idx[keep]])
+
+
+def _scale(trace: Requests, rate: float) -> float:
+    """Stretch factor of the trace's time axis for mean ``rate``: its ``n`` requests then
+    last ``n / rate`` seconds (the span plus one mean gap, which closes a loop)."""
+    span = trace.span_s + trace.span_s / max(trace.n - 1, 1)
+    return (trace.n / max(span, 1e-300)) / rate
+
+
+def segments(trace: Requests, rate: float, horizon_s: float) -> int:
+    """Disjoint segments of ``horizon_s`` seconds in ``trace`` at mean ``rate``:
+    ``floor(n / (rate horizon_s))`` (the scaled trace lasts ``n / rate`` seconds)."""
+    _check(rate, horizon_s)
+    return int(np.floor(trace.n / (rate * horizon_s) * (1 + 1e-12)))
+
+
+def segment(trace: Requests, rate: float, horizon_s: float, index: int) -> Requests:
+    """Segment ``index`` of ``trace`` scaled to mean ``rate``: its requests in
+    ``[index · horizon_s, (index + 1) · horizon_s)`` of the scaled trace, shifted to start at
+    0. ConfigError (field ``seeds``) when the trace holds no such segment."""
+    _check(rate, horizon_s)
+    held = segments(trace, rate, horizon_s)
+    if not 0 <= index < held:
+        raise ConfigError(
+            "seeds",
+            f"seed {index} needs trace segment {index}, but the trace holds {held} disjoint "
+            f"segments of {horizon_s:.6g} s at {rate:.4g} requests/s",
+        )
+    t = trace.arrival_s * _scale(trace, rate) - index * horizon_s
+    keep = (t >= 0) & (t < horizon_s)
+    return Requests(t[keep], trace.prompt_tokens[keep], trace.output_tokens[keep])

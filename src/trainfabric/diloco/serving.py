@@ -18,11 +18,22 @@ goes to replica ``i mod R`` (round-robin dispatch). A replica is one engine:
   the same HBM, PCIe/NVLink and NICs). A documented model, calibrated by real replay.
 
 A request violates the SLO when ``TTFT > ttft_slo_s`` or ``TPOT > tpot_slo_s``; it is counted in
-the window in which it finishes. A request that arrived but has not finished by the horizon
-(waiting, or admitted and still in prefill or decode) is a violation too: it is in both the
-numerator and the denominator of every rate of :func:`violation_rates` (otherwise a prompt
-that blocks a replica for longer than the run would take its queue out of the denominator and
-report 0%). Everything is in seconds and tokens.
+the window in which it finishes. A request still unfinished at the horizon (waiting, or
+admitted and still in prefill or decode) counts as a violation once it is past its SLO there:
+no first token ``ttft_slo_s`` after arriving, a first token that came late, or a TPOT over its
+SLO even if every remaining token came at once (``(horizon − first token) / (output − 1) >
+tpot_slo_s``). Those are in the numerator and the denominator of every rate of
+:func:`violation_rates` (so a prompt that blocks a replica for longer than the run does not
+take its queue out of the denominator and report 0%); an unfinished request not yet past its
+SLO has no outcome yet (censored) and is in neither.
+
+**Telemetry per window** (what a vLLM server's ``/metrics`` shows, :mod:`~.telemetry`): the
+gauges at the window's end (waiting and running requests over all replicas, KV-cache use =
+tokens in flight, prompt plus generated so far, over ``kv_tokens``, averaged over replicas)
+and histograms at vLLM's bucket bounds of the window's TTFT observations (one per request, when
+its first token is out) and inter-token latencies (a request's ``output − 1`` gaps, recorded
+when it finishes, each valued at its mean gap, its TPOT: the fluid model has no per-token
+times). Everything is in seconds and tokens.
 """
 
 from __future__ import annotations
@@ -34,6 +45,7 @@ import numpy as np
 from pydantic import Field
 
 from trainfabric.config import Config
+from trainfabric.diloco.telemetry import ITL_BUCKETS, TTFT_BUCKETS
 
 
 class ServingModel(Config):
@@ -64,29 +76,47 @@ class ServingModel(Config):
         )
 
 
-# window counters, per run
+# window counters, per run: counts, gauges at the window's end (WAITING .. KV_FRAC), the
+# unfinished requests past their SLO at the window's end (LATE*), then the per-bucket (not
+# cumulative) counts of the TTFT and ITL histograms, their last bucket the +Inf one
 FINISHED, VIOLATED, TTFT_VIOL, TPOT_VIOL, WAITING, RUNNING, BUSY_S, KV_FRAC = range(8)
-N_COUNTERS = 8
+LATE, LATE_TTFT, LATE_TPOT = range(8, 11)
+TTFT_HIST = 11
+ITL_HIST = TTFT_HIST + len(TTFT_BUCKETS) + 1
+N_COUNTERS = ITL_HIST + len(ITL_BUCKETS) + 1
+_TTFT_B = np.array(TTFT_BUCKETS)
+_ITL_B = np.array(ITL_BUCKETS)
+
+
+def histogram(counters: np.ndarray, which: str) -> tuple[np.ndarray, np.ndarray]:
+    """Cumulative bucket counts ``[..., nb]`` at the finite bounds and the total ``[...]``
+    of the ``ttft`` or ``itl`` histogram in window counters (summed over windows: cumulative)."""
+    lo, nb = (TTFT_HIST, len(TTFT_BUCKETS)) if which == "ttft" else (ITL_HIST, len(ITL_BUCKETS))
+    cum = np.cumsum(counters[..., lo : lo + nb + 1], axis=-1)
+    return cum[..., :nb], cum[..., nb]
 
 
 def violation_rates(totals: np.ndarray, last: np.ndarray) -> dict[str, np.ndarray]:
-    """SLO outcomes per run over every request that arrived by the horizon.
+    """SLO outcomes per run over every request with an outcome by the horizon.
 
     ``totals`` are the window counters summed over a run's windows and ``last`` those of its
-    final window (whose ``WAITING + RUNNING`` are the requests unfinished at the horizon,
-    ``u``). With ``f`` finished requests of which ``v`` violated (``v_ttft``, ``v_tpot`` per
-    SLO): ``slo_violation_rate = (v + u) / (f + u)``, likewise for TTFT and TPOT; 0 when no
-    request arrived. Also returns ``requests = f + u`` and ``unfinished_requests = u``.
+    final window: its ``WAITING + RUNNING`` are the requests unfinished at the horizon, ``u``
+    of them already past their SLO (``LATE``; ``LATE_TTFT``, ``LATE_TPOT`` per SLO). With
+    ``f`` finished requests of which ``v`` violated (``v_ttft``, ``v_tpot`` per SLO):
+    ``slo_violation_rate = (v + u) / (f + u)``, ``ttft_violation_rate = (v_ttft + u_ttft) /
+    (f + u)``, likewise TPOT; 0 when there is none. Also returns ``requests`` (arrived),
+    ``unfinished_requests`` and ``late_unfinished = u``.
     """
-    u = last[:, WAITING] + last[:, RUNNING]
-    arrived = totals[:, FINISHED] + u
-    denom = np.maximum(arrived, 1)
+    u = last[:, LATE]
+    denom = np.maximum(totals[:, FINISHED] + u, 1)
+    unfinished = last[:, WAITING] + last[:, RUNNING]
     return {
         "slo_violation_rate": (totals[:, VIOLATED] + u) / denom,
-        "ttft_violation_rate": (totals[:, TTFT_VIOL] + u) / denom,
-        "tpot_violation_rate": (totals[:, TPOT_VIOL] + u) / denom,
-        "requests": arrived,
-        "unfinished_requests": u,
+        "ttft_violation_rate": (totals[:, TTFT_VIOL] + last[:, LATE_TTFT]) / denom,
+        "tpot_violation_rate": (totals[:, TPOT_VIOL] + last[:, LATE_TPOT]) / denom,
+        "requests": totals[:, FINISHED] + unfinished,
+        "unfinished_requests": unfinished,
+        "late_unfinished": u,
     }
 
 
@@ -153,6 +183,8 @@ def advance(
         counters,
         rec,
         record is not None,
+        _TTFT_B,
+        _ITL_B,
     )
     return counters
 
@@ -180,11 +212,19 @@ def _work_done(t0, t1, sync_until, slow):
 
 
 @numba.njit(cache=True)
-def _finish(k, i, t, first, arr, out, par, counters, rec, recording):
+def _observe(counters, k, col, bounds, value, weight):
+    """Add ``weight`` observations of ``value`` to the histogram at column ``col``."""
+    counters[k, col + np.searchsorted(bounds, value)] += weight
+
+
+@numba.njit(cache=True)
+def _finish(k, i, t, first, arr, out, par, counters, rec, recording, itl_b):
     ttft = first - arr
     tpot = (t - first) / (out - 1) if out > 1 else 0.0
     bad_ttft = ttft > par[4]
     bad_tpot = tpot > par[5]
+    if out > 1:
+        _observe(counters, k, ITL_HIST, itl_b, tpot, out - 1.0)
     counters[k, FINISHED] += 1
     counters[k, TTFT_VIOL] += bad_ttft
     counters[k, TPOT_VIOL] += bad_tpot
@@ -213,6 +253,8 @@ def _advance(
     counters,
     rec,
     recording,
+    ttft_b,
+    itl_b,
 ):
     c_pf, d0, d1, interf, kv_cap, bmax = par[0], par[1], par[2], par[3], par[6], int(par[7])
     slow = 1.0 + interf
@@ -243,6 +285,7 @@ def _advance(
                         busy += t_pf - t
                         t = t_pf
                         head[k, q] = h + R
+                        _observe(counters, k, TTFT_HIST, ttft_b, t - arrival[s, h], 1.0)
                         if output[s, h] <= 1:
                             _finish(
                                 k,
@@ -255,6 +298,7 @@ def _advance(
                                 counters,
                                 rec,
                                 recording,
+                                itl_b,
                             )
                         else:
                             kv[k, q] += need
@@ -293,18 +337,57 @@ def _advance(
                             counters,
                             rec,
                             recording,
+                            itl_b,
                         )
                         sreq[k, q, b] = -1
             T[k, q] = t
             counters[k, BUSY_S] += busy
-            waiting = 0
-            h = head[k, q]
-            while h < n and arrival[s, h] <= t_end:
-                waiting += 1
-                h += R
-            counters[k, WAITING] += waiting
-            running = 0
-            for b in range(bmax):
-                running += sreq[k, q, b] >= 0
-            counters[k, RUNNING] += running
-            counters[k, KV_FRAC] += kv[k, q] / kv_cap / R
+            _gauges(
+                k,
+                q,
+                s,
+                n,
+                R,
+                head,
+                sreq,
+                sleft,
+                sfirst,
+                arrival,
+                prompt,
+                output,
+                t_end,
+                par,
+                counters,
+            )
+
+
+@numba.njit(cache=True)
+def _gauges(
+    k, q, s, n, R, head, sreq, sleft, sfirst, arrival, prompt, output, t_end, par, counters
+):
+    """Waiting, running, KV in flight and the unfinished requests past their SLO at ``t_end``."""
+    waiting = 0
+    h = head[k, q]
+    while h < n and arrival[s, h] <= t_end:
+        waiting += 1
+        late = t_end - arrival[s, h] > par[4]
+        counters[k, LATE] += late
+        counters[k, LATE_TTFT] += late
+        h += R
+    counters[k, WAITING] += waiting
+    running = 0
+    in_flight = 0.0
+    for b in range(sreq.shape[2]):
+        r = sreq[k, q, b]
+        if r < 0:
+            continue
+        running += 1
+        in_flight += prompt[s, r] + output[s, r] - sleft[k, q, b]
+        first = sfirst[k, q, b]
+        late_ttft = min(first, t_end) - arrival[s, r] > par[4]
+        late_tpot = first <= t_end and (t_end - first) / (output[s, r] - 1) > par[5]
+        counters[k, LATE] += late_ttft or late_tpot
+        counters[k, LATE_TTFT] += late_ttft
+        counters[k, LATE_TPOT] += late_tpot
+    counters[k, RUNNING] += running
+    counters[k, KV_FRAC] += min(in_flight / par[6], 1.0) / R
