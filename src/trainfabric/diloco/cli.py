@@ -172,3 +172,9 @@ def _regime(name: str, trace: Path | None, rate_scale: float):
 
 def _fmt(v) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+from trainfabric.diloco import live_cli as _live_cli  # noqa: E402  (light: imports lazily)
+
+app.command("live")(_live_cli.live_cmd)
+app.command("calibrate")(_live_cli.calibrate_cmd)

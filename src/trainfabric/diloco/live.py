@@ -1,0 +1,768 @@
+"""``trainfabric diloco live``: real DiLoCo learners and a real server on one machine, a policy
+deciding the syncs, and the simulator's protocol applied to these runs.
+
+**One run** (:func:`run_once`, a policy on a seed): ``learners`` DiLoCo learner processes
+(:mod:`trainfabric.diloco.train`: inner AdamW, a real gloo all-reduce of the pseudo-gradients
+over tc-shaped veth links between network namespaces, outer Nesterov) share the machine's
+cores with a serving engine (a real vLLM server, or the emulator) while an open-loop replay
+sends it the requests of the seed's segment of the Azure trace, and a sidecar scrapes its
+``/metrics``. Every ``window_s`` the controller builds the policies' observation
+(:class:`~.telemetry.Telemetry`: ``inference`` from the sidecar's last scrape window, ``network``
+= the shaped links' utilisation from the qdisc byte counters, ``checkpoint`` = 1 while a learner
+writes one, ``serve_now``/``serve_forecast`` from the segment's arrivals per window, progress
+from the learners) and asks the *same policy object the simulator uses*; rank 0 broadcasts the
+answer. A run lasts ``duration_s`` of replay; the training runs throughout.
+
+**Trace segments** (:func:`segment`): seed ``s`` replays requests ``[s T r, (s + 1) T r)`` of the
+trace's own time axis compressed ``r = rate_scale`` times into ``[0, T)`` (``T = duration_s``):
+disjoint segments, so seeds are independent samples of the trace; more seeds than the trace
+holds are refused.
+
+**The protocol on real runs** (:func:`run_experiment`), per seed: each reference policy; its
+**matched random** control (:func:`~.policies.matched_schedule`: exactly the reference's sync
+count on that seed, schedule uniform among those whose gaps respect ``min_h``/``max_h``
+converted to windows with the inner steps per window and the sync duration the reference run
+measured; one draw per seed, an envelope being unaffordable live; a scheduled window that
+falls inside a running sync is taken at the next consultation); the **no-sync** run (the same
+learners and offered load, never syncing: the SLO floor). Per policy: paired differences vs
+matched random over seeds of the SLO violation rate, of the eval loss at equal tokens and at
+equal wall-clock (:mod:`~.live_analysis`), Wilcoxon (primary) / sign / sign-flip p-values,
+Holm over the policies, the minimum attainable p for the seed count, and the share of the
+SLO effect explained by the sync-time fraction.
+
+**Effect-size transfer** (:func:`simulate_seeds`): the simulator runs the same configuration —
+the same policies and seeds, each seed's own request segment, one replica with the serving
+rates and interference fitted from these runs (:mod:`~.calibrate`), the measured inner-step
+rate and the measured mean sync duration — and ``sim_vs_real_effect_ratio`` = mean over seeds
+of ``SLO_sim(policy) − SLO_sim(matched random)`` over the same in the live runs (see
+:func:`~.live_analysis.effect_ratio` for the guards).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+from pydantic import Field
+
+from trainfabric.config import Config
+from trainfabric.diloco import live_analysis as LA
+from trainfabric.diloco import requests as R
+from trainfabric.diloco.policies import POLICY_NAMES, Policy, make_policy, matched_schedule
+from trainfabric.diloco.telemetry import PressureModel, Telemetry, link_utilisation
+from trainfabric.errors import ConfigError, InfeasibleError
+
+
+class LiveConfig(Config):
+    """What ``diloco live`` runs (defaults: the full experiment; :func:`quick_config`)."""
+
+    policies: list[str] = Field(default_factory=lambda: ["wa_forecast"], min_length=1)
+    seeds: int = Field(10, ge=1, le=1000, description="paired seeds (>= 10 for a verdict)")
+    seed0: int = Field(0, ge=0, le=10_000, description="first seed (segment index)")
+    duration_s: float = Field(120.0, ge=10, le=86_400, description="replay seconds per run")
+    window_s: float = Field(1.0, gt=0, le=60, description="control window")
+    rate_scale: float = Field(1.0, gt=0, le=100, description="x the trace's own request rate")
+    learners: int = Field(2, ge=2, le=16)
+    shaping_mbit: float = Field(10.0, gt=0, le=100_000, description="learner link rate")
+    H: int = Field(50, ge=1, description="fixed_h interval (inner steps)")
+    min_h: int = Field(20, ge=1, description="guards of the other policies (inner steps)")
+    max_h: int = Field(100, ge=1)
+    server: Literal["vllm", "emulator"] = "vllm"
+    ttft_slo_s: float = Field(0.5, gt=0)
+    tpot_slo_s: float = Field(0.05, gt=0)
+    forecast_alpha: float = Field(0.3, gt=0, le=1)
+    no_sync: bool = Field(True, description="run the no-sync load match")
+    sim_draws: int = Field(20, ge=1, le=1000, description="matched-random draws per seed in sim")
+
+
+def quick_config(**update) -> LiveConfig:
+    """A few minutes: 2 seeds of 45 s, the headline policy, its matched random, no-sync."""
+    return LiveConfig(**({"seeds": 2, "duration_s": 45.0} | update))
+
+
+def check_config(cfg: LiveConfig) -> None:
+    """Refuse what cannot run, naming the field."""
+    for name in cfg.policies:
+        if name not in POLICY_NAMES:
+            raise ConfigError(
+                "policy", f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}"
+            )
+        if name == "wa_calibrated":
+            raise ConfigError("policy", "wa_calibrated sees the future; not run live")
+    if not cfg.min_h <= cfg.max_h:
+        raise ConfigError("min_h", f"must be <= max_h ({cfg.min_h} > {cfg.max_h})")
+    from trainfabric.diloco.fleet import check_segments
+
+    check_segments(live_regime(cfg), cfg.seed0 + cfg.seeds, cfg.duration_s, flag="seeds")
+
+
+# -- trace segments ------------------------------------------------------------------------------
+def live_regime(cfg: LiveConfig, sync_s: float | None = None):
+    """The shipped Azure trace at ``rate_scale`` x its own mean rate, cut into disjoint
+    segments of ``duration_s`` (:func:`~.fleet.Regime.requests`): the live replay and the
+    simulated twin draw seed ``s``'s requests from the same call. ``sync_s`` sets the scalar
+    sync duration of the simulated twin (its ``outer_step_s``; the ring term is zeroed)."""
+    from trainfabric.diloco.fleet import Regime
+    from trainfabric.diloco.learners import SyncModel
+
+    tr = R.azure_trace()
+    rate = cfg.rate_scale * tr.n / (tr.span_s + tr.span_s / max(tr.n - 1, 1))
+    sync = SyncModel(islands=cfg.learners, params=1.0, step_latency_s=0.0,
+                     outer_step_s=sync_s or 0.0)  # fmt: skip
+    return Regime(name="azure-live", arrivals="azure", rate=rate, sync=sync)
+
+
+def segment(cfg: LiveConfig, seed: int) -> R.Requests:
+    """Seed ``seed``'s requests: segment number ``seed`` of the trace (module doc)."""
+    return live_regime(cfg).requests(cfg.duration_s, seed)
+
+
+def arrivals_per_window(req: R.Requests, windows: int, window_s: float) -> np.ndarray:
+    return np.histogram(req.arrival_s, bins=windows, range=(0.0, windows * window_s))[0]
+
+
+# -- policies at the live scale ------------------------------------------------------------------
+def live_policy(name: str, cfg: LiveConfig, tokens_per_step: float) -> Policy:
+    """``name`` with the guards and normalisations scaled to the live run's inner steps:
+    ``min_h``/``max_h`` from the config, ``fixed_h``'s ``H``, the token thresholds = ``H``
+    steps' tokens (the simulator's convention: 256 steps' tokens at its default H)."""
+    params: dict = {"min_h": float(cfg.min_h), "max_h": float(cfg.max_h)}
+    if name == "fixed_h":
+        params = {"H": float(cfg.H)}
+    elif name == "adaptive_tokens":
+        params["min_tokens"] = cfg.H * tokens_per_step
+    elif name.startswith("wa_"):
+        params["tokens_norm"] = cfg.H * tokens_per_step
+    return make_policy(name, **params)
+
+
+# -- controllers ---------------------------------------------------------------------------------
+@dataclass
+class Signals:
+    """Where a controller reads the live pressures (callables, each returning a float)."""
+
+    inference: callable
+    network: callable
+    checkpoint: callable
+
+
+class LiveController:
+    """Asks a policy (or a fixed schedule) at each consultation; logs every decision.
+
+    The window index is ``floor((now − t0) / window_s)``; before ``t0`` (the replay's start)
+    and after ``stop_at`` nothing syncs. Telemetry's serving state is advanced over every
+    window that ended since the last consultation with the segment's arrivals."""
+
+    def __init__(
+        self,
+        policy: Policy | None,
+        signals: Signals,
+        arrivals: np.ndarray,
+        cfg: LiveConfig,
+        seed: int,
+        schedule: np.ndarray | None = None,
+    ):
+        self.policy, self.signals, self.arrivals, self.cfg = policy, signals, arrivals, cfg
+        self.schedule = None if schedule is None else list(np.flatnonzero(schedule))
+        if policy is not None:
+            policy.reset(1, np.array([seed]))
+        rate = max(arrivals.sum() / (arrivals.size * cfg.window_s), 1e-9)
+        self.telemetry = Telemetry(1, rate, cfg.window_s, cfg.forecast_alpha)
+        self.t0: float | None = None
+        self.updated = 0  # windows folded into the telemetry so far
+        self.started = threading.Event()
+        self.log: list[dict] = []
+
+    def decide(self, progress) -> bool:
+        self.started.set()
+        now = time.time()
+        if self.t0 is None or now < self.t0:
+            return False
+        w = int((now - self.t0) // self.cfg.window_s)
+        if w >= self.arrivals.size:
+            return False
+        while self.updated < w:
+            self.telemetry.update(requests=self.arrivals[self.updated])
+            self.updated += 1
+        sig = {k: float(getattr(self.signals, k)()) for k in ("inference", "network", "checkpoint")}
+        if self.policy is None:  # matched random: the next scheduled window has come
+            go = bool(self.schedule) and w >= self.schedule[0]
+            if go:
+                self.schedule.pop(0)
+        else:
+            obs = self.telemetry.observe(
+                w,
+                h=progress.h,
+                tokens=progress.tokens_since_sync,
+                loss_delta=progress.loss_delta,
+                staleness_s=progress.since_sync_s,
+                **sig,
+            )
+            go = bool(self.policy.decide(obs)[0])
+        self.log.append(
+            {"time_s": now - self.t0, "window": w, "h": progress.h, "sync": go, **sig}
+            | {"serve_now": float(self.telemetry.serve_now[0])}
+            | {"serve_forecast": float(self.telemetry.serve_forecast[0])}
+        )
+        return go
+
+
+class Never:
+    """The no-sync load match: the learners train and never sync."""
+
+    def __init__(self):
+        self.started = threading.Event()
+        self.log: list[dict] = []
+        self.t0: float | None = None
+
+    def decide(self, progress) -> bool:
+        self.started.set()
+        return False
+
+
+def matched_controller_schedule(
+    budget: int, ref: RunRecord, cfg: LiveConfig, seed: int
+) -> np.ndarray:
+    """The matched-random schedule for a reference run (module doc)."""
+    W = int(cfg.duration_s // cfg.window_s)
+    per_window = max(ref.steps_per_s * cfg.window_s, 1e-9)
+    busy = max(1, math.ceil(ref.mean_sync_s / cfg.window_s))
+    lo = max(1, math.ceil(cfg.min_h / per_window) + busy)
+    hi = max(lo, math.floor(cfg.max_h / per_window) + busy)
+    rng = np.random.default_rng([seed, 7919])
+    try:
+        return matched_schedule(budget, W, lo, hi, rng)
+    except InfeasibleError:  # the guards cannot hold this budget: only the sync apart
+        return matched_schedule(budget, W, busy, W, rng)
+
+
+# -- one run --------------------------------------------------------------------------------------
+@dataclass
+class RunRecord:
+    """A finished live run: its tables (times in seconds since the replay's start)."""
+
+    label: str
+    policy: str
+    seed: int
+    requests: pd.DataFrame
+    syncs: pd.DataFrame
+    evals: pd.DataFrame
+    steps: pd.DataFrame
+    decisions: pd.DataFrame
+    duration_s: float
+    final_loss: float | None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def mean_sync_s(self) -> float:
+        d = (self.syncs["end_s"] - self.syncs["start_s"]).to_numpy()
+        return float(d.mean()) if d.size else 0.0
+
+    @property
+    def steps_per_s(self) -> float:
+        st = self.steps
+        inside = (self.syncs["end_s"] - self.syncs["start_s"]).sum() if len(self.syncs) else 0.0
+        span = float(st["wall_s"].iloc[-1] - st["wall_s"].iloc[0]) - float(inside)
+        return float(st["step"].iloc[-1] - st["step"].iloc[0]) / max(span, 1e-9)
+
+    def summary(self, cfg: LiveConfig) -> dict:
+        req, T = self.requests, self.duration_s
+        syncs = self.syncs[(self.syncs["start_s"] >= 0) & (self.syncs["start_s"] < T)]
+        sync_time = float((np.minimum(syncs["end_s"], T) - syncs["start_s"]).clip(lower=0).sum())
+        inside = self.steps[(self.steps["wall_s"] >= 0) & (self.steps["wall_s"] <= T)]
+        tokens = float(inside["tokens"].iloc[-1] - inside["tokens"].iloc[0]) if len(inside) else 0
+        return {
+            "label": self.label,
+            "policy": self.policy,
+            "seed": self.seed,
+            "requests": int(len(req)),
+            "slo_violation_rate": float(req["violated"].mean()) if len(req) else 0.0,
+            "ttft_violation_rate": float((req["ttft_s"].fillna(np.inf) > cfg.ttft_slo_s).mean())
+            if len(req)
+            else 0.0,
+            "unfinished": int(req["finish_s"].isna().sum()),
+            "syncs": int(len(syncs)),
+            "sync_time_fraction": sync_time / T,
+            "mean_sync_s": self.mean_sync_s,
+            "tokens": tokens,
+            "steps_per_s": self.steps_per_s,
+            "final_loss": self.final_loss,
+        }
+
+    def write(self, run_dir: Path) -> None:
+        from trainfabric.io import write_parquet
+
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for name in ("requests", "syncs", "evals", "steps", "decisions"):
+            write_parquet(run_dir / f"{name}.parquet", getattr(self, name))
+
+
+# -- the machinery of one run --------------------------------------------------------------------
+@dataclass
+class Session:
+    """What stays up across the runs of an experiment: the serving endpoint (started once:
+    a vLLM start takes minutes) and where the runs are written."""
+
+    url: str
+    model: str
+    kind: str
+    out_dir: Path
+    set_sync: callable | None = None  # the emulator's interference switch (None for vLLM)
+
+
+def train_config(cfg: LiveConfig, seed: int, max_seconds: float):
+    """The learners' config for a live run (the module docstring's recipe)."""
+    from trainfabric.diloco.train.config import ShapingConfig, TrainConfig
+
+    return TrainConfig(
+        learners=cfg.learners,
+        steps=10_000_000,
+        max_seconds=max_seconds,
+        H=cfg.H,
+        control_window_s=cfg.window_s,
+        seed=seed,
+        shaping=ShapingConfig(rate_mbit=cfg.shaping_mbit),
+        checkpoint_every=10_000,
+    )
+
+
+def _network_signal(run, rate_bps: float):
+    """``network`` = the busiest learner link's utilisation since the last reading."""
+    last: dict = {}
+
+    def read() -> float:
+        links = run.link_bytes()
+        now = time.time()
+        if not links:
+            return 0.0
+        sent = max(max(a, b) for a, b in links)
+        prev = last.get("r")
+        last["r"] = (sent, now)
+        return (
+            0.0 if prev is None or now <= prev[1] else link_utilisation(prev, (sent, now), rate_bps)
+        )
+
+    return read
+
+
+def run_once(
+    session: Session,
+    cfg: LiveConfig,
+    seed: int,
+    label: str,
+    policy: Policy | None,
+    schedule: np.ndarray | None = None,
+    never: bool = False,
+) -> RunRecord:
+    """One live run (module doc): training starts first; when rank 0 first reaches a control
+    point the replay of the seed's segment starts (``t0``); after ``duration_s`` of replay the
+    learners are stopped (their final sync and eval happen after ``duration_s``)."""
+    from trainfabric.diloco.serve.replay import replay_requests
+    from trainfabric.diloco.serve.sidecar import Sidecar
+    from trainfabric.diloco.train.launch import start
+
+    req = segment(cfg, seed)
+    windows = int(cfg.duration_s // cfg.window_s)
+    arrivals = arrivals_per_window(req, windows, cfg.window_s)
+    run_dir = session.out_dir / label
+    pressure = PressureModel(ttft_slo_s=cfg.ttft_slo_s, tpot_slo_s=cfg.tpot_slo_s)
+    sidecar = Sidecar(session.url + "/metrics", period_s=cfg.window_s, pressure=pressure)
+    box: dict = {}
+    signals = Signals(
+        inference=lambda: sidecar.latest().inference,
+        network=lambda: box["net"](),
+        checkpoint=lambda: float(box["run"].checkpointing()),
+    )
+    ctl = Never() if never else LiveController(policy, signals, arrivals, cfg, seed, schedule)
+    tcfg = train_config(cfg, seed, max_seconds=cfg.duration_s + 600.0)
+    with sidecar:
+        run = start(tcfg, run_dir / "train", ctl)
+        box["run"], box["net"] = run, _network_signal(run, cfg.shaping_mbit * 1e6)
+        stop_emu = _mirror_syncs(run, session)
+        try:
+            if not ctl.started.wait(300):
+                raise RuntimeError("the learners did not reach a control point in 300 s")
+            ctl.t0 = t0 = time.time()
+            table = replay_requests(
+                session.url, session.model, req, max_seconds=cfg.duration_s + 30.0,
+                ttft_slo_s=cfg.ttft_slo_s, tpot_slo_s=cfg.tpot_slo_s,
+            )  # fmt: skip
+            left = t0 + cfg.duration_s - time.time()
+            if left > 0:
+                time.sleep(left)
+        finally:
+            run.stop()
+            stop_emu.set()
+        result = run.wait()
+    return _record(label, policy, seed, cfg, t0, table, run_dir / "train", ctl, result, never)
+
+
+def _mirror_syncs(run, session: Session) -> threading.Event:
+    """With the emulator, switch its interference on while the learners sync (vLLM needs no
+    switch: the sync's processes and the server share the machine's cores)."""
+    stop = threading.Event()
+    if session.set_sync is None:
+        return stop
+
+    def loop():
+        state = False
+        while not stop.wait(0.05):
+            now = run.syncing()
+            if now != state:
+                session.set_sync(now)
+                state = now
+        session.set_sync(False)
+
+    threading.Thread(target=loop, daemon=True).start()
+    return stop
+
+
+def _record(label, policy, seed, cfg, t0, table, train_dir, ctl, result, never) -> RunRecord:
+    """The run's tables on the replay's clock (seconds since ``t0``)."""
+    steps = pd.read_parquet(train_dir / "steps.parquet")
+    r0 = steps[steps["rank"] == 0].sort_values("step")
+    syncs = pd.read_parquet(train_dir / "syncs.parquet")
+    evals = pd.read_parquet(train_dir / "evals.parquet")
+    tps = float(r0["tokens"].iloc[-1] / max(r0["step"].iloc[-1], 1)) * cfg.learners
+    steps_t = pd.DataFrame(
+        {
+            "wall_s": r0["t"].to_numpy() - t0,
+            "step": r0["step"].to_numpy(),
+            "tokens": r0["tokens"].to_numpy() * cfg.learners,
+            "loss": r0["loss"].to_numpy(),
+        }
+    )
+    prev = np.r_[0, syncs["step"].to_numpy()[:-1]] if len(syncs) else np.zeros(0)
+    syncs_t = pd.DataFrame(
+        {
+            "start_s": syncs["t_start"].to_numpy(float) - t0 if len(syncs) else [],
+            "end_s": syncs["t_end"].to_numpy(float) - t0 if len(syncs) else [],
+            "steps": syncs["step"].to_numpy() - prev if len(syncs) else [],
+            "bytes": syncs["bytes"].to_numpy(float) if len(syncs) else [],
+        }
+    )
+    evals_t = pd.DataFrame(
+        {
+            "wall_s": evals["t"].to_numpy(float) - t0,
+            "tokens": evals["step"].to_numpy(float) * tps,
+            "syncs": evals["sync"].to_numpy(),
+            "eval_loss": evals["eval_loss"].to_numpy(float),
+            "at": evals["at"].astype(str).to_numpy(),
+        }
+    )
+    return RunRecord(
+        label=label,
+        policy="no_sync" if never else (policy.name if policy is not None else "matched_random"),
+        seed=seed,
+        requests=table,
+        syncs=syncs_t,
+        evals=evals_t,
+        steps=steps_t,
+        decisions=pd.DataFrame(ctl.log),
+        duration_s=cfg.duration_s,
+        final_loss=float(result.eval_loss),
+        extra={"shaping": result.shaping, "params": result.params, "tokens_per_step": tps},
+    )
+
+
+# -- the experiment ------------------------------------------------------------------------------
+def run_experiment(cfg: LiveConfig, out_dir: Path, console=None) -> dict:
+    """Every seed: the reference policies, their matched-random controls and the no-sync run,
+    against one server started for the whole experiment; then the analysis and the simulated
+    twin. Writes each run's tables under ``out_dir/<label>/`` and returns the summary."""
+    from trainfabric.diloco.serve.server import serve
+
+    check_config(cfg)
+    records: list[RunRecord] = []
+    started = time.time()
+    with serve(kind=cfg.server, log_path=out_dir / "server.log") as srv:
+        session = Session(srv.url, srv.model, srv.kind, out_dir, _sync_switch(srv))
+        for seed in range(cfg.seed0, cfg.seed0 + cfg.seeds):
+            records += _seed_runs(session, cfg, seed, console)
+    analysis = analyse(cfg, records)
+    analysis["server"] = session.kind
+    analysis["wall_s"] = time.time() - started
+    return analysis | {"records": records}
+
+
+def _sync_switch(srv):
+    """The emulator's ``POST /sync`` as a callable (None for a real server)."""
+    if srv.kind != "emulator":
+        return None
+    import httpx
+
+    def switch(active: bool) -> None:
+        with contextlib.suppress(httpx.HTTPError):  # a missed switch: less interference
+            httpx.post(srv.url + "/sync", json={"active": bool(active)}, timeout=2.0)
+
+    return switch
+
+
+def _seed_runs(session: Session, cfg: LiveConfig, seed: int, console) -> list[RunRecord]:
+    out = []
+    for name in cfg.policies:
+        _say(console, f"seed {seed}: {name}")
+        tps = cfg.learners * 512.0  # refined from the run itself in _record
+        ref = run_once(session, cfg, seed, f"seed{seed}-{name}", live_policy(name, cfg, tps))
+        ref.write(session.out_dir / ref.label)
+        out.append(ref)
+        budget = ref.summary(cfg)["syncs"]
+        sched = matched_controller_schedule(budget, ref, cfg, seed)
+        _say(console, f"seed {seed}: matched random for {name} ({budget} syncs)")
+        label = f"seed{seed}-matched_random[{name}]"
+        mr = run_once(session, cfg, seed, label, None, schedule=sched)
+        mr.policy = f"matched_random[{name}]"
+        mr.write(session.out_dir / label)
+        out.append(mr)
+    if cfg.no_sync:
+        _say(console, f"seed {seed}: no-sync")
+        ns = run_once(session, cfg, seed, f"seed{seed}-no_sync", None, never=True)
+        ns.write(session.out_dir / ns.label)
+        out.append(ns)
+    return out
+
+
+def _say(console, text: str) -> None:
+    if console is not None:
+        console.print(f"diloco live: {text}")
+
+
+# -- analysis -------------------------------------------------------------------------------------
+def analyse(cfg: LiveConfig, records: list[RunRecord]) -> dict:
+    """Per run summaries, per policy paired comparisons (SLO, loss at equal tokens and equal
+    wall-clock, explained share), the sync-time regression and the simulated twin."""
+    runs = pd.DataFrame([r.summary(cfg) for r in records])
+    splits = {
+        r.label: LA.latency_split(
+            r.requests, r.syncs[["start_s", "end_s"]].to_numpy(), r.duration_s, seed=r.seed
+        )  # fmt: skip
+        for r in records
+    }
+    regression = LA.sync_time_regression(runs) if cfg.no_sync else LA.ols([], [])
+    comparisons = {}
+    for name in cfg.policies:
+        comparisons[name] = _compare(cfg, records, name, regression["slope"])
+    ps = [c["slo"]["p_wilcoxon"] for c in comparisons.values()]
+    for c, p in zip(comparisons.values(), LA.stats.holm(ps), strict=True):
+        c["slo"]["p_holm"] = float(p)
+    return {
+        "runs": runs,
+        "latency_split": splits,
+        "comparisons": comparisons,
+        "sync_time_regression": regression,
+    }
+
+
+def _by_seed(records, policy):
+    return {r.seed: r for r in records if r.policy == policy}
+
+
+def _eval_curve(r: RunRecord, x: str):
+    """The eval-loss curve of a run on ``x`` (tokens or wall_s), from the start (the initial
+    model's loss is not logged: the curve starts at the first eval)."""
+    return r.evals[x].to_numpy(float), r.evals["eval_loss"].to_numpy(float)
+
+
+def _compare(cfg, records, name: str, slope) -> dict:
+    """``name`` vs its matched random over the seeds both ran (paired)."""
+    pol, ctl = _by_seed(records, name), _by_seed(records, f"matched_random[{name}]")
+    seeds = sorted(set(pol) & set(ctl))
+    d_slo, d_frac, d_tok, d_wall, d_final = [], [], [], [], []
+    for s in seeds:
+        a, b = pol[s].summary(cfg), ctl[s].summary(cfg)
+        d_slo.append(a["slo_violation_rate"] - b["slo_violation_rate"])
+        d_frac.append(a["sync_time_fraction"] - b["sync_time_fraction"])
+        d_final.append((a["final_loss"] or np.nan) - (b["final_loss"] or np.nan))
+        for key, out in (("tokens", d_tok), ("wall_s", d_wall)):
+            curves = [_eval_curve(pol[s], key), _eval_curve(ctl[s], key)]
+            try:
+                x0 = LA.common_point(curves)
+                out.append(LA.loss_at(*curves[0], x0) - LA.loss_at(*curves[1], x0))
+            except ConfigError:  # a curve starting after the other's end
+                out.append(np.nan)
+    if not seeds:
+        return {"seeds": 0}
+    finite = lambda v: [x for x in v if np.isfinite(x)]  # noqa: E731
+    return {
+        "seeds": len(seeds),
+        "slo": LA.paired(d_slo),
+        "loss_equal_tokens": LA.paired(finite(d_tok)) if finite(d_tok) else None,
+        "loss_equal_wall": LA.paired(finite(d_wall)) if finite(d_wall) else None,
+        "final_loss": LA.paired(finite(d_final)) if finite(d_final) else None,
+        "sync_time_fraction_diff": float(np.mean(d_frac)),
+        "explained_by_sync_time": LA.explained_share(slope, d_frac, d_slo),
+        "slo_effect_per_seed": d_slo,
+    }
+
+
+# -- the simulated twin ---------------------------------------------------------------------------
+def twin_fleet(cfg: LiveConfig, calibration: dict):
+    """The simulator's fleet for the live configuration: one replica with the fitted serving
+    rates and interference (vLLM's batch limit 256; KV capacity not binding for the tiny
+    model's 1 GiB cache), the measured inner-step rate, the live SLOs and window."""
+    from trainfabric.config import validate
+    from trainfabric.diloco.fleet import FleetConfig
+
+    fit = calibration["fleet"]
+    serving = fit["serving"] | {"max_batch": 256, "kv_tokens": 1_000_000}
+    serving |= {"ttft_slo_s": cfg.ttft_slo_s, "tpot_slo_s": cfg.tpot_slo_s}
+    return validate(
+        FleetConfig,
+        {
+            "windows": int(cfg.duration_s // cfg.window_s),
+            "window_s": cfg.window_s,
+            "serving": serving,
+            "progress": fit["progress"],
+            "forecast_alpha": cfg.forecast_alpha,
+        },
+    )
+
+
+def simulate_seeds(cfg: LiveConfig, calibration: dict, seeds: list[int]) -> dict:
+    """Every policy, its matched random (``sim_draws`` schedules per seed, the same gap rule
+    as live) and the no-sync floor in the simulator, on the live runs' seeds and requests;
+    per policy the per-seed effects ``SLO(policy) − mean SLO(matched random)``."""
+    from trainfabric.diloco.fleet import Block, SyncDurations, simulate
+    from trainfabric.diloco.policies import Schedule
+
+    samples = np.asarray(calibration["sync_duration_samples_s"], float)
+    mean_sync = float(samples.mean()) if samples.size else 0.0
+    fleet = twin_fleet(cfg, calibration)
+    regime = live_regime(cfg, sync_s=mean_sync)
+    durations = SyncDurations(samples=samples) if samples.size else None
+    s = np.asarray(seeds, np.int64)
+    tps = fleet.progress.tokens_per_step
+    out: dict = {}
+    floor = simulate(fleet, regime, [Block(live_policy("fixed_h", cfg, tps), s)], sync=False)
+    out["no_sync_slo"] = floor.table["slo_violation_rate"].tolist()
+    ref = _SimRef(fleet.progress.steps_per_s, mean_sync)
+    for name in cfg.policies:
+        main = simulate(fleet, regime, [Block(live_policy(name, cfg, tps), s)],
+                        durations=durations).table  # fmt: skip
+        rows = [
+            np.stack(
+                [
+                    matched_controller_schedule(int(b), ref, cfg, int(seed) * 1000 + k)
+                    for k in range(cfg.sim_draws)
+                ]
+            )  # fmt: skip
+            for seed, b in zip(s, main["syncs"], strict=True)
+        ]
+        sched = Schedule(name=f"matched_random[{name}]", sync_at=np.concatenate(rows))
+        ctl = simulate(fleet, regime, [Block(sched, np.repeat(s, cfg.sim_draws))],
+                       durations=durations).table  # fmt: skip
+        ctl_slo = ctl["slo_violation_rate"].to_numpy().reshape(len(s), cfg.sim_draws)
+        pol_slo = main["slo_violation_rate"].to_numpy()
+        out[name] = {
+            "slo_violation_rate": pol_slo.tolist(),
+            "syncs": main["syncs"].tolist(),
+            "sync_time_fraction": main["sync_time_fraction"].tolist(),
+            "matched_random_slo": ctl_slo.mean(axis=1).tolist(),
+            "effect_per_seed": (pol_slo - ctl_slo.mean(axis=1)).tolist(),
+        }
+    return out
+
+
+@dataclass
+class _SimRef:
+    """The two measured rates :func:`matched_controller_schedule` needs, for the twin."""
+
+    steps_per_s: float
+    mean_sync_s: float
+
+
+# -- the run directory and the headline ----------------------------------------------------------
+def run_to_dir(cfg: LiveConfig, out_dir: Path, console=None) -> dict:
+    """Run the experiment, calibrate the simulator on its runs, run the twin; write
+    ``runs.parquet``, ``calibration.json``, ``manifest.json`` and ``summary.json``; return the
+    summary (the ``--json`` output)."""
+    from trainfabric.diloco.calibrate import calibrate
+    from trainfabric.io import write_json, write_parquet
+    from trainfabric.runs.store import now, write_run_manifest
+
+    started = now()
+    res = run_experiment(cfg, out_dir, console)
+    records = res.pop("records")
+    write_parquet(out_dir / "runs.parquet", res["runs"])
+    seeds = sorted({r.seed for r in records})
+    twin: dict = {}
+    try:
+        calibration = calibrate([out_dir / r.label for r in records])
+        write_json(out_dir / "calibration.json", calibration)
+        twin = simulate_seeds(cfg, calibration, seeds)
+    except ConfigError as exc:  # too little data to fit: the twin is not run
+        calibration = {"error": str(exc)}
+    summary = headline(cfg, res, records, twin, calibration)
+    summary["run_dir"] = str(out_dir)
+    shaping = next((r.extra["shaping"] for r in records if r.extra.get("shaping")), None)
+    config = cfg.model_dump(mode="json") | {"shaping": shaping, "server": res["server"]}
+    write_run_manifest(out_dir, "diloco-live", "DiLoCo live: learners + server + replay",
+                       config, seeds, started)  # fmt: skip
+    write_json(out_dir / "summary.json", summary)
+    return summary
+
+
+def _pooled_split(records: list[RunRecord]) -> dict:
+    """Inside/outside-sync serving over several runs: each run's clock is shifted past the
+    previous run's end so its requests only meet its own syncs."""
+    reqs, ivs, shift = [], [], 0.0
+    for r in records:
+        reqs.append(r.requests.assign(arrival_s=r.requests["arrival_s"] + shift,
+                                      finish_s=r.requests["finish_s"] + shift))  # fmt: skip
+        ivs.append(r.syncs[["start_s", "end_s"]].to_numpy(float) + shift)
+        end = r.requests["finish_s"].max() if len(r.requests) else 0.0
+        shift += max(r.duration_s, float(np.nan_to_num(end)), 0.0) + 1e4
+    horizon = shift
+    table = pd.concat(reqs, ignore_index=True).fillna({"finish_s": np.nan})
+    return LA.latency_split(table, np.concatenate(ivs) if ivs else [], horizon)
+
+
+def headline(cfg: LiveConfig, res: dict, records: list[RunRecord], twin: dict, calib) -> dict:
+    """The summary: the headline policy's figures first, then every policy's, the paired
+    comparisons, the regression, the twin and the effect ratio."""
+    runs: pd.DataFrame = res["runs"]
+    per_policy = {}
+    for policy, rows in runs.groupby("policy", sort=False):
+        group = [r for r in records if r.policy == policy]
+        per_policy[policy] = {
+            "seeds": int(len(rows)),
+            "slo_violation_rate": float(rows["slo_violation_rate"].mean()),
+            "syncs": float(rows["syncs"].mean()),
+            "sync_time_fraction": float(rows["sync_time_fraction"].mean()),
+            "mean_sync_s": float(rows["mean_sync_s"].mean()),
+            "final_loss": float(rows["final_loss"].mean()),
+            "tokens": float(rows["tokens"].mean()),
+            "requests": float(rows["requests"].mean()),
+            "latency_inside_vs_outside_syncs": _pooled_split(group),
+        }
+    lead = cfg.policies[0]
+    comp = res["comparisons"].get(lead, {})
+    real = comp.get("slo_effect_per_seed", [])
+    if twin and lead in twin and len(real) == len(twin[lead]["effect_per_seed"]) and real:
+        ratio = LA.effect_ratio(twin[lead]["effect_per_seed"], real)
+    else:
+        ratio = {"sim_vs_real_effect_ratio": None, "ratio_note": "no simulated twin"}
+    return {
+        "policy": lead,
+        "server": res["server"],
+        "seeds": cfg.seeds,
+        "duration_s": cfg.duration_s,
+        **{k: per_policy[lead][k] for k in ("slo_violation_rate", "syncs", "final_loss", "tokens")},
+        "sim_vs_real_effect_ratio": ratio["sim_vs_real_effect_ratio"],
+        "effect_transfer": ratio,
+        "policies": per_policy,
+        "comparisons": res["comparisons"],
+        "min_attainable_p": LA.min_attainable_p(cfg.seeds),
+        "sync_time_regression": res["sync_time_regression"],
+        "simulated_twin": twin,
+        "calibration": {k: v for k, v in calib.items() if k != "sync_duration_samples_s"},
+        "shaping": next((r.extra["shaping"] for r in records if r.extra.get("shaping")), None),
+        "wall_s": res["wall_s"],
+    }

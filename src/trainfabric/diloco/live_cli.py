@@ -1,0 +1,116 @@
+"""``trainfabric diloco live`` and ``trainfabric diloco calibrate`` (registered by
+:mod:`trainfabric.diloco.cli`; the experiment's modules are imported only when a command runs,
+so ``trainfabric --help`` imports neither torch nor the serving stack)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from trainfabric.clikit import JsonOpt, emit_json, err, finite, options, out, progress
+from trainfabric.io import prepare_dir
+
+NAMES = {
+    "policy": "--policy",
+    "policies": "--policy",
+    "seeds": "--seeds",
+    "seed0": "--seed",
+    "duration_s": "--duration-s",
+    "rate_scale": "--rate-scale",
+    "learners": "--learners",
+    "shaping_mbit": "--shaping-mbit",
+    "server": "--server",
+    "min_h": "--min-h",
+    "max_h": "--max-h",
+    "H": "--H",
+}
+ROW = ("slo_violation_rate", "syncs", "sync_time_fraction", "final_loss", "tokens")
+
+
+def live_cmd(
+    policy: Annotated[
+        list[str] | None,
+        typer.Option(help="Policy to run (repeatable; the first is the headline) [wa_forecast]."),
+    ] = None,
+    seed: Annotated[int, typer.Option(min=0, max=10_000, help="First seed (trace segment).")] = 0,
+    seeds: Annotated[
+        int | None, typer.Option(min=1, max=1000, help="Paired seeds [10; quick 2].")
+    ] = None,
+    quick: Annotated[
+        bool, typer.Option(help="A few minutes: 2 seeds of 45 s (policy, matched random, no-sync).")
+    ] = False,
+    duration_s: Annotated[
+        float | None,
+        typer.Option(help="Replay seconds per run [120; quick 45].", callback=finite(ge=10)),
+    ] = None,
+    rate_scale: Annotated[
+        float, typer.Option(help="x the trace's own request rate.", callback=finite(gt=0, le=100))
+    ] = 1.0,
+    learners: Annotated[int, typer.Option(min=2, max=16, help="DiLoCo learners.")] = 2,
+    shaping_mbit: Annotated[
+        float,
+        typer.Option(help="Learner link rate (Mbit/s, tc tbf).", callback=finite(gt=0, le=1e5)),
+    ] = 10.0,
+    server: Annotated[str, typer.Option(help="Serving engine: vllm or emulator.")] = "vllm",
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="Run directory.", show_default="runs/diloco-live")
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Real DiLoCo learners + a real server + trace replay; matched random, no-sync, sim twin."""
+    from trainfabric.config import validate
+    from trainfabric.diloco.live import LiveConfig, check_config, quick_config, run_to_dir
+
+    base = quick_config() if quick else LiveConfig()
+    update = {"policies": policy or base.policies, "seed0": seed, "rate_scale": rate_scale}
+    update |= {"learners": learners, "shaping_mbit": shaping_mbit, "server": server}
+    if seeds is not None:
+        update["seeds"] = seeds
+    if duration_s is not None:
+        update["duration_s"] = duration_s
+    with options(**NAMES):
+        cfg = validate(LiveConfig, base.model_dump() | update)
+        check_config(cfg)
+    out_dir = prepare_dir(out_dir or Path("runs/diloco-live" + ("-quick" if quick else "")))
+    with progress(json_out, "diloco live") as bar, options(**NAMES):
+        res = run_to_dir(cfg, out_dir, console=None if bar.disable else bar.console)
+    if json_out:
+        return emit_json(res)
+    t = Table("policy", *ROW, title=f"DiLoCo live on {res['server']} ({cfg.seeds} seeds)")
+    for name, row in res["policies"].items():
+        t.add_row(name, *(f"{row[k]:.4g}" for k in ROW))
+    out.print(t)
+    err.print(
+        f"sim_vs_real_effect_ratio: {res['sim_vs_real_effect_ratio']} "
+        f"({res['effect_transfer']['ratio_note']}); run directory: {res['run_dir']}"
+    )
+
+
+def calibrate_cmd(
+    run_dirs: Annotated[list[Path], typer.Argument(help="Live run directories (one per run).")],
+    out_file: Annotated[
+        Path | None, typer.Option("--out", help="Write the calibration JSON here.")
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Fit the simulator's progress and interference parameters from live runs."""
+    from trainfabric.diloco.calibrate import calibrate
+    from trainfabric.io import write_json
+
+    with options(run_dirs="RUN_DIRS"):
+        doc = calibrate(run_dirs)
+    if out_file is not None:
+        write_json(out_file, doc)
+    if json_out:
+        return emit_json(doc)
+    t = Table("parameter", "value", title="calibrated simulator parameters")
+    for section in ("serving", "progress"):
+        for k, v in doc["fleet"][section].items():
+            t.add_row(f"{section}.{k}", f"{v:.6g}")
+    for k, v in doc["loss_curve"].items():
+        t.add_row(f"loss_curve.{k}", f"{v:.6g}")
+    t.add_row("sync samples", str(len(doc["sync_duration_samples_s"])))
+    out.print(t)
