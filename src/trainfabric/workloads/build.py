@@ -42,7 +42,7 @@ import numpy as np
 
 from trainfabric.limits import check_memory
 from trainfabric.workloads import collectives, sizes
-from trainfabric.workloads.dag import DagBuilder, TaskDAG
+from trainfabric.workloads.dag import DagBuilder, Phase, TaskDAG
 from trainfabric.workloads.job import Job
 from trainfabric.workloads.moe import expert_popularity, shard_share
 
@@ -62,11 +62,11 @@ def schedule(stages: int, micro_batches: int, stage: int, kind: str) -> list[tup
 class _Builder:
     """Holds the job, the rank -> pod map and the DagBuilder while the DAG is assembled."""
 
-    def __init__(self, job: Job, seed: int):
+    def __init__(self, job: Job, seed: int, gpu_flows: bool = False):
         self.job = job
         par, pl = job.parallelism, job.placement
         self.par = par
-        self.b = DagBuilder(pl.pods)
+        self.b = DagBuilder(pl.pods, pl.gpus_per_pod if gpu_flows else None)
         self.fps = job.compute.flops_per_s * par.tp
         self.tokens = sizes.tokens_per_micro_batch(job)
         self._segments: dict[tuple[int, str], list[tuple]] = {}
@@ -89,19 +89,24 @@ class _Builder:
         return sorted(set(self.pod(self.ranks(0, np.arange(self.par.dp), p)).tolist()))
 
     # -- phases ----------------------------------------------------------------------------
-    def add_phase(self, kind, name, src_ranks, dst_ranks, nbytes, preds=(), succs=()):
-        """Aggregate GPU flows to directed pod pairs and add them as one phase."""
-        su, sv, w = (
+    def add_phase(self, kind, name, src_ranks, dst_ranks, nbytes, preds=(), succs=(), meta=None):
+        """Aggregate GPU flows to directed pod pairs and add them as one phase (``meta``: the
+        collective fields of :class:`Phase`)."""
+        sr, dr, w = (
             a.ravel()
             for a in np.broadcast_arrays(
-                self.pod(src_ranks), self.pod(dst_ranks), np.asarray(nbytes, dtype=float)
+                np.asarray(src_ranks), np.asarray(dst_ranks), np.asarray(nbytes, dtype=float)
             )
         )
+        su, sv = self.pod(sr), self.pod(dr)
         inter = (su != sv) & (w > 0)
         n = self.job.placement.pods
         key = su[inter].astype(np.int64) * n + sv[inter]
-        keys, inv = np.unique(key, return_inverse=True)
-        agg = np.bincount(inv, weights=w[inter], minlength=keys.size)
+        if self.b.patterns is None:
+            keys, inv = np.unique(key, return_inverse=True)
+            agg, pattern = np.bincount(inv, weights=w[inter], minlength=keys.size), None
+        else:
+            keys, agg, pattern = self._gpu_patterns(key, sr[inter], dr[inter], w[inter])
         return self.b.phase(
             kind,
             name,
@@ -112,16 +117,34 @@ class _Builder:
             float(w[~inter].sum()),
             preds,
             succs,
+            meta=meta,
+            pair_pattern=pattern,
         )
 
-    def steps_phases(self, kind, name, groups_steps, preds):
-        """Chain the steps of concurrent collectives (one list of Steps per group) as phases."""
+    def _gpu_patterns(self, key, src_ranks, dst_ranks, w):
+        """Pod pairs (sorted keys), their bytes, and their GPU-transfer pattern ids.
+
+        Transfers between the same two GPUs are merged; a pair's bytes are the sum of its
+        merged transfers, so that ``bytes x share`` returns each transfer."""
+        g = self.job.placement.gpus_per_pod
+        gkey = (key * g + src_ranks % g) * g + dst_ranks % g
+        ukeys, inv = np.unique(gkey, return_inverse=True)
+        tw = np.bincount(inv.ravel(), weights=w, minlength=ukeys.size)
+        keys, first, counts = np.unique(ukeys // (g * g), return_index=True, return_counts=True)
+        agg = np.add.reduceat(tw, first) if keys.size else np.zeros(0)
+        share = tw / np.repeat(agg, counts)
+        ids = self.b.patterns.intern(first, counts, (ukeys // g) % g, ukeys % g, share)
+        return keys, agg, ids
+
+    def steps_phases(self, kind, name, groups_steps, preds, meta=None):
+        """Chain the steps of concurrent collectives (one list of Steps per group) as phases
+        named ``{name} k{step}``, all in collective group ``name``."""
         last = list(preds)
         for k, parts in enumerate(zip(*groups_steps, strict=True)):
             src = np.concatenate([s.src for s in parts])
             dst = np.concatenate([s.dst for s in parts])
             nb = np.concatenate([s.bytes for s in parts])
-            _, exit_ = self.add_phase(kind, f"{name} k{k}", src, dst, nb, preds=last)
+            _, exit_ = self.add_phase(kind, f"{name} k{k}", src, dst, nb, preds=last, meta=meta)
             last = [exit_]
         return last
 
@@ -186,7 +209,17 @@ class _Builder:
         t = np.arange(par.tp)[None, :, None]
         src = self.ranks(t, g * par.ep + a, p)
         dst = self.ranks(t, g * par.ep + c, p)
-        return self.add_phase(f"moe_{which}", name, src, dst, D[a, c] / par.tp, preds=preds)
+        meta = Phase(
+            "",
+            "",
+            group=name,
+            op="all_to_all",
+            n_ranks=par.ep,
+            n_collectives=par.dp // par.ep * par.tp,
+        )
+        return self.add_phase(
+            f"moe_{which}", name, src, dst, D[a, c] / par.tp, preds=preds, meta=meta
+        )
 
     def operation(self, p: int, direction: str, j: int) -> dict[int, tuple[int, int]]:
         """Build one operation of stage ``p``; returns ``{pod: (entry node, exit node)}``."""
@@ -240,14 +273,23 @@ class _Builder:
             for j in range(par.micro_batches):
                 for kind, a, c in (("pp_fwd", p, p + 1), ("pp_bwd", p + 1, p)):
                     direction = "F" if kind == "pp_fwd" else "B"
+                    name = f"{kind} s{a}->s{c} mb{j}"
                     self.add_phase(
                         kind,
-                        f"{kind} s{a}->s{c} mb{j}",
+                        name,
                         self.ranks(t, d, a),
                         self.ranks(t, d, c),
                         nb,
                         preds=[x for _, x in ops[a, direction, j].values()],
                         succs=[e for e, _ in ops[c, direction, j].values()],
+                        meta=Phase(
+                            "",
+                            "",
+                            group=name,
+                            op="send_recv",
+                            n_ranks=2,
+                            n_collectives=par.dp * par.tp,
+                        ),
                     )
 
     def dp_gradients(self, p: int, preds: list[int]) -> None:
@@ -276,7 +318,11 @@ class _Builder:
             for op, nbytes in plan:
                 size = nbytes * weights / denom
                 steps = [COLLECTIVE[op][algo](g, size) for g in groups]
-                last = self.steps_phases(f"{label}_{op}", f"{label}_{op} s{p}", steps, last)
+                name = f"{label}_{op} s{p}"
+                meta = Phase(
+                    "", "", group=name, op=op, n_ranks=len(groups[0]), n_collectives=len(groups)
+                )
+                last = self.steps_phases(f"{label}_{op}", name, steps, last, meta)
 
 
 # Measured with tracemalloc (tests/workloads/test_size_guards.py): the builder's peak is
@@ -400,10 +446,13 @@ def check_dag_size(job: Job) -> DagSize:
     return size
 
 
-def build_dag(job: Job, seed: int = 0) -> TaskDAG:
+def build_dag(job: Job, seed: int = 0, gpu_flows: bool = False) -> TaskDAG:
     """The pod-level task DAG of one training iteration of ``job`` (see the module doc).
 
+    ``gpu_flows``: also keep each comm node's GPU-level transfers (``TaskDAG.gpu``, a
+    :class:`~trainfabric.workloads.dag.GpuTransfers`); pod-pair bytes are then the sums of
+    the merged GPU transfers (equal to the default's up to summation order).
     Refuses a DAG over the memory limit first (:func:`check_dag_size`: a ConfigError naming
     ``pods`` or ``layers``)."""
     check_dag_size(job)
-    return _Builder(job, seed).build()
+    return _Builder(job, seed, gpu_flows).build()

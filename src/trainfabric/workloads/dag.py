@@ -14,11 +14,17 @@ Invariant: nodes are numbered in a topological order (every edge goes from a low
 higher index), so a longest-path sweep is one pass over the nodes. Successors are stored as
 CSR (``indptr``, ``indices``). Comm nodes and phase barriers carry the index of their phase
 in ``phase`` (-1 elsewhere); ``phases`` names them.
+
+**GPU transfers** (optional, :class:`GpuTransfers`): the GPU-level transfers a comm node
+aggregates, as (source GPU index within the source pod, destination GPU index within the
+destination pod, share of the node's bytes). Comm nodes with the same transfers (a ring's
+steps, the pod pairs of one boundary) share one *pattern*: ``pattern[node]`` indexes a CSR
+table of distinct patterns, so a 16,384-GPU DAG holds 4 bytes per node plus a few patterns.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import TYPE_CHECKING
 
@@ -38,11 +44,149 @@ KIND_NAMES = ("compute", "comm", "barrier")
 @dataclass(frozen=True)
 class Phase:
     """One concurrent communication step: ``kind`` (e.g. ``pp_fwd``), a unique ``name``, and
-    the bytes of the step that stayed inside pods (not on the inter-pod network)."""
+    the bytes of the step that stayed inside pods (not on the inter-pod network).
+
+    Collective metadata (set by the builder; defaults mean unknown, e.g. a DAG read from
+    JSON): ``group`` names the collective the step belongs to (all steps of one ring
+    reduce-scatter share it; empty = the phase is its own group), ``op`` is the collective
+    (``all_reduce``, ``reduce_scatter``, ``all_gather``, ``all_to_all``, ``send_recv``),
+    ``n_ranks`` the ranks of one collective (``n`` of NCCL-tests) and ``n_collectives`` how
+    many such collectives run at once in it (TP ranks, EP groups, DP replicas of a send).
+    """
 
     kind: str
     name: str
     intra_pod_bytes: float = 0.0
+    group: str = ""
+    op: str = ""
+    n_ranks: int = 0
+    n_collectives: int = 0
+
+    @property
+    def group_name(self) -> str:
+        return self.group or self.name
+
+
+@dataclass(frozen=True, eq=False)
+class GpuTransfers:
+    """GPU-level transfers of each comm node of a :class:`TaskDAG` (module doc).
+
+    ``pattern`` int32 [N]: per DAG node, its pattern (-1 for non-comm nodes); pattern ``q``
+    holds transfers ``indptr[q]:indptr[q+1]`` of ``src_gpu`` -> ``dst_gpu`` (int16, GPU index
+    within its pod, ``0 .. gpus_per_pod-1``) carrying ``share`` (float64, sums to 1 per
+    pattern) of the node's bytes. Same-pod transfers are not here (``Phase.intra_pod_bytes``).
+    ``assumed_even_split``: the transfers are the even-split assumption (GPU k -> GPU k,
+    ``1/g`` each, :func:`even_split`), not the job's real ones.
+    """
+
+    gpus_per_pod: int
+    pattern: np.ndarray
+    indptr: np.ndarray
+    src_gpu: np.ndarray
+    dst_gpu: np.ndarray
+    share: np.ndarray
+    assumed_even_split: bool = False
+
+    @property
+    def n_patterns(self) -> int:
+        return int(self.indptr.size - 1)
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the arrays (bytes)."""
+        return sum(
+            a.nbytes for a in (self.pattern, self.indptr, self.src_gpu, self.dst_gpu, self.share)
+        )
+
+    def transfers(self, node: int, node_bytes: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(src_gpu, dst_gpu, bytes)`` of comm ``node`` carrying ``node_bytes`` in total."""
+        q = int(self.pattern[node])
+        if q < 0:
+            raise ValueError(f"node {node} is not a comm node")
+        lo, hi = self.indptr[q], self.indptr[q + 1]
+        return self.src_gpu[lo:hi], self.dst_gpu[lo:hi], node_bytes * self.share[lo:hi]
+
+    def counts(self) -> np.ndarray:
+        """Transfers per node (0 for non-comm nodes)."""
+        sizes = np.diff(self.indptr)
+        return np.where(self.pattern >= 0, sizes[np.maximum(self.pattern, 0)], 0)
+
+
+def even_split(dag: TaskDAG, gpus_per_pod: int) -> GpuTransfers:
+    """The even-split *assumption* for a DAG without GPU transfers (e.g. read from JSON):
+    every comm node's bytes go GPU k -> GPU k, ``1/g`` each, over the pod's ``g`` NICs.
+
+    Exact when the job's TP group fills the pod (``tp == gpus_per_pod``: every inter-pod flow
+    joins equal TP ranks); for ``tp < gpus_per_pod`` it hides cross-rail pairs (a DP ring
+    hop of a ``tp = 1`` job is one GPU pair). The result says so: ``assumed_even_split``.
+    """
+    if gpus_per_pod < 1:
+        raise ValueError("gpus_per_pod must be >= 1")
+    k = np.arange(gpus_per_pod, dtype=np.int16)
+    return GpuTransfers(
+        gpus_per_pod=gpus_per_pod,
+        pattern=np.where(dag.kind == COMM, 0, -1).astype(np.int32),
+        indptr=np.array([0, gpus_per_pod], dtype=np.int64),
+        src_gpu=k,
+        dst_gpu=k.copy(),
+        share=np.full(gpus_per_pod, 1.0 / gpus_per_pod),
+        assumed_even_split=True,
+    )
+
+
+def gpu_transfers(dag: TaskDAG, gpus_per_pod: int) -> GpuTransfers:
+    """The DAG's own GPU transfers when it has them, else the even split (an assumption,
+    flagged ``assumed_even_split``)."""
+    if dag.gpu is None:
+        return even_split(dag, gpus_per_pod)
+    if dag.gpu.gpus_per_pod != gpus_per_pod:
+        raise ValueError(
+            f"the DAG's GPU transfers are for {dag.gpu.gpus_per_pod} GPUs per pod, "
+            f"not {gpus_per_pod}"
+        )
+    return dag.gpu
+
+
+class PatternTable:
+    """Interns GPU-transfer patterns (rows of (src GPU, dst GPU, share)) while building."""
+
+    def __init__(self, gpus_per_pod: int):
+        self.gpus_per_pod = gpus_per_pod
+        self._ids: dict[bytes, int] = {}
+        self._rows: list[np.ndarray] = []
+
+    def intern(self, first, counts, src_gpu, dst_gpu, share) -> np.ndarray:
+        """Pattern ids of pod pairs whose transfers are ``first[i] : first[i] + counts[i]``
+        of the (src_gpu, dst_gpu, share) arrays; equal patterns get equal ids."""
+        ids = np.empty(first.size, dtype=np.int32)
+        table = np.stack([src_gpu, dst_gpu, share], axis=1).astype(float)
+        for c in np.unique(counts):
+            sel = np.flatnonzero(counts == c)
+            rows = table[first[sel, None] + np.arange(c)].reshape(sel.size, 3 * c)
+            uniq, inv = np.unique(rows, axis=0, return_inverse=True)
+            local = np.array([self._id(row) for row in uniq], dtype=np.int32)
+            ids[sel] = local[inv.ravel()]
+        return ids
+
+    def _id(self, row: np.ndarray) -> int:
+        key = row.tobytes()
+        if key not in self._ids:
+            self._ids[key] = len(self._rows)
+            self._rows.append(row.reshape(-1, 3))
+        return self._ids[key]
+
+    def freeze(self, pattern: np.ndarray) -> GpuTransfers:
+        rows = self._rows or [np.zeros((0, 3))]
+        flat = np.concatenate(rows)
+        sizes = [r.shape[0] for r in self._rows]
+        return GpuTransfers(
+            gpus_per_pod=self.gpus_per_pod,
+            pattern=pattern.astype(np.int32),
+            indptr=np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(np.int64),
+            src_gpu=flat[:, 0].astype(np.int16),
+            dst_gpu=flat[:, 1].astype(np.int16),
+            share=flat[:, 2].copy(),
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -61,6 +205,7 @@ class TaskDAG:
     indices: np.ndarray  # int32 [E]
     phases: tuple[Phase, ...] = ()
     names: tuple[str, ...] = field(default=(), repr=False)
+    gpu: GpuTransfers | None = field(default=None, repr=False)
 
     @property
     def n_nodes(self) -> int:
@@ -151,19 +296,21 @@ def _longest_finish(indptr, indices, dur):  # pragma: no cover - compiled
 class DagBuilder:
     """Accumulates nodes, edges and phases in any order; :meth:`build` sorts them topologically."""
 
-    def __init__(self, n_pods: int):
+    def __init__(self, n_pods: int, gpus_per_pod: int | None = None):
+        """``gpus_per_pod`` given: comm nodes carry GPU-transfer patterns (module doc)."""
         self.n_pods = n_pods
         self._cols: dict[str, list] = {
-            k: [] for k in ("kind", "pod", "dst", "dur", "bytes", "lat", "phase")
+            k: [] for k in ("kind", "pod", "dst", "dur", "bytes", "lat", "phase", "pat")
         }
         self._names: list[str] = []
         self._src: list[int] = []
         self._dst: list[int] = []
         self.phases: list[Phase] = []
+        self.patterns = None if gpus_per_pod is None else PatternTable(gpus_per_pod)
 
-    def _node(self, kind, pod, dst, dur, nbytes, lat, phase, name) -> int:
+    def _node(self, kind, pod, dst, dur, nbytes, lat, phase, name, pattern=-1) -> int:
         c = self._cols
-        for key, val in zip(c, (kind, pod, dst, dur, nbytes, lat, phase), strict=True):
+        for key, val in zip(c, (kind, pod, dst, dur, nbytes, lat, phase, pattern), strict=True):
             c[key].append(val)
         self._names.append(name)
         return len(self._names) - 1
@@ -175,9 +322,16 @@ class DagBuilder:
         return self._node(BARRIER, -1, -1, 0.0, 0.0, 0.0, phase, name)
 
     def comm(
-        self, src: int, dst: int, nbytes: float, latency_s: float, phase: int, name: str = ""
+        self,
+        src: int,
+        dst: int,
+        nbytes: float,
+        latency_s: float,
+        phase: int,
+        name: str = "",
+        pattern: int = -1,
     ) -> int:
-        return self._node(COMM, src, dst, 0.0, nbytes, latency_s, phase, name)
+        return self._node(COMM, src, dst, 0.0, nbytes, latency_s, phase, name, pattern)
 
     def edge(self, u: int, v: int) -> None:
         self._src.append(u)
@@ -198,17 +352,26 @@ class DagBuilder:
         intra_pod_bytes: float,
         preds=(),
         succs=(),
+        *,
+        meta: Phase | None = None,
+        pair_pattern=None,
     ) -> tuple[int, int]:
         """Add a phase of directed pod-pair transfers after ``preds`` and before ``succs``.
 
         No pair: one barrier; one pair: one comm node; more: entry barrier -> comm nodes in
-        parallel -> exit barrier. Returns the phase's (entry, exit) nodes.
+        parallel -> exit barrier. ``meta`` gives the collective fields of :class:`Phase`
+        (group, op, ranks); ``pair_pattern`` each pair's GPU-transfer pattern id. Returns the
+        phase's (entry, exit) nodes.
         """
         k = len(self.phases)
-        self.phases.append(Phase(kind, name, float(intra_pod_bytes)))
+        base = Phase(kind, name, float(intra_pod_bytes))
+        if meta is not None:
+            base = replace(meta, kind=kind, name=name, intra_pod_bytes=float(intra_pod_bytes))
+        self.phases.append(base)
+        pats = [-1] * len(pair_bytes) if pair_pattern is None else pair_pattern.tolist()
         comms = [
-            self.comm(int(u), int(v), float(b), latency_s, k, f"{name} {u}->{v}")
-            for u, v, b in zip(pair_src, pair_dst, pair_bytes, strict=True)
+            self.comm(int(u), int(v), float(b), latency_s, k, f"{name} {u}->{v}", q)
+            for u, v, b, q in zip(pair_src, pair_dst, pair_bytes, pats, strict=True)
         ]
         if len(comms) == 1:
             entry = exit_ = comms[0]
@@ -243,6 +406,9 @@ class DagBuilder:
             edge_dst=dst,
             phases=tuple(self.phases),
             names=tuple(self._names),
+            gpu=None
+            if self.patterns is None
+            else self.patterns.freeze(np.asarray(c["pat"], dtype=np.int32).reshape(n)),
         )
 
 
@@ -302,8 +468,10 @@ def from_arrays(
     edge_dst,
     phases=(),
     names=(),
+    gpu: GpuTransfers | None = None,
 ) -> TaskDAG:
-    """Build a TaskDAG from unordered arrays: renumber topologically, drop duplicate edges."""
+    """Build a TaskDAG from unordered arrays: renumber topologically, drop duplicate edges
+    (``gpu``, if given, is indexed by the unordered node ids and renumbered with them)."""
     n = kind.size
     order = topological_order(n, edge_src, edge_dst, names)
     new_id = np.empty(n, dtype=np.int64)
@@ -326,4 +494,5 @@ def from_arrays(
         indices=adj.indices.astype(np.int32),
         phases=tuple(phases),
         names=tuple(names[i] for i in order) if names else (),
+        gpu=None if gpu is None else replace(gpu, pattern=gpu.pattern[order]),
     )

@@ -11,6 +11,9 @@ Task DAG, ``"format": "trainfabric.taskdag"``, ``"version": 1``::
        {"id": 2, "kind": "barrier"}],
      "edges": [[0, 1], [1, 2]]}
 
+A phase may also name its collective (optional, as :class:`~trainfabric.workloads.dag.Phase`):
+``group`` (the collective the step belongs to), ``op`` (``all_reduce``, ``reduce_scatter``,
+``all_gather``, ``all_to_all``, ``send_recv``), ``n_ranks`` and ``n_collectives``.
 Node ids are unique strings or integers; ``phases`` is optional (a comm node whose ``phase``
 is not listed gets a phase of kind ``custom``; one without ``phase`` is a phase of its own).
 Units: seconds and bytes. ``latency_s`` defaults to 0.
@@ -73,6 +76,7 @@ DAG_FORMAT, TRAFFIC_FORMAT, VERSION = "trainfabric.taskdag", "trainfabric.traffi
 MAX_BYTES = 1e18  # bytes of one transfer or phase: an exabyte
 MAX_SECONDS = 1e9  # one compute step or latency: about 32 years
 MAX_PODS = 1_000_000
+MAX_RANKS = 1 << 31  # ranks of one collective
 PARSE_BYTES_PER_FILE_BYTE = 40  # peak memory of the parsed document per byte of JSON (measured)
 
 
@@ -122,6 +126,15 @@ class _Phase(_Strict):
     intra_pod_bytes: Annotated[float, Field(ge=0, le=MAX_BYTES)] = 0.0
 
 
+class _DagPhase(_Phase):
+    """A task-DAG phase; the optional collective fields of :class:`Phase` (unknown if absent)."""
+
+    group: str = ""
+    op: Literal["", "all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv"] = ""
+    n_ranks: Annotated[StrictInt, Field(ge=0, le=MAX_RANKS)] = 0
+    n_collectives: Annotated[StrictInt, Field(ge=0, le=MAX_RANKS)] = 0
+
+
 class _TrafficPhase(_Phase):
     flows: list[tuple[Pod, Pod, Bytes]] | None = None
     matrix: list[list[Annotated[float, Field(ge=0, le=MAX_BYTES)]]] | None = None
@@ -137,7 +150,7 @@ class _DagDoc(_Strict):
     format: Literal["trainfabric.taskdag"]
     version: Annotated[int, Field(ge=VERSION, le=VERSION)]
     pods: Annotated[int, Field(ge=1, le=MAX_PODS)]
-    phases: list[_Phase] = []
+    phases: list[_DagPhase] = []
     nodes: Annotated[list[_Node], Field(min_length=1)]
     edges: list[tuple[NodeId, NodeId]] = []
 
@@ -229,18 +242,25 @@ def dag_to_dict(dag: TaskDAG) -> dict[str, Any]:
         "format": DAG_FORMAT,
         "version": VERSION,
         "pods": dag.n_pods,
-        "phases": [
-            {"name": p.name, "kind": p.kind, "intra_pod_bytes": p.intra_pod_bytes}
-            for p in dag.phases
-        ],
+        "phases": [_phase_doc(p) for p in dag.phases],
         "nodes": nodes,
         "edges": dag.edges.tolist(),
     }
 
 
+def _phase_doc(p: Phase) -> dict:
+    """A phase as JSON; the collective fields only when known."""
+    doc = {"name": p.name, "kind": p.kind, "intra_pod_bytes": p.intra_pod_bytes}
+    extra = {"group": p.group, "op": p.op, "n_ranks": p.n_ranks, "n_collectives": p.n_collectives}
+    return doc | {k: v for k, v in extra.items() if v}
+
+
 def _dag(doc: _DagDoc) -> TaskDAG:
     """The validated document as a TaskDAG, after the cross-reference checks."""
-    phases = [Phase(p.kind, p.name, p.intra_pod_bytes) for p in doc.phases]
+    phases = [
+        Phase(p.kind, p.name, p.intra_pod_bytes, p.group, p.op, p.n_ranks, p.n_collectives)
+        for p in doc.phases
+    ]
     phase_id = _unique([p.name for p in phases], "phases", "name")
     nodes = doc.nodes
     index = _unique([n.id for n in nodes], "nodes", "id")
