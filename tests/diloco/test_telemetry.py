@@ -110,17 +110,65 @@ def test_window_is_the_delta_of_two_scrapes():
         _sample(1.0, [], [], kv=42.0)  # a percentage where vLLM exports a fraction
 
 
+def test_share_above_exact_at_bounds_and_bracketed_between():
+    rng = np.random.default_rng(3)
+    x = rng.lognormal(-1.5, 1.2, 500)
+    h = T.Histogram.of(BOUNDS, x)
+    for slo in (0.1, 0.5, 1.0, 2560.0):  # bucket bounds: exact
+        assert h.share_above(slo) == pytest.approx(np.mean(x > slo), abs=1e-12)
+    for slo in (0.3, 0.7, 3.0):  # inside a bucket: between the shares at its bounds
+        i = np.searchsorted(BOUNDS, slo)
+        lo = BOUNDS[i - 1]
+        hi = BOUNDS[i]
+        assert np.mean(x > hi) - 1e-12 <= h.share_above(slo) <= np.mean(x > lo) + 1e-12
+    assert h.share_above(1e4) == pytest.approx(np.mean(x > BOUNDS[-1]))  # the +Inf bucket
+    assert np.isnan(T.Histogram.of(BOUNDS, []).share_above(0.5))
+
+
 def test_inference_pressure_closed_form():
-    m = T.PressureModel(ttft_slo_s=0.5, tpot_slo_s=0.05, queue_scale=10)
+    m = T.PressureModel(tail=0.1, queue_scale=10)
     assert m.inference(0.1, 0, np.nan, np.nan) == pytest.approx(0.1)
-    assert m.inference(0.1, 3, 0.1, 0.01) == pytest.approx(0.3)  # queue 3/10
-    assert m.inference(0.1, 0, 0.35, 0.01) == pytest.approx(0.7)  # TTFT 0.35/0.5
-    assert m.inference(0.1, 0, 0.1, 0.04) == pytest.approx(0.8)  # ITL 0.04/0.05
-    assert m.inference(0.0, 100, 9.0, 1.0) == 1.0
+    assert m.inference(0.1, 3, 0.01, 0.0) == pytest.approx(0.3)  # queue 3/10
+    assert m.inference(0.1, 0, 0.07, 0.0) == pytest.approx(0.7)  # 7% of TTFTs late / 10%
+    assert m.inference(0.1, 0, 0.0, 0.08) == pytest.approx(0.8)  # 8% of tokens late
+    assert m.inference(0.0, 100, 0.5, 1.0) == 1.0
     np.testing.assert_allclose(
-        m.inference(np.array([0.0, 0.5]), np.array([1, 0]), np.array([0.2, np.nan]), 0.0),
+        m.inference(np.array([0.0, 0.5]), np.array([1, 0]), np.array([0.04, np.nan]), 0.0),
         [0.4, 0.5],
     )
+    # from two scrapes: 3 of 10 first tokens over 0.5 s -> 0.3 / 0.1 -> capped at 1
+    a = _sample(0.0, [], [], waiting=0, kv=0.0)
+    b = _sample(1.0, [0.1] * 7 + [0.9] * 3, [0.01] * 50, waiting=0, kv=0.2)
+    assert m.of_window(T.window(a, b)) == 1.0
+    b = _sample(1.0, [0.1] * 99 + [0.9], [0.01] * 50, waiting=0, kv=0.05)
+    assert m.of_window(T.window(a, b)) == pytest.approx(0.1)  # 1% late / 10%
+
+
+def test_inference_pressure_is_graded_in_the_simulator():
+    """Steady load on the default engines (their queue grows from about 17 requests/s): the
+    pressure rises with the rate and is well below 1 at 30% of capacity (5 requests/s),
+    where the old signal, the engines' busy fraction, is already high."""
+    from trainfabric.diloco.fleet import REGIMES, FleetConfig, pressure_model, server_pressure
+    from trainfabric.diloco.serving import BUSY_S, EngineState, advance
+
+    cfg = FleetConfig(windows=300)
+    means, busy = [], []
+    for rate in (1.5, 5.0, 12.0, 17.0):
+        r = REGIMES["steady"].model_copy(update={"rate": rate}).requests(cfg.horizon_s, 0)
+        st_ = EngineState.empty(1, cfg.serving)
+        p, b = [], []
+        for w in range(cfg.windows):
+            c = advance(
+                st_, r.arrival_s[None], r.prompt_tokens[None], r.output_tokens[None],
+                np.array([r.n]), np.array([0]), w + 1.0, np.array([-np.inf]), cfg.serving,
+            )  # fmt: skip
+            p.append(server_pressure(pressure_model(cfg), c)[0])
+            b.append(c[0, BUSY_S] / cfg.serving.replicas)
+        means.append(np.mean(p))
+        busy.append(np.mean(b))
+    assert np.all(np.diff(means) > 0), means
+    assert means[1] < 0.2 and busy[1] > 0.6, (means, busy)
+    assert means[-1] > 0.8, means
 
 
 def test_link_utilisation_and_checkpoint():

@@ -13,7 +13,7 @@ a seed) and window ``[t0, t0 + window_s)``:
 
 Telemetry (all in [0, 1], :mod:`~.telemetry`): ``inference`` = the pressure of the serving
 engines in the last window computed from what a vLLM server exposes (waiting requests, KV-cache
-use, TTFT/ITL quantiles of the window's histograms against the SLOs; :func:`server_pressure`),
+use, the shares of the window's TTFT/ITL histograms over the SLOs; :func:`server_pressure`),
 ``serve_now`` = last window's arrivals over twice the regime's mean (a 2x burst saturates it),
 ``serve_forecast`` = its one-step EWMA (``alpha``), ``serve_next`` = the same for the next
 window (the future: only for the non-deployable offline policy), ``network`` and
@@ -83,7 +83,7 @@ from trainfabric.diloco.telemetry import (
     TTFT_BUCKETS,
     PressureModel,
     Telemetry,
-    histogram_quantile,
+    histogram_share_above,
     serve_load,
 )
 from trainfabric.errors import ConfigError
@@ -253,8 +253,8 @@ class FleetConfig(Config):
     serving: ServingModel = ServingModel()
     progress: ProgressModel = ProgressModel()
     forecast_alpha: float = Field(0.3, gt=0, le=1, description="EWMA weight of the newest window")
-    pressure_quantile: float = Field(
-        0.9, ge=0, le=1, description="TTFT/ITL quantile in the inference pressure"
+    pressure_tail: float = Field(
+        0.1, gt=0, le=1, description="share over an SLO at which the inference pressure is 1"
     )
 
     @property
@@ -485,12 +485,12 @@ def simulate(
 
 def pressure_model(config: FleetConfig) -> PressureModel:
     """The ``inference`` pressure of the simulated servers: the serving SLOs, the fleet's
-    quantile, a queue of one full batch per replica at 1 (:mod:`~.telemetry`)."""
+    tail share, a queue of one full batch per replica at 1 (:mod:`~.telemetry`)."""
     sm = config.serving
     return PressureModel(
         ttft_slo_s=sm.ttft_slo_s,
         tpot_slo_s=sm.tpot_slo_s,
-        quantile=config.pressure_quantile,
+        tail=config.pressure_tail,
         queue_scale=float(sm.replicas * sm.max_batch),
     )
 
@@ -498,9 +498,9 @@ def pressure_model(config: FleetConfig) -> PressureModel:
 def server_pressure(model: PressureModel, c: np.ndarray) -> np.ndarray:
     """``inference`` per run from one window's counters, exactly as from two scrapes of a
     vLLM server (:func:`~.telemetry.window`): gauges at its end, latency quantiles of its
-    histograms (Prometheus' ``histogram_quantile``)."""
-    ttft = histogram_quantile(model.quantile, TTFT_BUCKETS, *histogram(c, "ttft"))
-    itl = histogram_quantile(model.quantile, ITL_BUCKETS, *histogram(c, "itl"))
+    histograms' shares over the SLOs (:func:`~.telemetry.histogram_share_above`)."""
+    ttft = histogram_share_above(model.ttft_slo_s, TTFT_BUCKETS, *histogram(c, "ttft"))
+    itl = histogram_share_above(model.tpot_slo_s, ITL_BUCKETS, *histogram(c, "itl"))
     return model.inference(c[:, KV_FRAC], c[:, WAITING], ttft, itl)
 
 
