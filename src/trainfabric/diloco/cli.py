@@ -178,3 +178,13 @@ from trainfabric.diloco import live_cli as _live_cli  # noqa: E402  (light: impo
 
 app.command("live")(_live_cli.live_cmd)
 app.command("calibrate")(_live_cli.calibrate_cmd)
+
+
+def _register_train() -> None:
+    """``diloco train`` lives in trainfabric.diloco.train (torch only imported when it runs)."""
+    from trainfabric.diloco.train.command import train_cmd
+
+    app.command("train")(train_cmd)
+
+
+_register_train()

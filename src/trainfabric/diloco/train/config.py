@@ -1,0 +1,95 @@
+"""Typed configuration of a real DiLoCo training run (no torch import here).
+
+Defaults (the DiLoCo recipe pinned in CLARIFICATIONS, "DiLoCo part 2"):
+
+* inner optimiser AdamW (lr 1e-3, betas (0.9, 0.95), weight decay 0.1), one per learner, whose
+  moments and step count carry over across syncs (``reset_inner_optimizer`` = the WA-DiLoCo
+  artifact's reset at every sync, off by default);
+* pseudo-gradient ``Δ = θ_global − θ_local``, averaged over the ``M`` learners by a real
+  ``all_reduce`` (sum, then ``/ M``) of flattened buckets of at most ``bucket_mb`` MB;
+* outer step: ``Δ`` is set as the gradient of the global parameters and
+  ``torch.optim.SGD(lr=0.7, momentum=0.9, nesterov=True)`` is applied; every learner restarts
+  from the new global parameters;
+* ``H`` = 50 inner steps between syncs (the default fixed-H controller), control point after
+  every inner step, control window 1 s of wall clock (0: consult the controller at every step);
+* model: byte-level GPT, 4 layers, d_model 128, 4 heads (0.83 M parameters), context 64
+  bytes, batch 8 sequences
+  (512 tokens a step per learner), dropout 0.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from trainfabric.config import Config
+
+
+class ModelConfig(Config):
+    """Byte-level GPT: ``layers`` blocks of causal self-attention + MLP (4·d hidden)."""
+
+    layers: int = Field(4, ge=1, le=48)
+    d_model: int = Field(128, ge=8, le=8192)
+    heads: int = Field(4, ge=1, le=128)
+    context: int = Field(64, ge=4, le=8192)
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> ModelConfig:
+        if self.d_model % self.heads:
+            raise ValueError(f"d_model {self.d_model} is not a multiple of heads {self.heads}")
+        return self
+
+
+class ShapingConfig(Config):
+    """tc shaping of every learner's veth, both directions (token bucket filter).
+
+    ``rate_mbit`` is the link rate (Mbit/s = 1e6 bit/s), ``burst_kb`` the bucket depth
+    (KiB), ``latency_ms`` tbf's queueing limit (the time a packet may wait in the bucket's
+    queue). ``qdisc`` is ``tbf`` or ``htb`` (netem is not available on this kernel: no
+    delay can be added; see :mod:`trainfabric.diloco.train.netns`).
+    """
+
+    rate_mbit: float = Field(10.0, gt=0, le=100_000)
+    burst_kb: float = Field(32.0, gt=0, le=1_000_000)
+    latency_ms: float = Field(400.0, gt=0, le=60_000)
+    qdisc: Literal["tbf", "htb"] = "tbf"
+
+
+class TrainConfig(Config):
+    """One DiLoCo run of ``learners`` processes for ``steps`` inner steps each (or until
+    ``max_seconds`` of wall clock, whichever comes first)."""
+
+    learners: int = Field(2, ge=1, le=64)
+    steps: int = Field(300, ge=1, le=10_000_000)
+    max_seconds: float | None = Field(None, gt=0, le=1e7)
+    H: int = Field(50, ge=1, le=10_000_000)
+    control_window_s: float = Field(1.0, ge=0, le=3600)
+    batch: int = Field(8, ge=1, le=4096)
+    seed: int = Field(0, ge=0, le=2**63 - 1)
+    model: ModelConfig = ModelConfig()
+    inner: Literal["adamw", "sgd"] = "adamw"
+    inner_lr: float = Field(1e-3, gt=0, le=10)
+    weight_decay: float = Field(0.1, ge=0, le=10)
+    outer_lr: float = Field(0.7, gt=0, le=10)
+    outer_momentum: float = Field(0.9, ge=0, lt=1)
+    nesterov: bool = True
+    reset_inner_optimizer: bool = False
+    dtype: Literal["float32", "float64"] = "float32"
+    bucket_mb: float = Field(4.0, gt=0, le=100_000)
+    checkpoint_every: int = Field(100, ge=1, le=10_000_000)
+    max_restarts: int = Field(3, ge=0, le=1000)
+    eval_batches: int = Field(4, ge=1, le=10_000)
+    backend: Literal["auto", "gloo", "nccl"] = "auto"
+    threads: int = Field(1, ge=1, le=256)
+    shaping: ShapingConfig | None = ShapingConfig()
+    unshaped_ok: bool = False
+    final_sync: bool = True
+    save_final: bool = False
+    corpus_bytes: int = Field(1_000_000, ge=10_000, le=1_000_000_000)
+
+    @model_validator(mode="after")
+    def _shaping_explicit(self) -> TrainConfig:
+        if self.shaping is None and not self.unshaped_ok:
+            raise ValueError("shaping is off: set unshaped_ok to run over loopback unshaped")
+        return self

@@ -1,0 +1,270 @@
+"""Start ``M`` learner processes, serve their controller, supervise and restart them.
+
+:func:`start` returns a :class:`TrainingRun` at once; a supervisor thread in the calling process
+answers rank 0's control points with ``controller.decide(progress)``, records sync events with
+the link's qdisc byte counters, and watches the learners. When one dies (any non-zero exit,
+e.g. SIGKILL), the others are killed and the whole group restarts from the latest step every
+learner has checkpointed (as torchrun's ``max_restarts``), at most ``max_restarts`` times; a
+learner thus loses at most the steps since its last checkpoint. :meth:`TrainingRun.wait`
+returns a :class:`TrainResult` and writes the run directory:
+
+* ``manifest.json`` (config, shaping with the measured mean sync time, versions, restarts),
+* ``steps.parquet`` (rank, step, t, loss, perplexity, tokens, attempt; a step redone after a
+  restart keeps its last attempt), ``syncs.parquet`` (sync, step, t_start, t_end,
+  duration_s, bytes all-reduced per learner, link_bytes moved on all links), ``evals.parquet``,
+* ``result.json`` (the :class:`TrainResult`).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import shutil
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from trainfabric.diloco.train import checkpoint, corpus, netns
+from trainfabric.diloco.train.config import TrainConfig
+from trainfabric.diloco.train.controller import FixedH, Progress
+from trainfabric.diloco.train.learner import STATUS_WIDTH, WorkerSpec, main
+from trainfabric.errors import ConfigError
+
+PORT = 29_500
+
+
+class Controller(Protocol):
+    def decide(self, progress: Progress) -> bool: ...
+
+
+@dataclass
+class TrainResult:
+    run_dir: str
+    learners: int
+    params: int
+    steps: int
+    tokens: int
+    syncs: int
+    final_loss: float  # rank 0's training loss EWMA at the end (nats/byte)
+    eval_loss: float  # held-out loss at the end (nats/byte)
+    mean_sync_s: float | None
+    sync_s: list[float]
+    mean_step_s: float
+    wall_s: float
+    restarts: list[dict] = field(default_factory=list)
+    shaping: dict | None = None
+
+
+@dataclass
+class Restart:
+    attempt: int
+    failed_rank: int
+    exitcode: int | None
+    step_at_failure: int
+    resumed_from: int
+
+
+class TrainingRun:
+    """A running group of learners (see the module docstring)."""
+
+    def __init__(self, cfg: TrainConfig, run_dir: Path, controller: Controller | None = None):
+        self.cfg, self.run_dir = cfg, Path(run_dir)
+        self.controller = controller or FixedH(cfg.H)
+        self.ctx = mp.get_context("spawn")
+        self.status = self.ctx.Array("d", cfg.learners * STATUS_WIDTH, lock=False)
+        self.stop_flag = self.ctx.Value("b", 0, lock=False)
+        self.net: netns.Network | None = None
+        self.procs: list[Any] = []
+        self.conn = None
+        self.syncs: list[dict] = []
+        self.restarts: list[Restart] = []
+        self.done: dict | None = None
+        self.error: BaseException | None = None
+        self.in_sync = False
+        self._link0: list[tuple[int, int]] | None = None
+        self.thread = threading.Thread(target=self._supervise, daemon=True)
+
+    # ---- public views for the controller / telemetry ----------------------------------
+    def step(self) -> int:
+        """Inner steps done (rank 0)."""
+        return int(self.status[0])
+
+    def checkpointing(self) -> bool:
+        """The ``checkpoint`` signal: 1 while any learner is writing a checkpoint."""
+        return any(self.status[r * STATUS_WIDTH + 1] for r in range(self.cfg.learners))
+
+    def syncing(self) -> bool:
+        return any(self.status[r * STATUS_WIDTH + 2] for r in range(self.cfg.learners))
+
+    def link_bytes(self) -> list[tuple[int, int]] | None:
+        """Per learner (bytes sent, bytes received) from the qdisc counters (None: unshaped)."""
+        return self.net.qdisc_bytes() if self.net else None
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs]
+
+    def stop(self) -> None:
+        """Ask the learners to stop at the next control point (then final sync and eval)."""
+        self.stop_flag.value = 1
+
+    # ---- lifecycle --------------------------------------------------------------------
+    def start(self, resume: bool = False) -> TrainingRun:
+        """Spawn the learners; ``resume``: continue from the run directory's checkpoints
+        (otherwise its old checkpoints and logs are removed first)."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if not resume:
+            shutil.rmtree(self.run_dir / "ckpt", ignore_errors=True)
+            for old in self.run_dir.glob("*.jsonl"):
+                old.unlink()
+        for name, seed in (("train.bin", corpus.TRAIN_SEED), ("heldout.bin", corpus.HELDOUT_SEED)):
+            size = self.cfg.corpus_bytes if name == "train.bin" else 100_000
+            corpus.tokens(size, seed).tofile(self.run_dir / name)
+        if self.cfg.shaping is not None:
+            self.net = netns.create(self.cfg.learners, self.cfg.shaping)
+        try:
+            self._spawn(resume=checkpoint.common_step(self.run_dir / "ckpt", self.cfg.learners))
+        except BaseException:
+            self._teardown()
+            raise
+        self.thread.start()
+        return self
+
+    def wait(self, timeout: float | None = None) -> TrainResult:
+        self.thread.join(timeout)
+        if self.thread.is_alive():
+            raise TimeoutError("training still running")
+        if self.error is not None:
+            raise self.error
+        from trainfabric.diloco.train.report import finish
+
+        return finish(self)
+
+    def _master(self, attempt: int) -> tuple[str, list[str | None], list[str | None]]:
+        n = self.cfg.learners
+        if self.net is None:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            return f"tcp://127.0.0.1:{port}", [None] * n, [None] * n
+        spaces = [self.net.namespace(r) for r in range(n)]
+        ifaces = [self.net.inner_dev(r) for r in range(n)]
+        return f"tcp://{self.net.address(0)}:{PORT + attempt}", spaces, ifaces
+
+    def _spawn(self, resume: int | None) -> None:
+        attempt = len(self.restarts)
+        master, spaces, ifaces = self._master(attempt)
+        parent, child = self.ctx.Pipe()
+        self.conn = parent
+        self.procs = []
+        for r in range(self.cfg.learners):
+            spec = WorkerSpec(
+                r, self.cfg, self.run_dir, master, spaces[r], ifaces[r], resume, attempt
+            )
+            p = self.ctx.Process(
+                target=main,
+                args=(spec, self.status, child if r == 0 else None, self.stop_flag),
+                daemon=True,
+            )
+            p.start()
+            self.procs.append(p)
+        child.close()
+
+    def _supervise(self) -> None:
+        try:
+            while not self._tick():
+                pass
+        except BaseException as exc:  # surfaced by wait()
+            self.error = exc
+        finally:
+            self._teardown()
+
+    def _tick(self) -> bool:
+        """Serve one message or check the processes; True when the run is over."""
+        try:
+            ready = self.conn.poll(0.05)
+        except (EOFError, OSError):
+            ready = False
+        if ready:
+            try:
+                kind, body = self.conn.recv()
+            except (EOFError, OSError):
+                kind, body = "eof", None
+                time.sleep(0.02)
+            if kind != "eof":
+                self._handle(kind, body)
+                return False
+        exits = [p.exitcode for p in self.procs]
+        bad = [r for r, e in enumerate(exits) if e not in (None, 0)]
+        if bad:
+            self._restart(bad[0], exits[bad[0]])
+            return False
+        if all(e == 0 for e in exits):
+            if self.done is None:
+                raise RuntimeError("learners exited without reporting completion")
+            return True
+        return False
+
+    def _handle(self, kind: str, body: dict) -> None:
+        if kind == "progress":
+            self.conn.send(bool(self.controller.decide(Progress(**body))))
+        elif kind == "sync_start":
+            self.in_sync = True
+            self._link0 = self.link_bytes()
+        elif kind == "sync_end":
+            self.in_sync = False
+            after = self.link_bytes()
+            if after is not None and self._link0 is not None:
+                body["link_bytes"] = sum(
+                    a[0] - b[0] + a[1] - b[1] for a, b in zip(after, self._link0, strict=True)
+                )
+            self.syncs.append(body)
+        elif kind == "done":
+            self.done = body
+
+    def _restart(self, rank: int, exitcode: int | None) -> None:
+        step = self.step()
+        self._kill()
+        if len(self.restarts) >= self.cfg.max_restarts:
+            raise RuntimeError(
+                f"learner {rank} died (exit {exitcode}) and max_restarts "
+                f"{self.cfg.max_restarts} is used up"
+            )
+        resume = checkpoint.common_step(self.run_dir / "ckpt", self.cfg.learners)
+        self.restarts.append(Restart(len(self.restarts) + 1, rank, exitcode, step, resume or 0))
+        self.syncs = [s for s in self.syncs if s["step"] <= (resume or 0)]
+        for i in range(len(self.status)):
+            self.status[i] = 0
+        self._spawn(resume)
+
+    def _kill(self) -> None:
+        for p in self.procs:
+            if p.exitcode is None:
+                p.kill()
+        for p in self.procs:
+            p.join(10)
+        if self.conn is not None:
+            self.conn.close()
+
+    def _teardown(self) -> None:
+        self._kill()
+        if self.net is not None:
+            self.net.close()
+
+
+def start(
+    cfg: TrainConfig,
+    run_dir: str | Path,
+    controller: Controller | None = None,
+    resume: bool = False,
+) -> TrainingRun:
+    """Start a DiLoCo run (returns at once; ``.wait()`` for the result)."""
+    if not isinstance(cfg, TrainConfig):
+        raise ConfigError("config", "expected a TrainConfig")
+    return TrainingRun(cfg, Path(run_dir), controller).start(resume)
+
+
+def train(cfg: TrainConfig, run_dir: str | Path, controller: Controller | None = None):
+    """Run DiLoCo training to the end and return its :class:`TrainResult`."""
+    return start(cfg, run_dir, controller).wait()

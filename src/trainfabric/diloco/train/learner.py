@@ -1,0 +1,348 @@
+"""One learner process: inner steps, control points, DiLoCo syncs, checkpoints, logs.
+
+Every learner steps in lockstep with the others: after each inner step rank 0 broadcasts a
+one-element command (continue / sync / stop; skipped when ``M`` = 1), so a sync starts at the
+same inner step everywhere. The command costs one tiny collective per step over the link;
+its bytes are part of the link's counters. Logs are JSONL streamed into the run directory:
+``steps-rank<r>.jsonl`` (every step: loss in nats/byte, perplexity, tokens),
+``syncs.jsonl`` (rank 0: wall duration and bytes of every sync) and ``evals.jsonl`` (rank 0:
+held-out loss at every sync and at the end, of rank 0's model, which after a sync is the
+global model).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from trainfabric.diloco.train import checkpoint
+from trainfabric.diloco.train.config import TrainConfig
+from trainfabric.diloco.train.model import GPT
+from trainfabric.diloco.train.outer import make_outer, outer_step
+
+CONTINUE, SYNC, STOP = 0, 1, 2
+STATUS_WIDTH = 4  # per rank: step, checkpointing, syncing, tokens
+EWMA = 0.1
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    rank: int
+    cfg: TrainConfig
+    run_dir: Path
+    master: str  # tcp://addr:port
+    namespace: str | None
+    iface: str | None
+    resume_step: int | None
+    attempt: int
+
+
+class Learner:
+    def __init__(self, spec: WorkerSpec, status, conn, stop_flag):
+        self.spec, self.cfg, self.rank = spec, spec.cfg, spec.rank
+        self.world = spec.cfg.learners
+        self.status, self.conn, self.stop_flag = status, conn, stop_flag
+        self.dtype = getattr(torch, self.cfg.dtype)
+        self.device = torch.device("cuda", 0) if self.backend() == "nccl" else torch.device("cpu")
+        self.data = torch.from_numpy(np.fromfile(spec.run_dir / "train.bin", np.uint8)).long()
+        held = np.fromfile(spec.run_dir / "heldout.bin", np.uint8)
+        self.heldout = torch.from_numpy(held).long()
+        torch.manual_seed(self.cfg.seed)
+        self.model = GPT(self.cfg.model).to(self.device, self.dtype)
+        self.params = list(self.model.parameters())
+        self.glob = [p.detach().clone() for p in self.params]
+        self.outer = make_outer(
+            self.glob, self.cfg.outer_lr, self.cfg.outer_momentum, self.cfg.nesterov
+        )
+        self.inner = self.new_inner()
+        self.gen = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + self.rank + 1)
+        self.c: dict[str, Any] = dict(
+            step=0,
+            h=0,
+            tokens=0,
+            tokens_since_sync=0,
+            syncs=0,
+            loss=math.nan,
+            loss_at_sync=math.nan,
+            last_sync_s=0.0,
+            wall_before=0.0,
+        )
+        self.t0 = time.time()
+        self.sync_end = self.t0
+        self.logs: dict[str, Any] = {}
+
+    def backend(self) -> str:
+        if self.cfg.backend != "auto":
+            return self.cfg.backend
+        return "nccl" if torch.cuda.is_available() else "gloo"
+
+    def new_inner(self) -> torch.optim.Optimizer:
+        if self.cfg.inner == "sgd":
+            return torch.optim.SGD(self.params, lr=self.cfg.inner_lr)
+        return torch.optim.AdamW(
+            self.params,
+            lr=self.cfg.inner_lr,
+            betas=(0.9, 0.95),
+            weight_decay=self.cfg.weight_decay,
+        )
+
+    # ---- data ------------------------------------------------------------------------
+    def batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        ctx = self.cfg.model.context
+        ix = torch.randint(len(self.data) - ctx - 1, (self.cfg.batch,), generator=self.gen)
+        rows = torch.stack([self.data[i : i + ctx + 1] for i in ix.tolist()])
+        rows = rows.to(self.device)
+        return rows[:, :-1], rows[:, 1:]
+
+    @torch.no_grad()
+    def eval_loss(self) -> float:
+        """Mean loss over ``eval_batches`` fixed, evenly spaced held-out windows × batch."""
+        ctx, n = self.cfg.model.context, self.cfg.eval_batches * self.cfg.batch
+        starts = np.linspace(0, len(self.heldout) - ctx - 2, n).astype(np.int64)
+        losses = []
+        for chunk in np.array_split(starts, self.cfg.eval_batches):
+            rows = torch.stack([self.heldout[i : i + ctx + 1] for i in chunk]).to(self.device)
+            losses.append(self.model.loss(rows[:, :-1], rows[:, 1:]).item())
+        return float(np.mean(losses))
+
+    # ---- state -----------------------------------------------------------------------
+    def state(self) -> dict:
+        return {
+            "model": self.model.state_dict(),
+            "inner": self.inner.state_dict(),
+            "outer": self.outer.state_dict(),
+            "global": [g.clone() for g in self.glob],
+            "counters": dict(self.c, wall_before=self.c["wall_before"] + self.wall()),
+            "gen": self.gen.get_state(),
+            "torch_rng": torch.get_rng_state(),
+        }
+
+    def restore(self, step: int) -> None:
+        st = checkpoint.load(self.spec.run_dir / "ckpt", self.rank, step)
+        self.model.load_state_dict(st["model"])
+        self.inner.load_state_dict(st["inner"])
+        with torch.no_grad():
+            for g, s in zip(self.glob, st["global"], strict=True):
+                g.copy_(s)
+        self.outer.load_state_dict(st["outer"])
+        self.c = dict(st["counters"])
+        self.gen.set_state(st["gen"])
+        torch.set_rng_state(st["torch_rng"])
+
+    def wall(self) -> float:
+        return time.time() - self.t0
+
+    def set_status(self, col: int, value: float) -> None:
+        self.status[self.rank * STATUS_WIDTH + col] = value
+
+    # ---- logging ---------------------------------------------------------------------
+    def log(self, name: str, row: dict) -> None:
+        fh = self.logs.get(name)
+        if fh is None:
+            fh = self.logs[name] = open(self.spec.run_dir / name, "a", buffering=1)  # noqa: SIM115 (closed at the end of run)
+        fh.write(json.dumps(row) + "\n")
+
+    # ---- the loop ----------------------------------------------------------------------
+    def inner_step(self) -> None:
+        x, y = self.batch()
+        loss = self.model.loss(x, y)
+        self.inner.zero_grad(set_to_none=True)
+        loss.backward()
+        self.inner.step()
+        value = loss.item()
+        c = self.c
+        c["step"] += 1
+        c["h"] += 1
+        ntok = x.numel()
+        c["tokens"] += ntok
+        c["tokens_since_sync"] += ntok * self.world
+        c["loss"] = value if math.isnan(c["loss"]) else (1 - EWMA) * c["loss"] + EWMA * value
+        if math.isnan(c["loss_at_sync"]):
+            c["loss_at_sync"] = value
+        self.set_status(0, c["step"])
+        self.set_status(3, c["tokens"])
+        self.log(
+            f"steps-rank{self.rank}.jsonl",
+            {
+                "rank": self.rank,
+                "step": c["step"],
+                "t": time.time(),
+                "loss": value,
+                "perplexity": math.exp(min(value, 700.0)),
+                "tokens": c["tokens"],
+                "attempt": self.spec.attempt,
+            },
+        )
+
+    def decide(self, last: bool) -> int:
+        """Rank 0 asks the controller (through the launcher) when a window has elapsed."""
+        if self.rank != 0:
+            return CONTINUE
+        if self.stop_flag.value or last:
+            return STOP
+        cfg, c = self.cfg, self.c
+        if cfg.max_seconds is not None and c["wall_before"] + self.wall() >= cfg.max_seconds:
+            return STOP
+        now = time.time()
+        if now - self.last_consult < cfg.control_window_s:
+            return CONTINUE
+        self.last_consult = now
+        progress = dict(
+            step=c["step"],
+            h=c["h"],
+            tokens=c["tokens"] * self.world,
+            tokens_since_sync=c["tokens_since_sync"],
+            loss=c["loss"],
+            loss_at_sync=c["loss_at_sync"],
+            syncs=c["syncs"],
+            wall_s=c["wall_before"] + self.wall(),
+            since_sync_s=now - self.sync_end,
+            last_sync_s=c["last_sync_s"],
+        )
+        self.conn.send(("progress", progress))
+        return SYNC if self.conn.recv() else CONTINUE
+
+    def command(self, cmd: int) -> int:
+        if self.world == 1:
+            return cmd
+        t = torch.tensor([cmd], dtype=torch.int64, device=self.device)
+        dist.broadcast(t, 0)
+        return int(t.item())
+
+    def reduce(self, flat: torch.Tensor) -> None:
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+
+    def sync(self) -> None:
+        c = self.c
+        self.set_status(2, 1)
+        if self.rank == 0:
+            self.conn.send(("sync_start", {"step": c["step"], "t": time.time()}))
+        t0 = time.time()
+        nbytes = outer_step(
+            self.glob,
+            self.params,
+            self.outer,
+            self.reduce if self.world > 1 else _noop,
+            self.world,
+            self.cfg.bucket_mb * 1e6,
+        )
+        t1 = time.time()
+        self.set_status(2, 0)
+        if self.cfg.reset_inner_optimizer:
+            self.inner = self.new_inner()
+        c["syncs"] += 1
+        c["h"] = 0
+        c["tokens_since_sync"] = 0
+        c["last_sync_s"] = t1 - t0
+        self.sync_end = t1
+        if self.rank == 0:
+            row = {
+                "sync": c["syncs"],
+                "step": c["step"],
+                "t_start": t0,
+                "t_end": t1,
+                "duration_s": t1 - t0,
+                "bytes": nbytes,
+                "attempt": self.spec.attempt,
+            }
+            self.conn.send(("sync_end", row))
+            ev = self.eval_loss()
+            self.log(
+                "evals.jsonl",
+                {
+                    "step": c["step"],
+                    "sync": c["syncs"],
+                    "t": time.time(),
+                    "eval_loss": ev,
+                    "at": "sync",
+                },
+            )
+        c["loss_at_sync"] = c["loss"]
+
+    def save(self) -> None:
+        self.set_status(1, 1)
+        try:
+            checkpoint.save(self.spec.run_dir / "ckpt", self.rank, self.c["step"], self.state())
+        finally:
+            self.set_status(1, 0)
+
+    def run(self) -> None:
+        cfg = self.cfg
+        if self.spec.resume_step is not None:
+            self.restore(self.spec.resume_step)
+        self.last_consult = 0.0
+        while self.c["step"] < cfg.steps:
+            self.inner_step()
+            cmd = self.command(self.decide(last=self.c["step"] >= cfg.steps))
+            if cmd == SYNC:
+                self.sync()
+            if cmd == STOP:
+                break
+            if self.c["step"] % cfg.checkpoint_every == 0:
+                self.save()
+        if cfg.final_sync and self.c["h"] > 0:
+            self.sync()
+        if self.rank == 0:
+            self.log(
+                "evals.jsonl",
+                {
+                    "step": self.c["step"],
+                    "sync": self.c["syncs"],
+                    "t": time.time(),
+                    "eval_loss": self.eval_loss(),
+                    "at": "end",
+                },
+            )
+            self.conn.send(("done", dict(self.c, wall_s=self.c["wall_before"] + self.wall())))
+        if cfg.save_final:
+            torch.save(
+                [p.detach().cpu() for p in self.params],
+                self.spec.run_dir / f"final-rank{self.rank}.pt",
+            )
+        for fh in self.logs.values():
+            fh.close()
+
+
+def _noop(flat: torch.Tensor) -> None:
+    return None
+
+
+def main(spec: WorkerSpec, status, conn, stop_flag) -> None:
+    """Process entry: enter the namespace, join the group, train, leave."""
+    if spec.namespace:
+        from trainfabric.diloco.train.netns import enter
+
+        enter(spec.namespace)
+        os.environ["GLOO_SOCKET_IFNAME"] = spec.iface or ""
+        os.environ["NCCL_SOCKET_IFNAME"] = spec.iface or ""
+    torch.set_num_threads(spec.cfg.threads)
+    learner = Learner(spec, status, conn, stop_flag)
+    status[spec.rank * STATUS_WIDTH] = learner.c["step"]
+    if spec.cfg.learners > 1:
+        dist.init_process_group(
+            learner.backend(),
+            init_method=spec.master,
+            rank=spec.rank,
+            world_size=spec.cfg.learners,
+            timeout=_timeout(),
+        )
+    try:
+        learner.run()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _timeout():
+    from datetime import timedelta
+
+    return timedelta(seconds=float(os.environ.get("TRAINFABRIC_DIST_TIMEOUT_S", "600")))
