@@ -16,7 +16,9 @@ to fit: ``output' = min(output, C - 1)``, ``prompt' = min(prompt, C - output')``
 counted (``truncated``); a prompt of 0 tokens is sent as 1.
 
 **Measurements**, per request, from the client's clock (``time.monotonic``), relative to
-the replay's start: ``sent_s`` (just before the request is handed to the HTTP client, so
+the replay's start (``summary["start_unix_s"]``, ``summary["start_monotonic_s"]``):
+``arrival_s`` (when it was due: the trace's arrival over ``rate_scale``, first one at 0),
+``sent_s`` (just before the request is handed to the HTTP client, so
 connection-pool waits count as latency), ``first_s`` (the first streamed chunk carrying a
 choice: the first token), ``finish_s`` (``[DONE]``); ``TTFT = first_s - sent_s``,
 ``TPOT = (finish_s - first_s) / (tokens - 1)`` (0 for one token) with ``tokens`` the
@@ -83,12 +85,12 @@ class ReplayResult:
 
 def plan(trace: Requests, cfg: ReplayConfig, context: int) -> dict[str, np.ndarray]:
     """The requests to send: due times (s), prompt and output tokens after truncation."""
-    due = trace.arrival_s / cfg.rate_scale
+    due = (trace.arrival_s - (trace.arrival_s[0] if trace.n else 0.0)) / cfg.rate_scale
     keep = np.flatnonzero(due < cfg.max_seconds)[: cfg.max_requests]
     output = np.minimum(trace.output_tokens[keep], context - 1)
     prompt = np.maximum(1, np.minimum(trace.prompt_tokens[keep], context - output))
     truncated = (output < trace.output_tokens[keep]) | (prompt < trace.prompt_tokens[keep])
-    return {"index": keep, "due_s": due[keep] - (due[keep[0]] if keep.size else 0.0),
+    return {"index": keep, "arrival_s": due[keep],
             "prompt": prompt, "output": output, "truncated": truncated}  # fmt: skip
 
 
@@ -98,15 +100,19 @@ def prompt_ids(cfg: ReplayConfig, i: int, n: int) -> list[int]:
     return np.random.default_rng((cfg.seed, i)).integers(lo, hi, size=n).tolist()
 
 
-def replay(trace: Requests, cfg: ReplayConfig) -> ReplayResult:
-    """Replay ``trace`` (blocking; runs its own event loop). See the module doc."""
-    return asyncio.run(replay_async(trace, cfg))
+def replay(trace: Requests, cfg: ReplayConfig | None = None, **fields) -> ReplayResult:
+    """Replay ``trace`` (blocking; runs its own event loop, so call it from a plain thread).
+    ``cfg`` or its fields as keywords (``url=..., max_seconds=...``). See the module doc."""
+    return asyncio.run(replay_async(trace, cfg, **fields))
 
 
-async def replay_async(trace: Requests, cfg: ReplayConfig) -> ReplayResult:
+async def replay_async(trace: Requests, cfg: ReplayConfig | None = None, **fields) -> ReplayResult:
     """Replay ``trace`` in the running event loop. See the module doc."""
     import httpx
 
+    from trainfabric.config import validate
+
+    cfg = cfg if cfg is not None else validate(ReplayConfig, fields)
     if cfg.token_ids[0] < 0 or cfg.token_ids[1] <= cfg.token_ids[0]:
         raise ConfigError("token_ids", "must be (low, high) with 0 <= low < high")
     timeout = httpx.Timeout(10.0, read=cfg.read_timeout_s)
@@ -116,10 +122,10 @@ async def replay_async(trace: Requests, cfg: ReplayConfig) -> ReplayResult:
         todo = plan(trace, cfg, context)
         n = todo["index"].size
         rec = _Records(n)
-        start = time.monotonic()
+        start, start_unix = time.monotonic(), time.time()
         tasks = []
         for k in range(n):
-            delay = start + todo["due_s"][k] - time.monotonic()
+            delay = start + todo["arrival_s"][k] - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
             body = {"model": model, "prompt": prompt_ids(cfg, int(todo["index"][k]),
@@ -133,7 +139,7 @@ async def replay_async(trace: Requests, cfg: ReplayConfig) -> ReplayResult:
                 t.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
         end = time.monotonic() - start
-    return _result(todo, rec, end, cfg, model, context, start)
+    return _result(todo, rec, end, cfg, model, context, (start, start_unix))
 
 
 async def _server_card(client, cfg: ReplayConfig) -> tuple[str, int]:
@@ -218,15 +224,17 @@ def _result(todo, rec: _Records, end: float, cfg: ReplayConfig, model: str, cont
         ok, tpot > cfg.tpot_slo_s, ~np.isnan(rec.first) & late & (todo["output"] > 1)
     )
     table = pd.DataFrame({
-        "request": todo["index"], "due_s": todo["due_s"], "sent_s": rec.sent,
+        "request": todo["index"], "arrival_s": todo["arrival_s"], "sent_s": rec.sent,
         "prompt_tokens": todo["prompt"], "output_tokens": todo["output"],
         "truncated": todo["truncated"], "status": pd.Categorical.from_codes(rec.status, STATUS),
         "http_status": rec.http_status, "tokens": rec.tokens, "first_s": rec.first,
-        "finish_s": rec.finish, "ttft_s": ttft, "tpot_s": tpot, "e2e_s": rec.finish - rec.sent,
+        "finish_s": rec.finish, "finished": ok, "ttft_s": ttft, "tpot_s": tpot,
+        "e2e_s": rec.finish - rec.sent,
         "ttft_violated": bad_ttft, "tpot_violated": bad_tpot, "violated": bad_ttft | bad_tpot,
     })  # fmt: skip
     return ReplayResult(table, _windows(table, end, cfg.window_s), _summary(table, end, cfg) | {
-        "model": model, "context": context, "url": cfg.url, "start_monotonic_s": start,
+        "model": model, "context": context, "url": cfg.url, "start_monotonic_s": start[0],
+        "start_unix_s": start[1],
     })  # fmt: skip
 
 
@@ -259,7 +267,7 @@ def _summary(table, end: float, cfg: ReplayConfig) -> dict[str, Any]:
     def rate(col: str) -> float | None:
         return float(table[col].mean()) if n else None
 
-    lag = (table["sent_s"] - table["due_s"]).to_numpy()
+    lag = (table["sent_s"] - table["arrival_s"]).to_numpy()
     return {
         "requests": n,
         "completed": int(ok.sum()),

@@ -141,9 +141,9 @@ def parse_exposition(text: str, time_s: float) -> ServerSample:
 @dataclass(frozen=True)
 class Reading:
     """The sidecar's current view: ``health`` (starting: no scrape yet; ok, degraded, unknown),
-    ``inference`` pressure in [0, 1] (None while starting or unknown), ``fallback`` (use the fixed-H schedule), the last good
-    ``sample`` and ``window``, when it was taken (``time_s``, monotonic), the failure count and
-    the last error."""
+    ``inference`` pressure in [0, 1] (None while starting or unknown), ``fallback`` (use the
+    fixed-H schedule), the last good ``sample`` and ``window``, when it was taken (``time_s``,
+    monotonic), the scrape and failure counts, the last error and the decisions recorded."""
 
     health: str = "starting"
     inference: float | None = None
