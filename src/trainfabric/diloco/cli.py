@@ -51,6 +51,14 @@ RateScaleOpt = Annotated[
         callback=finite(gt=0, le=1e6),
     ),
 ]
+OverlapOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-overlap",
+        help="Trace regimes: allow more seeds than the trace's disjoint segments (random, "
+        "overlapping offsets; the verdicts say so).",
+    ),
+]
 # Internal field names of the DiLoCo API -> what the user typed.
 NAMES = {
     "policy": "--policy",
@@ -71,27 +79,49 @@ def sim_cmd(
     ] = "bursty",
     seed: SeedOpt = 0,
     windows: Annotated[
-        int, typer.Option(min=10, max=100_000_000, help="Control windows of 1 s.")
-    ] = 10_000,
+        int | None,
+        typer.Option(
+            min=10,
+            max=100_000_000,
+            help="Control windows of 1 s [default: 10,000; trace regimes: the trace's segment "
+            "length for seeds 0..SEED].",
+        ),
+    ] = None,
     trace: TraceOpt = None,
     rate_scale: RateScaleOpt = 1.0,
+    allow_overlap: OverlapOpt = False,
     max_memory_gb: MaxMemoryOpt = None,
     show_progress: ProgressOpt = None,
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Simulate one policy on one regime and seed."""
+    """Simulate one policy on one regime and seed (a trace regime: the seed's own segment)."""
     import numpy as np
 
-    from trainfabric.diloco.fleet import Block, FleetConfig, simulate
+    from trainfabric.diloco.fleet import (
+        Block,
+        FleetConfig,
+        check_segments,
+        segment_windows,
+        simulate,
+        trace_segments,
+    )
     from trainfabric.diloco.policies import make_policy
 
     with progress(json_out, "diloco sim", show_progress), options(**NAMES):
-        reg = _regime(regime, trace, rate_scale)
-        res = simulate(
-            FleetConfig(windows=windows), reg, [Block(make_policy(policy), np.array([seed]))]
-        )
+        reg = _regime(regime, trace, rate_scale, allow_overlap)
+        if windows is None:
+            windows = segment_windows(reg, seed + 1) if reg.is_trace else 10_000
+        fleet = FleetConfig(windows=max(windows, 10))
+        check_segments(reg, seed + 1, fleet.horizon_s, "--seed")
+        res = simulate(fleet, reg, [Block(make_policy(policy), np.array([seed]))])
     row = {k: (v.item() if hasattr(v, "item") else v) for k, v in res.table.iloc[0].items()}
+    if reg.is_trace:
+        row |= {
+            "segment_s": fleet.horizon_s,
+            "segments": trace_segments(reg, fleet.horizon_s),
+            "seeds_overlap": reg.overlap,
+        }
     if json_out:
         return emit_json(row)
     t = Table("quantity", "value", title=f"{policy} on {regime}, seed {seed}")
@@ -110,11 +140,15 @@ def protocol_cmd(
     windows: Annotated[
         int | None,
         typer.Option(
-            min=10, max=100_000_000, help="Control windows per run [default: 10,000; quick 2,000]."
+            min=10,
+            max=100_000_000,
+            help="Control windows per run [default: 10,000; quick 2,000; trace regimes: the "
+            "segment length, trace duration / seeds].",
         ),
     ] = None,
     trace: TraceOpt = None,
     rate_scale: RateScaleOpt = 1.0,
+    allow_overlap: OverlapOpt = False,
     out_dir: Annotated[
         Path | None,
         typer.Option(
@@ -136,6 +170,9 @@ def protocol_cmd(
         update["seeds"] = seeds
     if windows is not None:
         update["fleet"] = cfg.fleet.model_dump() | {"windows": windows}
+        update["segment_horizon"] = False
+    if allow_overlap:
+        update["allow_overlap"] = True
     if trace is not None:
         update |= {"trace": str(input_file(trace, "--trace")), "rate_scale": rate_scale}
     if update:
@@ -157,17 +194,25 @@ def protocol_cmd(
         for policy, row in rows.items():
             t.add_row(regime, policy, *(_fmt(row[k]) for k in SUMMARY))
     out.print(t)
+    for regime, rows in res["regimes"].items():
+        row = next(iter(rows.values()))
+        if row.get("segments") is not None:
+            out.print(
+                f"{regime}: {row['segments']} independent trace segments of "
+                f"{row['segment_s']:.0f} s" + (" (seeds overlap)" if row["seeds_overlap"] else "")
+            )
     err.print(f"run directory: {res['run_dir']}; report: {res['report']}")
 
 
-def _regime(name: str, trace: Path | None, rate_scale: float):
-    """The named regime, or with ``--trace`` that regime's sync model replaying the trace."""
+def _regime(name: str, trace: Path | None, rate_scale: float, allow_overlap: bool = False):
+    """The named regime, or with ``--trace`` that regime's sync model replaying the trace;
+    ``allow_overlap``: a trace regime's seeds draw random, overlapping offsets."""
     from trainfabric.diloco.fleet import get_regime, trace_regime
 
-    base = get_regime(name)
-    if trace is None:
-        return base
-    return trace_regime(input_file(trace, "--trace"), rate_scale, base)
+    reg = get_regime(name)
+    if trace is not None:
+        reg = trace_regime(input_file(trace, "--trace"), rate_scale, reg)
+    return reg.model_copy(update={"overlap": True}) if allow_overlap else reg
 
 
 def _fmt(v) -> str:

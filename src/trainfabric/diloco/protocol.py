@@ -3,21 +3,32 @@
 Per regime:
 
 1. **Offline calibration** of ``wa_calibrated`` (the non-deployable bound) on held-out seeds
-   (``calibration_seeds`` seeds from 10,000 on, never evaluated): a small grid over its
-   threshold and serving weight; the setting with the lowest SLO violation rate among those
+   (``calibration_seeds`` seeds from 10,000 on, never evaluated; in a trace regime the
+   trace segments after the evaluation seeds', so they share no request): a small grid over
+   its threshold and serving weight; the setting with the lowest SLO violation rate among those
    within ±15% of ``wa_diloco``'s sync count wins.
 2. Every policy runs on the evaluation seeds (the same requests per seed for all policies).
 3. **Matched random**: for every policy and seed, ``envelope_draws`` schedules with exactly the
    policy's sync count on that seed, drawn uniformly among schedules that respect the guards
    ``min_h``/``max_h`` (gaps in windows include the sync's own duration, see
-   :func:`~.policies.matched_schedule`; a budget the guards cannot hold keeps only the sync
-   duration between syncs). Their mean per seed is the paired control; the draws form the
-   **envelope** (the policy's percentile among them is reported).
+   :func:`~.policies.matched_schedule`; the sync's duration is the window the policies obey:
+   the artifact's 8 s in seed_compat, the longest one with a duration distribution; a budget
+   the guards cannot hold keeps only the sync duration between syncs). Their mean per seed
+   is the paired control; the draws form the **envelope** (the policy's percentile among
+   them is reported).
 4. **No-sync load match**: the same offered load with every sync removed — the SLO floor that
    no sync policy can go below.
 5. Per policy: paired differences ``policy − matched random`` of the SLO violation rate
    (percentage points) and of the final loss; Wilcoxon signed-rank (primary), sign and
    sign-flip tests, Holm's correction over the policies of the regime, bootstrap CIs, ``d_z``.
+
+**Trace regimes** (``azure``, ``--trace``): every seed replays its own disjoint segment of
+the trace (:func:`~.fleet.check_segments`), so the paired tests see independent samples; the
+horizon is the segment length, the trace's duration at the regime's rate over the seeds
+needed (evaluation plus calibration), unless ``segment_horizon`` is off; more seeds than the
+trace holds are refused unless ``allow_overlap`` (random, overlapping offsets), and the
+verdicts then say ``(overlapping seeds)``. Each verdict row reports ``segment_s``,
+``segments`` and ``seeds_overlap``.
 
 Verdict (``alpha`` after Holm): **beats** when the SLO rate is significantly lower *and* the
 loss is not worse by more than ``loss_margin`` (upper bootstrap bound); **loses** when the SLO
@@ -47,10 +58,14 @@ from trainfabric.diloco.fleet import (
     Block,
     FleetConfig,
     Regime,
+    SyncDurations,
     check_fleet_size,
+    check_segments,
     get_regime,
+    segment_windows,
     simulate,
     trace_regime,
+    trace_segments,
 )
 from trainfabric.diloco.policies import (
     POLICY_NAMES,
@@ -79,11 +94,38 @@ class ProtocolConfig(Config):
     fleet: FleetConfig = FleetConfig()
     trace: str | None = Field(None, description="trace CSV replacing every regime's arrivals")
     rate_scale: float = Field(1.0, gt=0, le=1e6, description="x the trace's own mean rate")
+    allow_overlap: bool = Field(
+        False, description="trace regimes: more seeds than disjoint segments (flagged)"
+    )
+    segment_horizon: bool = Field(
+        True, description="trace regimes: horizon = trace duration / seeds, not fleet.windows"
+    )
 
     def regime(self, name: str) -> Regime:
-        """The regime called ``name``; with ``trace``, its sync model replaying the trace."""
+        """The regime called ``name``; with ``trace``, its sync model replaying the trace;
+        with ``allow_overlap``, a trace regime's seeds draw overlapping offsets."""
         base = get_regime(name)
-        return base if self.trace is None else trace_regime(self.trace, self.rate_scale, base)
+        reg = base if self.trace is None else trace_regime(self.trace, self.rate_scale, base)
+        return reg.model_copy(update={"overlap": True}) if self.allow_overlap else reg
+
+    def segment_seeds(self) -> int:
+        """Trace segments one regime needs: evaluation plus held-out calibration seeds."""
+        return self.seeds + (self.calibration_seeds if "wa_calibrated" in self.policies else 0)
+
+    def fleet_for(self, regime: Regime) -> FleetConfig:
+        """``fleet``, with a trace regime's horizon the segment length for
+        :meth:`segment_seeds` seeds when ``segment_horizon`` (module doc)."""
+        if not (regime.is_trace and self.segment_horizon):
+            return self.fleet
+        windows = segment_windows(regime, self.segment_seeds(), self.fleet.window_s)
+        return self.fleet.model_copy(update={"windows": max(windows, 10)})
+
+
+def calibration_seeds(cfg: ProtocolConfig, regime: Regime) -> np.ndarray:
+    """Held-out seeds: from 10,000 on; in a trace regime the segments after the evaluation
+    seeds' (``seeds .. seeds + calibration_seeds − 1``), so none shares requests with them."""
+    first = cfg.seeds if regime.is_trace else CALIBRATION_SEED0
+    return first + np.arange(cfg.calibration_seeds)
 
 
 def quick_config() -> ProtocolConfig:
@@ -93,10 +135,17 @@ def quick_config() -> ProtocolConfig:
     )
 
 
-def gaps(policy: Policy, regime, fleet: FleetConfig) -> tuple[int, int]:
-    """Window gaps a guarded schedule allows: ``min_h``/``max_h`` steps plus the sync itself."""
+def sync_bound_s(regime, durations: SyncDurations | None = None) -> float:
+    """The longest sync: the regime's (seed_compat: its fixed 8 s window) or the
+    distribution's ``max_s``."""
+    return regime.sync_s if durations is None else durations.max_s
+
+
+def gaps(policy: Policy, regime, fleet: FleetConfig, durations=None) -> tuple[int, int]:
+    """Window gaps a guarded schedule allows: ``min_h``/``max_h`` steps plus the sync itself
+    (the window the policies obey: 8 s in seed_compat, the longest drawn duration)."""
     per_window = fleet.progress.steps_per_s * fleet.window_s
-    sync_windows = math.ceil(regime.sync.duration_s() / fleet.window_s)
+    sync_windows = math.ceil(sync_bound_s(regime, durations) / fleet.window_s)
     return (
         max(1, math.ceil(policy.min_h / per_window) + sync_windows),
         math.floor(policy.max_h / per_window) + sync_windows,
@@ -104,12 +153,18 @@ def gaps(policy: Policy, regime, fleet: FleetConfig) -> tuple[int, int]:
 
 
 def matched_blocks(
-    policies: list[Policy], budgets: np.ndarray, seeds: np.ndarray, draws: int, regime, fleet
+    policies: list[Policy],
+    budgets: np.ndarray,
+    seeds: np.ndarray,
+    draws: int,
+    regime,
+    fleet,
+    durations: SyncDurations | None = None,
 ) -> list[Block]:
     """One schedule block per policy: ``draws`` schedules per seed with that seed's budget."""
     W = fleet.windows
-    busy = math.ceil(regime.sync.duration_s() / fleet.window_s)
-    lo, hi = gaps(make_policy("wa_diloco"), regime, fleet)  # the seed's guards
+    busy = math.ceil(sync_bound_s(regime, durations) / fleet.window_s)
+    lo, hi = gaps(make_policy("wa_diloco"), regime, fleet, durations)  # the seed's guards
     blocks = []
     for p, policy in enumerate(policies):
         rows = []
@@ -125,45 +180,57 @@ def matched_blocks(
     return blocks
 
 
-def min_windows(regime, fleet: FleetConfig) -> int:
+def min_windows(regime, fleet: FleetConfig, durations=None) -> int:
     """Fewest windows the protocol accepts on ``regime``: ``lo + hi`` of the seed's guards
     (:func:`gaps`). In fewer, the ``max_h`` guard forces at most one sync per run, so a policy
     and its matched-random control differ by one sync's position at most and the paired
     tests have (almost) nothing to compare."""
-    lo, hi = gaps(make_policy("wa_diloco"), regime, fleet)
+    lo, hi = gaps(make_policy("wa_diloco"), regime, fleet, durations)
     return lo + hi
 
 
-def check_protocol_size(cfg: ProtocolConfig, regime) -> None:
+def check_protocol_size(cfg: ProtocolConfig, regime, durations=None) -> None:
     """Refuse, before any simulation, what the protocol cannot do on ``regime``.
 
-    Raises a ConfigError naming ``windows`` when ``cfg.fleet.windows`` is below
-    :func:`min_windows`, or when the largest fleet simulation of the regime (the matched
-    controls: policies x seeds x envelope draws runs; or the calibration grid) exceeds the
-    memory limit (:func:`~trainfabric.diloco.fleet.check_fleet_size`).
+    Raises a ConfigError naming ``seeds`` when a trace regime holds fewer disjoint segments
+    of the horizon than the evaluation and calibration seeds need (without
+    ``allow_overlap``); naming ``windows`` when the regime's horizon
+    (:meth:`ProtocolConfig.fleet_for`) is below :func:`min_windows`, or when the largest
+    fleet simulation of the regime (the matched controls: policies x seeds x envelope draws
+    runs; or the calibration grid) exceeds the memory limit
+    (:func:`~trainfabric.diloco.fleet.check_fleet_size`).
     """
-    fleet, need = cfg.fleet, min_windows(regime, cfg.fleet)
+    fleet = cfg.fleet_for(regime)
+    need = min_windows(regime, fleet, durations)
+    check_segments(regime, cfg.segment_seeds(), fleet.horizon_s, "seeds")
     if fleet.windows < need:
-        lo, hi = gaps(make_policy("wa_diloco"), regime, fleet)
+        lo, hi = gaps(make_policy("wa_diloco"), regime, fleet, durations)
+        trace = regime.is_trace and cfg.segment_horizon
+        got = (
+            f"the segment length of {cfg.segment_seeds()} seeds in its trace is "
+            f"{fleet.windows:,} (fewer seeds or a lower --rate-scale lengthen it)"
+            if trace
+            else f"got {fleet.windows:,}"
+        )
         raise ConfigError(
-            "windows",
+            "seeds" if trace else "windows",
             f"the protocol needs at least {need:,} windows on regime {regime.name} (syncs are "
             f"{lo:,}..{hi:,} windows apart under the guards, so fewer leave at most one sync "
-            f"per run to compare), got {fleet.windows:,}",
+            f"per run to compare), {got}",
         )
     calibration = (1 + math.prod(map(len, CALIBRATION_GRID.values()))) * cfg.calibration_seeds
     runs = max(len(cfg.policies) * cfg.seeds * cfg.envelope_draws, calibration)
     check_fleet_size(fleet, regime, runs, max(cfg.seeds, cfg.calibration_seeds))
 
 
-def calibrate(regime, fleet: FleetConfig, n_seeds: int) -> dict:
-    """Offline calibration of ``wa_calibrated`` on held-out seeds (module doc)."""
-    seeds = CALIBRATION_SEED0 + np.arange(n_seeds)
+def calibrate(regime, fleet: FleetConfig, seeds: np.ndarray, durations=None) -> dict:
+    """Offline calibration of ``wa_calibrated`` on held-out ``seeds`` (module doc)."""
+    n_seeds = len(seeds)
     values = itertools.product(*CALIBRATION_GRID.values())
     grid = [dict(zip(CALIBRATION_GRID, v, strict=True)) for v in values]
     blocks = [Block(make_policy("wa_diloco"), seeds)]
     blocks += [Block(make_policy("wa_calibrated", **g), seeds) for g in grid]
-    table = simulate(fleet, regime, blocks).table
+    table = simulate(fleet, regime, blocks, durations=durations).table
     ref = table[table["policy"] == "wa_diloco"]["syncs"].mean()
     scores = []
     for k in range(len(grid)):
@@ -173,27 +240,44 @@ def calibrate(regime, fleet: FleetConfig, n_seeds: int) -> dict:
     return grid[min(scores)[2]]
 
 
-def run_regime(cfg: ProtocolConfig, name: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Runs and verdicts of one regime."""
+def run_regime(
+    cfg: ProtocolConfig, name: str, durations: SyncDurations | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Runs and verdicts of one regime (``durations``: sync durations drawn from a
+    distribution instead of the regime's scalar)."""
     regime = cfg.regime(name)
-    fleet = cfg.fleet
+    fleet = cfg.fleet_for(regime)
     seeds = np.arange(cfg.seeds)
     calibrated = (
-        calibrate(regime, fleet, cfg.calibration_seeds) if "wa_calibrated" in cfg.policies else {}
+        calibrate(regime, fleet, calibration_seeds(cfg, regime), durations)
+        if "wa_calibrated" in cfg.policies
+        else {}
     )
     policies = [
         make_policy(n, **(calibrated if n == "wa_calibrated" else {})) for n in cfg.policies
     ]
-    main = simulate(fleet, regime, [Block(p, seeds) for p in policies]).table
+    main = simulate(fleet, regime, [Block(p, seeds) for p in policies], durations=durations).table
     budgets = main["syncs"].to_numpy().reshape(len(policies), cfg.seeds)
-    control = simulate(
-        fleet, regime, matched_blocks(policies, budgets, seeds, cfg.envelope_draws, regime, fleet)
-    ).table
+    blocks = matched_blocks(policies, budgets, seeds, cfg.envelope_draws, regime, fleet, durations)
+    control = simulate(fleet, regime, blocks, durations=durations).table
     floor = simulate(fleet, regime, [Block(make_policy("fixed_h"), seeds)], sync=False).table
     floor = floor.assign(policy="no_sync")
     runs = pd.concat([main, control, floor], ignore_index=True)
     verdicts = _verdicts(cfg, name, policies, main, control, floor, calibrated)
-    return runs, verdicts
+    return runs, verdicts.assign(**segment_info(cfg, regime))
+
+
+def segment_info(cfg: ProtocolConfig, regime: Regime) -> dict:
+    """How a regime's seeds sample its requests: for a trace regime the segment length (s),
+    the disjoint segments of that length the trace holds and whether seeds overlap."""
+    fleet = cfg.fleet_for(regime)
+    if not regime.is_trace:
+        return {"segment_s": None, "segments": None, "seeds_overlap": False}
+    return {
+        "segment_s": fleet.horizon_s,
+        "segments": trace_segments(regime, fleet.horizon_s),
+        "seeds_overlap": bool(regime.overlap),
+    }
 
 
 def _verdicts(cfg, regime, policies, main, control, floor, calibrated) -> pd.DataFrame:
@@ -244,6 +328,12 @@ def _verdicts(cfg, regime, policies, main, control, floor, calibrated) -> pd.Dat
 
 
 def _verdict(r, cfg: ProtocolConfig) -> str:
+    """beats / ties / loses (module doc); ``(overlapping seeds)`` appended when a trace
+    regime's seeds share requests (``allow_overlap``): the tests then overstate the evidence."""
+    return _plain_verdict(r, cfg) + (" (overlapping seeds)" if cfg.allow_overlap else "")
+
+
+def _plain_verdict(r, cfg: ProtocolConfig) -> str:
     significant = r.p_value < cfg.alpha
     if (significant and r.effect_size > 0) or r.loss_diff_ci_low > cfg.loss_margin:
         return "loses"
@@ -252,22 +342,25 @@ def _verdict(r, cfg: ProtocolConfig) -> str:
     return "ties"
 
 
-def run_protocol(cfg: ProtocolConfig, console=None, progress=None) -> dict:
+def run_protocol(
+    cfg: ProtocolConfig, console=None, progress=None, durations: SyncDurations | None = None
+) -> dict:
     """Every regime; returns ``runs``/``verdicts`` tables, wall time and windows per second.
 
     ``progress``: a rich Progress advanced once per regime (:func:`trainfabric.progress.track`).
     Every regime's size is checked before the first simulation (:func:`check_protocol_size`).
+    ``durations``: sync durations from a distribution (:class:`~.fleet.SyncDurations`).
     """
     for n in cfg.policies:
         make_policy(n)
     for n in cfg.regimes:
-        check_protocol_size(cfg, cfg.regime(n))
+        check_protocol_size(cfg, cfg.regime(n), durations)
     t0 = time.perf_counter()
     runs, verdicts = [], []
     for name in track(cfg.regimes, "regimes", progress):
         if console is not None:
             console.print(f"diloco protocol: regime {name} ...")
-        r, v = run_regime(cfg, name)
+        r, v = run_regime(cfg, name, durations)
         runs.append(r)
         verdicts.append(v)
     wall = time.perf_counter() - t0
@@ -332,6 +425,9 @@ def run_to_dir(cfg: ProtocolConfig, run_dir, console=None, progress=None) -> dic
             "matched_random_slo": r.matched_random_slo,
             "loss_diff": r.loss_diff,
             "deployable": r.deployable,
+            "segment_s": None if pd.isna(r.segment_s) else float(r.segment_s),
+            "segments": None if pd.isna(r.segments) else int(r.segments),
+            "seeds_overlap": bool(r.seeds_overlap),
         }
     result = {
         "run_dir": str(run_dir),
