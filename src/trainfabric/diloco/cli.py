@@ -233,3 +233,9 @@ def _register_train() -> None:
 
 
 _register_train()
+
+from trainfabric.diloco.serve import cli as _serve_cli  # noqa: E402  (light: imports lazily)
+
+app.command("serve")(_serve_cli.serve_cmd)
+app.command("sidecar")(_serve_cli.sidecar_cmd)
+app.command("replay")(_serve_cli.replay_cmd)
