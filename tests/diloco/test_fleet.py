@@ -162,3 +162,109 @@ def test_seed_compat_random_deferral_needs_every_learner():
     gap_seed = 20_000 / seed.table["syncs"].iloc[0]
     assert gap_ours == pytest.approx(128 + 2 + 1, rel=0.1)
     assert gap_seed == pytest.approx(128 + 256 + 8, rel=0.35)
+
+
+def test_trace_regime_seeds_replay_disjoint_segments_and_refuse_more():
+    """azure at 1 request/s: 8,819 s of trace; 1,000-s horizons give 8 disjoint segments, one
+    per seed (no request shared); seed 8 is refused unless overlap is allowed."""
+    from trainfabric.diloco import requests as R
+    from trainfabric.diloco.fleet import check_segments, segment_windows, trace_segments
+
+    reg = REGIMES["azure"]
+    assert trace_segments(reg, 1000.0) == 8 and segment_windows(reg, 8) == 1102
+    trace = R.azure_trace()
+    scale = trace.n / (trace.span_s * trace.n / (trace.n - 1))
+    starts = []
+    for seed in range(8):
+        r = reg.requests(1000.0, seed)
+        # the segment's first request is a trace row at trace time >= seed * 1000 s
+        i = int(np.searchsorted(trace.arrival_s * scale, seed * 1000.0))
+        assert r.arrival_s[0] == pytest.approx(trace.arrival_s[i] * scale - seed * 1000.0)
+        starts.append(i)
+    assert np.all(np.diff(starts) > 0)
+    with pytest.raises(ConfigError, match="seeds"):
+        reg.requests(1000.0, 8)
+    with pytest.raises(ConfigError, match="--seeds") as exc:
+        check_segments(reg, 9, 1000.0)
+    assert "holds 8 independent segments" in exc.value.message
+    loose = reg.model_copy(update={"overlap": True})
+    check_segments(loose, 9, 1000.0)  # allowed: random offsets, wrapped
+    assert loose.requests(1000.0, 8).n > 0
+
+
+def test_sync_duration_distribution_degenerate_equals_the_scalar():
+    from trainfabric.diloco.fleet import SyncDurations
+
+    regime = REGIMES["bursty"]
+    blocks = lambda: [Block(make_policy(n), SEEDS) for n in ("fixed_h", "wa_forecast")]  # noqa: E731
+    scalar = simulate(CFG, regime, blocks())
+    same = simulate(CFG, regime, blocks(), durations=SyncDurations([regime.sync_s] * 3))
+    assert scalar.table.equals(same.table)
+    assert np.array_equal(scalar.sync_started, same.sync_started)
+    again = simulate(
+        CFG,
+        regime,
+        blocks(),
+        durations=SyncDurations(fn=lambda rng, n: np.full(n, regime.sync_s), max_s=1.0),
+    )
+    assert scalar.table.equals(again.table)
+
+
+def test_sync_duration_samples_drive_the_simulated_durations():
+    """Each sync draws from the samples (common random numbers per seed): the syncs' mean
+    duration tends to the samples' mean, the time spent syncing is their sum, and two
+    policies on one seed draw the same sequence."""
+    from trainfabric.diloco.fleet import SyncDurations
+
+    samples = np.array([0.2, 0.9, 3.0, 6.5])
+    cfg = FleetConfig(windows=4000)
+    fixed = make_policy("fixed_h", H=10)
+    res = simulate(cfg, REGIMES["steady"], [Block(fixed, SEEDS)], durations=SyncDurations(samples))
+    t = res.table
+    n = t["syncs"].to_numpy()
+    assert n.min() > 200
+    mean = float((t["sync_s"] * n).sum() / n.sum())
+    se = samples.std() / np.sqrt(n.sum())
+    assert abs(mean - samples.mean()) < 4 * se
+    # the time spent syncing is the sum of the drawn durations (the last may be cut off)
+    total = t["sync_s"] * n
+    assert np.all(t["sync_time_fraction"] * cfg.horizon_s <= total + 1e-9)
+    assert np.all(t["sync_time_fraction"] * cfg.horizon_s >= total - samples.max() - 1e-9)
+    # common random numbers: a 2nd policy's first syncs draw the same durations on a seed
+    one = simulate(
+        FleetConfig(windows=300),
+        REGIMES["steady"],
+        [
+            Block(make_policy("fixed_h", H=100), SEEDS[:1]),
+            Block(make_policy("fixed_h", H=140), SEEDS[:1]),
+        ],
+        durations=SyncDurations(samples),
+    ).table
+    assert one["syncs"].tolist() == [2, 2] and one["sync_s"].iloc[0] == one["sync_s"].iloc[1]
+    with pytest.raises(ConfigError, match="sync_durations"):
+        SyncDurations([0.5, -1.0])
+    with pytest.raises(ConfigError, match="sync_durations"):
+        SyncDurations(fn=lambda rng, n: np.ones(n))  # no max_s
+    bad = SyncDurations(fn=lambda rng, n: np.full(n, 5.0), max_s=1.0)
+    with pytest.raises(ConfigError, match="sync_durations"):
+        simulate(
+            FleetConfig(windows=300), REGIMES["steady"], [Block(fixed, SEEDS[:1])], durations=bad
+        )
+
+
+def test_seed_compat_matched_random_obeys_the_8_s_window():
+    """The matched schedules of a seed_compat regime keep the 8 s window apart (gaps of at
+    least min_h + 8 windows), so every scheduled sync happens: the budget is met exactly."""
+    from trainfabric.diloco.protocol import gaps, matched_blocks
+
+    fleet = FleetConfig(windows=2000)
+    reg = REGIMES["seed_bursty"]
+    assert gaps(make_policy("wa_diloco"), reg, fleet) == (128 + 8, 1024 + 8)
+    assert gaps(make_policy("wa_diloco"), REGIMES["steady"], fleet) == (128 + 1, 1024 + 1)
+    budgets = np.array([[12, 14]])
+    blocks = matched_blocks([make_policy("wa_diloco")], budgets, SEEDS[:2], 5, reg, fleet)
+    sched = blocks[0].policy.sync_at
+    for row in sched:
+        assert np.diff(np.flatnonzero(row)).min() >= 136
+    res = simulate(fleet, reg, blocks)
+    assert res.table["syncs"].tolist() == [12] * 5 + [14] * 5

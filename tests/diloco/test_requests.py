@@ -137,3 +137,26 @@ def test_cli_names_the_option_and_the_line(cli, tmp_path):
     code, out, err = cli("diloco", "sim", "--trace", str(bad), "--windows", "20")
     assert code == 2 and out == ""
     assert err == f"error: --trace: {bad}:3: prompt_tokens: not a whole number of tokens: '1e30'\n"
+
+
+def test_segments_are_disjoint_consecutive_pieces_of_the_scaled_trace():
+    """At mean rate r the trace's n requests last n / r s; segment i is [iH, (i+1)H) of it,
+    shifted to 0: the segments hold disjoint requests, in trace order, and together every
+    request of the first floor(n / (r H)) H seconds."""
+    trace = R.azure_trace()
+    rate, H = 2.0, 500.0
+    held = R.segments(trace, rate, H)
+    assert held == int(trace.n / (rate * H))  # 8,819 / 1,000 -> 8
+    parts = [R.segment(trace, rate, H, i) for i in range(held)]
+    assert all(p.arrival_s.min() >= 0 and p.arrival_s.max() < H for p in parts)
+    joined = np.concatenate([p.arrival_s + i * H for i, p in enumerate(parts)])
+    scale = (trace.n / (trace.span_s * trace.n / (trace.n - 1))) / rate
+    inside = trace.arrival_s * scale < held * H
+    np.testing.assert_allclose(joined, trace.arrival_s[inside] * scale, rtol=0, atol=1e-9)
+    np.testing.assert_array_equal(
+        np.concatenate([p.prompt_tokens for p in parts]), trace.prompt_tokens[inside]
+    )
+    assert sum(p.n for p in parts) / (held * H) == pytest.approx(rate, rel=0.1)
+    with pytest.raises(ConfigError, match="seeds") as exc:
+        R.segment(trace, rate, H, held)
+    assert f"holds {held} disjoint segments" in exc.value.message

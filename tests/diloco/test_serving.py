@@ -8,13 +8,19 @@ from hypothesis import strategies as st
 from trainfabric.diloco import requests as R
 from trainfabric.diloco.serving import (
     FINISHED,
+    KV_FRAC,
+    LATE,
+    LATE_TPOT,
+    LATE_TTFT,
     N_COUNTERS,
+    RUNNING,
     TPOT_VIOL,
     TTFT_VIOL,
     VIOLATED,
     EngineState,
     ServingModel,
     advance,
+    histogram,
     violation_rates,
 )
 
@@ -165,3 +171,45 @@ def test_fleet_reports_the_blocked_queue():
     ).table
     assert table["slo_violation_rate"].tolist() == [2 / 3]
     assert table["unfinished_requests"].tolist() == [2.0] and table["requests"].tolist() == [3.0]
+
+
+def test_unfinished_requests_count_only_once_past_their_slo():
+    """One replica of batch 1, a 4-s prefill (request 0, arrives at 0) blocks the rest. At 4.5 s
+    horizon: request 0 is decoding with its first token at 4.0 (TTFT 4 s, late); request 1
+    (arrived 1.0) waits 3.5 s (late); request 2 (arrived 4.3) waits 0.2 s < 0.5 s: no outcome
+    yet, in neither numerator nor denominator -> 2 / 2."""
+    reqs = R.Requests(np.array([0.0, 1.0, 4.3]), np.array([4000, 10, 10]), np.array([50, 2, 2]))
+    tot, last = run_last(reqs, ONE.model_copy(update={"max_batch": 1}), 4.5, step=0.5)
+    rates = violation_rates(tot, last)
+    assert rates["unfinished_requests"].tolist() == [3.0]
+    assert rates["late_unfinished"].tolist() == [2.0]
+    assert rates["slo_violation_rate"].tolist() == [1.0]
+    assert rates["requests"].tolist() == [3.0]
+    # a decoding request whose TPOT is already over its SLO: first token at 0.1, 9 more
+    # tokens due; with tpot_slo 0.01 s, (0.3 - 0.1) / 9 = 0.022 > 0.01 while it is unfinished
+    slow = ONE.model_copy(update={"tpot_slo_s": 0.01, "decode_base_s": 0.05})
+    one = R.Requests(np.array([0.0]), np.array([100]), np.array([10]))
+    tot, last = run_last(one, slow, 0.3, step=0.3)
+    assert last[0, LATE] == 1 and last[0, LATE_TPOT] == 1 and last[0, LATE_TTFT] == 0
+    assert violation_rates(tot, last)["tpot_violation_rate"].tolist() == [1.0]
+
+
+def test_window_telemetry_histograms_and_kv_in_flight():
+    """TTFT observed once per request when its first token is out, ITL (output - 1) times at
+    its TPOT when it finishes, both in vLLM's buckets; KV use = tokens in flight."""
+    from trainfabric.diloco.telemetry import ITL_BUCKETS, TTFT_BUCKETS
+
+    reqs = R.Requests(np.array([0.0]), np.array([100]), np.array([11]))
+    arr, pr, out = (x[None, :] for x in (reqs.arrival_s, reqs.prompt_tokens, reqs.output_tokens))
+    st_ = EngineState.empty(1, ONE)
+    args = (arr, pr, out, np.array([1]), np.array([0]))
+    c = advance(st_, *args, 0.15, np.array([-1.0]), ONE)[0]  # first token at 0.1
+    ttft_b, ttft_n = histogram(c, "ttft")
+    assert ttft_n == 1 and ttft_b[TTFT_BUCKETS.index(0.1)] == 1 and ttft_b[6] == 0  # (0.08, 0.1]
+    # 0.05 s of decoding at 0.012 s/token: prompt + first + 0.05/0.012 tokens in flight
+    assert c[KV_FRAC] == pytest.approx((100 + 1 + 0.05 / 0.012) / ONE.kv_tokens)
+    assert c[RUNNING] == 1 and histogram(c, "itl")[1] == 0  # no ITL before it finishes
+    c = advance(st_, *args, 1.0, np.array([-1.0]), ONE)[0]
+    itl_b, itl_n = histogram(c, "itl")
+    assert itl_n == 10 and itl_b[ITL_BUCKETS.index(0.025)] == 10 and itl_b[0] == 0  # TPOT 0.012
+    assert histogram(c, "ttft")[1] == 0 and c[KV_FRAC] == 0 and c[RUNNING] == 0
