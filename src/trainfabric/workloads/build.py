@@ -42,6 +42,7 @@ import numpy as np
 
 from trainfabric.limits import check_memory
 from trainfabric.workloads import collectives, sizes
+from trainfabric.workloads.buckets import BucketPlan, Stream, bucket_bounds, bucket_elements
 from trainfabric.workloads.dag import DagBuilder, Phase, TaskDAG
 from trainfabric.workloads.job import Job
 from trainfabric.workloads.moe import expert_popularity, shard_share
@@ -158,30 +159,39 @@ class _Builder:
         return self._segments[key]
 
     def _stage_segments(self, p: int, direction: str) -> list[tuple]:
+        """Segments ``("compute", FLOPs per token, items)`` (``items``: the weights whose
+        gradients the segment produces, ``(parameters, FLOPs per token)`` each, in the
+        segment's order: the input embedding has no FLOPs), ``("moe", which, layer)`` and
+        ``("expert", layer, scale)``."""
         job, m = self.job, self.job.model
         segs: list[tuple] = []
         flops = 0.0
+        items: list[tuple[int, float]] = [(m.vocab * m.hidden, 0.0)] if p == 0 else []
         for layer in job.stage_layers(p):
-            flops += sizes.dense_flops_per_token(job, layer)
+            f = sizes.dense_flops_per_token(job, layer)
+            flops += f
+            items.append((sizes.dense_layer_params(job, layer), f))
             if m.is_moe_layer(layer):
                 segs += [
-                    ("compute", flops),
+                    ("compute", flops, tuple(items)),
                     ("moe", "dispatch", layer),
                     ("expert", layer, 1.0),
                     ("moe", "combine", layer),
                 ]
-                flops = 0.0
+                flops, items = 0.0, []
         if p == self.par.pp - 1:
-            flops += sizes.head_flops_per_token(job)
+            head = sizes.head_flops_per_token(job)
+            flops += head
+            items.append((0 if m.tied_embeddings else m.vocab * m.hidden, head))
         if flops:
-            segs.append(("compute", flops))
+            segs.append(("compute", flops, tuple(items)))
         if direction == "F":
             return segs
         back = {"dispatch": "combine_bwd", "combine": "dispatch_bwd"}
         return [
             (s[0], back[s[1]], s[2])
             if s[0] == "moe"
-            else (s[0], 2.0 * s[1])
+            else (s[0], 2.0 * s[1], tuple((w, 2.0 * f) for w, f in reversed(s[2])))
             if s[0] == "compute"
             else (s[0], s[1], 2.0)
             for s in reversed(segs)
@@ -221,8 +231,15 @@ class _Builder:
             f"moe_{which}", name, src, dst, D[a, c] / par.tp, preds=preds, meta=meta
         )
 
-    def operation(self, p: int, direction: str, j: int) -> dict[int, tuple[int, int]]:
-        """Build one operation of stage ``p``; returns ``{pod: (entry node, exit node)}``."""
+    def operation(
+        self, p: int, direction: str, j: int, plan: BucketPlan | None = None
+    ) -> dict[int, tuple[int, int]]:
+        """Build one operation of stage ``p``; returns ``{pod: (entry node, exit node)}``.
+
+        With a bucket ``plan`` (the stage's last backward under bucketed overlap), compute
+        segments are split into chunks at bucket boundaries and the plan records, per
+        bucket, the nodes whose end makes it ready (:mod:`~trainfabric.workloads.buckets`).
+        """
         pods = self.stage_pods(p)
         entry: dict[int, int] = {}
         last: dict[int, int] = {}
@@ -237,15 +254,28 @@ class _Builder:
                     last[pod] = x
                 continue
             if seg[0] == "compute":
-                dur = dict.fromkeys(pods, seg[1] * self.tokens / self.fps)
+                chunks = [(seg[1], [])] if plan is None else plan.cut(seg[2])
+                durs = [(dict.fromkeys(pods, f * self.tokens / self.fps), c) for f, c in chunks]
             else:
-                dur = self.expert_duration(p, seg[1], seg[2])
-            for pod in pods:
-                node = self.b.compute(pod, dur[pod], f"{seg[0]} {tag} pod{pod}")
-                if pod in last:
-                    self.b.edge(last[pod], node)
-                entry.setdefault(pod, node)
-                last[pod] = node
+                closes = (
+                    []
+                    if plan is None
+                    else plan.expert_done(self.job.model.expert_params * self.job.model.moe_experts)
+                )
+                durs = [(self.expert_duration(p, seg[1], seg[2]), closes)]
+            for k, (dur, closes) in enumerate(durs):
+                name = f"{seg[0]} {tag}" + (f" c{k}" if len(durs) > 1 else "")
+                for pod in pods:
+                    node = self.b.compute(pod, dur[pod], f"{name} pod{pod}")
+                    if pod in last:
+                        self.b.edge(last[pod], node)
+                    entry.setdefault(pod, node)
+                    last[pod] = node
+                stream = "dp" if seg[0] == "compute" else "dp_expert"
+                if plan is not None:
+                    plan.ready.extend((stream, b, list(last.values())) for b in closes)
+        if plan is not None:
+            plan.close_rest(list(last.values()))
         return {pod: (entry[pod], last[pod]) for pod in pods}
 
     # -- whole iteration -------------------------------------------------------------------
@@ -254,13 +284,19 @@ class _Builder:
         ops: dict[tuple[int, str, int], dict[int, tuple[int, int]]] = {}
         for p in range(par.pp):
             prev: dict[int, int] = {}
-            for direction, j in schedule(par.pp, par.micro_batches, p, par.schedule):
-                op = ops[p, direction, j] = self.operation(p, direction, j)
+            order = schedule(par.pp, par.micro_batches, p, par.schedule)
+            plan = self.bucket_plan(p)
+            for k, (direction, j) in enumerate(order):
+                last_op = plan if k == len(order) - 1 else None
+                op = ops[p, direction, j] = self.operation(p, direction, j, last_op)
                 for pod, (e, x) in op.items():
                     if pod in prev:
                         self.b.edge(prev[pod], e)
                     prev[pod] = x
-            self.dp_gradients(p, list(prev.values()))
+            if plan is None:
+                self.dp_gradients(p, list(prev.values()))
+            else:
+                self.bucketed_gradients(p, list(prev.values()), plan)
         self.pp_sends(ops)
         return self.b.build()
 
@@ -292,32 +328,94 @@ class _Builder:
                         ),
                     )
 
-    def dp_gradients(self, p: int, preds: list[int]) -> None:
+    def gradient_streams(self, p: int) -> list[tuple[str, list, int, int]]:
+        """``(label, groups, denom, weights)`` of stage ``p``'s DP gradient collectives:
+        dense weights over the DP groups (one per TP rank), routed-expert weights over the
+        expert-DP groups; only those that exist (weights > 0, groups of >= 2 ranks)."""
+        par = self.par
+        w = sizes.stage_weights(self.job, p)
+        d = np.arange(par.dp)
+        dense = [self.ranks(t, d, p) for t in range(par.tp)]
+        expert = [
+            self.ranks(t, np.arange(a, par.dp, par.ep), p)
+            for t in range(par.tp)
+            for a in range(par.ep)
+        ]
+        return [
+            (label, groups, denom, weights)
+            for label, groups, weights, denom in (
+                ("dp", dense, w.dense, par.tp),
+                ("dp_expert", expert, w.expert, par.tp * par.ep),
+            )
+            if weights > 0 and len(groups[0]) >= 2
+        ]
+
+    def bucket_plan(self, p: int) -> BucketPlan | None:
+        """The stage's bucket streams under bucketed overlap (None without overlap or DP)."""
+        par = self.par
+        streams = self.gradient_streams(p) if par.overlap == "bucketed" else []
+        if not streams:
+            return None
+        per_gpu = bucket_elements(par.bucket_mb, par.grad_dtype_bytes, par.dp)
+        return BucketPlan(
+            {
+                label: Stream(
+                    label,
+                    groups,
+                    denom,
+                    weights,
+                    bucket_bounds(weights, max(1, round(per_gpu * denom))),
+                )
+                for label, groups, denom, weights in streams
+            }
+        )
+
+    def bucketed_gradients(self, p: int, preds: list[int], plan: BucketPlan) -> None:
+        """One stream: bucket collectives in ready order, then the all-gathers (module doc of
+        :mod:`~trainfabric.workloads.buckets`)."""
         par, job = self.par, self.job
-        w = sizes.stage_weights(job, p)
+        op = "reduce_scatter" if par.distributed_optimizer else "all_reduce"
+        last: list[int] = []
+        for label, b, ready in plan.ready:
+            s = plan.streams[label]
+            size = par.grad_dtype_bytes * s.sizes[b] / s.denom
+            steps = [COLLECTIVE[op][par.dp_collective](g, size) for g in s.groups]
+            name = f"{label}_{op} s{p} b{b}"
+            meta = Phase(
+                "", "", group=name, op=op, n_ranks=len(s.groups[0]), n_collectives=len(s.groups)
+            )
+            last = self.steps_phases(f"{label}_{op}", name, steps, ready + last, meta)
+        if not par.distributed_optimizer:
+            return
+        last = last + preds
+        for s in plan.streams.values():
+            size = job.model.dtype_bytes * s.total / s.denom
+            steps = [COLLECTIVE["all_gather"][par.dp_collective](g, size) for g in s.groups]
+            name = f"{s.label}_all_gather s{p}"
+            meta = Phase(
+                "",
+                "",
+                group=name,
+                op="all_gather",
+                n_ranks=len(s.groups[0]),
+                n_collectives=len(s.groups),
+            )
+            last = self.steps_phases(f"{s.label}_all_gather", name, steps, last, meta)
+
+    def dp_gradients(self, p: int, preds: list[int]) -> None:
+        """Stage ``p``'s gradient collectives after its last backward (no overlap): per
+        stream (dense, then expert), reduce-scatter + all-gather, or all-reduce."""
+        par, job = self.par, self.job
         plan = (
             [("reduce_scatter", par.grad_dtype_bytes), ("all_gather", job.model.dtype_bytes)]
             if par.distributed_optimizer
             else [("all_reduce", par.grad_dtype_bytes)]
         )
-        algo = par.dp_collective
-        d = np.arange(par.dp)
-        dense_groups = [self.ranks(t, d, p) for t in range(par.tp)]
-        expert_groups = [
-            self.ranks(t, np.arange(a, par.dp, par.ep), p)
-            for t in range(par.tp)
-            for a in range(par.ep)
-        ]
         last = preds
-        for label, groups, weights, denom in (
-            ("dp", dense_groups, w.dense, par.tp),
-            ("dp_expert", expert_groups, w.expert, par.tp * par.ep),
-        ):
-            if weights == 0 or len(groups[0]) < 2:
-                continue
+        for label, groups, denom, weights in self.gradient_streams(p):
             for op, nbytes in plan:
                 size = nbytes * weights / denom
-                steps = [COLLECTIVE[op][algo](g, size) for g in groups]
+                steps = [COLLECTIVE[op][par.dp_collective](g, size) for g in groups]
                 name = f"{label}_{op} s{p}"
                 meta = Phase(
                     "", "", group=name, op=op, n_ranks=len(groups[0]), n_collectives=len(groups)
@@ -380,17 +478,34 @@ def _moe_pairs(pods: np.ndarray, ep: int) -> int:
     return int((k * (k - 1)).sum())
 
 
-def _gradient_nodes(job: Job, p: int, pods: np.ndarray) -> int:
+def _n_buckets(job: Job, weights: int, denom: int) -> int:
+    """Buckets of a gradient stream of ``weights`` parameters split over ``denom`` GPUs (1
+    without bucketed overlap), as :meth:`_Builder.bucket_plan` cuts them."""
+    par = job.parallelism
+    if par.overlap != "bucketed":
+        return 1
+    per_gpu = bucket_elements(par.bucket_mb, par.grad_dtype_bytes, par.dp)
+    return bucket_bounds(weights, max(1, round(per_gpu * denom))).size
+
+
+def _gradient_nodes(job: Job, p: int, pods: np.ndarray) -> tuple[int, int]:
     """Phase nodes of stage ``p``'s DP gradient collectives (as :meth:`_Builder.dp_gradients`
-    builds them, on DP-rank indices mapped to pods; identical ring steps counted once)."""
+    builds them, on DP-rank indices mapped to pods; identical ring steps counted once;
+    under bucketed overlap every bucket repeats the reduce-scatter or all-reduce), and the
+    dense buckets (each may add one chunk of the last backward per pod)."""
     par = job.parallelism
     w = sizes.stage_weights(job, p)
     plan = ["reduce_scatter", "all_gather"] if par.distributed_optimizer else ["all_reduce"]
     d = np.arange(par.dp)
-    total = 0
-    for groups, weights in ((d[None, :], w.dense), (d.reshape(-1, par.ep).T, w.expert)):
+    total = chunks = 0
+    for groups, weights, denom in (
+        (d[None, :], w.dense, par.tp),
+        (d.reshape(-1, par.ep).T, w.expert, par.tp * par.ep),
+    ):
         if weights == 0 or groups.shape[1] < 2:
             continue
+        buckets = _n_buckets(job, weights, denom)
+        chunks += buckets if denom == par.tp else 0
         for op in plan:
             per_group = [COLLECTIVE[op][par.dp_collective](g, 1.0) for g in groups]
             last, nodes = None, 0
@@ -400,8 +515,8 @@ def _gradient_nodes(job: Job, p: int, pods: np.ndarray) -> int:
                     dst = pods[np.concatenate([s.dst for s in parts])]
                     nodes = _phase_nodes(_pairs(src, dst, job.placement.pods))
                 last = parts
-                total += nodes
-    return total
+                total += nodes * (1 if op == "all_gather" else buckets)
+    return total, chunks
 
 
 def dag_size(job: Job) -> DagSize:
@@ -421,7 +536,9 @@ def dag_size(job: Job) -> DagSize:
             flows = max(flows, par.dp * (par.ep - 1) * par.tp)
         if p + 1 < par.pp:
             phase += n_ops * _phase_nodes(_pairs(pods, _pods_of(job, d, p + 1), n))
-        phase += _gradient_nodes(job, p, pods)
+        grad_phase, chunks = _gradient_nodes(job, p, pods)
+        phase += grad_phase
+        compute += chunks * stage_pods if par.overlap == "bucketed" else 0
     return DagSize(compute, phase, flows)
 
 

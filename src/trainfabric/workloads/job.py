@@ -146,6 +146,12 @@ class ParallelismSpec(Config):
     EP groups are carved out of the DP dimension (Megatron's convention): ``ep`` must divide
     ``dp`` and the expert count. ``dp_collective`` picks the gradient all-reduce algorithm.
     ``micro_batches`` <= 4,096.
+
+    ``overlap``: ``"none"`` (DP gradient collectives after a stage's last backward) or
+    ``"bucketed"`` (gradient buckets reduced while the last backward runs, see
+    :mod:`~trainfabric.workloads.buckets`); ``bucket_mb``: bucket size in MiB of gradients
+    per GPU (PyTorch DDP's ``bucket_cap_mb``, default there 25); None takes Megatron-LM's
+    default, ``max(40e6, 1e6 x dp)`` gradient elements per GPU.
     """
 
     tp: int = Field(default=1, ge=1)
@@ -158,6 +164,8 @@ class ParallelismSpec(Config):
     dp_collective: Literal["ring", "halving_doubling"] = "ring"
     distributed_optimizer: bool = True
     grad_dtype_bytes: int = Field(default=4, ge=1)
+    overlap: Literal["none", "bucketed"] = "none"
+    bucket_mb: float | None = Field(default=None, gt=0, le=1e9)
 
     @model_validator(mode="after")
     def _check(self) -> ParallelismSpec:

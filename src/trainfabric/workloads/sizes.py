@@ -68,6 +68,15 @@ def stage_weights(job: Job, stage: int) -> StageWeights:
     return StageWeights(dense, expert)
 
 
+def dense_layer_params(job: Job, layer: int) -> int:
+    """Parameters of a layer's non-routed part (all of a dense layer; attention, shared
+    experts and router of an MoE layer): the weights :func:`dense_flops_per_token` meets."""
+    m = job.model
+    if not m.is_moe_layer(layer):
+        return m.layer_params(layer)
+    return m.attention_params + m.moe_shared_experts * m.expert_params + m.hidden * m.moe_experts
+
+
 def dense_flops_per_token(job: Job, layer: int) -> float:
     """Forward FLOPs per token of a layer's non-routed part.
 
