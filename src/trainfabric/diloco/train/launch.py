@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import shutil
-import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -31,8 +30,6 @@ from trainfabric.diloco.train.config import TrainConfig
 from trainfabric.diloco.train.controller import FixedH, Progress
 from trainfabric.diloco.train.learner import STATUS_WIDTH, WorkerSpec, main
 from trainfabric.errors import ConfigError
-
-PORT = 29_500
 
 
 class Controller(Protocol):
@@ -142,15 +139,16 @@ class TrainingRun:
         return finish(self)
 
     def _master(self, attempt: int) -> tuple[str, list[str | None], list[str | None]]:
+        """Rendezvous through a FileStore in the run directory (shared by all namespaces,
+        so no store socket listens anywhere); gloo binds the learner's veth (shaped) or
+        ``lo`` (unshaped, 127.0.0.1)."""
+        store = self.run_dir / f"store-{attempt}"
+        store.unlink(missing_ok=True)
         n = self.cfg.learners
         if self.net is None:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-            return f"tcp://127.0.0.1:{port}", [None] * n, [None] * n
+            return f"file://{store}", [None] * n, ["lo"] * n
         spaces = [self.net.namespace(r) for r in range(n)]
-        ifaces = [self.net.inner_dev(r) for r in range(n)]
-        return f"tcp://{self.net.address(0)}:{PORT + attempt}", spaces, ifaces
+        return f"file://{store}", spaces, [self.net.inner_dev(r) for r in range(n)]
 
     def _spawn(self, resume: int | None) -> None:
         attempt = len(self.restarts)

@@ -39,11 +39,25 @@ class WorkerSpec:
     rank: int
     cfg: TrainConfig
     run_dir: Path
-    master: str  # tcp://addr:port
+    master: str  # init_method: file:// store in the run directory (no TCP listener)
     namespace: str | None
     iface: str | None
     resume_step: int | None
     attempt: int
+
+
+def data_generator(seed: int, rank: int) -> torch.Generator:
+    """Learner ``rank``'s own stream of batch positions (independent across learners)."""
+    return torch.Generator().manual_seed(seed * 1_000_003 + rank + 1)
+
+
+def sample(
+    data: torch.Tensor, gen: torch.Generator, batch: int, ctx: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``batch`` windows of ``ctx + 1`` tokens at uniform random offsets: inputs, targets."""
+    ix = torch.randint(len(data) - ctx - 1, (batch,), generator=gen)
+    rows = torch.stack([data[i : i + ctx + 1] for i in ix.tolist()])
+    return rows[:, :-1], rows[:, 1:]
 
 
 class Learner:
@@ -64,7 +78,7 @@ class Learner:
             self.glob, self.cfg.outer_lr, self.cfg.outer_momentum, self.cfg.nesterov
         )
         self.inner = self.new_inner()
-        self.gen = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + self.rank + 1)
+        self.gen = data_generator(self.cfg.seed, self.rank)
         self.c: dict[str, Any] = dict(
             step=0,
             h=0,
@@ -97,11 +111,8 @@ class Learner:
 
     # ---- data ------------------------------------------------------------------------
     def batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        ctx = self.cfg.model.context
-        ix = torch.randint(len(self.data) - ctx - 1, (self.cfg.batch,), generator=self.gen)
-        rows = torch.stack([self.data[i : i + ctx + 1] for i in ix.tolist()])
-        rows = rows.to(self.device)
-        return rows[:, :-1], rows[:, 1:]
+        x, y = sample(self.data, self.gen, self.cfg.batch, self.cfg.model.context)
+        return x.to(self.device), y.to(self.device)
 
     @torch.no_grad()
     def eval_loss(self) -> float:
@@ -322,8 +333,9 @@ def main(spec: WorkerSpec, status, conn, stop_flag) -> None:
         from trainfabric.diloco.train.netns import enter
 
         enter(spec.namespace)
-        os.environ["GLOO_SOCKET_IFNAME"] = spec.iface or ""
-        os.environ["NCCL_SOCKET_IFNAME"] = spec.iface or ""
+    if spec.iface:
+        os.environ["GLOO_SOCKET_IFNAME"] = spec.iface
+        os.environ["NCCL_SOCKET_IFNAME"] = spec.iface
     torch.set_num_threads(spec.cfg.threads)
     learner = Learner(spec, status, conn, stop_flag)
     status[spec.rank * STATUS_WIDTH] = learner.c["step"]
