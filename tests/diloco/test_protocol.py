@@ -95,3 +95,46 @@ def test_cli_protocol_quick_json(cli, tmp_path):
                 "p_value",
                 "effect_size",
             } <= set(row)
+
+
+AZURE_CSV = "src/trainfabric/diloco/data/azure_llm_code_2023.csv"
+
+
+def test_cli_trace_segments_overlap_and_refusal(cli):
+    """sim on the Azure regime: seed 3's default horizon is the segment length for seeds
+    0..3 (8,819 s / 4); more seeds than segments exit 2 naming the option, unless
+    --allow-overlap, which the output then says."""
+    code, out, err = cli("diloco", "sim", "--regime", "azure", "--seed", "3", "--json")
+    assert code == 0, err
+    row = loads(out)
+    assert (row["segment_s"], row["segments"], row["seeds_overlap"]) == (2204.0, 4, False)
+    assert row["windows"] == 2204
+    argv = ("diloco", "sim", "--regime", "azure", "--seed", "7", "--windows", "1200")
+    code, out, err = cli(*argv)
+    assert code == 2 and out == "" and "--seed" in err and "holds 7 independent" in err, err
+    code, out, err = cli(*argv, "--allow-overlap", "--json")
+    assert code == 0 and loads(out)["seeds_overlap"] is True, err
+    # the protocol on a trace: 10 + 3 seeds need 13 segments; at the trace's own rate
+    # (8,819 requests in 57 min) they are ~263 s, under the 1,154 windows it needs
+    code, out, err = cli("diloco", "protocol", "--quick", "--trace", AZURE_CSV)
+    assert code == 2 and out == "" and "--seeds" in err and err.count("\n") == 1, err
+
+
+def test_trace_protocol_reports_segments_and_flags_overlap():
+    cfg = ProtocolConfig(
+        regimes=["azure"],
+        policies=["fixed_h", "wa_forecast"],
+        seeds=3,
+        envelope_draws=2,
+        calibration_seeds=1,
+    )
+    assert cfg.fleet_for(cfg.regime("azure")).windows == 8819 // 3
+    v = run_protocol(cfg)["verdicts"]
+    assert (v["segments"] == 3).all() and (v["segment_s"] == 2939.0).all()
+    assert not v["seeds_overlap"].any()
+    assert set(v["vs_matched_random"]) <= {"beats", "ties", "loses"}
+    over = cfg.model_copy(update={"seeds": 4, "allow_overlap": True, "segment_horizon": False})
+    over = over.model_copy(update={"fleet": FleetConfig(windows=1200)})
+    v = run_protocol(over)["verdicts"]
+    assert v["seeds_overlap"].all()
+    assert all(s.endswith("(overlapping seeds)") for s in v["vs_matched_random"])
