@@ -32,7 +32,7 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from trainfabric.errors import FormatError
+from trainfabric.errors import ConfigError, FormatError
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -121,7 +121,7 @@ def even_split(dag: TaskDAG, gpus_per_pod: int) -> GpuTransfers:
     hop of a ``tp = 1`` job is one GPU pair). The result says so: ``assumed_even_split``.
     """
     if gpus_per_pod < 1:
-        raise ValueError("gpus_per_pod must be >= 1")
+        raise ConfigError("gpus_per_pod", f"must be >= 1, got {gpus_per_pod}")
     k = np.arange(gpus_per_pod, dtype=np.int16)
     return GpuTransfers(
         gpus_per_pod=gpus_per_pod,
@@ -140,9 +140,10 @@ def gpu_transfers(dag: TaskDAG, gpus_per_pod: int) -> GpuTransfers:
     if dag.gpu is None:
         return even_split(dag, gpus_per_pod)
     if dag.gpu.gpus_per_pod != gpus_per_pod:
-        raise ValueError(
+        raise ConfigError(
+            "gpus_per_pod",
             f"the DAG's GPU transfers are for {dag.gpu.gpus_per_pod} GPUs per pod, "
-            f"not {gpus_per_pod}"
+            f"not {gpus_per_pod}",
         )
     return dag.gpu
 
