@@ -22,6 +22,12 @@ class Progress:
     ``tokens_since_sync`` counts all learners' tokens; ``loss`` is rank 0's EWMA (α 0.1) of
     its training loss (nats/byte) now and ``loss_at_sync`` the same at the last sync end;
     ``wall_s`` is seconds since training started; ``since_sync_s`` since the last sync ended.
+    The launcher adds, at the moment it asks the controller: ``checkpointing`` (any learner
+    writing a checkpoint now: the ``checkpoint`` signal), ``link_bytes`` (per learner, the
+    cumulative bytes (sent, received) on its veth, read from the interface counters, None
+    when unshaped), ``link_time`` (unix seconds of that reading) and ``link_rate_bps`` (the
+    shaped rate, bit/s), from which ``network`` = utilisation between two readings
+    (:func:`trainfabric.diloco.train.netns.utilisation`).
     """
 
     step: int
@@ -34,6 +40,10 @@ class Progress:
     wall_s: float
     since_sync_s: float
     last_sync_s: float
+    checkpointing: bool = False
+    link_bytes: tuple[tuple[int, int], ...] | None = None
+    link_time: float = 0.0
+    link_rate_bps: float | None = None
 
     @property
     def loss_delta(self) -> float:

@@ -206,6 +206,11 @@ class TrainingRun:
 
     def _handle(self, kind: str, body: dict) -> None:
         if kind == "progress":
+            body["checkpointing"] = self.checkpointing()
+            if self.net is not None:
+                body["link_bytes"] = self.net.dev_bytes()
+                body["link_rate_bps"] = self.net.shaping.rate_mbit * 1e6
+            body["link_time"] = time.time()
             self.conn.send(bool(self.controller.decide(Progress(**body))))
         elif kind == "sync_start":
             self.in_sync = True

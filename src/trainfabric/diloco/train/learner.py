@@ -4,10 +4,11 @@ Every learner steps in lockstep with the others: after each inner step rank 0 br
 one-element command (continue / sync / stop; skipped when ``M`` = 1), so a sync starts at the
 same inner step everywhere. The command costs one tiny collective per step over the link;
 its bytes are part of the link's counters. Logs are JSONL streamed into the run directory:
-``steps-rank<r>.jsonl`` (every step: loss in nats/byte, perplexity, tokens),
-``syncs.jsonl`` (rank 0: wall duration and bytes of every sync) and ``evals.jsonl`` (rank 0:
-held-out loss at every sync and at the end, of rank 0's model, which after a sync is the
-global model).
+``steps-rank<r>.jsonl`` (every step: unix time, loss in nats/byte, perplexity, this
+learner's tokens and all learners' ``tokens_all``) and ``evals.jsonl`` (rank 0: held-out loss
+at every sync and at the end, of rank 0's model, which after a sync is the global model);
+rank 0 sends every sync's record (unix start/end, duration, inner steps ``h`` it closed,
+bytes all-reduced) to the launcher, which adds the link's byte counters.
 """
 
 from __future__ import annotations
@@ -251,7 +252,7 @@ class Learner:
         if self.cfg.reset_inner_optimizer:
             self.inner = self.new_inner()
         c["syncs"] += 1
-        c["h"] = 0
+        h, c["h"] = c["h"], 0
         c["tokens_since_sync"] = 0
         c["last_sync_s"] = t1 - t0
         self.sync_end = t1
@@ -262,22 +263,20 @@ class Learner:
                 "t_start": t0,
                 "t_end": t1,
                 "duration_s": t1 - t0,
+                "h": h,
+                "tokens_all": c["tokens"] * self.world,
                 "bytes": nbytes,
                 "attempt": self.spec.attempt,
             }
             self.conn.send(("sync_end", row))
-            ev = self.eval_loss()
-            self.log(
-                "evals.jsonl",
-                {
-                    "step": c["step"],
-                    "sync": c["syncs"],
-                    "t": time.time(),
-                    "eval_loss": ev,
-                    "at": "sync",
-                },
-            )
+            self.log_eval("sync")
         c["loss_at_sync"] = c["loss"]
+
+    def log_eval(self, at: str) -> None:
+        c = self.c
+        row = {"step": c["step"], "sync": c["syncs"], "tokens_all": c["tokens"] * self.world}
+        row |= {"eval_loss": self.eval_loss(), "t": time.time(), "at": at}
+        self.log("evals.jsonl", row)
 
     def save(self) -> None:
         self.set_status(1, 1)
@@ -303,16 +302,7 @@ class Learner:
         if cfg.final_sync and self.c["h"] > 0:
             self.sync()
         if self.rank == 0:
-            self.log(
-                "evals.jsonl",
-                {
-                    "step": self.c["step"],
-                    "sync": self.c["syncs"],
-                    "t": time.time(),
-                    "eval_loss": self.eval_loss(),
-                    "at": "end",
-                },
-            )
+            self.log_eval("end")
             self.conn.send(("done", dict(self.c, wall_s=self.c["wall_before"] + self.wall())))
         if cfg.save_final:
             torch.save(

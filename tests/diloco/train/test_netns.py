@@ -1,0 +1,92 @@
+"""Learners in network namespaces over tbf-shaped veths: a sync takes about bytes / rate,
+the qdisc counters see the traffic, nothing listens outside loopback and the private veth
+addresses, and the namespaces are gone afterwards (also after a killed owner)."""
+
+import ipaddress
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from trainfabric.diloco.train import netns
+from trainfabric.diloco.train.config import ModelConfig, ShapingConfig
+from trainfabric.diloco.train.launch import start
+
+from .conftest import needs_root, tiny_config
+
+pytestmark = needs_root
+RATE = 4.0  # Mbit/s
+MID = ModelConfig(layers=2, d_model=64, heads=2, context=16)  # 0.12 M params, 0.46 MB fp32
+
+
+def _sockets(ns=None):
+    """Local addresses of the TCP sockets (listening or connected) in ``ns``."""
+    pre = ["ip", "netns", "exec", ns] if ns else []
+    out = subprocess.run([*pre, "ss", "-Htan"], capture_output=True, text=True).stdout
+    return {line.split()[3].rsplit(":", 1)[0].strip("[]") for line in out.splitlines()}
+
+
+def test_shaped_sync_takes_bytes_over_rate(tmp_path):
+    """Each of 2 learners sends the S-byte bucket once per all-reduce (ring: S/2 in the
+    reduce-scatter, S/2 in the all-gather, full duplex), so a sync takes S·8/R plus TCP/IP
+    headers (~3-5%) and gloo's handshakes; tolerance: within [0.95, 1.5] of S·8/R."""
+    shaping = ShapingConfig(rate_mbit=RATE, burst_kb=8)
+    cfg = tiny_config(steps=6, H=3, model=MID, shaping=shaping, unshaped_ok=False)
+    run = start(cfg, tmp_path)
+    spaces = run.net.manifest()["namespaces"]
+    seen = {ns: set() for ns in [*spaces, "root"]}
+    while run.thread.is_alive():
+        for ns in spaces:
+            seen[ns] |= _sockets(ns)
+        seen["root"] |= {a for a in _sockets() if a.startswith(netns.SUBNET)}
+        time.sleep(0.2)
+    res = run.wait()
+    syncs = pd.read_parquet(tmp_path / "syncs.parquet")
+    assert len(syncs) == 2
+    expected = syncs["bytes"] * 8 / (RATE * 1e6)
+    ratio = syncs["duration_s"] / expected
+    assert ((ratio > 0.95) & (ratio < 1.5)).all(), ratio.tolist()
+    # all four qdiscs (both ends of both veths) carried each learner's share: 4 S + headers
+    per_sync = syncs["link_bytes"] / (4 * syncs["bytes"])
+    assert ((per_sync > 1.0) & (per_sync < 1.2)).all(), per_sync.tolist()
+    assert res.shaping["qdisc"] == "tbf" and res.shaping["rate_mbit"] == RATE
+    assert "netem" in res.shaping["delay_note"]
+    private = ipaddress.ip_network(f"{netns.SUBNET}.0/24")
+    for ns in spaces:  # gloo's sockets: on the learner's private address only
+        assert seen[ns], ns
+        assert all(ipaddress.ip_address(a) in private for a in seen[ns]), seen
+    assert seen["root"] == set()
+    assert netns.wait_gone(run.net)
+
+
+STALE = """
+import sys, time
+from trainfabric.diloco.train import netns
+from trainfabric.diloco.train.config import ShapingConfig
+net = netns.create(2, ShapingConfig())
+print(net.tag, flush=True)
+time.sleep(60)
+"""
+
+
+def test_killed_owner_is_swept(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", STALE], stdout=subprocess.PIPE, text=True)
+    tag = proc.stdout.readline().strip()
+    proc.kill()
+    proc.wait()
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert f"tfd-{tag}-0" in listed  # SIGKILL left it behind
+    assert tag in netns.sweep_stale()
+    listed = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert f"tfd-{tag}" not in listed and f"tfd{tag}" not in links
+
+
+def test_utilisation_from_counters():
+    before = [(0, 0), (1000, 0)]
+    after = [(125_000, 10), (1000, 62_500)]  # 1 Mbit in 1 s on a 1 Mbit/s link
+    assert netns.utilisation(before, after, 1.0, 1.0) == 1.0
+    assert netns.utilisation(before, after, 2.0, 1.0) == pytest.approx(0.5)
+    assert netns.utilisation(before, before, 1.0, 1.0) == 0.0
