@@ -2,7 +2,9 @@
 
 ``fabric eval``: the four evaluation scenarios (line rate, isolation, failures, flaps) for
 every load-balancing mode, into one run directory with a report; ``fabric run FILE.toml``:
-one scenario of the user's own (see :mod:`trainfabric.fabric.scenarios` for the fields).
+one scenario of the user's own (see :mod:`trainfabric.fabric.scenarios` for the fields);
+``fabric job``: one training job's iteration on the fabric
+(:mod:`trainfabric.fabric.iteration`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from trainfabric.clikit import (
     SeedOpt,
     emit_json,
     err,
+    finite,
     input_file,
     options,
     out,
@@ -180,3 +183,108 @@ def run_cmd(
         return emit_json(res)
     out.print(_mode_table(f"scenario {res['scenario']} ({sc.kind})", res["modes"]))
     err.print(f"run directory: {res['run_dir']}; report: {res['report']}")
+
+
+JOB_NAMES = {
+    "workload": "--workload",
+    "pods": "--pods",
+    "mode": "--mode",
+    "placement": "--placement",
+    "channels": "--channels",
+    "overlap": "--overlap",
+    "failures": "--failures",
+    "gpus_per_pod": "--gpus-per-pod",
+    "layers": "--layers",
+    "topology": "--pods",
+}
+
+
+@app.command("job")
+def job_cmd(
+    workload: Annotated[
+        str,
+        typer.Option(
+            "--workload",
+            help="Preset (llama3-70b, gpt3-175b, deepseek-v3, mixtral-8x7b, moe, pipeline, "
+            "dp-ring, dp-hd, hybrid), a job .toml or a task-DAG .json file.",
+        ),
+    ] = "llama3-70b",
+    pods: Annotated[
+        int | None,
+        typer.Option(min=2, max=65_536, help="Servers (re-maps a preset) [default: its own]."),
+    ] = None,
+    mode: Annotated[
+        str, typer.Option(help="Load balancing: ecmp, flowlet, pinning, spray, adaptive.")
+    ] = "ecmp",
+    failures: Annotated[
+        float | None,
+        typer.Option(
+            help="Fraction of leaf-spine cables failed (seeded draws): slowdown vs healthy.",
+            callback=finite(ge=0),
+        ),
+    ] = None,
+    draws: Annotated[int, typer.Option(min=1, max=1000, help="Failure draws.")] = 20,
+    placement: Annotated[
+        str, typer.Option(help="Server placement: packed, scattered, random (seeded).")
+    ] = "random",
+    channels: Annotated[int, typer.Option(min=1, max=64, help="Connections per GPU pair.")] = 4,
+    overlap: Annotated[
+        str, typer.Option(help="DP gradient overlap with the backward pass: none or bucketed.")
+    ] = "none",
+    gpus_per_pod: Annotated[
+        int, typer.Option(min=1, max=4096, help="GPUs per pod of a task-DAG .json.")
+    ] = 8,
+    layers: Annotated[
+        int | None, typer.Option(min=1, max=10_000, help="Cut the model to this many layers.")
+    ] = None,
+    rail: Annotated[bool, typer.Option(help="Rail-optimised host placement.")] = False,
+    seed: SeedOpt = 0,
+    max_memory_gb: MaxMemoryOpt = None,
+    show_progress: ProgressOpt = None,
+    config: ConfigOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """One training iteration of a job on a multiplane fabric (4 planes, 256 x 200 Gb/s
+    ports per switch per plane, 800 Gb/s NICs, no oversubscription): iteration time,
+    exposed communication per phase kind, and with --failures the slowdown of failed cables."""
+    from trainfabric.fabric.iteration import job_command
+
+    with options(**JOB_NAMES), progress(json_out, "fabric job", show_progress):
+        res = job_command(
+            workload,
+            pods=pods,
+            mode=mode,
+            failures=failures,
+            draws=draws,
+            placement=placement,
+            channels=channels,
+            overlap=overlap,
+            gpus_per_pod=gpus_per_pod,
+            layers=layers,
+            rail=rail,
+            seed=seed,
+        )
+    if json_out:
+        return emit_json(res)
+    out.print(_phase_table(res))
+    for note in res["notes"]:
+        err.print(note)
+
+
+def _phase_table(res: dict) -> Table:
+    t = Table("phase kind", "exposed_s", "comm_busy_s", "bytes", title=_job_title(res))
+    for row in res["phase_kinds"]:
+        t.add_row(row["kind"], _fmt(row["exposed_s"]), _fmt(row["busy_s"]), _fmt(row["bytes"]))
+    return t
+
+
+def _job_title(res: dict) -> str:
+    title = (
+        f"{res['workload']} on {res['servers']} servers ({res['mode']}): "
+        f"iteration {res['iteration_s']:.4g} s, exposed comm {res['exposed_comm_s']:.4g} s"
+    )
+    if res.get("failures"):
+        f = res["failures"]
+        title += f"; {f['fraction']:.0%} failed: slowdown median {_fmt(f['slowdown_median'])}"
+        title += f", worst {_fmt(f['slowdown_worst'])}"
+    return title

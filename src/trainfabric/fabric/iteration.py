@@ -34,12 +34,22 @@ node takes ``latency_s + 8 bytes / r`` exactly as in the DAG.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
 import numpy as np
 
+from trainfabric.config import read_toml, validate
 from trainfabric.errors import ConfigError
 from trainfabric.fabric import topology as T
 from trainfabric.fabric.collectives import PLACEMENTS, place
+from trainfabric.fabric.flows import mix64
 from trainfabric.fabric.routing import Groups, Reaction, Routes
+from trainfabric.workloads.dag import COMM, GpuTransfers, TaskDAG
+from trainfabric.workloads.job import Job
+
+if TYPE_CHECKING:
+    from trainfabric.fabric.taskgraph import TaskGraph
 
 # The CLI's fabric (CLARIFICATIONS "Fabric" defaults): 4 planes of 2-tier leaf-spine,
 # 256 ports of 200 Gb/s per switch per plane, 800 Gb/s NICs, no oversubscription.
@@ -195,30 +205,6 @@ class MeshRouter:
 
 
 # -- reports that need only link loads and intervals ----------------------------------------------
-def utilisation_by_tier_plane(topo: T.Topology, bin_bits: np.ndarray, bin_s: float) -> list[dict]:
-    """Rows ``(bin, t_s, tier, plane, utilisation)`` from ``bin_bits[B, L]`` (bits each link
-    carried in each bin of ``bin_s`` seconds): per tier and plane, the bits of its links over
-    their summed capacity x ``bin_s`` (the mean utilisation of that tier's links in the bin)."""
-    key = topo.link_tier.astype(np.int64) * topo.planes + topo.link_plane
-    n_keys = int(key.max(initial=0)) + 1
-    cap = np.bincount(key, topo.capacity_bps, minlength=n_keys)
-    rows = []
-    for b in range(bin_bits.shape[0]):
-        bits = np.bincount(key, bin_bits[b], minlength=n_keys)
-        for k in np.flatnonzero(cap > 0).tolist():
-            rows.append(
-                {
-                    "bin": b,
-                    "t_s": b * bin_s,
-                    "bin_s": bin_s,
-                    "tier": T.TIER_NAMES[k // topo.planes],
-                    "plane": k % topo.planes,
-                    "utilisation": float(bits[k] / (cap[k] * bin_s)),
-                }
-            )
-    return rows
-
-
 def most_loaded_links(topo: T.Topology, link_bits: np.ndarray, span_s: float, k: int) -> list:
     """The ``k`` links with the highest mean utilisation (bits carried / (capacity x
     ``span_s``)), highest first, with their tier, plane and end nodes."""
@@ -245,3 +231,779 @@ def busy_time(start_s: np.ndarray, finish_s: np.ndarray) -> float:
     s, f = start_s[order], np.maximum.accumulate(finish_s[order])
     gap = np.maximum(s[1:] - f[:-1], 0.0)
     return float(f[-1] - s[0] - gap.sum())
+
+
+# -- the job ---------------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class LoadedJob:
+    """A job's DAG with the GPU transfers of its comm nodes; ``job`` is None for a task-DAG
+    JSON; ``assumptions`` lists what the mapping assumed (the even split)."""
+
+    name: str
+    dag: TaskDAG
+    gpu: GpuTransfers
+    job: Job | None
+    assumptions: tuple[str, ...]
+
+    @property
+    def gpus_per_pod(self) -> int:
+        return self.gpu.gpus_per_pod
+
+    @property
+    def pods(self) -> int:
+        return self.dag.n_pods
+
+
+def cut_layers(job: Job, layers: int) -> Job:
+    """``job`` with its model cut to ``layers`` layers; PP shrinks to at most ``layers``
+    stages and DP takes up the GPUs (EP kept when it still divides DP); a job that cannot be
+    cut is a ConfigError naming ``layers``."""
+    par = job.parallelism
+    pp = min(par.pp, layers)
+    gpus = par.gpus
+    if gpus % (par.tp * pp):
+        raise ConfigError("layers", f"{gpus} GPUs are not a multiple of TP x PP = {par.tp * pp}")
+    data = job.model_dump()
+    m = data["model"]
+    m["layers"] = layers
+    m["first_dense_layers"] = min(m["first_dense_layers"], layers)
+    data["parallelism"].update(pp=pp, dp=gpus // (par.tp * pp))
+    return validate(Job, data, prefix="layers -> ")
+
+
+def load_job(
+    workload: str,
+    *,
+    pods: int | None = None,
+    gpus_per_pod: int = 8,
+    layers: int | None = None,
+    overlap: str = "none",
+    bucket_mb: float = 25.0,
+    seed: int = 0,
+) -> LoadedJob:
+    """A preset name, a job TOML or a task-DAG JSON as a :class:`LoadedJob` (``pods``
+    re-maps presets and jobs; ``layers`` cuts the model, :func:`cut_layers`; ``overlap``:
+    the DP gradients' overlap with the backward pass, none or bucketed of ``bucket_mb``)."""
+    from trainfabric.workloads.build import build_dag
+    from trainfabric.workloads.dag import gpu_transfers
+    from trainfabric.workloads.workload import is_file_spec, load_workload
+
+    if is_file_spec(workload) and not workload.endswith(".toml"):
+        if layers is not None or overlap != "none":
+            raise ConfigError("layers" if layers else "overlap", "needs a preset or a job TOML")
+        w = load_workload(workload, pods, seed)
+        gpu = gpu_transfers(w.dag, gpus_per_pod)
+        note = (
+            f"assumption: the task DAG has no GPU transfers; each comm node is split evenly "
+            f"GPU k -> GPU k over the {gpus_per_pod} NICs of its pod (exact only when TP fills "
+            "the pod)"
+        )
+        return LoadedJob(w.name, w.dag, gpu, None, (note,))
+    job = _job_of(workload, pods)
+    if layers is not None:
+        job = cut_layers(job, layers)
+    job = with_overlap(job, overlap, bucket_mb)
+    dag = build_dag(job, seed, gpu_flows=True)
+    return LoadedJob(job.name, dag, gpu_transfers(dag, job.placement.gpus_per_pod), job, ())
+
+
+OVERLAPS = ("none", "bucketed")
+
+
+def with_overlap(job: Job, overlap: str, bucket_mb: float) -> Job:
+    """``job`` with its DP gradient overlap set (none, or bucketed of ``bucket_mb`` MB)."""
+    if overlap not in OVERLAPS:
+        raise ConfigError("overlap", f"unknown {overlap!r}; known: {', '.join(OVERLAPS)}")
+    if overlap == "none":
+        return job
+    raise ConfigError("overlap", "bucketed overlap is not available yet")
+
+
+def _job_of(workload: str, pods: int | None) -> Job:
+    from trainfabric.workloads.job import remap_onto_pods
+    from trainfabric.workloads.presets import get_preset
+
+    if not workload.endswith(".toml"):
+        return get_preset(workload, pods)
+    try:
+        data = read_toml(workload)
+    except ConfigError as exc:
+        raise ConfigError("workload", exc.message) from None
+    job = validate(Job, data)
+    if pods is not None and pods != job.placement.pods:
+        job = remap_onto_pods(job, pods)
+    return job
+
+
+# -- the job on hosts ------------------------------------------------------------------------------
+@dataclass(frozen=True, eq=False)
+class JobOnHosts:
+    """A :class:`LoadedJob` placed on servers: pod ``p`` is server ``servers[p]``, GPU ``i``
+    of server ``s`` is host ``s g + i``; every GPU transfer of a comm node becomes
+    ``channels`` flows (module doc); ``job_id`` tags its flows (tenants) and its hashes."""
+
+    loaded: LoadedJob
+    servers: np.ndarray
+    channels: int
+    job_id: int = 0
+    seed: int = 0
+
+    @property
+    def dag(self) -> TaskDAG:
+        return self.loaded.dag
+
+    @property
+    def g(self) -> int:
+        return self.loaded.gpus_per_pod
+
+    def hosts(self) -> np.ndarray:
+        """Every host (GPU) of the job, server by server."""
+        return (self.servers[:, None] * self.g + np.arange(self.g)).ravel()
+
+    def transfer_counts(self, nodes: np.ndarray) -> np.ndarray:
+        """GPU transfers of each of ``nodes`` (0 for non-comm nodes)."""
+        gpu = self.loaded.gpu
+        q = gpu.pattern[nodes]
+        sizes = np.diff(gpu.indptr)
+        return np.where(q >= 0, sizes[np.maximum(q, 0)], 0)
+
+    def flows(self, nodes: np.ndarray) -> dict[str, np.ndarray]:
+        """The flows of comm ``nodes``, grouped by node in the order given: ``node``, ``src``,
+        ``dst`` (hosts), ``bytes`` (payload), ``channel``, ``entropy`` (the connection's hash
+        input: seeded mix of job, source host, destination host, channel)."""
+        dag, gpu, c = self.dag, self.loaded.gpu, self.channels
+        nodes = np.asarray(nodes, np.int64)
+        counts = self.transfer_counts(nodes)
+        node = np.repeat(nodes, counts)
+        first = gpu.indptr[np.maximum(gpu.pattern[nodes], 0)]
+        k = np.repeat(first - np.cumsum(np.r_[0, counts[:-1]]), counts) + np.arange(counts.sum())
+        src = self.servers[dag.pod[node]] * self.g + gpu.src_gpu[k]
+        dst = self.servers[dag.dst[node]] * self.g + gpu.dst_gpu[k]
+        nbytes = dag.bytes[node] * gpu.share[k] / c
+        chan = np.tile(np.arange(c, dtype=np.int64), node.size)
+        src, dst = np.repeat(src, c), np.repeat(dst, c)
+        job = np.full(src.size, self.job_id, np.int64)
+        return {
+            "node": np.repeat(node, c),
+            "src": src,
+            "dst": dst,
+            "bytes": np.repeat(nbytes, c),
+            "channel": chan,
+            "entropy": mix64(job, src, dst, chan, seed=self.seed),
+        }
+
+
+# -- the task graph of E's engine ------------------------------------------------------------------
+def job_graph(jh: JobOnHosts) -> TaskGraph:
+    """The job's DAG as a :class:`~trainfabric.fabric.taskgraph.TaskGraph`, task ``i`` =
+    DAG node ``i`` (compute -> timer, comm -> comm, barrier -> barrier; the same edges).
+
+    Comm tasks share flow sets: nodes with the same (source pod, destination pod, GPU
+    pattern, bytes) — a ring's successive steps of one pod pair — point to one set, so the
+    graph holds the distinct transfers, not steps x transfers. Connections are the distinct
+    (source host, destination host, channel) of the job; a task's ``latency_s`` is 0 (the
+    fabric's per-hop latency replaces the DAG's, module doc).
+    """
+    from trainfabric.fabric.taskgraph import TaskGraph
+
+    dag = jh.dag
+    comm = dag.comm_nodes
+    key = np.stack(
+        [
+            dag.pod[comm].astype(np.int64),
+            dag.dst[comm].astype(np.int64),
+            jh.loaded.gpu.pattern[comm].astype(np.int64),
+            dag.bytes[comm].view(np.int64),
+        ],
+        axis=1,
+    )
+    _, first, set_of = np.unique(key, axis=0, return_index=True, return_inverse=True)
+    reps = comm[first]
+    fl = jh.flows(reps)
+    set_ptr = np.r_[0, np.cumsum(jh.transfer_counts(reps) * jh.channels)].astype(np.int64)
+    cols = np.stack([fl["src"], fl["dst"], fl["channel"]], axis=1)
+    uniq, first_c, conn = np.unique(cols, axis=0, return_index=True, return_inverse=True)
+    flow_set = np.full(dag.n_nodes, -1, np.int64)
+    flow_set[comm] = set_of.ravel()
+    return TaskGraph(
+        kind=dag.kind,
+        duration_s=np.where(dag.kind == COMM, 0.0, dag.duration_s),
+        latency_s=np.zeros(dag.n_nodes),
+        succ_ptr=dag.indptr,
+        succ=dag.indices,
+        flow_set=flow_set,
+        set_ptr=set_ptr,
+        flow_conn=conn.ravel(),
+        flow_bytes=fl["bytes"],
+        conn_src=uniq[:, 0],
+        conn_dst=uniq[:, 1],
+        conn_key=fl["entropy"][first_c],
+        conn_channel=uniq[:, 2],
+        job=np.full(dag.n_nodes, jh.job_id, np.int64),
+    )
+
+
+def _roots_and_sinks(g: TaskGraph) -> tuple[np.ndarray, np.ndarray]:
+    has_pred = np.zeros(g.n, bool)
+    has_pred[g.succ] = True
+    return np.flatnonzero(~has_pred), np.flatnonzero(np.diff(g.succ_ptr) == 0)
+
+
+def repeat_graph(g: TaskGraph, iterations: int, offset_s: float = 0.0) -> TaskGraph:
+    """``iterations`` copies of ``g`` back to back after a timer of ``offset_s``: the timer
+    precedes the roots of copy 0, and a barrier after every copy's sinks precedes the next
+    copy's roots (one iteration ends before the next starts, as the optimiser step does).
+    Task layout: ``[timer] [copy 0] [barrier 0] [copy 1] [barrier 1] ...``; copy ``i`` task
+    ``t`` is ``1 + i (n + 1) + t``, its barrier ``(i + 1)(n + 1)``."""
+    from trainfabric.fabric.taskgraph import BARRIER, TIMER, TaskGraph
+
+    n = g.n
+    roots, sinks = _roots_and_sinks(g)
+    base = 1 + np.arange(iterations) * (n + 1)
+    kind = np.r_[TIMER, np.tile(np.r_[g.kind, BARRIER], iterations)]
+    dur = np.r_[offset_s, np.tile(np.r_[g.duration_s, 0.0], iterations)]
+    lat = np.r_[0.0, np.tile(np.r_[g.latency_s, 0.0], iterations)]
+    fset = np.r_[-1, np.tile(np.r_[g.flow_set, -1], iterations)]
+    owner = np.repeat(np.arange(n), np.diff(g.succ_ptr))
+    edges = [np.c_[np.zeros(roots.size, np.int64), 1 + roots]]
+    for i, b in enumerate(base.tolist()):
+        edges.append(np.c_[b + owner, b + g.succ])
+        edges.append(np.c_[b + sinks, np.full(sinks.size, b + n)])
+        if i + 1 < iterations:
+            edges.append(np.c_[np.full(roots.size, b + n), b + n + 1 + roots])
+    e = np.concatenate(edges)
+    e = e[np.lexsort((e[:, 1], e[:, 0]))]
+    total = kind.size
+    ptr = np.zeros(total + 1, np.int64)
+    np.add.at(ptr, e[:, 0] + 1, 1)
+    job = np.full(total, int(g.job[0]) if g.n else 0, np.int64)
+    return TaskGraph(
+        kind=kind,
+        duration_s=dur,
+        latency_s=lat,
+        succ_ptr=np.cumsum(ptr),
+        succ=e[:, 1],
+        flow_set=fset,
+        set_ptr=g.set_ptr,
+        flow_conn=g.flow_conn,
+        flow_bytes=g.flow_bytes,
+        conn_src=g.conn_src,
+        conn_dst=g.conn_dst,
+        conn_key=g.conn_key,
+        conn_channel=g.conn_channel,
+        job=job,
+    )
+
+
+def concat_graphs(graphs: list[TaskGraph]) -> tuple[TaskGraph, np.ndarray]:
+    """The disjoint union of ``graphs`` (tenants on one fabric) and each graph's first task
+    index; tasks, flow sets and connections are renumbered, ``job`` kept."""
+    from trainfabric.fabric.taskgraph import TaskGraph
+
+    t_off = np.cumsum([0] + [g.n for g in graphs])
+    s_off = np.cumsum([0] + [g.set_ptr.size - 1 for g in graphs])
+    f_off = np.cumsum([0] + [g.flow_conn.size for g in graphs])
+    c_off = np.cumsum([0] + [g.n_conns for g in graphs])
+    e_off = np.cumsum([0] + [g.succ.size for g in graphs])
+    cat = np.concatenate
+    return (
+        TaskGraph(
+            kind=cat([g.kind for g in graphs]),
+            duration_s=cat([g.duration_s for g in graphs]),
+            latency_s=cat([g.latency_s for g in graphs]),
+            succ_ptr=np.r_[
+                0, cat([g.succ_ptr[1:] + e for g, e in zip(graphs, e_off, strict=False)])
+            ],
+            succ=cat([g.succ + t for g, t in zip(graphs, t_off, strict=False)]),
+            flow_set=cat(
+                [
+                    np.where(g.flow_set >= 0, g.flow_set + s, -1)
+                    for g, s in zip(graphs, s_off, strict=False)
+                ]
+            ),
+            set_ptr=np.r_[0, cat([g.set_ptr[1:] + f for g, f in zip(graphs, f_off, strict=False)])],
+            flow_conn=cat([g.flow_conn + c for g, c in zip(graphs, c_off, strict=False)]),
+            flow_bytes=cat([g.flow_bytes for g in graphs]),
+            conn_src=cat([g.conn_src for g in graphs]),
+            conn_dst=cat([g.conn_dst for g in graphs]),
+            conn_key=cat([g.conn_key for g in graphs]),
+            conn_channel=cat([g.conn_channel for g in graphs]),
+            job=cat([g.job for g in graphs]),
+        ),
+        t_off[:-1],
+    )
+
+
+# -- running ---------------------------------------------------------------------------------------
+LATENCY_NOTE = (
+    "latency: the fabric's per-hop latency (hops x hop_latency_s per flow) replaces the "
+    "DAG's per-transfer latency_s on the fabric (never both)"
+)
+
+
+def make_router(topo: T.Topology, mode: str, seed: int = 0):
+    """The router of ``mode`` on ``topo`` (a :class:`MeshRouter` on a pair mesh)."""
+    from trainfabric.fabric.routing import Router
+
+    if topo.kind == "pair_mesh":
+        return MeshRouter(topo)
+    return Router(topo, mode, seed=seed)
+
+
+def default_bin_s(jh: JobOnHosts, topo: T.Topology) -> float:
+    """About 1/100 of the iteration: the DAG's one-hop critical path with every pod pair at
+    a server's total NIC rate (``g x nic_rate``), over 100."""
+    rate = jh.g * topo.nic_rate_bps
+    return max(jh.dag.critical_path_at(rate) / 100.0, 1e-6)
+
+
+@dataclass(frozen=True, eq=False)
+class IterationRun:
+    """One iteration of a placed job on a fabric under one load-balancing mode: the task
+    graph run by :func:`trainfabric.fabric.tasks.run_tasks` (``result``; task ``i`` = DAG
+    node ``i``)."""
+
+    jh: JobOnHosts
+    topo: T.Topology
+    graph: TaskGraph
+    mode: str
+    seed: int
+    result: object  # trainfabric.fabric.tasks.TaskResult
+
+    @property
+    def iteration_s(self) -> float:
+        return float(self.result.makespan_s)
+
+
+def run_iteration(
+    jh: JobOnHosts,
+    topo: T.Topology,
+    mode: str,
+    *,
+    seed: int = 0,
+    bin_s: float | None = None,
+    graph: TaskGraph | None = None,
+    **options,
+) -> IterationRun:
+    """Run one iteration of ``jh`` on ``topo`` under ``mode`` (``options``: those of
+    :class:`trainfabric.fabric.tasks.TaskSim`, e.g. ``link_up``, ``events``,
+    ``header_bytes``); refuses hosts outside the fabric."""
+    from trainfabric.errors import InfeasibleError
+    from trainfabric.fabric.tasks import run_tasks
+
+    graph = job_graph(jh) if graph is None else graph
+    bin_s = default_bin_s(jh, topo) if bin_s is None else bin_s
+    res = run_tasks(topo, graph, make_router(topo, mode, seed), bin_s=bin_s, **options)
+    if res.unfinished:
+        raise InfeasibleError(f"{res.unfinished} tasks of the iteration never finished")
+    return IterationRun(jh, topo, graph, mode, seed, res)
+
+
+# -- reports ---------------------------------------------------------------------------------------
+def _node_times(run: IterationRun) -> tuple[np.ndarray, np.ndarray]:
+    n = run.jh.dag.n_nodes
+    return run.result.start_s[:n], run.result.finish_s[:n]
+
+
+def phase_kind_rows(run: IterationRun, exposed, rows) -> list[dict]:
+    """One row per phase category (PP, DP, EP, other): exposed seconds (the walk-back split
+    of :func:`~trainfabric.workloads.attribution.exposed_comm`), the critical path's own
+    time in it, the time at least one of its collectives was in flight (``busy_s``), its
+    collectives, bytes and the phase kinds it holds."""
+    from trainfabric.workloads.attribution import CATEGORIES, category
+
+    out = []
+    for cat in CATEGORIES:
+        mine = [c for c in rows if category(c.kind) == cat]
+        out.append(
+            {
+                "kind": cat,
+                "exposed_s": exposed.by_category[cat],
+                "path_s": exposed.path_s[cat],
+                "busy_s": busy_time(
+                    np.array([c.start_s for c in mine]), np.array([c.finish_s for c in mine])
+                ),
+                "collectives": len(mine),
+                "bytes": float(sum(c.bytes for c in mine)),
+                "phase_kinds": sorted({c.kind for c in mine}),
+            }
+        )
+    return out
+
+
+def critical_segments(run: IterationRun, path: np.ndarray) -> list[dict]:
+    """The walked-back critical path as bars: consecutive path nodes of one category
+    (compute, PP, DP, EP, other) merged into ``(start_s, finish_s, category)``; each node
+    owns ``(finish of its releasing predecessor, its finish]``."""
+    from trainfabric.workloads.attribution import category
+
+    dag = run.jh.dag
+    _, finish = _node_times(run)
+    bars: list[dict] = []
+    prev = 0.0
+    for v in path.tolist():
+        k = int(dag.phase[v])
+        cat = (
+            "compute"
+            if dag.kind[v] != COMM and k < 0
+            else category(dag.phases[k].kind)
+            if k >= 0
+            else "other"
+        )
+        if bars and bars[-1]["category"] == cat:
+            bars[-1]["finish_s"] = float(finish[v])
+        else:
+            bars.append({"start_s": prev, "finish_s": float(finish[v]), "category": cat})
+        prev = float(finish[v])
+    return bars
+
+
+def iteration_tables(run: IterationRun, top_links: int = 10) -> dict:
+    """Everything one run reports (module doc of :mod:`trainfabric.workloads.attribution`
+    for the definitions): ``summary`` (a dict), ``phase_kinds``, ``collectives``,
+    ``utilisation``, ``critical`` and ``top_links`` (lists of rows)."""
+    from trainfabric.workloads.attribution import (
+        category,
+        collectives,
+        exposed_comm,
+        phase_groups,
+    )
+
+    start, finish = _node_times(run)
+    dag, res = run.jh.dag, run.result
+    e = exposed_comm(dag, start, finish)
+    rows = collectives(dag, start, finish)
+    on_path = set(dag.phase[e.path][dag.phase[e.path] >= 0].tolist())
+    gid = phase_groups(dag).group_of_phase
+    path_groups = {int(gid[k]) for k in on_path}
+    coll = [
+        {
+            "group": i,
+            "name": c.name,
+            "kind": c.kind,
+            "category": category(c.kind),
+            "op": c.op,
+            "start_s": c.start_s,
+            "finish_s": c.finish_s,
+            "bytes": c.bytes,
+            "size_bytes": c.size_bytes,
+            "busbw_gbps": None if c.busbw_GBps is None else 8.0 * c.busbw_GBps,
+            "on_critical_path": i in path_groups,
+        }
+        for i, c in enumerate(rows)
+    ]
+    util = res.utilisation()
+    utilisation = [
+        {
+            "t_s": b * res.bin_s,
+            "bin_s": res.bin_s,
+            "tier": name.split("/")[0],
+            "plane": int(name.split("/p")[1]),
+            "utilisation": float(util[b, k]),
+        }
+        for b in range(util.shape[0])
+        for k, name in enumerate(res.class_names)
+        if res.class_capacity_bps[k] > 0
+    ]
+    delivered = float(res.delivered_bytes[: dag.n_nodes].sum())
+    summary = {
+        "iteration_s": e.iteration_s,
+        "compute_only_s": e.compute_only_s,
+        "exposed_comm_s": e.exposed_comm_s,
+        "exposed_comm_fraction": e.exposed_fraction,
+        **{f"exposed_{k}_s": v for k, v in e.by_category.items()},
+        "comm_bytes": float(dag.bytes.sum()),
+        "delivered_bytes": delivered,
+        "flows_peak": int(res.peak_flows),
+        "events": int(res.n_events),
+        "wall_s": float(res.wall_s),
+    }
+    return {
+        "summary": summary,
+        "phase_kinds": phase_kind_rows(run, e, rows),
+        "collectives": coll,
+        "utilisation": utilisation,
+        "critical": critical_segments(run, e.path),
+        "top_links": most_loaded_links(run.topo, res.link_bits, res.end_s, top_links),
+    }
+
+
+# -- the one-job command ---------------------------------------------------------------------------
+def job_fabric(pods: int, gpus_per_pod: int, rail: bool = False, **overrides):
+    """The CLI's fabric (:data:`JOB_FABRIC`) sized for ``pods`` servers of ``gpus_per_pod``
+    GPUs; a pod count the fabric cannot hold is a ConfigError naming ``pods``."""
+    from trainfabric.fabric.scenarios import TopologyConfig, build_topology
+
+    cfg = validate(TopologyConfig, {**JOB_FABRIC, **overrides, "gpus": pods * gpus_per_pod})
+    cfg = cfg.model_copy(update={"rail": rail})
+    try:
+        return build_topology(cfg, gpus_per_server=gpus_per_pod)
+    except ConfigError as exc:
+        if exc.field != "topology.gpus":
+            raise
+        raise ConfigError("pods", f"{pods} servers of {gpus_per_pod} GPUs: {exc.message}") from None
+
+
+def job_command(
+    workload: str,
+    *,
+    pods: int | None = None,
+    mode: str = "ecmp",
+    failures: float | None = None,
+    draws: int = 20,
+    placement: str = "random",
+    channels: int = 4,
+    overlap: str = "none",
+    gpus_per_pod: int = 8,
+    layers: int | None = None,
+    rail: bool = False,
+    seed: int = 0,
+    top_links: int = 10,
+) -> dict:
+    """What ``trainfabric fabric job`` prints: the iteration of ``workload`` on the CLI's
+    fabric under ``mode`` (errors name the option's field)."""
+    from trainfabric.fabric.routing import check_mode
+
+    check_mode(mode)
+    if failures is not None and not 0 <= failures < 1:
+        raise ConfigError("failures", f"must be a fraction in [0, 1), got {failures}")
+    if channels < 1:
+        raise ConfigError("channels", "must be >= 1")
+    loaded = load_job(
+        workload, pods=pods, gpus_per_pod=gpus_per_pod, layers=layers, overlap=overlap, seed=seed
+    )
+    topo = job_fabric(loaded.pods, loaded.gpus_per_pod, rail)
+    servers = place_servers(topo, loaded.pods, loaded.gpus_per_pod, placement, seed)
+    jh = JobOnHosts(loaded, servers, channels, seed=seed)
+    run = run_iteration(jh, topo, mode, seed=seed)
+    tables = iteration_tables(run, top_links)
+    out = {
+        "workload": loaded.name,
+        "servers": loaded.pods,
+        "gpus": loaded.pods * loaded.gpus_per_pod,
+        "mode": mode,
+        "placement": placement,
+        "channels": channels,
+        "overlap": overlap,
+        "seed": seed,
+        "fabric": {**JOB_FABRIC, "gpus": topo.n_hosts, "rail": rail},
+        **tables["summary"],
+        "phase_kinds": tables["phase_kinds"],
+        "most_loaded_links": tables["top_links"],
+        "notes": [LATENCY_NOTE, *loaded.assumptions],
+    }
+    if failures is not None:
+        out["failures"] = _failure_figures(run, failures, draws, seed)
+    return out
+
+
+def _failure_figures(run: IterationRun, fraction: float, draws: int, seed: int) -> dict:
+    """Static failed cables (:mod:`trainfabric.fabric.iteration_faults`): the median and
+    worst slowdown of the iteration over ``draws`` seeded failure sets."""
+    from trainfabric.fabric import iteration_faults as IF
+    from trainfabric.fabric.scenarios import FaultsConfig
+
+    faults = validate(
+        FaultsConfig,
+        {"failed_fractions": [fraction], "failure_draws": draws, "flap_draws": 0},
+        prefix="failures -> ",
+    )
+    table = IF.run_failures(run, faults, seed)
+    return {"fraction": fraction, "draws": draws, **IF.failures_summary(table)[run.mode]}
+
+
+# -- tenants ---------------------------------------------------------------------------------------
+def _iteration_bounds(res, first: int, n: int, iterations: int) -> np.ndarray:
+    """``[iterations + 1]`` boundaries of a job laid out by :func:`repeat_graph` at task
+    ``first``: the end of its offset timer, then each iteration's closing barrier."""
+    ends = first + (np.arange(iterations) + 1) * (n + 1)
+    return np.r_[res.finish_s[first], res.finish_s[ends]]
+
+
+def run_tenants(
+    topo: T.Topology,
+    jobs: list[JobOnHosts],
+    mode: str,
+    *,
+    iterations: int = 2,
+    draws: int = 3,
+    seed: int = 0,
+    bin_s: float | None = None,
+) -> list[dict]:
+    """Tenants on one fabric: each job alone (its iteration time ``alone_s``), then all
+    together, ``iterations`` back to back each, job ``j`` starting after an offset drawn
+    uniformly in ``[0, alone_s_j)`` (draw ``d``: ``numpy.random.default_rng([seed, d])``).
+    Rows: job, draw, offset_s, iteration, iteration_s, alone_s, slowdown (= iteration_s /
+    alone_s)."""
+    from trainfabric.fabric.tasks import run_tasks
+
+    graphs = [job_graph(jh) for jh in jobs]
+    alone = [
+        run_iteration(jh, topo, mode, seed=seed, graph=g, bin_s=bin_s).iteration_s
+        for jh, g in zip(jobs, graphs, strict=True)
+    ]
+    bin_s = bin_s or min(default_bin_s(jh, topo) for jh in jobs)
+    rows = []
+    for d in range(draws):
+        offsets = np.random.default_rng([seed, d]).uniform(0.0, alone)
+        reps = [repeat_graph(g, iterations, o) for g, o in zip(graphs, offsets, strict=True)]
+        combined, firsts = concat_graphs(reps)
+        res = run_tasks(topo, combined, make_router(topo, mode, seed), bin_s=bin_s)
+        for j, g in enumerate(graphs):
+            t = np.diff(_iteration_bounds(res, int(firsts[j]), g.n, iterations))
+            rows += [
+                {
+                    "job": j,
+                    "draw": d,
+                    "offset_s": float(offsets[j]),
+                    "iteration": i,
+                    "iteration_s": float(t[i]),
+                    "alone_s": alone[j],
+                    "slowdown": float(t[i] / alone[j]),
+                }
+                for i in range(iterations)
+            ]
+    return rows
+
+
+# -- the `iteration` scenario ----------------------------------------------------------------------
+STEM = "fabric_iteration"
+STEMS = {
+    "collectives": "fabric_iteration_collectives",
+    "utilisation": "fabric_iteration_utilisation",
+    "critical": "fabric_iteration_critical",
+    "top_links": "fabric_iteration_links",
+    "tenants": "fabric_iteration_tenants",
+}
+
+
+def _load(w, seed: int, overlap: str, field: str) -> LoadedJob:
+    """The job of a :class:`~trainfabric.fabric.scenarios.WorkloadConfig` (errors name
+    ``field.<option>``)."""
+    try:
+        return load_job(
+            w.name,
+            pods=w.pods,
+            gpus_per_pod=w.gpus_per_pod,
+            layers=w.layers,
+            overlap=overlap,
+            bucket_mb=w.bucket_mb,
+            seed=seed,
+        )
+    except ConfigError as exc:
+        name = "name" if exc.field == "workload" else exc.field
+        raise ConfigError(f"{field}.{name}", exc.message) from None
+
+
+def scenario_tables(sc) -> dict:
+    """Tables of an ``iteration`` scenario (:class:`~trainfabric.fabric.scenarios.
+    IterationScenario`): per overlap setting and mode the iteration's tables, faults (first
+    overlap setting) and tenants, keyed by file stem."""
+    import pandas as pd
+
+    from trainfabric.fabric.scenarios import build_topology
+
+    w = sc.workload
+    first = _load(w, sc.seed, w.overlap[0], "workload")
+    topo = build_topology(sc.topology, gpus_per_server=first.gpus_per_pod)
+    servers = place_servers(
+        topo, first.pods, first.gpus_per_pod, w.placement, sc.seed, field="workload.pods"
+    )
+    out: dict[str, list] = {STEM: [], **{s: [] for s in STEMS.values()}}
+    faults: dict[str, list] = {}
+    for overlap in w.overlap:
+        loaded = first if overlap == w.overlap[0] else _load(w, sc.seed, overlap, "workload")
+        jh = JobOnHosts(loaded, servers, w.channels, seed=sc.seed)
+        graph = job_graph(jh)
+        for mode in sc.modes:
+            run = run_iteration(jh, topo, mode, seed=sc.seed, graph=graph, bin_s=sc.bin_s)
+            tables = iteration_tables(run, sc.top_links)
+            key = {"job": loaded.name, "mode": mode, "overlap": overlap}
+            out[STEM].append({**key, **tables["summary"]})
+            for part, stem in STEMS.items():
+                out[stem] += [{**key, **row} for row in tables.get(part, [])]
+            if sc.faults is not None and overlap == w.overlap[0]:
+                _fault_tables(run, sc.faults, sc.seed, faults)
+    if sc.tenants.jobs:
+        out[STEMS["tenants"]] = _tenant_rows(sc, topo)
+    frames = {stem: pd.DataFrame(rows) for stem, rows in out.items() if rows}
+    frames.update({stem: pd.concat(parts, ignore_index=True) for stem, parts in faults.items()})
+    return frames
+
+
+def _fault_tables(run: IterationRun, faults, seed: int, acc: dict) -> None:
+    from trainfabric.fabric import iteration_faults as IF
+
+    if faults.failed_fractions:
+        acc.setdefault(IF.FAILURES_STEM, []).append(IF.run_failures(run, faults, seed))
+    if faults.flap_draws and faults.flap_durations_s and faults.flap_sides:
+        acc.setdefault(IF.FLAPS_STEM, []).append(IF.run_flaps(run, faults, seed))
+
+
+def _tenant_rows(sc, topo: T.Topology) -> list[dict]:
+    loaded = [
+        _load(w, sc.seed, w.overlap[0], f"tenants.jobs.{j}") for j, w in enumerate(sc.tenants.jobs)
+    ]
+    g = loaded[0].gpus_per_pod
+    for j, lj in enumerate(loaded):
+        if lj.gpus_per_pod != g:
+            raise ConfigError(f"tenants.jobs.{j}.gpus_per_pod", f"must equal job 0's ({g})")
+    try:
+        pools = interleaved_pools(topo, g, [lj.pods for lj in loaded])
+    except ConfigError as exc:
+        raise ConfigError("tenants.jobs", exc.message) from None
+    jobs = [
+        JobOnHosts(
+            lj,
+            place_servers(topo, lj.pods, g, w.placement, sc.seed, pool),
+            w.channels,
+            job_id=j,
+            seed=sc.seed,
+        )
+        for j, (lj, w, pool) in enumerate(zip(loaded, sc.tenants.jobs, pools, strict=True))
+    ]
+    rows = []
+    for mode in sc.modes:
+        for row in run_tenants(
+            topo,
+            jobs,
+            mode,
+            iterations=sc.tenants.iterations,
+            draws=sc.tenants.draws,
+            seed=sc.seed,
+            bin_s=sc.bin_s,
+        ):
+            rows.append({"mode": mode, "workload": loaded[row["job"]].name, **row})
+    return rows
+
+
+def scenario_summary(tables: dict) -> dict[str, dict[str, float]]:
+    """Per mode: the iteration time and exposed-communication fraction per overlap setting
+    (``_bucketed`` suffix for bucketed), tenants' median and worst slowdown, and the faults'
+    figures (:mod:`trainfabric.fabric.iteration_faults`)."""
+    main = tables[STEM]
+    out: dict[str, dict[str, float]] = {}
+    for row in main.to_dict(orient="records"):
+        suffix = "" if row["overlap"] == "none" else f"_{row['overlap']}"
+        mine = out.setdefault(row["mode"], {})
+        mine[f"iteration_s{suffix}"] = row["iteration_s"]
+        mine[f"exposed_comm_fraction{suffix}"] = row["exposed_comm_fraction"]
+    ten = tables.get(STEMS["tenants"])
+    if ten is not None:
+        for mode, rows in ten.groupby("mode", sort=False):
+            out[mode]["tenant_slowdown_median"] = float(rows["slowdown"].median())
+            out[mode]["tenant_slowdown_max"] = float(rows["slowdown"].max())
+    _faults_summary(tables, out)
+    return out
+
+
+def _faults_summary(tables: dict, out: dict) -> None:
+    from trainfabric.fabric import iteration_faults as IF
+
+    for stem, summary in (
+        (IF.FAILURES_STEM, IF.failures_summary),
+        (IF.FLAPS_STEM, IF.flaps_summary),
+    ):
+        if stem in tables:
+            for mode, figures in summary(tables[stem]).items():
+                out.setdefault(mode, {}).update(figures)

@@ -221,13 +221,68 @@ class FlapsScenario(_Scenario):
     )
 
 
+class WorkloadConfig(Config):
+    """The job of an ``iteration`` scenario (:mod:`trainfabric.fabric.iteration`): a preset
+    name, a job TOML or a task-DAG JSON; each pod is a server of ``gpus_per_pod`` GPUs."""
+
+    name: str = Field("llama3-70b", min_length=1, description="preset, job .toml or DAG .json")
+    pods: int | None = Field(None, ge=2, le=65_536, description="servers (re-maps a preset)")
+    gpus_per_pod: int = Field(8, ge=1, le=4096, description="GPUs per pod of a task-DAG JSON")
+    layers: int | None = Field(None, ge=1, description="cut the model to this many layers")
+    placement: Literal["packed", "scattered", "random"] = "random"
+    channels: int = Field(4, ge=1, le=64, description="connections (QPs) per GPU pair")
+    overlap: list[Literal["none", "bucketed"]] = Field(
+        default_factory=lambda: ["none", "bucketed"], min_length=1
+    )
+    bucket_mb: float = Field(25.0, gt=0, description="gradient bucket of bucketed overlap, MB")
+
+
+class TenantsConfig(Config):
+    """Several jobs on one fabric, servers interleaved on leaves; ``iterations`` back to back
+    per job, each job starting at a seeded offset in ``[0, its solo iteration)``; ``draws``
+    offset draws (the spread)."""
+
+    jobs: list[WorkloadConfig] = Field(default_factory=list)
+    iterations: int = Field(2, ge=1, le=100)
+    draws: int = Field(3, ge=1, le=100, description="seeded draws of the start offsets")
+
+
+class FaultsConfig(Config):
+    """Faults during the iteration (run by :mod:`trainfabric.fabric.iteration_faults`):
+    static failed leaf-spine cables (``failed_fractions``, ``failure_draws`` seeded draws
+    each) and link flaps (``flap_draws`` per mode, spread over ``flap_durations_s`` x
+    ``flap_sides``); empty lists / 0 draws switch a part off."""
+
+    failed_fractions: list[Fraction] = Field(default_factory=lambda: [0.1])
+    failure_draws: int = Field(20, ge=1, le=10_000)
+    flap_durations_s: list[Positive] = Field(default_factory=lambda: [1e-3, 1e-2, 1.0])
+    flap_sides: list[Literal["nic", "fabric"]] = Field(default_factory=lambda: ["nic", "fabric"])
+    flap_draws: int = Field(500, ge=0, le=1_000_000)
+
+
+class IterationScenario(_Scenario):
+    """(e) A training job's iteration on the fabric per mode and overlap setting; optional
+    tenants and faults (:mod:`trainfabric.fabric.iteration`)."""
+
+    kind: Literal["iteration"] = "iteration"
+    topology: TopologyConfig = TopologyConfig(gpus=256, switch_radix=64)
+    workload: WorkloadConfig = WorkloadConfig()
+    tenants: TenantsConfig = TenantsConfig()
+    faults: FaultsConfig | None = None
+    bin_s: float | None = Field(None, gt=0, description="utilisation bin (default: 1/100 of it)")
+    top_links: int = Field(10, ge=1, le=1000, description="most loaded links reported")
+
+
 SCENARIOS: dict[str, type[_Scenario]] = {
     "line_rate": LineRateScenario,
     "isolation": IsolationScenario,
     "failures": FailuresScenario,
     "flaps": FlapsScenario,
+    "iteration": IterationScenario,
 }
-Scenario = LineRateScenario | IsolationScenario | FailuresScenario | FlapsScenario
+Scenario = (
+    LineRateScenario | IsolationScenario | FailuresScenario | FlapsScenario | IterationScenario
+)
 
 
 def parse_scenario(data: dict, prefix: str = "") -> Scenario:
@@ -261,10 +316,13 @@ def topology_links(cfg: TopologyConfig, oversubscription: float) -> float:
     return planes * cfg.gpus * (2.0 + 2.0 / oversubscription)
 
 
-def build_topology(cfg: TopologyConfig, oversubscription: float | None = None):
+def build_topology(
+    cfg: TopologyConfig, oversubscription: float | None = None, gpus_per_server: int = 8
+):
     """The topology of ``cfg``; builder errors are re-labelled ``topology.<field>``. Refuses
     first a topology whose links (:func:`topology_links` x ``LINK_BYTES``) exceed the memory
-    limit (ConfigError naming ``topology.gpus``)."""
+    limit (ConfigError naming ``topology.gpus``). ``gpus_per_server``: the rails of
+    ``rail = true`` (GPU ``i`` of every server on rail ``i``)."""
     from trainfabric.fabric import topology as T
 
     over = cfg.oversubscription if oversubscription is None else oversubscription
@@ -275,6 +333,7 @@ def build_topology(cfg: TopologyConfig, oversubscription: float | None = None):
         nic_rate_bps=cfg.nic_rate_gbps * 1e9,
         oversubscription=over,
         hop_latency_s=cfg.hop_latency_s,
+        gpus_per_server=gpus_per_server,
     )
     try:
         if cfg.kind == "multiplane":
@@ -1023,6 +1082,7 @@ STEMS = {
     "isolation": "fabric_isolation",
     "failures": "fabric_failures",
     "flaps": "fabric_flaps",
+    "iteration": "fabric_iteration",
 }
 TIMELINE_STEM = "fabric_flap_timeline"
 
@@ -1036,7 +1096,20 @@ def _keyed(summary, key: str):
     return keyed
 
 
+def _iteration_tables(sc: IterationScenario) -> dict[str, pd.DataFrame]:
+    from trainfabric.fabric.iteration import scenario_tables
+
+    return scenario_tables(sc)
+
+
+def _iteration_summary(tables: dict[str, pd.DataFrame]) -> dict[str, dict[str, float]]:
+    from trainfabric.fabric.iteration import scenario_summary
+
+    return scenario_summary(tables)
+
+
 RUNNERS = {
+    "iteration": (_iteration_tables, _iteration_summary),
     "line_rate": (run_line_rate, line_rate_summary),
     "isolation": (run_isolation, _keyed(isolation_summary, "isolation_ratio")),
     "failures": (run_failures, failures_summary),
@@ -1049,6 +1122,8 @@ HEADLINE = ("line_rate_fraction", "isolation_ratio", *FAILURE_KEYS, "flap_recove
 def run_scenario(sc: Scenario) -> dict[str, pd.DataFrame]:
     """The scenario's tables, keyed by file stem (flaps add the goodput timeline)."""
     run, _ = RUNNERS[sc.kind]
+    if sc.kind == "iteration":  # several tables (fabric.iteration.STEMS)
+        return run(sc)
     if sc.kind != "flaps":
         return {STEMS[sc.kind]: run(sc)}
     timeline: list = []
@@ -1059,7 +1134,7 @@ def run_scenario(sc: Scenario) -> dict[str, pd.DataFrame]:
 def summarize(kind: str, tables: dict[str, pd.DataFrame]) -> dict[str, dict[str, float]]:
     """``{mode: {headline metric: value}}`` of one scenario's tables."""
     _, summary = RUNNERS[kind]
-    return summary(tables[STEMS[kind]])
+    return summary(tables if kind == "iteration" else tables[STEMS[kind]])
 
 
 def _write_tables(run_dir: Path, tables: dict[str, pd.DataFrame]) -> None:
