@@ -151,6 +151,7 @@ def fit_decode(req: pd.DataFrame, syncs: pd.DataFrame) -> dict:
     finish = req["finish_s"].to_numpy(float)
     tpot = req["tpot_s"].to_numpy(float)
     ok = np.isfinite(first) & np.isfinite(finish) & np.isfinite(tpot) & (finish > first)
+    ok &= tpot > 0  # one-token requests have no decode time
     decoding = occupancy_integral(first[ok], finish[ok])
     in_sync = occupancy_integral(syncs["start_s"].to_numpy(float), syncs["end_s"].to_numpy(float))
     n = mean_over(decoding, first[ok], finish[ok])

@@ -44,6 +44,7 @@ import contextlib
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -55,6 +56,7 @@ from pydantic import Field
 from trainfabric.config import Config
 from trainfabric.diloco import live_analysis as LA
 from trainfabric.diloco import requests as R
+from trainfabric.diloco.fleet import Regime
 from trainfabric.diloco.policies import POLICY_NAMES, Policy, make_policy, matched_schedule
 from trainfabric.diloco.telemetry import PressureModel, Telemetry, link_utilisation
 from trainfabric.errors import ConfigError, InfeasibleError
@@ -106,17 +108,26 @@ def check_config(cfg: LiveConfig) -> None:
 # -- trace segments ------------------------------------------------------------------------------
 def live_regime(cfg: LiveConfig, sync_s: float | None = None):
     """The shipped Azure trace at ``rate_scale`` x its own mean rate, cut into disjoint
-    segments of ``duration_s`` (:func:`~.fleet.Regime.requests`): the live replay and the
-    simulated twin draw seed ``s``'s requests from the same call. ``sync_s`` sets the scalar
-    sync duration of the simulated twin (its ``outer_step_s``; the ring term is zeroed)."""
-    from trainfabric.diloco.fleet import Regime
+    segments of ``duration_s`` (:meth:`~.fleet.Regime.requests`), each shifted so its first
+    request arrives at 0 (as the replay sends it): the live replay and the simulated twin
+    draw seed ``s``'s requests from the same call. ``sync_s`` sets the twin's scalar sync
+    duration (the ring term is zeroed; measured samples replace it in :func:`simulate_seeds`)."""
     from trainfabric.diloco.learners import SyncModel
 
     tr = R.azure_trace()
     rate = cfg.rate_scale * tr.n / (tr.span_s + tr.span_s / max(tr.n - 1, 1))
     sync = SyncModel(islands=cfg.learners, params=1.0, step_latency_s=0.0,
                      outer_step_s=sync_s or 0.0)  # fmt: skip
-    return Regime(name="azure-live", arrivals="azure", rate=rate, sync=sync)
+    return LiveRegime(name="azure-live", arrivals="azure", rate=rate, sync=sync)
+
+
+class LiveRegime(Regime):
+    """A trace regime whose segments start at their first request."""
+
+    def requests(self, horizon_s: float, seed: int) -> R.Requests:
+        r = super().requests(horizon_s, seed)
+        t0 = r.arrival_s[0] if r.n else 0.0
+        return R.Requests(r.arrival_s - t0, r.prompt_tokens, r.output_tokens)
 
 
 def segment(cfg: LiveConfig, seed: int) -> R.Requests:
@@ -146,19 +157,22 @@ def live_policy(name: str, cfg: LiveConfig, tokens_per_step: float) -> Policy:
 # -- controllers ---------------------------------------------------------------------------------
 @dataclass
 class Signals:
-    """Where a controller reads the live pressures (callables, each returning a float)."""
+    """Where a controller reads the live pressures: ``inference`` returns the sidecar's
+    :class:`~.serve.sidecar.Reading`, ``network`` and ``checkpoint`` floats in [0, 1]."""
 
-    inference: callable
-    network: callable
-    checkpoint: callable
+    inference: Callable
+    network: Callable
+    checkpoint: Callable
 
 
 class LiveController:
     """Asks a policy (or a fixed schedule) at each consultation; logs every decision.
 
     The window index is ``floor((now − t0) / window_s)``; before ``t0`` (the replay's start)
-    and after ``stop_at`` nothing syncs. Telemetry's serving state is advanced over every
-    window that ended since the last consultation with the segment's arrivals."""
+    and after the last window nothing syncs. Telemetry's serving state is advanced over every
+    window that ended since the last consultation with the segment's arrivals. While the
+    sidecar's health is ``unknown`` (or before its first scrape) the policy is not asked: the
+    sidecar's documented safe fallback, fixed H (``H`` inner steps), decides."""
 
     def __init__(
         self,
@@ -178,6 +192,7 @@ class LiveController:
         self.t0: float | None = None
         self.updated = 0  # windows folded into the telemetry so far
         self.started = threading.Event()
+        self.report: Callable = lambda sync: None
         self.log: list[dict] = []
 
     def decide(self, progress) -> bool:
@@ -191,11 +206,19 @@ class LiveController:
         while self.updated < w:
             self.telemetry.update(requests=self.arrivals[self.updated])
             self.updated += 1
-        sig = {k: float(getattr(self.signals, k)()) for k in ("inference", "network", "checkpoint")}
-        if self.policy is None:  # matched random: the next scheduled window has come
-            go = bool(self.schedule) and w >= self.schedule[0]
+        reading = self.signals.inference()
+        fallback = reading.fallback or reading.inference is None
+        sig = {
+            "inference": 0.0 if fallback else float(reading.inference),
+            "network": float(self.signals.network()),
+            "checkpoint": float(self.signals.checkpoint()),
+        }
+        if self.schedule is not None:  # matched random: the next scheduled window has come
+            go = bool(self.schedule) and bool(w >= self.schedule[0])
             if go:
                 self.schedule.pop(0)
+        elif fallback:
+            go = progress.h >= self.cfg.H
         else:
             obs = self.telemetry.observe(
                 w,
@@ -206,8 +229,11 @@ class LiveController:
                 **sig,
             )
             go = bool(self.policy.decide(obs)[0])
+        self.report(go)
         self.log.append(
-            {"time_s": now - self.t0, "window": w, "h": progress.h, "sync": go, **sig}
+            {"time_s": now - self.t0, "window": w, "h": progress.h, "sync": go}
+            | sig
+            | {"fallback": fallback, "health": reading.health}
             | {"serve_now": float(self.telemetry.serve_now[0])}
             | {"serve_forecast": float(self.telemetry.serve_forecast[0])}
         )
@@ -314,10 +340,10 @@ class Session:
     model: str
     kind: str
     out_dir: Path
-    set_sync: callable | None = None  # the emulator's interference switch (None for vLLM)
+    set_sync: Callable | None = None  # the emulator's interference switch (None for vLLM)
 
 
-def train_config(cfg: LiveConfig, seed: int, max_seconds: float):
+def train_config(cfg: LiveConfig, seed: int, max_seconds: float, final_sync: bool = True):
     """The learners' config for a live run (the module docstring's recipe)."""
     from trainfabric.diloco.train.config import ShapingConfig, TrainConfig
 
@@ -329,7 +355,7 @@ def train_config(cfg: LiveConfig, seed: int, max_seconds: float):
         control_window_s=cfg.window_s,
         seed=seed,
         shaping=ShapingConfig(rate_mbit=cfg.shaping_mbit),
-        checkpoint_every=10_000,
+        final_sync=final_sync,
     )
 
 
@@ -362,10 +388,10 @@ def run_once(
     never: bool = False,
 ) -> RunRecord:
     """One live run (module doc): training starts first; when rank 0 first reaches a control
-    point the replay of the seed's segment starts (``t0``); after ``duration_s`` of replay the
-    learners are stopped (their final sync and eval happen after ``duration_s``)."""
-    from trainfabric.diloco.serve.replay import replay_requests
-    from trainfabric.diloco.serve.sidecar import Sidecar
+    point the replay of the seed's segment starts (``t0``); when the replay is over (at least
+    ``duration_s``) the learners are stopped (their final sync and eval come after it)."""
+    from trainfabric.diloco.serve.replay import replay
+    from trainfabric.diloco.serve.sidecar import Sidecar, SidecarConfig
     from trainfabric.diloco.train.launch import start
 
     req = segment(cfg, seed)
@@ -373,15 +399,16 @@ def run_once(
     arrivals = arrivals_per_window(req, windows, cfg.window_s)
     run_dir = session.out_dir / label
     pressure = PressureModel(ttft_slo_s=cfg.ttft_slo_s, tpot_slo_s=cfg.tpot_slo_s)
-    sidecar = Sidecar(session.url + "/metrics", period_s=cfg.window_s, pressure=pressure)
+    sidecar = Sidecar(SidecarConfig(url=session.url, period_s=cfg.window_s, pressure=pressure))
     box: dict = {}
     signals = Signals(
-        inference=lambda: sidecar.latest().inference,
+        inference=sidecar.latest,
         network=lambda: box["net"](),
         checkpoint=lambda: float(box["run"].checkpointing()),
     )
     ctl = Never() if never else LiveController(policy, signals, arrivals, cfg, seed, schedule)
-    tcfg = train_config(cfg, seed, max_seconds=cfg.duration_s + 600.0)
+    ctl.report = sidecar.record_decision
+    tcfg = train_config(cfg, seed, max_seconds=cfg.duration_s + 900.0, final_sync=True)
     with sidecar:
         run = start(tcfg, run_dir / "train", ctl)
         box["run"], box["net"] = run, _network_signal(run, cfg.shaping_mbit * 1e6)
@@ -389,19 +416,26 @@ def run_once(
         try:
             if not ctl.started.wait(300):
                 raise RuntimeError("the learners did not reach a control point in 300 s")
-            ctl.t0 = t0 = time.time()
-            table = replay_requests(
-                session.url, session.model, req, max_seconds=cfg.duration_s + 30.0,
-                ttft_slo_s=cfg.ttft_slo_s, tpot_slo_s=cfg.tpot_slo_s,
+            ctl.t0 = time.time()
+            rep = replay(
+                req, url=session.url, model=session.model, max_seconds=cfg.duration_s,
+                max_requests=1_000_000, drain_s=DRAIN_S, ttft_slo_s=cfg.ttft_slo_s,
+                tpot_slo_s=cfg.tpot_slo_s, window_s=cfg.window_s, seed=seed,
             )  # fmt: skip
-            left = t0 + cfg.duration_s - time.time()
+            left = ctl.t0 + cfg.duration_s - time.time()
             if left > 0:
                 time.sleep(left)
         finally:
             run.stop()
             stop_emu.set()
         result = run.wait()
-    return _record(label, policy, seed, cfg, t0, table, run_dir / "train", ctl, result, never)
+    t0 = rep.summary["start_unix_s"]
+    return _record(
+        label, policy, seed, cfg, t0, rep.requests, run_dir / "train", ctl, result, never
+    )
+
+
+DRAIN_S = 30.0  # in-flight requests after the last is sent, then cancelled (unfinished)
 
 
 def _mirror_syncs(run, session: Session) -> threading.Event:
