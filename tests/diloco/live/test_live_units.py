@@ -6,6 +6,7 @@ import types
 import numpy as np
 import pandas as pd
 import pytest
+
 from trainfabric.cli import main
 from trainfabric.diloco import live as L
 from trainfabric.errors import ConfigError
@@ -110,7 +111,7 @@ def _record(policy, seed, slo, syncs, frac, losses):
                        "bytes": 1.0})  # fmt: skip
     tokens = np.linspace(1e4, 1e5, len(losses))
     ev = pd.DataFrame({"wall_s": np.linspace(10, 100, len(losses)), "tokens": tokens,
-                       "syncs": np.arange(len(losses)), "eval_loss": losses, "at": "sync"})  # fmt: skip
+                       "syncs": np.arange(len(losses)), "eval_loss": losses})  # fmt: skip
     st = pd.DataFrame({"wall_s": [0.0, 100.0], "step": [0, 500], "tokens": [0.0, 1e5],
                        "loss": [5.0, 2.0]})  # fmt: skip
     return L.RunRecord(f"s{seed}-{policy}", policy, seed, req, sy, ev, st, pd.DataFrame(), T,
