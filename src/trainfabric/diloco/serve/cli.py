@@ -35,13 +35,19 @@ NAMES = {
 }  # fmt: skip
 
 
-def _stop_on_sigterm() -> None:
-    """SIGTERM ends a foreground command like Ctrl-C does (servers are stopped cleanly)."""
+@contextlib.contextmanager
+def _sigterm_as_interrupt():
+    """Within the block, SIGTERM ends a foreground command like Ctrl-C does (servers are
+    stopped cleanly); the previous handler is restored afterwards."""
 
     def handler(signum, frame):
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGTERM, handler)
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def _sleep(duration: float | None) -> None:
@@ -72,10 +78,12 @@ def serve_cmd(
         raise ConfigError("--kind", f"{kind!r} is not one of {', '.join(KINDS)}")
     if model is not None and not (model / "config.json").is_file():
         raise ConfigError("--model", f"{model} is not a model directory (no config.json)")
-    _stop_on_sigterm()
     start = time.monotonic()
     try:
-        with serve(kind, host, port, model, max_model_len, start_timeout) as srv:
+        with (
+            _sigterm_as_interrupt(),
+            serve(kind, host, port, model, max_model_len, start_timeout) as srv,
+        ):
             info = {"url": srv.url, "kind": srv.kind, "model": srv.model, "pid": srv.pid,
                     "log": str(srv.log), "startup_s": time.monotonic() - start}  # fmt: skip
             if json_out:
@@ -117,8 +125,7 @@ def sidecar_cmd(
                                        "port": port, "host": host})  # fmt: skip
     if host not in ("127.0.0.1", "localhost", "::1"):
         err.print(f"sidecar: its /metrics listens on {host}, reachable beyond this machine")
-    _stop_on_sigterm()
-    with Sidecar(cfg) as sc:
+    with _sigterm_as_interrupt(), Sidecar(cfg) as sc:
         err.print(f"sidecar scraping {url}/metrics every {period:g} s; own metrics at "
                   f"{sc.metrics_url}")  # fmt: skip
         with contextlib.suppress(KeyboardInterrupt):
