@@ -1,7 +1,6 @@
 """Fixtures of the serving tests: the recorded vLLM exposition and a small switchable
 /metrics server on 127.0.0.1."""
 
-
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -37,7 +36,7 @@ class MetricsServer:
                 text = {
                     "ok": outer.body,
                     "hang": outer.body,
-                    "garbage": "vllm:num_requests_running{engine=\"0\" 1.0 oops\n\x00{{{",
+                    "garbage": 'vllm:num_requests_running{engine="0" 1.0 oops\n\x00{{{',
                     "missing": "# TYPE other gauge\nother 1.0\n",
                 }[mode]
                 self._send(200, text.encode())

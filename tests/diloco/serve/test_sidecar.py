@@ -52,7 +52,7 @@ def test_parses_recorded_vllm_exposition(recorded_exposition):
 @pytest.mark.parametrize(
     "text, message",
     [
-        ("vllm:num_requests_running{engine=\"0\" 1.0 oops\n\x00{{{", "malformed"),
+        ('vllm:num_requests_running{engine="0" 1.0 oops\n\x00{{{', "malformed"),
         ("# TYPE other gauge\nother 1.0\n", "missing metric vllm:num_requests_running"),
         ("", "missing metric"),
     ],
@@ -70,8 +70,11 @@ def test_missing_histogram_is_named(recorded_exposition):
         parse_exposition(text + "\n", 0.0)
 
 
-@pytest.mark.parametrize("mode, error", [("500", "HTTP 500"), ("hang", "Timeout"),
-                                         ("garbage", "MetricsError"), ("missing", "missing")])  # fmt: skip
+FAULTS = [("500", "HTTP 500"), ("hang", "Timeout"), ("garbage", "MetricsError"),
+          ("missing", "missing")]  # fmt: skip
+
+
+@pytest.mark.parametrize("mode, error", FAULTS)
 def test_survives_falls_back_and_recovers(metrics_server, mode, error):
     cfg = SidecarConfig(url=metrics_server.url, period_s=0.02, timeout_s=0.3, unknown_after=3,
                         max_backoff_s=0.05)  # fmt: skip
