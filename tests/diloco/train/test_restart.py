@@ -2,6 +2,7 @@
 at most ``checkpoint_every`` steps, and the run completes (to the same parameters as an
 uninterrupted run: data order and RNG state are in the checkpoint)."""
 
+import itertools
 import os
 import signal
 
@@ -19,9 +20,10 @@ class KillOnce(FixedH):
 
     def __init__(self, H, at):
         super().__init__(H)
-        self.at, self.run, self.killed_at = at, None, None
+        self.at, self.run, self.killed_at, self.seen = at, None, None, []
 
     def decide(self, progress):
+        self.seen.append(progress.checkpoint_s)
         if self.killed_at is None and progress.step >= self.at and self.run is not None:
             self.killed_at = progress.step
             os.kill(self.run.pids()[1], signal.SIGKILL)
@@ -47,6 +49,9 @@ def test_killed_learner_resumes_from_checkpoint(tmp_path):
     steps = __import__("pandas").read_parquet(tmp_path / "steps.parquet")
     assert sorted(steps[steps["rank"] == 1]["step"]) == list(range(1, cfg.steps + 1))
     assert set(steps[steps["step"] > 20]["attempt"]) == {1}
+    # the checkpoint signal's clock: cumulative seconds writing checkpoints, never decreasing
+    assert ctl.seen[0] == 0.0 and all(b >= a for a, b in itertools.pairwise(ctl.seen))
+    assert 0 < ctl.seen[-1] <= res.checkpoint_s < res.wall_s
 
 
 @pytest.mark.slow

@@ -23,7 +23,9 @@ class Progress:
     its training loss (nats/byte) now and ``loss_at_sync`` the same at the last sync end;
     ``wall_s`` is seconds since training started; ``since_sync_s`` since the last sync ended.
     The launcher adds, at the moment it asks the controller: ``checkpointing`` (any learner
-    writing a checkpoint now: the ``checkpoint`` signal), ``link_bytes`` (per learner, the
+    writing a checkpoint now; at a control point, in lockstep, usually False),
+    ``checkpoint_s`` (cumulative seconds spent writing checkpoints: the ``checkpoint`` signal
+    of a window is its increase over the window's length), ``link_bytes`` (per learner, the
     cumulative bytes (sent, received) on its veth, read from the interface counters, None
     when unshaped), ``link_time`` (unix seconds of that reading) and ``link_rate_bps`` (the
     shaped rate, bit/s), from which ``network`` = utilisation between two readings
@@ -41,6 +43,7 @@ class Progress:
     since_sync_s: float
     last_sync_s: float
     checkpointing: bool = False
+    checkpoint_s: float = 0.0
     link_bytes: tuple[tuple[int, int], ...] | None = None
     link_time: float = 0.0
     link_rate_bps: float | None = None

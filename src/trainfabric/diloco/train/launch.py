@@ -50,6 +50,7 @@ class TrainResult:
     sync_s: list[float]
     mean_step_s: float
     wall_s: float
+    checkpoint_s: float  # cumulative seconds writing checkpoints (slowest learner)
     restarts: list[dict] = field(default_factory=list)
     shaping: dict | None = None
 
@@ -80,6 +81,7 @@ class TrainingRun:
         self.done: dict | None = None
         self.error: BaseException | None = None
         self.in_sync = False
+        self._ckpt_done = 0.0
         self._link0: list[tuple[int, int]] | None = None
         self.thread = threading.Thread(target=self._supervise, daemon=True)
 
@@ -91,6 +93,12 @@ class TrainingRun:
     def checkpointing(self) -> bool:
         """The ``checkpoint`` signal: 1 while any learner is writing a checkpoint."""
         return any(self.status[r * STATUS_WIDTH + 1] for r in range(self.cfg.learners))
+
+    def checkpoint_seconds(self) -> float:
+        """Cumulative seconds the slowest learner spent writing checkpoints (all attempts):
+        the ``checkpoint`` signal of a window is its increase over the window's length."""
+        w = STATUS_WIDTH
+        return self._ckpt_done + max(self.status[r * w + 4] for r in range(self.cfg.learners))
 
     def syncing(self) -> bool:
         return any(self.status[r * STATUS_WIDTH + 2] for r in range(self.cfg.learners))
@@ -207,6 +215,7 @@ class TrainingRun:
     def _handle(self, kind: str, body: dict) -> None:
         if kind == "progress":
             body["checkpointing"] = self.checkpointing()
+            body["checkpoint_s"] = self.checkpoint_seconds()
             if self.net is not None:
                 body["link_bytes"] = self.net.dev_bytes()
                 body["link_rate_bps"] = self.net.shaping.rate_mbit * 1e6
@@ -237,6 +246,7 @@ class TrainingRun:
         resume = checkpoint.common_step(self.run_dir / "ckpt", self.cfg.learners)
         self.restarts.append(Restart(len(self.restarts) + 1, rank, exitcode, step, resume or 0))
         self.syncs = [s for s in self.syncs if s["step"] <= (resume or 0)]
+        self._ckpt_done = self.checkpoint_seconds()
         for i in range(len(self.status)):
             self.status[i] = 0
         self._spawn(resume)

@@ -31,7 +31,7 @@ from trainfabric.diloco.train.model import GPT
 from trainfabric.diloco.train.outer import make_outer, outer_step
 
 CONTINUE, SYNC, STOP = 0, 1, 2
-STATUS_WIDTH = 4  # per rank: step, checkpointing, syncing, tokens
+STATUS_WIDTH = 5  # per rank: step, checkpointing, syncing, tokens, checkpoint seconds
 EWMA = 0.1
 
 
@@ -94,6 +94,7 @@ class Learner:
         self.t0 = time.time()
         self.sync_end = self.t0
         self.logs: dict[str, Any] = {}
+        self.ckpt_s = 0.0
 
     def backend(self) -> str:
         if self.cfg.backend != "auto":
@@ -279,11 +280,15 @@ class Learner:
         self.log("evals.jsonl", row)
 
     def save(self) -> None:
+        """Checkpoint; while it is written status says so, and its seconds add up."""
         self.set_status(1, 1)
+        t0 = time.perf_counter()
         try:
             checkpoint.save(self.spec.run_dir / "ckpt", self.rank, self.c["step"], self.state())
         finally:
             self.set_status(1, 0)
+            self.ckpt_s += time.perf_counter() - t0
+            self.set_status(4, self.ckpt_s)
 
     def run(self) -> None:
         cfg = self.cfg

@@ -69,6 +69,7 @@ def finish(run) -> object:
         sync_s=durations,
         mean_step_s=mean_step_s(steps, syncs),
         wall_s=float(done["wall_s"]),
+        checkpoint_s=run.checkpoint_seconds(),
         restarts=[asdict(r) for r in run.restarts],
         shaping=shaping,
     )

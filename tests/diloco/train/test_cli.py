@@ -1,0 +1,38 @@
+"""``trainfabric diloco train``: bad input is one line naming the option, exit 2; a short
+unshaped run prints the summary as one JSON object."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+CLI = [sys.executable, "-m", "trainfabric.cli", "diloco", "train"]
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (["--qdisc", "netem"], "--qdisc"),
+        (["--inner", "lion"], "--inner"),
+        (["--H", "0"], "--H"),
+        (["--rate-mbit", "nan"], "--rate-mbit"),
+        (["--outer-momentum", "1.5"], "--outer-momentum"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(args, field, tmp_path):
+    proc = subprocess.run([*CLI, *args, "--out", str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and field in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_json_summary_unshaped(tmp_path, strict_loads):
+    args = ["--learners", "2", "--steps", "6", "--H", "3", "--unshaped", "--json"]
+    proc = subprocess.run([*CLI, *args, "--out", str(tmp_path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    row = strict_loads(proc.stdout.strip().splitlines()[-1])
+    assert row["syncs"] == 2 and row["tokens"] == 2 * 6 * 8 * 64
+    assert row["final_loss"] > 0 and row["mean_sync_s"] > 0
+    assert row["shaping"]["shaped"] is False
+    assert json.loads((tmp_path / "manifest.json").read_text())["config"]["unshaped_ok"] is True
