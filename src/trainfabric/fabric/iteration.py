@@ -702,7 +702,7 @@ def iteration_tables(run: IterationRun, top_links: int = 10) -> dict:
             "utilisation": float(util[b, k]),
         }
         for b in range(util.shape[0])
-        for k, name in enumerate(res.class_names)
+        for k, name in enumerate(res.class_names[: res.class_capacity_bps.size])
         if res.class_capacity_bps[k] > 0
     ]
     delivered = float(res.delivered_bytes[: dag.n_nodes].sum())
