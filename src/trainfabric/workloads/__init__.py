@@ -2,8 +2,10 @@
 
 Public API: :class:`Job` (and its parts), :data:`PRESETS`, :func:`get_preset`,
 :func:`build_dag`, :class:`TaskDAG`, :class:`PhaseTraffic`, :func:`load_workload`,
-:func:`summarize`, the collectives in :mod:`~trainfabric.workloads.collectives` and the JSON
-formats in :mod:`~trainfabric.workloads.interchange`.
+:func:`summarize`, the collectives in :mod:`~trainfabric.workloads.collectives`, the JSON
+formats in :mod:`~trainfabric.workloads.interchange`, GPU transfers of comm nodes
+(:class:`GpuTransfers`, :func:`even_split`) and the reporting maths of
+:mod:`~trainfabric.workloads.attribution` (:func:`exposed_comm`, per-collective bandwidths).
 """
 
 from __future__ import annotations
@@ -20,6 +22,13 @@ _EXPORTS = {
     "COMPUTE": "dag",
     "Phase": "dag",
     "TaskDAG": "dag",
+    "GpuTransfers": "dag",
+    "even_split": "dag",
+    "gpu_transfers": "dag",
+    "exposed_comm": "attribution",
+    "phase_groups": "attribution",
+    "asap_times": "attribution",
+    "compute_only_critical_path": "attribution",
     "ComputeSpec": "job",
     "Job": "job",
     "ModelSpec": "job",

@@ -18,8 +18,15 @@ same operation on different GPUs, so one node stands for them with the longest d
 * **DP gradients.** After a stage's last backward, its dense gradients go through the DP
   collective (ring or halving-doubling; reduce-scatter + all-gather with the distributed
   optimiser, else all-reduce), then its expert gradients over the expert-DP groups; one phase
-  per collective step. No overlap of gradient communication with backward compute (bucketing)
-  is modelled: it is the conservative, schedule-free reading.
+  per collective step. By default (``overlap = "none"``) gradient communication does not
+  overlap the backward pass (the conservative, schedule-free reading); ``overlap =
+  "bucketed"`` reduces gradient buckets while the last backward runs
+  (:mod:`~trainfabric.workloads.buckets`).
+* **GPU transfers** (``gpu_flows=True``): each comm node also keeps the GPU-level transfers
+  it aggregates (:class:`~trainfabric.workloads.dag.GpuTransfers`).
+* **Collective metadata**: every phase names its collective group, op, ranks and concurrent
+  collectives (:class:`~trainfabric.workloads.dag.Phase`), for per-collective bandwidths
+  (:mod:`~trainfabric.workloads.attribution`).
 
 Flows between GPUs of the same pod stay on the scale-up domain: they are recorded per phase
 as ``intra_pod_bytes`` and do not become comm nodes.
@@ -508,13 +515,14 @@ def _gradient_nodes(job: Job, p: int, pods: np.ndarray) -> tuple[int, int]:
         chunks += buckets if denom == par.tp else 0
         for op in plan:
             per_group = [COLLECTIVE[op][par.dp_collective](g, 1.0) for g in groups]
-            last, nodes = None, 0
-            for parts in zip(*per_group, strict=True):
-                if last is None or any(a is not b for a, b in zip(parts, last, strict=True)):
-                    src = pods[np.concatenate([s.src for s in parts])]
-                    dst = pods[np.concatenate([s.dst for s in parts])]
+            # groups of one size share the algorithm's step structure: where group 0
+            # repeats a step object (a ring), every group does
+            first, nodes = per_group[0], 0
+            for k, step in enumerate(first):
+                if k == 0 or step is not first[k - 1]:
+                    src = pods[np.concatenate([g[k].src for g in per_group])]
+                    dst = pods[np.concatenate([g[k].dst for g in per_group])]
                     nodes = _phase_nodes(_pairs(src, dst, job.placement.pods))
-                last = parts
                 total += nodes * (1 if op == "all_gather" else buckets)
     return total, chunks
 
