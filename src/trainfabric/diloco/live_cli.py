@@ -35,7 +35,9 @@ def live_cmd(
         list[str] | None,
         typer.Option(help="Policy to run (repeatable; the first is the headline) [wa_forecast]."),
     ] = None,
-    seed: Annotated[int, typer.Option(min=0, max=10_000, help="First seed (trace segment).")] = 0,
+    seed: Annotated[
+        int | None, typer.Option(min=0, max=10_000, help="First seed (trace segment) [0; quick 4].")
+    ] = None,
     seeds: Annotated[
         int | None, typer.Option(min=1, max=1000, help="Paired seeds [10; quick 2].")
     ] = None,
@@ -65,8 +67,10 @@ def live_cmd(
     from trainfabric.diloco.live import LiveConfig, check_config, quick_config, run_to_dir
 
     base = quick_config() if quick else LiveConfig()
-    update = {"policies": policy or base.policies, "seed0": seed, "rate_scale": rate_scale}
+    update = {"policies": policy or base.policies, "rate_scale": rate_scale}
     update |= {"learners": learners, "shaping_mbit": shaping_mbit, "server": server}
+    if seed is not None:
+        update["seed0"] = seed
     if seeds is not None:
         update["seeds"] = seeds
     if duration_s is not None:

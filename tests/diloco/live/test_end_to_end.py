@@ -7,6 +7,7 @@ Not slow-marked and never skipped: the ``vllm_server`` fixture FAILS when vLLM c
 installed or started. About 2-3 minutes, most of it vLLM's start-up."""
 
 import numpy as np
+import pytest
 
 from trainfabric.diloco import live as L
 from trainfabric.diloco import live_analysis as LA
@@ -54,3 +55,26 @@ def test_vllm_replay_sidecar_and_one_real_sync(vllm_server, tmp_path):
     assert summary["syncs"] == 1 and 0 < summary["sync_time_fraction"] < 1
     split = LA.latency_split(req, inside[["start_s", "end_s"]].to_numpy(), DURATION_S)
     assert split["inside"]["requests"] + split["outside"]["requests"] == len(req)
+
+
+@pytest.mark.slow
+def test_live_quick_json_prints_the_headline(tmp_path):
+    """``trainfabric diloco live --policy wa_forecast --quick --json`` (about 10 minutes:
+    vLLM's start, then 2 seeds x 3 runs of 45 s) prints the issue's keys, server ``vllm``."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from trainfabric.io import loads
+
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "trainfabric"), "diloco", "live", "--policy",
+         "wa_forecast", "--quick", "--json", "--out", str(tmp_path / "live")],
+        capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    res = loads(proc.stdout.strip().splitlines()[-1])
+    for key in ("slo_violation_rate", "syncs", "final_loss", "tokens", "server"):
+        assert key in res
+    assert res["server"] == "vllm" and res["syncs"] > 0 and 0 <= res["slo_violation_rate"] <= 1
+    assert (tmp_path / "live" / "manifest.json").is_file()
