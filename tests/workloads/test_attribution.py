@@ -17,6 +17,7 @@ from trainfabric.workloads.attribution import (
     compute_only_critical_path,
     critical_path_nodes,
     exposed_comm,
+    node_categories,
     phase_groups,
     releasing_predecessors,
     zero_comm_durations,
@@ -51,6 +52,12 @@ def test_exposed_comm_by_hand():
     assert e.path_s == pytest.approx({"PP": 1.0, "DP": 1.0, "EP": 0.0, "other": 0.0})
     assert e.path_compute_s == pytest.approx(2.0)
     assert [dag.names[i] for i in e.path] == ["A", "pp 0->1", "dp k0 1->0", "B"]
+    cats = node_categories(dag)
+    assert [CATEGORIES[c] if c >= 0 else None for c in cats[e.path]] == [None, "PP", "DP", None]
+    # an engine's own releasing predecessors give the same walk
+    pred = releasing_predecessors(dag, finish)
+    again = exposed_comm(dag, start, finish, pred)
+    assert again.path.tolist() == e.path.tolist()
 
 
 def test_hidden_comm_is_not_exposed():

@@ -134,12 +134,27 @@ def releasing_predecessors(dag: TaskDAG, finish: np.ndarray) -> np.ndarray:
     return _releasing(dag.indptr, dag.indices, np.asarray(finish, dtype=float))
 
 
-def critical_path_nodes(dag: TaskDAG, finish: np.ndarray) -> np.ndarray:
-    """Nodes of the walked-back critical path, source first (module doc)."""
+def node_categories(dag: TaskDAG) -> np.ndarray:
+    """Per node, the index in :data:`CATEGORIES` of its phase's category (int8; -1 for
+    compute nodes and barriers outside phases)."""
+    per_phase = np.array([CATEGORIES.index(category(p.kind)) for p in dag.phases], dtype=np.int8)
+    out = np.full(dag.n_nodes, -1, dtype=np.int8)
+    on = dag.phase >= 0
+    out[on] = per_phase[dag.phase[on]]
+    return out
+
+
+def critical_path_nodes(
+    dag: TaskDAG, finish: np.ndarray, pred: np.ndarray | None = None
+) -> np.ndarray:
+    """Nodes of the walked-back critical path, source first (module doc); ``pred``: an
+    engine's own releasing predecessor per node (-1 at sources), else computed from
+    ``finish`` (:func:`releasing_predecessors`)."""
     finish = np.asarray(finish, dtype=float)
     if finish.size == 0:
         return np.zeros(0, dtype=np.int64)
-    pred = releasing_predecessors(dag, finish)
+    if pred is None:
+        pred = releasing_predecessors(dag, finish)
     path = [int(np.argmax(finish))]  # argmax: the first (earliest) node on ties
     while pred[path[-1]] >= 0:
         path.append(int(pred[path[-1]]))
@@ -186,14 +201,17 @@ def _path_segments(dag: TaskDAG, path, start, finish) -> tuple[float, dict[str, 
     return compute, wait
 
 
-def exposed_comm(dag: TaskDAG, start: np.ndarray, finish: np.ndarray) -> ExposedComm:
-    """Iteration time, ``CP0``, exposed communication and its split (module doc)."""
+def exposed_comm(
+    dag: TaskDAG, start: np.ndarray, finish: np.ndarray, pred: np.ndarray | None = None
+) -> ExposedComm:
+    """Iteration time, ``CP0``, exposed communication and its split (module doc); ``pred``
+    as in :func:`critical_path_nodes`."""
     start = np.asarray(start, dtype=float)
     finish = np.asarray(finish, dtype=float)
     t = float(finish.max(initial=0.0))
     cp0 = compute_only_critical_path(dag)
     x = float(t - cp0)
-    path = critical_path_nodes(dag, finish)
+    path = critical_path_nodes(dag, finish, pred)
     c_path, w = _path_segments(dag, path, start, finish)
     total_w = sum(w.values())
     if total_w > 0:
