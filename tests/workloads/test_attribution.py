@@ -58,6 +58,8 @@ def test_exposed_comm_by_hand():
     pred = releasing_predecessors(dag, finish)
     again = exposed_comm(dag, start, finish, pred)
     assert again.path.tolist() == e.path.tolist()
+    late = exposed_comm(dag, start + 7.0, finish + 7.0)  # an iteration started at 7 s
+    assert late.iteration_s == pytest.approx(4.0) and late.by_category == e.by_category
 
 
 def test_hidden_comm_is_not_exposed():

@@ -8,13 +8,14 @@ never stretches them).
 **Compute-only critical path** ``CP0``: the DAG's longest path with every comm node (and
 its latency) taking zero time — what the iteration would take on an infinitely fast network.
 
-**Exposed communication** ``X = T - CP0`` (``T`` = the latest finish). Its split by phase
+**Exposed communication** ``X = T - CP0`` (``T`` = the latest finish minus the earliest
+start ``t0``, so an iteration started at an offset is measured from it). Its split by phase
 category (``pp_*`` -> PP, ``dp_*`` and ``dp_expert_*`` -> DP, ``moe_*`` -> EP, anything else
 -> other) walks back the critical path: from the node that finishes last, repeatedly to its
 *releasing predecessor* (the predecessor that finishes last; ties go to the lower node
 index, the earlier node in topological order) until a node without predecessors. Each path
 node ``v`` with releasing predecessor ``u`` owns the segment ``(finish(u), finish(v)]``
-(``finish(u) = 0`` at the source), so the segments tile ``[0, T]``. A compute node's
+(``finish(u) = t0`` at the source), so the segments tile ``[t0, t0 + T]``. A compute node's
 segment splits into its duration (compute) and the wait before it (category other); a comm
 node's or a phase barrier's whole segment goes to its phase's category. Hence
 ``T = C_path + sum_k W_k`` with ``C_path`` the compute on the path and ``W_k`` the path's
@@ -182,11 +183,11 @@ class ExposedComm:
         return self.exposed_comm_s / self.iteration_s if self.iteration_s > 0 else 0.0
 
 
-def _path_segments(dag: TaskDAG, path, start, finish) -> tuple[float, dict[str, float]]:
-    """``C_path`` and ``W_k`` of the walked path (module doc)."""
+def _path_segments(dag: TaskDAG, path, start, finish, t0) -> tuple[float, dict[str, float]]:
+    """``C_path`` and ``W_k`` of the walked path from time ``t0`` (module doc)."""
     wait: dict[str, float] = dict.fromkeys(CATEGORIES, 0.0)
     compute = 0.0
-    prev_finish = 0.0
+    prev_finish = t0
     for v in path.tolist():
         seg = float(finish[v] - prev_finish)
         if dag.kind[v] == COMPUTE:
@@ -208,11 +209,12 @@ def exposed_comm(
     as in :func:`critical_path_nodes`."""
     start = np.asarray(start, dtype=float)
     finish = np.asarray(finish, dtype=float)
-    t = float(finish.max(initial=0.0))
+    t0 = float(start.min()) if start.size else 0.0
+    t = float(finish.max(initial=0.0)) - t0
     cp0 = compute_only_critical_path(dag)
     x = float(t - cp0)
     path = critical_path_nodes(dag, finish, pred)
-    c_path, w = _path_segments(dag, path, start, finish)
+    c_path, w = _path_segments(dag, path, start, finish, t0)
     total_w = sum(w.values())
     if total_w > 0:
         split = {k: x * w[k] / total_w for k in CATEGORIES}
