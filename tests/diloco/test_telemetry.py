@@ -197,3 +197,15 @@ def test_telemetry_builds_observations_with_the_ewma_forecast():
                       checkpoint=0)  # fmt: skip
     np.testing.assert_allclose(obs.serve_now, [0.0, 1.0])
     np.testing.assert_allclose(obs.serve_forecast, [0.125, 0.75])  # 0.5 x + 0.5 f, twice
+
+
+@given(st.integers(0, 2**31 - 1), st.integers(0, 60), st.floats(1e-4, 5000.0))
+def test_share_above_per_bucket_equals_the_cumulative_form(seed, n, x):
+    """The simulator's per-bucket path and the scrape path give the same shares."""
+    rng = np.random.default_rng(seed)
+    per = rng.integers(0, 5, (3, len(BOUNDS) + 1)) * (rng.uniform(size=(3, 1)) < 0.8)
+    per[0, :] = 0 if n == 0 else per[0, :]  # a window without observations
+    cum = np.cumsum(per, axis=-1)
+    a = T.share_above_per_bucket(x, BOUNDS, per)
+    b = T.histogram_share_above(x, BOUNDS, cum[:, :-1], cum[:, -1])
+    np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)

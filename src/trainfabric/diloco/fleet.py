@@ -68,14 +68,15 @@ from trainfabric.diloco.learners import ProgressModel, SyncModel
 from trainfabric.diloco.policies import Policy
 from trainfabric.diloco.serving import (
     FINISHED,
+    ITL_HIST,
     KV_FRAC,
     N_COUNTERS,
+    TTFT_HIST,
     VIOLATED,
     WAITING,
     EngineState,
     ServingModel,
     advance,
-    histogram,
     violation_rates,
 )
 from trainfabric.diloco.telemetry import (
@@ -83,8 +84,8 @@ from trainfabric.diloco.telemetry import (
     TTFT_BUCKETS,
     PressureModel,
     Telemetry,
-    histogram_share_above,
     serve_load,
+    share_above_per_bucket,
 )
 from trainfabric.errors import ConfigError
 from trainfabric.limits import check_memory
@@ -498,9 +499,10 @@ def pressure_model(config: FleetConfig) -> PressureModel:
 def server_pressure(model: PressureModel, c: np.ndarray) -> np.ndarray:
     """``inference`` per run from one window's counters, exactly as from two scrapes of a
     vLLM server (:func:`~.telemetry.window`): gauges at its end, latency quantiles of its
-    histograms' shares over the SLOs (:func:`~.telemetry.histogram_share_above`)."""
-    ttft = histogram_share_above(model.ttft_slo_s, TTFT_BUCKETS, *histogram(c, "ttft"))
-    itl = histogram_share_above(model.tpot_slo_s, ITL_BUCKETS, *histogram(c, "itl"))
+    histograms' shares over the SLOs (:func:`~.telemetry.share_above_per_bucket`)."""
+    nt, ni = len(TTFT_BUCKETS) + 1, len(ITL_BUCKETS) + 1
+    ttft = share_above_per_bucket(model.ttft_slo_s, TTFT_BUCKETS, c[:, TTFT_HIST : TTFT_HIST + nt])
+    itl = share_above_per_bucket(model.tpot_slo_s, ITL_BUCKETS, c[:, ITL_HIST : ITL_HIST + ni])
     return model.inference(c[:, KV_FRAC], c[:, WAITING], ttft, itl)
 
 

@@ -74,7 +74,7 @@ import numpy as np
 from pydantic import Field
 
 from trainfabric.config import Config
-from trainfabric.diloco.policies import Observation
+from trainfabric.diloco.policies import FIELDS, Observation
 from trainfabric.errors import ConfigError
 
 METRICS: Mapping[str, str] = {
@@ -195,6 +195,23 @@ def histogram_share_above(x: float, bounds, buckets, count) -> np.ndarray:
     return np.where(n > 0, share, np.nan)
 
 
+def share_above_per_bucket(x: float, bounds, counts) -> np.ndarray:
+    """:func:`histogram_share_above` from per-bucket (not cumulative) counts
+    ``counts[..., i]`` of bucket ``i`` (the last one ``+Inf``): the same interpolation,
+    ``(p_b (1 − frac) + Σ_{i>b} p_i) / n``, without a cumulative sum (the simulator's path)."""
+    u = np.asarray(bounds, float)
+    p = np.asarray(counts, float)
+    n = p.sum(axis=-1)
+    b = int(np.searchsorted(u, x, side="left"))
+    if b >= u.size:
+        above = p[..., -1]
+    else:
+        lo = u[b - 1] if b > 0 else 0.0
+        frac = min(max((x - lo) / (u[b] - lo), 0.0), 1.0)
+        above = p[..., b + 1 :].sum(axis=-1) + p[..., b] * (1.0 - frac)
+    return np.where(n > 0, above / np.where(n > 0, n, 1.0), np.nan)
+
+
 # -- samples and windows ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ServerSample:
@@ -273,11 +290,11 @@ class PressureModel(Config):
         """``max(cap(kv), cap(waiting / queue_scale), cap(ttft_late / tail),
         cap(itl_late / tail))`` from the shares of observations over the SLOs; a NaN share
         (no observation) contributes 0."""
-        ttft = np.nan_to_num(np.asarray(ttft_late, float), nan=0.0) / self.tail
-        itl = np.nan_to_num(np.asarray(itl_late, float), nan=0.0) / self.tail
-        queue = np.asarray(waiting, float) / self.queue_scale
-        kv = np.asarray(kv_usage, float)
-        return cap(np.maximum(np.maximum(kv, queue), np.maximum(ttft, itl)))
+        latency = np.fmax(ttft_late, itl_late) / self.tail  # fmax skips a NaN
+        load = np.maximum(
+            np.asarray(kv_usage, float), np.asarray(waiting, float) / self.queue_scale
+        )
+        return cap(np.fmax(load, latency))
 
     def of_window(self, w: Window) -> float:
         """The pressure of a :func:`window` of two scrapes."""
@@ -338,20 +355,22 @@ class Telemetry:
         serve_next=None,
     ) -> Observation:
         """The observation of window ``window``; ``serve_next`` (the future) only offline."""
-        n = self.serve_now.size
-        return Observation.of(
-            window,
-            h=np.broadcast_to(h, n),
-            tokens=np.broadcast_to(tokens, n),
-            loss_delta=np.broadcast_to(loss_delta, n),
-            staleness_s=np.broadcast_to(staleness_s, n),
-            network=np.broadcast_to(network, n),
-            inference=np.broadcast_to(inference, n),
-            checkpoint=np.broadcast_to(checkpoint, n),
-            serve_now=self.serve_now,
-            serve_forecast=self.serve_forecast,
-            serve_next=np.zeros(n) if serve_next is None else np.broadcast_to(serve_next, n),
-        )
+        values = {
+            "h": h,
+            "tokens": tokens,
+            "loss_delta": loss_delta,
+            "staleness_s": staleness_s,
+            "network": network,
+            "inference": inference,
+            "checkpoint": checkpoint,
+            "serve_now": self.serve_now,
+            "serve_forecast": self.serve_forecast,
+            "serve_next": 0.0 if serve_next is None else serve_next,
+        }
+        data = np.empty((len(FIELDS), self.serve_now.size))
+        for i, name in enumerate(FIELDS):
+            data[i] = values[name]
+        return Observation(window, data)
 
     def update(self, requests=None, load=None) -> None:
         """End of a window: ``requests`` arrived in it (or its ``load`` already normalised)."""
