@@ -312,9 +312,7 @@ class RunRecord:
             "seed": self.seed,
             "requests": int(len(req)),
             "slo_violation_rate": float(req["violated"].mean()) if len(req) else 0.0,
-            "ttft_violation_rate": float((req["ttft_s"].fillna(np.inf) > cfg.ttft_slo_s).mean())
-            if len(req)
-            else 0.0,
+            "ttft_violation_rate": float(req["ttft_violated"].mean()) if len(req) else 0.0,
             "unfinished": int(req["finish_s"].isna().sum()),
             "syncs": int(len(syncs)),
             "sync_time_fraction": sync_time / T,
@@ -611,8 +609,10 @@ def _compare(cfg, records, name: str, slope) -> dict:
     pol, ctl = _by_seed(records, name), _by_seed(records, f"matched_random[{name}]")
     seeds = sorted(set(pol) & set(ctl))
     d_slo, d_frac, d_tok, d_wall, d_final = [], [], [], [], []
+    same_count = 0
     for s in seeds:
         a, b = pol[s].summary(cfg), ctl[s].summary(cfg)
+        same_count += a["syncs"] == b["syncs"]
         d_slo.append(a["slo_violation_rate"] - b["slo_violation_rate"])
         d_frac.append(a["sync_time_fraction"] - b["sync_time_fraction"])
         d_final.append((a["final_loss"] or np.nan) - (b["final_loss"] or np.nan))
@@ -628,6 +628,7 @@ def _compare(cfg, records, name: str, slope) -> dict:
     finite = lambda v: [x for x in v if np.isfinite(x)]  # noqa: E731
     return {
         "seeds": len(seeds),
+        "seeds_with_equal_sync_count": int(same_count),
         "slo": LA.paired(d_slo),
         "loss_equal_tokens": LA.paired(finite(d_tok)) if finite(d_tok) else None,
         "loss_equal_wall": LA.paired(finite(d_wall)) if finite(d_wall) else None,

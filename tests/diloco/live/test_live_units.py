@@ -104,7 +104,8 @@ def _record(policy, seed, slo, syncs, frac, losses):
     rng = np.random.default_rng(seed)
     arrival = np.sort(rng.uniform(0, T, n))
     req = pd.DataFrame({"arrival_s": arrival, "finish_s": arrival + 0.5, "ttft_s": 0.1,
-                        "tpot_s": 0.01, "violated": rng.uniform(size=n) < slo})  # fmt: skip
+                        "tpot_s": 0.01, "violated": rng.uniform(size=n) < slo,
+                        "ttft_violated": False})  # fmt: skip
     starts = np.linspace(10, 90, syncs) if syncs else np.zeros(0)
     dur = frac * T / max(syncs, 1)
     sy = pd.DataFrame({"start_s": starts, "end_s": starts + dur, "steps": 20,
@@ -134,6 +135,7 @@ def test_analyse_pairs_policy_with_its_matched_random():
     assert comp["loss_equal_tokens"]["mean"] == pytest.approx(-0.1)
     assert comp["loss_equal_wall"]["mean"] == pytest.approx(-0.1)
     assert comp["slo"]["min_attainable_p"] == pytest.approx(2 / 16)
+    assert comp["seeds_with_equal_sync_count"] == 4
     assert runs[runs.policy == "wa_forecast"]["sync_time_fraction"].iloc[0] == pytest.approx(0.12)
 
 
