@@ -194,8 +194,9 @@ def test_resume_without_events_reproduces_the_run_exactly(topo, mode):
         res = TaskSim.resume(snap, sim).run()
         np.testing.assert_array_equal(res.finish_s, full.finish_s)
         np.testing.assert_array_equal(res.released_by, full.released_by)
-        np.testing.assert_array_equal(res.link_bits, full.link_bits)
         np.testing.assert_array_equal(res.bin_bits, full.bin_bits)
+        # connections may be routed in another order after a resume: same sums, other order
+        np.testing.assert_allclose(res.link_bits, full.link_bits, rtol=1e-12)
     np.testing.assert_array_equal(sim.run().finish_s, full.finish_s)
 
 

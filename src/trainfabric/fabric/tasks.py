@@ -41,6 +41,7 @@ never early).
 from __future__ import annotations
 
 import copy
+import hashlib
 import heapq
 import time
 from dataclasses import dataclass
@@ -56,6 +57,7 @@ from trainfabric.fabric.taskgraph import COMM, TaskGraph
 from trainfabric.fabric.topology import TIER_NAMES, Topology
 
 DEFAULT_BIN_S = 1e-3
+MEMO_BYTES = 1 << 30  # solved flow sets kept for reuse (oldest dropped first)
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,8 @@ class TaskResult:
     n_routed: int
     peak_flows: int
     state_bytes: int
+    memo_hits: int
+    memo_misses: int
     wall_s: float
 
     @property
@@ -146,6 +150,7 @@ class TaskSim:
         batch_rtol: float = 0.0,
         mtu_bytes: int = MTU_BYTES,
         header_bytes: int = HEADER_BYTES,
+        reuse: bool = True,
     ):
         if router.topo is not topo:
             raise ConfigError("router", "the router was built for another topology")
@@ -161,6 +166,9 @@ class TaskSim:
         self.router = copy.copy(router)
         self.wire_factor = (mtu_bytes + header_bytes) / mtu_bytes
         self.batch_rtol = float(batch_rtol)
+        self.reuse = bool(reuse)
+        self.memo: dict[bytes, tuple] = {}
+        self.memo_hits = self.memo_misses = 0
         self.bin_s = float(bin_s)
         if link_class is None:
             link_class, class_names = tier_plane_classes(topo)
@@ -216,21 +224,9 @@ class TaskSim:
             "link_bits": np.zeros(self.topo.n_links),
             "R": 0,
         }
-        empty_f, empty_i = np.zeros(0), np.zeros(0, np.int64)
-        s["sl"] = (
-            empty_i.copy(),
-            empty_i.copy(),
-            empty_i.copy(),
-            empty_f.copy(),
-            empty_f.copy(),
-            empty_f.copy(),
-            empty_f.copy(),
-            empty_f.copy(),
-            empty_i.copy(),
-            empty_i.copy(),
-            empty_i.copy(),
-            empty_i.copy(),
-        )
+        s["sl"] = tuple(np.zeros(0, dtype) for _, dtype, _ in L.SLOT_FIELDS)
+        s["rp_seg_t"], s["rp_seg_b"] = np.zeros(1), np.zeros((0, n_cls))
+        s["rp_set"] = None
         s["routes"] = self._empty_routes(1, 1)
         roots = np.flatnonzero(pending == 0)
         ic = s["ic"]
@@ -272,6 +268,8 @@ class TaskSim:
 
     def _apply_events(self, t: float) -> None:
         """Apply every truth / view change due at ``t`` and start one epoch."""
+        if self.s["ic"][L.RP]:
+            self._materialize()
         while self.pending_events and self.pending_events[0][0] <= t:
             _, _, what, link, up = heapq.heappop(self.pending_events)
             if what == "truth":
@@ -386,6 +384,108 @@ class TaskSim:
             group, weight, groups.offset, self.link_class, ptr, gc, gv, self.class_capacity.size
         )
 
+    # -- reuse of solved flow sets ------------------------------------------------------------
+    def _memo_key(self, order: np.ndarray, act: np.ndarray) -> bytes:
+        """Digest of a fresh flow set: per flow (sorted by connection, then bits) its
+        connection, wire bits, lost share and route slots. Pair groups are numbered per epoch,
+        so a set routed on any pair group is keyed to its epoch as well."""
+        s, sl = self.s, self.s["sl"]
+        rows = sl[L.ROW][act[order]]
+        h = hashlib.blake2b(digest_size=32)
+        for a in (sl[L.CONN][act[order]], sl[L.WIRE][act[order]], sl[L.LOST][act[order]]):
+            h.update(np.ascontiguousarray(a).tobytes())
+        rsg = s["routes"][0][rows]
+        h.update(np.ascontiguousarray(rsg).tobytes())
+        h.update(np.ascontiguousarray(s["routes"][1][rows]).tobytes())
+        static = self.router.static
+        if rsg.max(initial=-1) >= static.offset + static.n:
+            g = self.router.groups
+            lo = g.ptr[static.n]
+            for a in (g.ptr[static.n :] - lo, g.link[lo:], g.coef[lo:]):
+                h.update(np.ascontiguousarray(a).tobytes())
+        return h.digest()
+
+    def _evolve(self, rows, wire, lost, tau: float):
+        routes, groups = self.s["routes"], self.router.groups
+        out = L.evolve(
+            rows,
+            wire,
+            lost,
+            routes[0],
+            routes[1],
+            routes[4],
+            routes[5],
+            self.class_capacity.size,
+            (
+                np.ascontiguousarray(self.topo.capacity_bps, np.float64),
+                int(groups.offset),
+                groups.ptr,
+                groups.link,
+                groups.coef,
+            ),
+            self.batch_rtol,
+            DONE_RTOL,
+            1e-9,
+            float(tau),
+        )
+        if out[-1]:
+            raise ValueError("a flow in flight crosses no link")
+        return out
+
+    def _replay(self) -> None:
+        """The flows in flight form a fresh set (all started now, nothing else in flight):
+        take its isolated evolution from the memo (computing it on a miss) and replay it."""
+        s = self.s
+        sl, ic, t = s["sl"], s["ic"], self.time_s
+        act = sl[L.ACT][: ic[L.M]].copy()
+        order = np.lexsort((sl[L.WIRE][act], sl[L.CONN][act]))
+        key = self._memo_key(order, act)
+        f = act[order]
+        rows, wire, lost = sl[L.ROW][f].copy(), sl[L.WIRE][f].copy(), sl[L.LOST][f].copy()
+        entry = self.memo.get(key)
+        if entry is None:
+            self.memo_misses += 1
+            out = self._evolve(rows, wire, lost, np.inf)
+            entry = out[0], out[1], out[2], out[3], out[5], out[6]
+            ic[L.SOLVES] += out[8]
+            self._memo_store(key, entry)
+        else:
+            self.memo_hits += 1
+        event_t, sent_t, deliv, sent_bits, seg_t, seg_b = entry
+        sl[L.RP_IDX][f] = np.arange(f.size)
+        sl[L.RP_EVENT][f] = t + event_t
+        sl[L.RP_SENT][f] = t + sent_t
+        sl[L.RP_DELIV][f] = deliv
+        sl[L.RP_BITS][f] = sent_bits
+        s["rp_seg_t"], s["rp_seg_b"] = t + seg_t, seg_b
+        s["rp_set"] = (rows, wire, lost, t)
+        ic[L.RP], ic[L.RP_LEFT], ic[L.RP_SEG] = 1, f.size, 0
+
+    def _memo_store(self, key: bytes, entry: tuple) -> None:
+        size = sum(a.nbytes for a in entry)
+        self.memo_bytes = getattr(self, "memo_bytes", 0) + size
+        self.memo[key] = entry
+        while self.memo_bytes > MEMO_BYTES and len(self.memo) > 1:
+            old = next(iter(self.memo))
+            self.memo_bytes -= sum(a.nbytes for a in self.memo.pop(old))
+
+    def _materialize(self) -> None:
+        """Leave a replay at the current time: the remaining bits of its flows from the
+        isolated evolution up to now (the same computation that made the memo)."""
+        s = self.s
+        sl, ic = s["sl"], s["ic"]
+        rows, wire, lost, t0 = s["rp_set"]
+        out = self._evolve(rows, wire, lost, self.time_s - t0)
+        act = sl[L.ACT][: ic[L.M]]
+        f = act[sl[L.RP_IDX][act] >= 0]
+        k = sl[L.RP_IDX][f]
+        sl[L.REM][f] = out[4][k]
+        sl[L.DELIV][f] = out[2][k]
+        np.add.at(s["routes"][6], sl[L.ROW][f], out[3][k])
+        sl[L.RP_IDX][f] = -1
+        ic[L.RP], ic[L.RP_LEFT] = 0, 0
+        s["rp_set"] = None
+
     # -- running ------------------------------------------------------------------------------
     def _loop(self, until_s: float, advance: bool) -> int:
         s, g, topo = self.s, self.graph, self.topo
@@ -438,9 +538,15 @@ class TaskSim:
                 1e-9,
                 -1.0 if self.router.flowlet_gap_s is None else float(self.router.flowlet_gap_s),
                 self.bin_s,
+                self.reuse,
             ),
+            (s["rp_seg_t"], s["rp_seg_b"]),
         )
         s["sl"], s["bins"] = sl, bins
+        if status == L.FRESH:
+            self._replay()
+        elif status == L.MATERIALIZE:
+            self._materialize()
         if status == L.NEED_ROUTES:
             conns = need[: s["ic"][L.NEED]].copy()
             fl = s["flowlet"][conns] if self._flowlet else None
@@ -451,18 +557,18 @@ class TaskSim:
 
     def _drive(self, until_s: float, advance: bool) -> None:
         wall0 = time.perf_counter()
+        resumable = (L.NEED_ROUTES, L.FRESH, L.MATERIALIZE)  # handled by _loop: call again
         while True:
             t_ev = self.pending_events[0][0] if self.pending_events else np.inf
             if t_ev <= until_s:
                 status = self._loop(t_ev, True)
-                if status == L.NEED_ROUTES:
+                if status in resumable:
                     continue
                 if status == L.DONE:
                     break  # nothing left to run: later link events change nothing
                 self._apply_events(t_ev)
                 continue
-            status = self._loop(until_s, advance)
-            if status != L.NEED_ROUTES:
+            if self._loop(until_s, advance) not in resumable:
                 break
         self.wall_s += time.perf_counter() - wall0
 
@@ -481,7 +587,13 @@ class TaskSim:
         state["_views"] = {m: v.copy() for m, v in self.views.items()}
         state["_pending"] = list(self.pending_events)
         state["_seq"] = self._seq
-        state["_counts"] = (self.n_epochs, self.n_routed, self.wall_s)
+        state["_counts"] = (
+            self.n_epochs,
+            self.n_routed,
+            self.wall_s,
+            self.memo_hits,
+            self.memo_misses,
+        )
         return Snapshot(self.time_s, state, _fork_router(self.router))
 
     @classmethod
@@ -495,7 +607,7 @@ class TaskSim:
         sim.views = {m: v.copy() for m, v in st["_views"].items()}
         sim.pending_events = list(st["_pending"])
         sim._seq = st["_seq"]
-        sim.n_epochs, sim.n_routed, sim.wall_s = st["_counts"]
+        sim.n_epochs, sim.n_routed, sim.wall_s, sim.memo_hits, sim.memo_misses = st["_counts"]
         sim.router = _fork_router(snap.router)
         sim._gclass_n = -1
         sim.add_events(events)
@@ -527,6 +639,8 @@ class TaskSim:
             n_routed=self.n_routed,
             peak_flows=int(s["ic"][L.PEAK]),
             state_bytes=int(state_bytes),
+            memo_hits=self.memo_hits,
+            memo_misses=self.memo_misses,
             wall_s=self.wall_s,
         )
 
@@ -540,7 +654,7 @@ def _copy(v):
     if isinstance(v, np.ndarray):
         return v.copy()
     if isinstance(v, tuple):
-        return tuple(a.copy() for a in v)
+        return tuple(_copy(a) for a in v)
     return v
 
 

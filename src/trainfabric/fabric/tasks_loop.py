@@ -29,10 +29,32 @@ import numpy as np
 from trainfabric.fabric.engine_loop import _heap_pop, _heap_push, _rebuild, _solve
 
 COMM = 1
-DONE, UNTIL, NEED_ROUTES, UNCONSTRAINED = 0, 1, 2, 3
+DONE, UNTIL, NEED_ROUTES, UNCONSTRAINED, FRESH, MATERIALIZE = range(6)
 # integer counters in ``ic``
-M, NFREE, HSIZE, HSEQ, EVENTS, SOLVES, PEAK, NEED, FLOWS_DONE = range(9)
-N_COUNTERS = 9
+M, NFREE, HSIZE, HSEQ, EVENTS, SOLVES, PEAK, NEED, FLOWS_DONE, RP, RP_LEFT, RP_SEG = range(12)
+N_COUNTERS = 12
+# slot arrays (the flows in flight), in this order in the ``sl`` tuple
+SLOT_FIELDS = (
+    ("row", np.int64, -1),
+    ("task", np.int64, -1),
+    ("conn", np.int64, -1),
+    ("rem", np.float64, 0.0),
+    ("wire", np.float64, 0.0),
+    ("start", np.float64, 0.0),
+    ("deliv", np.float64, 0.0),
+    ("lost", np.float64, 0.0),
+    ("hops", np.int64, 0),
+    ("flowlet", np.int64, 0),
+    ("act", np.int64, -1),
+    ("free", np.int64, -1),
+    ("rp_idx", np.int64, -1),
+    ("rp_event", np.float64, 0.0),
+    ("rp_sent", np.float64, 0.0),
+    ("rp_deliv", np.float64, 0.0),
+    ("rp_bits", np.float64, 0.0),
+)
+ROW, TASK, CONN, REM, WIRE, START, DELIV, LOST, HOPS, FLOWLET, ACT, FREE = range(12)
+RP_IDX, RP_EVENT, RP_SENT, RP_DELIV, RP_BITS = range(12, 17)
 
 
 @numba.njit(cache=True)
@@ -45,22 +67,25 @@ def _grown(a, size, fill):
 @numba.njit(cache=True)
 def _grow_slots(sl, k):
     """Slot arrays with room for at least ``k`` more free slots (capacity doubles)."""
-    s_row, s_task, s_conn, s_rem, s_wire, s_start = sl[:6]
-    s_deliv, s_lost, s_hops, s_flowlet, act, free = sl[6:]
-    S2 = max(2 * s_row.size, s_row.size + k, 16)
+    S2 = max(2 * sl[0].size, sl[0].size + k, 16)
     new = (
-        _grown(s_row, S2, -1),
-        _grown(s_task, S2, -1),
-        _grown(s_conn, S2, -1),
-        _grown(s_rem, S2, 0.0),
-        _grown(s_wire, S2, 0.0),
-        _grown(s_start, S2, 0.0),
-        _grown(s_deliv, S2, 0.0),
-        _grown(s_lost, S2, 0.0),
-        _grown(s_hops, S2, 0),
-        _grown(s_flowlet, S2, 0),
-        _grown(act, S2, -1),
-        _grown(free, S2, -1),
+        _grown(sl[0], S2, -1),
+        _grown(sl[1], S2, -1),
+        _grown(sl[2], S2, -1),
+        _grown(sl[3], S2, 0.0),
+        _grown(sl[4], S2, 0.0),
+        _grown(sl[5], S2, 0.0),
+        _grown(sl[6], S2, 0.0),
+        _grown(sl[7], S2, 0.0),
+        _grown(sl[8], S2, 0),
+        _grown(sl[9], S2, 0),
+        _grown(sl[10], S2, -1),
+        _grown(sl[11], S2, -1),
+        _grown(sl[12], S2, -1),
+        _grown(sl[13], S2, 0.0),
+        _grown(sl[14], S2, 0.0),
+        _grown(sl[15], S2, 0.0),
+        _grown(sl[16], S2, 0.0),
     )
     return new, S2
 
@@ -70,10 +95,11 @@ def _bin_add(bins, bin_s, c, a, b, bits):
     """Spread ``bits`` evenly over ``[a, b]`` into the time bins of class ``c``."""
     if bits == 0.0 or b <= a:
         return
-    k0 = int(a // bin_s)
-    k1 = min(int(b // bin_s), bins.shape[0] - 1)
+    last = bins.shape[0] - 1
+    k0 = min(int(a // bin_s), last)
+    k1 = min(int(b // bin_s), last)
     if k0 >= k1:
-        bins[min(k0, bins.shape[0] - 1), c] += bits
+        bins[k0, c] += bits
         return
     dens = bits / (b - a)
     for k in range(k0, k1 + 1):
@@ -94,7 +120,7 @@ def _ensure_bins(bins, bin_s, t_end):
 
 
 @numba.njit(cache=True)
-def _finish_task(i, tf, n, succ_ptr, succ, pending, ready, rel_by, lat, tfinish, heap, ic):
+def _finish_task(i, tf, succ_ptr, succ, pending, ready, rel_by, lat, tfinish, heap, ic):
     """Task ``i`` finished at ``tf``: count down its successors (module doc)."""
     ht, hs, hf = heap
     tfinish[i] = tf
@@ -110,44 +136,137 @@ def _finish_task(i, tf, n, succ_ptr, succ, pending, ready, rel_by, lat, tfinish,
 
 
 @numba.njit(cache=True)
-def run_loop(
-    graph,
-    tstate,
-    heap,
-    conn,
-    routes,
+def _replay_bins(bins, bin_s, seg_t, seg_b, ic, t, t_adv):
+    """Add the memo's class loads of ``[t, t_adv]`` (segments are constant-rate)."""
+    k = ic[RP_SEG]
+    while k < seg_b.shape[0] and seg_t[k] < t_adv:
+        a, b = seg_t[k], seg_t[k + 1]
+        lo, hi = max(a, t), min(b, t_adv)
+        if hi > lo and b > a:
+            share = (hi - lo) / (b - a)
+            for c in range(seg_b.shape[1]):
+                _bin_add(bins, bin_s, c, lo, hi, seg_b[k, c] * share)
+        if b <= t_adv:
+            k += 1
+        else:
+            break
+    ic[RP_SEG] = k
+
+
+@numba.njit(cache=True)
+def _start_comm(
+    i,
+    t,
+    lo,
+    hi,
+    flow_conn,
+    flow_wire,
+    conn_row,
+    idle,
+    flowlet,
+    rlost,
+    rhops,
+    hop_s,
+    gap,
     sl,
-    bins,
+    left,
+    arrive,
     ic,
-    fc,
-    need,
-    groups,
-    params,
 ):
-    """Run until done / ``until_s`` / routes needed (module doc). Returns
-    ``(status, slots, bins)``: the slot arrays and bins may have been reallocated."""
+    """Create the flows of comm task ``i`` (slots and routes are there)."""
+    left[i] = hi - lo
+    arrive[i] = t
+    added = False
+    for q in range(lo, hi):
+        c = flow_conn[q]
+        r = conn_row[c]
+        if flow_wire[q] == 0.0:  # nothing to send: the message only propagates
+            arrive[i] = max(arrive[i], t + rhops[r] * hop_s)
+            left[i] -= 1
+            ic[FLOWS_DONE] += 1
+            if gap >= 0.0:
+                idle[c] = t
+            continue
+        ic[NFREE] -= 1
+        f = sl[FREE][ic[NFREE]]
+        sl[ROW][f] = r
+        sl[TASK][f] = i
+        sl[CONN][f] = c
+        sl[REM][f] = flow_wire[q]
+        sl[WIRE][f] = flow_wire[q]
+        sl[START][f] = t
+        sl[DELIV][f] = 0.0
+        sl[LOST][f] = rlost[r]
+        sl[HOPS][f] = rhops[r]
+        sl[FLOWLET][f] = flowlet[c]
+        sl[RP_IDX][f] = -1
+        sl[ACT][ic[M]] = f
+        ic[M] += 1
+        added = True
+    ic[PEAK] = max(ic[PEAK], ic[M])
+    return added
+
+
+@numba.njit(cache=True)
+def _complete(f, sent_t, deliv, hop_s, gap, sl, idle, left, arrive, tbits, heap, ic, n):
+    """Flow ``f`` sent its last bit at ``sent_t``; its task finishes with its last arrival."""
+    ht, hs, hf = heap
+    i = sl[TASK][f]
+    arrive[i] = max(arrive[i], sent_t + sl[HOPS][f] * hop_s)
+    tbits[i] += deliv
+    sl[REM][f] = 0.0
+    left[i] -= 1
+    ic[FLOWS_DONE] += 1
+    if gap >= 0.0:
+        idle[sl[CONN][f]] = sent_t
+    if left[i] == 0:
+        ic[HSIZE] = _heap_push(ht, hs, hf, ic[HSIZE], arrive[i], ic[HSEQ], i + n)
+        ic[HSEQ] += 1
+    sl[TASK][f] = -1
+    sl[RP_IDX][f] = -1
+    sl[FREE][ic[NFREE]] = f
+    ic[NFREE] += 1
+
+
+@numba.njit(cache=True)
+def _fresh(sl, m, t):
+    """Every flow in flight started at ``t`` and has sent nothing."""
+    for j in range(m):
+        f = sl[ACT][j]
+        if sl[START][f] != t or sl[REM][f] != sl[WIRE][f]:
+            return False
+    return True
+
+
+@numba.njit(cache=True)
+def run_loop(graph, tstate, heap, conn, routes, sl, bins, ic, fc, need, groups, params, replay):
+    """Run until done / ``until_s`` / routes needed / a fresh flow set (``memo``) / a flow
+    joining a replay (module doc). Returns ``(status, slots, bins)``: the slot arrays and
+    bins may have been reallocated."""
     kind, dur, lat, succ_ptr, succ, flow_set, set_ptr, flow_conn, flow_wire = graph
     pending, ready, rel_by, tstart, tfinish, left, arrive, tbits = tstate
     ht, hs, hf = heap
     conn_row, idle, flowlet = conn
     rsg, rsw, rlost, rhops, rcls, rclw, rbits = routes
     cap, g_off, g_ptr, g_link, g_coef = groups
-    hop_s, until_s, advance, batch_rtol, done_rtol, rtol, gap, bin_s = params
+    hop_s, until_s, advance, batch_rtol, done_rtol, rtol, gap, bin_s, memo = params
+    rp_seg_t, rp_seg_b = replay
     n = kind.size
     K = rsg.shape[1]
     W = rcls.shape[1]
     C = bins.shape[1]
     n_groups = g_off + g_ptr.size - 1
-    s_row, s_task, s_conn, s_rem, s_wire, s_start = sl[:6]
-    s_deliv, s_lost, s_hops, s_flowlet, act, free = sl[6:]
-    S = s_row.size
+    S = sl[0].size
     bsg = np.empty((max(16, ic[M]), K), np.int64)
     bsw = np.empty((max(16, ic[M]), K))
     bpos = np.full(S, -1, np.int64)
     nb = 0
     mptr = np.zeros(1, np.int64)
     members = np.zeros(0, np.int64)
-    released = True
+    rebuild = True  # the solver's base must be rebuilt (flows joined, slots regrown)
+    joined = False  # flows joined since the last rate step of this call
+    stale = True  # the rates must be solved again (flows joined or left, or a new call)
+    rate = np.zeros(0)
     seg_c = np.zeros(C)
     t = fc[0]
     while True:
@@ -158,22 +277,21 @@ def run_loop(
                 tf = ht[0]
                 _, ic[HSIZE] = _heap_pop(ht, hs, hf, ic[HSIZE])
                 _finish_task(
-                    e - n, tf, n, succ_ptr, succ, pending, ready, rel_by, lat, tfinish, heap, ic
+                    e - n, tf, succ_ptr, succ, pending, ready, rel_by, lat, tfinish, heap, ic
                 )
                 continue
             i = e
+            lo = hi = 0
             if kind[i] == COMM:
                 lo, hi = set_ptr[flow_set[i]], set_ptr[flow_set[i] + 1]
                 if ic[NFREE] < hi - lo:
                     S_old = S
                     sl, S = _grow_slots(sl, hi - lo)
-                    s_row, s_task, s_conn, s_rem, s_wire, s_start = sl[:6]
-                    s_deliv, s_lost, s_hops, s_flowlet, act, free = sl[6:]
                     for q in range(S_old, S):
-                        free[ic[NFREE]] = q
+                        sl[FREE][ic[NFREE]] = q
                         ic[NFREE] += 1
                     bpos = np.full(S, -1, np.int64)
-                    released = True
+                    rebuild = True
                 n_need = 0
                 for q in range(lo, hi):
                     c = flow_conn[q]
@@ -196,84 +314,92 @@ def run_loop(
                 ic[HSIZE] = _heap_push(ht, hs, hf, ic[HSIZE], t + dur[i], ic[HSEQ], i + n)
                 ic[HSEQ] += 1
                 continue
-            left[i] = hi - lo
-            arrive[i] = t
-            for q in range(lo, hi):
-                c = flow_conn[q]
-                r = conn_row[c]
-                if flow_wire[q] == 0.0:  # nothing to send: the message only propagates
-                    arrive[i] = max(arrive[i], t + rhops[r] * hop_s)
-                    left[i] -= 1
-                    ic[FLOWS_DONE] += 1
-                    if gap >= 0.0:
-                        idle[c] = t
-                    continue
-                ic[NFREE] -= 1
-                f = free[ic[NFREE]]
-                s_row[f] = r
-                s_task[f] = i
-                s_conn[f] = c
-                s_rem[f] = flow_wire[q]
-                s_wire[f] = flow_wire[q]
-                s_start[f] = t
-                s_deliv[f] = 0.0
-                s_lost[f] = rlost[r]
-                s_hops[f] = rhops[r]
-                s_flowlet[f] = flowlet[c]
-                act[ic[M]] = f
-                ic[M] += 1
-                released = True
-            ic[PEAK] = max(ic[PEAK], ic[M])
+            if _start_comm(
+                i,
+                t,
+                lo,
+                hi,
+                flow_conn,
+                flow_wire,
+                conn_row,
+                idle,
+                flowlet,
+                rlost,
+                rhops,
+                hop_s,
+                gap,
+                sl,
+                left,
+                arrive,
+                ic,
+            ):
+                rebuild = joined = stale = True
             if left[i] == 0:
                 ic[HSIZE] = _heap_push(ht, hs, hf, ic[HSIZE], arrive[i], ic[HSEQ], i + n)
                 ic[HSEQ] += 1
         m = ic[M]
-        # -- 2. rates
-        rate = np.zeros(m)
-        if m > 0:
-            ic[SOLVES] += 1
-            if released:
-                if bsg.shape[0] < m:
-                    bsg = np.empty((2 * m, K), np.int64)
-                    bsw = np.empty((2 * m, K))
-                nb, mptr, members = _rebuild(
-                    act, m, s_row, rsg, rsw, s_lost, n_groups, bsg, bsw, bpos
-                )
-                released = False
-            rate, bad = _solve(
-                act,
-                m,
-                s_lost,
-                cap,
-                g_off,
-                g_ptr,
-                g_link,
-                g_coef,
-                bsg,
-                bsw,
-                nb,
-                bpos,
-                mptr,
-                members,
-                rtol,
-            )
-            if bad:
-                fc[0] = t
-                return UNCONSTRAINED, sl, bins
-        gp = np.empty(m)
+        act = sl[ACT]
+        replaying = ic[RP] == 1
+        if replaying and joined:
+            fc[0] = t
+            return MATERIALIZE, sl, bins
+        if not replaying and joined and memo and m > 0 and _fresh(sl, m, t):
+            fc[0] = t
+            return FRESH, sl, bins
+        joined = False
+        # -- 2. rates (or the memo's completion times)
+        gp = np.zeros(m)
         proj = np.empty(m)
         t1 = np.inf
-        for j in range(m):
-            f = act[j]
-            gp[j] = rate[j] * (1.0 - s_lost[f])
-            proj[j] = t + s_rem[f] / gp[j] if gp[j] > 0 else np.inf
-            t1 = min(t1, proj[j])
+        if replaying:
+            for j in range(m):
+                proj[j] = sl[RP_EVENT][act[j]]
+                t1 = min(t1, proj[j])
+        else:
+            if stale:  # else only timers fired since the last solve: the same rates
+                rate = np.zeros(m)
+                stale = False
+                if m > 0:
+                    ic[SOLVES] += 1
+                    if rebuild:
+                        if bsg.shape[0] < m:
+                            bsg = np.empty((2 * m, K), np.int64)
+                            bsw = np.empty((2 * m, K))
+                        nb, mptr, members = _rebuild(
+                            act, m, sl[ROW], rsg, rsw, sl[LOST], n_groups, bsg, bsw, bpos
+                        )
+                        rebuild = False
+                    rate, bad = _solve(
+                        act,
+                        m,
+                        sl[LOST],
+                        cap,
+                        g_off,
+                        g_ptr,
+                        g_link,
+                        g_coef,
+                        bsg,
+                        bsw,
+                        nb,
+                        bpos,
+                        mptr,
+                        members,
+                        rtol,
+                    )
+                    if bad:
+                        fc[0] = t
+                        return UNCONSTRAINED, sl, bins
+            for j in range(m):
+                f = act[j]
+                gp[j] = rate[j] * (1.0 - sl[LOST][f])
+                proj[j] = t + sl[REM][f] / gp[j] if gp[j] > 0 else np.inf
+                t1 = min(t1, proj[j])
         # -- 3. next event
         t_other = ht[0] if ic[HSIZE] > 0 else np.inf
-        if t1 < t_other and batch_rtol > 0:
+        if t1 < t_other and batch_rtol > 0 and not replaying:
             t0 = np.inf
             for j in range(m):
-                t0 = min(t0, s_start[act[j]])
+                t0 = min(t0, sl[START][act[j]])
             window = t1 + batch_rtol * (t1 - t0)
             top = -np.inf
             for j in range(m):
@@ -295,25 +421,28 @@ def run_loop(
         dt = t_adv - t
         if dt > 0 and m > 0:
             bins = _ensure_bins(bins, bin_s, t_adv)
-            seg_c[:] = 0.0
-            for j in range(m):
-                f = act[j]
-                busy = min(proj[j] - t, dt)
-                s_rem[f] -= gp[j] * busy
-                s_deliv[f] += gp[j] * busy
-                r = s_row[f]
-                sent = rate[j] * busy
-                rbits[r] += sent
-                for w in range(W):
-                    c = rcls[r, w]
-                    if c < 0:
-                        break
-                    if busy == dt:
-                        seg_c[c] += sent * rclw[r, w]
-                    else:
-                        _bin_add(bins, bin_s, c, t, t + busy, sent * rclw[r, w])
-            for c in range(C):
-                _bin_add(bins, bin_s, c, t, t_adv, seg_c[c])
+            if replaying:
+                _replay_bins(bins, bin_s, rp_seg_t, rp_seg_b, ic, t, t_adv)
+            else:
+                seg_c[:] = 0.0
+                for j in range(m):
+                    f = act[j]
+                    busy = min(proj[j] - t, dt)
+                    sl[REM][f] -= gp[j] * busy
+                    sl[DELIV][f] += gp[j] * busy
+                    r = sl[ROW][f]
+                    sent = rate[j] * busy
+                    rbits[r] += sent
+                    for w in range(W):
+                        c = rcls[r, w]
+                        if c < 0:
+                            break
+                        if busy == dt:
+                            seg_c[c] += sent * rclw[r, w]
+                        else:
+                            _bin_add(bins, bin_s, c, t, t + busy, sent * rclw[r, w])
+                for c in range(C):
+                    _bin_add(bins, bin_s, c, t, t_adv, seg_c[c])
         t = t_adv
         if stop:
             fc[0] = t
@@ -323,26 +452,52 @@ def run_loop(
         keep = 0
         for j in range(m):
             f = act[j]
-            if proj[j] <= t or (gp[j] > 0 and s_rem[f] <= done_rtol * s_wire[f]):
-                sent_t = min(proj[j], t)
-                i = s_task[f]
-                arrive[i] = max(arrive[i], sent_t + s_hops[f] * hop_s)
-                tbits[i] += s_deliv[f]
-                s_rem[f] = 0.0
-                left[i] -= 1
-                ic[FLOWS_DONE] += 1
-                if gap >= 0.0:
-                    idle[s_conn[f]] = sent_t
-                if left[i] == 0:
-                    ic[HSIZE] = _heap_push(ht, hs, hf, ic[HSIZE], arrive[i], ic[HSEQ], i + n)
-                    ic[HSEQ] += 1
-                s_task[f] = -1
-                free[ic[NFREE]] = f
-                ic[NFREE] += 1
+            if replaying:
+                done = proj[j] <= t
             else:
+                done = proj[j] <= t or (gp[j] > 0 and sl[REM][f] <= done_rtol * sl[WIRE][f])
+            if not done:
                 act[keep] = f
                 keep += 1
+            elif replaying:
+                rbits[sl[ROW][f]] += sl[RP_BITS][f]
+                _complete(
+                    f,
+                    sl[RP_SENT][f],
+                    sl[RP_DELIV][f],
+                    hop_s,
+                    gap,
+                    sl,
+                    idle,
+                    left,
+                    arrive,
+                    tbits,
+                    heap,
+                    ic,
+                    n,
+                )
+                ic[RP_LEFT] -= 1
+            else:
+                _complete(
+                    f,
+                    min(proj[j], t),
+                    sl[DELIV][f],
+                    hop_s,
+                    gap,
+                    sl,
+                    idle,
+                    left,
+                    arrive,
+                    tbits,
+                    heap,
+                    ic,
+                    n,
+                )
+        if keep < m:
+            stale = True
         ic[M] = keep
+        if replaying and ic[RP_LEFT] == 0:
+            ic[RP] = 0
 
 
 @numba.njit(cache=True)
@@ -388,3 +543,119 @@ def class_rows(group, weight, g_off, link_class, gptr, gc, gv, n_cls):
             tmp[c] = 0.0
         width = max(width, nt)
     return cls[:, :width].copy(), val[:, :width].copy()
+
+
+@numba.njit(cache=True)
+def evolve(rows, wire, lost, rsg, rsw, rcls, rclw, n_cls, groups, batch_rtol, done_rtol, rtol, tau):
+    """The flows ``rows``/``wire`` (route rows, wire bits), all starting at offset 0 with
+    nothing else in flight, run alone until they all sent their last bit (``tau = inf``) or
+    until ``tau``: the same rate / next-event / advance / completion statements as
+    :func:`run_loop` without the heap. Returns ``(event_t, sent_t, deliv, sent_bits, rem,
+    seg_t, seg_bits[S, C], events, solves, bad)``: per flow the offset of the event that
+    completed it and of its last bit, its delivered and sent wire bits and remaining bits
+    (at ``tau``), and the piecewise-constant class loads (bits per segment)."""
+    cap, g_off, g_ptr, g_link, g_coef = groups
+    m0 = rows.size
+    K = rsg.shape[1]
+    W = rcls.shape[1]
+    n_groups = g_off + g_ptr.size - 1
+    event_t = np.full(m0, np.inf)
+    sent_t = np.full(m0, np.inf)
+    deliv = np.zeros(m0)
+    sent_bits = np.zeros(m0)
+    rem = wire.copy()
+    act = np.arange(m0)
+    m = m0
+    bsg = np.empty((max(m0, 1), K), np.int64)
+    bsw = np.empty((max(m0, 1), K))
+    bpos = np.full(m0, -1, np.int64)
+    nb, mptr, members = _rebuild(act, m, rows, rsg, rsw, lost, n_groups, bsg, bsw, bpos)
+    seg_t = np.empty(64)
+    seg_b = np.zeros((64, n_cls))
+    ns = 0
+    t = 0.0
+    events = 0
+    solves = 0
+    while m > 0:
+        solves += 1
+        rate, bad = _solve(
+            act, m, lost, cap, g_off, g_ptr, g_link, g_coef, bsg, bsw, nb, bpos, mptr, members, rtol
+        )
+        if bad:
+            return (
+                event_t,
+                sent_t,
+                deliv,
+                sent_bits,
+                rem,
+                seg_t[:ns],
+                seg_b[:ns],
+                events,
+                solves,
+                bad,
+            )
+        gp = np.empty(m)
+        proj = np.empty(m)
+        t1 = np.inf
+        for j in range(m):
+            f = act[j]
+            gp[j] = rate[j] * (1.0 - lost[f])
+            proj[j] = t + rem[f] / gp[j] if gp[j] > 0 else np.inf
+            t1 = min(t1, proj[j])
+        if t1 < np.inf and batch_rtol > 0:
+            window = t1 + batch_rtol * (t1 - 0.0)
+            top = -np.inf
+            for j in range(m):
+                if proj[j] <= window and proj[j] > top:
+                    top = proj[j]
+            t1 = top
+        stop = t1 > tau or t1 == np.inf
+        t_adv = min(tau, t1)
+        if t_adv == np.inf:
+            break  # stalled forever: the caller sees sent_t = inf
+        dt = t_adv - t
+        if dt > 0:
+            if ns == seg_t.size:
+                seg_t = np.concatenate((seg_t, np.empty(ns)))
+                seg_b = _grow2f(seg_b, 2 * ns)
+            seg_t[ns] = t
+            for j in range(m):
+                f = act[j]
+                busy = min(proj[j] - t, dt)
+                rem[f] -= gp[j] * busy
+                deliv[f] += gp[j] * busy
+                sent = rate[j] * busy
+                sent_bits[f] += sent
+                r = rows[f]
+                for w in range(W):
+                    c = rcls[r, w]
+                    if c < 0:
+                        break
+                    seg_b[ns, c] += sent * rclw[r, w]
+            ns += 1
+        t = t_adv
+        if stop:
+            break
+        events += 1
+        keep = 0
+        for j in range(m):
+            f = act[j]
+            if proj[j] <= t or (gp[j] > 0 and rem[f] <= done_rtol * wire[f]):
+                event_t[f] = t
+                sent_t[f] = min(proj[j], t)
+                rem[f] = 0.0
+            else:
+                act[keep] = f
+                keep += 1
+        m = keep
+    out_t = np.empty(ns + 1)
+    out_t[:ns] = seg_t[:ns]
+    out_t[ns] = t
+    return event_t, sent_t, deliv, sent_bits, rem, out_t, seg_b[:ns].copy(), events, solves, 0
+
+
+@numba.njit(cache=True)
+def _grow2f(a, rows):
+    out = np.zeros((rows, a.shape[1]))
+    out[: a.shape[0]] = a
+    return out
