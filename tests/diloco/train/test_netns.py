@@ -17,7 +17,7 @@ from trainfabric.diloco.train.launch import start
 from .conftest import needs_root, tiny_config
 
 pytestmark = needs_root
-RATE = 4.0  # Mbit/s
+RATE = 2.0  # Mbit/s: a sync of MID takes ~1.9 s, long against scheduling jitter
 MID = ModelConfig(layers=2, d_model=64, heads=2, context=16)  # 0.12 M params, 0.46 MB fp32
 
 
@@ -31,9 +31,11 @@ def _sockets(ns=None):
 def test_shaped_sync_takes_bytes_over_rate(tmp_path):
     """Each of 2 learners sends the S-byte bucket once per all-reduce (ring: S/2 in the
     reduce-scatter, S/2 in the all-gather, full duplex), so a sync takes S·8/R plus TCP/IP
-    headers (~3-5%) and gloo's handshakes; tolerance: within [0.95, 1.5] of S·8/R."""
+    headers (~3-5%) and gloo's handshakes. Tolerance: no sync beats the shaper (>= 0.95 S·8/R);
+    the fastest of 3 is within 1.3 S·8/R and none over 2.0 (CPU starvation on a shared
+    2-core machine stretches single syncs: 1.52 was seen at load average 13)."""
     shaping = ShapingConfig(rate_mbit=RATE, burst_kb=8)
-    cfg = tiny_config(steps=6, H=3, model=MID, shaping=shaping, unshaped_ok=False)
+    cfg = tiny_config(steps=9, H=3, model=MID, shaping=shaping, unshaped_ok=False)
     run = start(cfg, tmp_path)
     spaces = run.net.manifest()["namespaces"]
     seen = {ns: set() for ns in [*spaces, "root"]}
@@ -44,10 +46,10 @@ def test_shaped_sync_takes_bytes_over_rate(tmp_path):
         time.sleep(0.2)
     res = run.wait()
     syncs = pd.read_parquet(tmp_path / "syncs.parquet")
-    assert len(syncs) == 2
+    assert len(syncs) == 3
     expected = syncs["bytes"] * 8 / (RATE * 1e6)
     ratio = syncs["duration_s"] / expected
-    assert ((ratio > 0.95) & (ratio < 1.5)).all(), ratio.tolist()
+    assert ratio.min() >= 0.95 and ratio.min() <= 1.3 and ratio.max() <= 2.0, ratio.tolist()
     # all four qdiscs (both ends of both veths) carried each learner's share: 4 S + headers
     per_sync = syncs["link_bytes"] / (4 * syncs["bytes"])
     assert ((per_sync > 1.0) & (per_sync < 1.2)).all(), per_sync.tolist()

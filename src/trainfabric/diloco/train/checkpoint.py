@@ -50,5 +50,5 @@ def common_step(ckpt_dir: Path, world: int) -> int | None:
     return max(both) if both else None
 
 
-def load(ckpt_dir: Path, rank: int, step: int) -> dict:
-    return torch.load(path(ckpt_dir, rank, step), weights_only=False)
+def load(ckpt_dir: Path, rank: int, step: int, device: torch.device | str = "cpu") -> dict:
+    return torch.load(path(ckpt_dir, rank, step), map_location=device, weights_only=False)

@@ -67,7 +67,8 @@ class Learner:
         self.world = spec.cfg.learners
         self.status, self.conn, self.stop_flag = status, conn, stop_flag
         self.dtype = getattr(torch, self.cfg.dtype)
-        self.device = torch.device("cuda", 0) if self.backend() == "nccl" else torch.device("cpu")
+        gpu = self.backend() == "nccl"
+        self.device = torch.device("cuda", self.rank) if gpu else torch.device("cpu")
         self.data = torch.from_numpy(np.fromfile(spec.run_dir / "train.bin", np.uint8)).long()
         held = np.fromfile(spec.run_dir / "heldout.bin", np.uint8)
         self.heldout = torch.from_numpy(held).long()
@@ -97,9 +98,12 @@ class Learner:
         self.ckpt_s = 0.0
 
     def backend(self) -> str:
+        """``auto``: nccl when every learner can have a GPU of its own (NCCL refuses two
+        ranks on one device), else gloo on CPU."""
         if self.cfg.backend != "auto":
             return self.cfg.backend
-        return "nccl" if torch.cuda.is_available() else "gloo"
+        enough = torch.cuda.is_available() and torch.cuda.device_count() >= self.world
+        return "nccl" if enough else "gloo"
 
     def new_inner(self) -> torch.optim.Optimizer:
         if self.cfg.inner == "sgd":
@@ -140,7 +144,7 @@ class Learner:
         }
 
     def restore(self, step: int) -> None:
-        st = checkpoint.load(self.spec.run_dir / "ckpt", self.rank, step)
+        st = checkpoint.load(self.spec.run_dir / "ckpt", self.rank, step, self.device)
         self.model.load_state_dict(st["model"])
         self.inner.load_state_dict(st["inner"])
         with torch.no_grad():
@@ -148,8 +152,8 @@ class Learner:
                 g.copy_(s)
         self.outer.load_state_dict(st["outer"])
         self.c = dict(st["counters"])
-        self.gen.set_state(st["gen"])
-        torch.set_rng_state(st["torch_rng"])
+        self.gen.set_state(st["gen"].cpu())
+        torch.set_rng_state(st["torch_rng"].cpu())
 
     def wall(self) -> float:
         return time.time() - self.t0
@@ -308,7 +312,8 @@ class Learner:
             self.sync()
         if self.rank == 0:
             self.log_eval("end")
-            self.conn.send(("done", dict(self.c, wall_s=self.c["wall_before"] + self.wall())))
+            done = dict(self.c, wall_s=self.c["wall_before"] + self.wall(), backend=self.backend())
+            self.conn.send(("done", done))
         if cfg.save_final:
             torch.save(
                 [p.detach().cpu() for p in self.params],

@@ -81,7 +81,7 @@ def finish(run) -> object:
             "restarts": res.restarts,
             "torch": torch.__version__,
             "python": platform.python_version(),
-            "backend": cfg.backend,
+            "backend": done.get("backend", cfg.backend),
             "params": res.params,
         },
     )
