@@ -78,6 +78,7 @@ class _Builder:
         self.fps = job.compute.flops_per_s * par.tp
         self.tokens = sizes.tokens_per_micro_batch(job)
         self._segments: dict[tuple[int, str], list[tuple]] = {}
+        self._aggregated: dict[tuple, tuple] = {}
         rng = np.random.default_rng(seed)
         m = job.model
         self.share = {
@@ -97,9 +98,17 @@ class _Builder:
         return sorted(set(self.pod(self.ranks(0, np.arange(self.par.dp), p)).tolist()))
 
     # -- phases ----------------------------------------------------------------------------
-    def add_phase(self, kind, name, src_ranks, dst_ranks, nbytes, preds=(), succs=(), meta=None):
-        """Aggregate GPU flows to directed pod pairs and add them as one phase (``meta``: the
-        collective fields of :class:`Phase`)."""
+    def add_phase(self, kind, name, flows, key, preds=(), succs=(), meta=None):
+        """Aggregate GPU ``flows`` (a function returning source ranks, destination ranks and
+        bytes) to directed pod pairs and add them as one phase (``meta``: the collective
+        fields of :class:`Phase`). Phases with the same ``key`` have the same flows (one
+        layer's all-to-all in every micro-batch, one boundary's sends): aggregated once."""
+        if key not in self._aggregated:
+            self._aggregated[key] = self._aggregate(*flows())
+        return self._add_aggregated(kind, name, self._aggregated[key], preds, succs, meta)
+
+    def _aggregate(self, src_ranks, dst_ranks, nbytes):
+        """``(pod-pair keys, their bytes, intra-pod bytes, GPU patterns or None)``."""
         sr, dr, w = (
             a.ravel()
             for a in np.broadcast_arrays(
@@ -115,6 +124,11 @@ class _Builder:
             agg, pattern = np.bincount(inv, weights=w[inter], minlength=keys.size), None
         else:
             keys, agg, pattern = self._gpu_patterns(key, sr[inter], dr[inter], w[inter])
+        return keys, agg, float(w[~inter].sum()), pattern
+
+    def _add_aggregated(self, kind, name, aggregated, preds, succs, meta):
+        keys, agg, intra, pattern = aggregated
+        n = self.job.placement.pods
         return self.b.phase(
             kind,
             name,
@@ -122,7 +136,7 @@ class _Builder:
             keys % n,
             agg,
             self.job.compute.latency_s,
-            float(w[~inter].sum()),
+            intra,
             preds,
             succs,
             meta=meta,
@@ -148,11 +162,17 @@ class _Builder:
         """Chain the steps of concurrent collectives (one list of Steps per group) as phases
         named ``{name} k{step}``, all in collective group ``name``."""
         last = list(preds)
+        done: dict[tuple, tuple] = {}  # a ring repeats one Step object: aggregate it once
         for k, parts in enumerate(zip(*groups_steps, strict=True)):
-            src = np.concatenate([s.src for s in parts])
-            dst = np.concatenate([s.dst for s in parts])
-            nb = np.concatenate([s.bytes for s in parts])
-            _, exit_ = self.add_phase(kind, f"{name} k{k}", src, dst, nb, preds=last, meta=meta)
+            key = tuple(map(id, parts))
+            if key not in done:
+                done[key] = self._aggregate(
+                    *(
+                        np.concatenate([getattr(s, f) for s in parts])
+                        for f in ("src", "dst", "bytes")
+                    )
+                )
+            _, exit_ = self._add_aggregated(kind, f"{name} k{k}", done[key], last, (), meta)
             last = [exit_]
         return last
 
@@ -217,15 +237,22 @@ class _Builder:
 
     def moe_phase(self, p, which, layer, name, preds):
         """The all-to-all of every EP group of stage ``p`` for one MoE layer, as one phase."""
-        par, job = self.par, self.job
-        D = np.outer(np.ones(par.ep), self.share[layer]) * sizes.moe_dispatch_bytes_per_shard(job)
-        if which in ("combine", "dispatch_bwd"):
-            D = D.T
-        a, c = np.nonzero(~np.eye(par.ep, dtype=bool))
-        g = np.arange(par.dp // par.ep)[:, None, None]
-        t = np.arange(par.tp)[None, :, None]
-        src = self.ranks(t, g * par.ep + a, p)
-        dst = self.ranks(t, g * par.ep + c, p)
+        par = self.par
+
+        def flows():
+            D = np.outer(np.ones(par.ep), self.share[layer])
+            D = D * sizes.moe_dispatch_bytes_per_shard(self.job)
+            if which in ("combine", "dispatch_bwd"):
+                D = D.T
+            a, c = np.nonzero(~np.eye(par.ep, dtype=bool))
+            g = np.arange(par.dp // par.ep)[:, None, None]
+            t = np.arange(par.tp)[None, :, None]
+            return (
+                self.ranks(t, g * par.ep + a, p),
+                self.ranks(t, g * par.ep + c, p),
+                D[a, c] / par.tp,
+            )
+
         meta = Phase(
             "",
             "",
@@ -234,9 +261,8 @@ class _Builder:
             n_ranks=par.ep,
             n_collectives=par.dp // par.ep * par.tp,
         )
-        return self.add_phase(
-            f"moe_{which}", name, src, dst, D[a, c] / par.tp, preds=preds, meta=meta
-        )
+        key = ("moe", p, which, layer)
+        return self.add_phase(f"moe_{which}", name, flows, key, preds=preds, meta=meta)
 
     def operation(
         self, p: int, direction: str, j: int, plan: BucketPlan | None = None
@@ -320,9 +346,8 @@ class _Builder:
                     self.add_phase(
                         kind,
                         name,
-                        self.ranks(t, d, a),
-                        self.ranks(t, d, c),
-                        nb,
+                        lambda a=a, c=c: (self.ranks(t, d, a), self.ranks(t, d, c), nb),
+                        ("pp", a, c),
                         preds=[x for _, x in ops[a, direction, j].values()],
                         succs=[e for e, _ in ops[c, direction, j].values()],
                         meta=Phase(
