@@ -92,3 +92,52 @@ def test_utilisation_from_counters():
     assert netns.utilisation(before, after, 1.0, 1.0) == 1.0
     assert netns.utilisation(before, after, 2.0, 1.0) == pytest.approx(0.5)
     assert netns.utilisation(before, before, 1.0, 1.0) == 0.0
+
+
+@pytest.mark.parametrize("qdisc", ["tbf", "htb"])
+def test_qdiscs_installed_on_both_ends_and_removed(qdisc):
+    net = netns.create(2, ShapingConfig(rate_mbit=3.0, burst_kb=16, qdisc=qdisc))
+    try:
+        for r in range(2):
+            for pre in (["tc"], ["tc", "-n", net.namespace(r)]):
+                dev = net.host_dev(r) if len(pre) == 1 else net.inner_dev(r)
+                shown = subprocess.run([*pre, "qdisc", "show", "dev", dev], capture_output=True,
+                                       text=True).stdout  # fmt: skip
+                assert f"qdisc {qdisc}" in shown
+                if qdisc == "tbf":
+                    assert "rate 3Mbit" in shown
+                else:
+                    cls = subprocess.run([*pre, "class", "show", "dev", dev],
+                                         capture_output=True, text=True).stdout  # fmt: skip
+                    assert "rate 3Mbit" in cls
+    finally:
+        net.close()
+    assert netns.wait_gone(net)
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert f"tfd{net.tag}" not in links
+
+
+class Boom:
+    def decide(self, progress):
+        raise RuntimeError("controller failed")
+
+
+def test_failed_run_removes_its_network(tmp_path):
+    cfg = tiny_config(steps=5, shaping=ShapingConfig(), unshaped_ok=False)
+    run = start(cfg, tmp_path, Boom())
+    with pytest.raises(RuntimeError, match="controller failed"):
+        run.wait()
+    assert netns.wait_gone(run.net)
+    assert all(p.exitcode is not None for p in run.procs)
+
+
+def test_without_root_or_ip_the_message_is_clear(monkeypatch):
+    from trainfabric.errors import ConfigError
+
+    monkeypatch.setattr(netns.shutil, "which", lambda name: None)
+    with pytest.raises(ConfigError, match="shaping: ip and tc not found"):
+        netns.require_tools()
+    monkeypatch.undo()
+    monkeypatch.setattr(netns.os, "geteuid", lambda: 1000)
+    with pytest.raises(ConfigError, match="need root"):
+        netns.require_tools()
