@@ -24,8 +24,9 @@ choice: the first token), ``finish_s`` (``[DONE]``); ``TTFT = first_s - sent_s``
 ``TPOT = (finish_s - first_s) / (tokens - 1)`` (0 for one token) with ``tokens`` the
 completion tokens the server reported (``stream_options.include_usage``) or else the
 chunks received (vLLM puts several tokens in one chunk when its output falls behind, so
-chunks are not tokens; the first chunk still marks the first token); ``e2e = finish_s - sent_s``. A request violates its SLO when
-``TTFT > ttft_slo_s`` or ``TPOT > tpot_slo_s`` (defaults 0.5 s and 0.05 s).
+chunks are not tokens; the first chunk still marks the first token);
+``e2e = finish_s - sent_s``. A request violates its SLO when ``TTFT > ttft_slo_s`` or
+``TPOT > tpot_slo_s`` (defaults 0.5 s and 0.05 s).
 
 **Bounds**: at most ``max_requests`` requests, only those due before ``max_seconds``;
 after the last is sent, in-flight requests get ``drain_s`` more seconds, then are

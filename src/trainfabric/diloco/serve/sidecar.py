@@ -183,6 +183,9 @@ class Sidecar:
                 self.cfg.port, addr=self.cfg.host, registry=self._metrics.registry
             )
             self.metrics_url = f"http://{self.cfg.host}:{self._httpd.server_port}/metrics"
+            if self.cfg.host not in ("127.0.0.1", "localhost", "::1"):
+                log.warning("sidecar: its metrics listen on %s, reachable beyond this machine",
+                            self.metrics_url)  # fmt: skip
         self._thread.start()
         return self
 
