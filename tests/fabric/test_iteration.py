@@ -61,7 +61,7 @@ def _group(tables, prefix: str) -> dict:
     return rows[0]
 
 
-# -- conversion -------------------------------------------------------------------------------------
+# -- conversion -----------------------------------------------------------------------------------
 @pytest.mark.parametrize(("preset", "pods", "layers"), PRESET_CASES)
 def test_pair_mesh_iteration_equals_the_dag_critical_path(preset, pods, layers):
     """Each directed server pair its own link of rate r, headers 0, hop latency = the DAG's
@@ -79,7 +79,7 @@ def test_pair_mesh_iteration_equals_the_dag_critical_path(preset, pods, layers):
     assert run.iteration_s == pytest.approx(want, rel=1e-9)
 
 
-# -- cross-checks -------------------------------------------------------------------------------------
+# -- cross-checks ---------------------------------------------------------------------------------
 def test_dp_phase_group_equals_run_collective_step_synchronised():
     """The DP reduce-scatter of a DP-only job (8 concurrent rings, one per GPU index, 4
     channels, ECMP) lasts what run_collective(sync='step') gives for the same rings on the
@@ -142,7 +142,7 @@ def test_all_to_all_through_shared_nics_is_slower_by_the_nic_sharing_factor():
     assert ratio == pytest.approx(n - 1, rel=1e-9)
 
 
-# -- closed forms ------------------------------------------------------------------------------------
+# -- closed forms ---------------------------------------------------------------------------------
 def test_dp_only_with_distributed_optimiser_is_compute_plus_ring_rs_and_ag():
     """Conditions: DP only (TP 8 fills the server, PP 1), distributed optimiser, ring, spray
     on a non-blocking fabric, every server on its own leaf (4 hops of h), headers included.
@@ -202,7 +202,7 @@ def test_uniform_all_to_all_takes_n_minus_g_pairs_over_the_nic_rate():
     assert a2a["finish_s"] - a2a["start_s"] == pytest.approx(want, rel=1e-9)
 
 
-# -- contention --------------------------------------------------------------------------------------
+# -- contention -----------------------------------------------------------------------------------
 def test_two_interleaved_jobs_get_their_max_min_share_of_the_uplinks():
     """Two DP-only jobs of 6 one-GPU servers, interleaved on 2 leaves of 6 hosts and 2
     uplinks (3:1), ranks alternating leaves (scattered) so every ring hop crosses: alone, a
@@ -246,3 +246,142 @@ def _together(topo, jobs) -> float:
     combined, firsts = I.concat_graphs(graphs)
     res = run_tasks(topo, combined, I.make_router(topo, "spray"), bin_s=1e-3)
     return float(np.diff(I._iteration_bounds(res, int(firsts[0]), graphs[0].n - 2, 1))[0])
+
+
+def test_an_ecmp_collision_raises_the_iteration_by_the_hand_count():
+    """DP-only job (8 rings, 4 channels) on 4 leaves of one server each, 4 planes of R/4
+    links, no hop latency. Every ring step runs all the job's connections at once with
+    equal flows, so under max-min it lasts (most flows on one link) x flow bits / (R/4);
+    under spray the NIC bounds it: 8 (S/n) w / R. The iteration is CP0 + (n-1) RS steps +
+    (n-1) AG steps either way."""
+    n, c = 4, 4
+    job = _job(tp=8, dp=n, pods=n)
+    loaded = _loaded(job)
+    topo = _fabric(8 * n, radix=16, hop_latency_s=0.0)
+    jh = I.JobOnHosts(loaded, np.arange(n), channels=c, seed=1)
+    graph = I.job_graph(jh)
+    conns = graph.conn_table()
+    routes = I.make_router(topo, "ecmp", 1).route(conns, np.arange(conns.n))
+    links = routes.group[routes.group >= 0]
+    k_max = int(np.bincount(links, minlength=topo.n_links).max())
+    assert k_max >= 2  # the seed makes a collision: two connections share a link
+    W = sizes.stage_weights(job, 0).dense
+    R = topo.nic_rate_bps
+
+    def steps(per_flow_bits, ecmp):
+        t = k_max * per_flow_bits * WIRE / (R / 4) if ecmp else c * per_flow_bits * WIRE / R
+        return (n - 1) * t
+
+    def predicted(ecmp):
+        rs, ag = 8.0 * 4 * W / 8 / n / c, 8.0 * 2 * W / 8 / n / c
+        cp0 = I.iteration_tables(run)["summary"]["compute_only_s"]
+        return cp0 + steps(rs, ecmp) + steps(ag, ecmp)
+
+    run = I.run_iteration(jh, topo, "ecmp", seed=1, graph=graph)
+    spray = I.run_iteration(jh, topo, "spray", seed=1, graph=graph)
+    assert run.iteration_s == pytest.approx(predicted(True), rel=1e-9)
+    assert spray.iteration_s == pytest.approx(predicted(False), rel=1e-9)
+    assert run.iteration_s > spray.iteration_s
+
+
+def test_every_byte_of_every_comm_node_is_delivered_once_and_runs_repeat():
+    """A PP x DP x EP job on a 2-plane fabric with ECMP: each comm node's delivered payload
+    equals its DAG bytes; the same seed gives the same numbers."""
+    loaded = I.load_job("hybrid", pods=4, layers=4)
+    topo = _fabric(64, radix=16, planes=2)
+    servers = I.place_servers(topo, 4, 8, "random", seed=2)
+    jh = I.JobOnHosts(loaded, servers, channels=2, seed=2)
+    a = I.run_iteration(jh, topo, "ecmp", seed=2)
+    b = I.run_iteration(jh, topo, "ecmp", seed=2)
+    dag = loaded.dag
+    comm = dag.comm_nodes
+    np.testing.assert_allclose(a.result.delivered_bytes[comm], dag.bytes[comm], rtol=1e-9)
+    assert (a.result.delivered_bytes[dag.kind != 1] == 0).all()
+    np.testing.assert_array_equal(a.result.finish_s, b.result.finish_s)
+    ta, tb = I.iteration_tables(a), I.iteration_tables(b)
+    ta["summary"].pop("wall_s"), tb["summary"].pop("wall_s")
+    assert ta == tb
+
+
+# -- CLI and scenario -----------------------------------------------------------------------------
+def test_fabric_job_json_and_bad_input(cli):
+    from trainfabric.io import loads
+
+    code, out, _ = cli(
+        "fabric",
+        "job",
+        "--workload",
+        "dp-ring",
+        "--pods",
+        "4",
+        "--layers",
+        "2",
+        "--mode",
+        "adaptive",
+        "--json",
+    )
+    assert code == 0
+    res = loads(out)
+    assert res["iteration_s"] > res["compute_only_s"] > 0
+    assert res["exposed_comm_s"] == pytest.approx(res["iteration_s"] - res["compute_only_s"])
+    kinds = {row["kind"]: row for row in res["phase_kinds"]}
+    assert set(kinds) == {"PP", "DP", "EP", "other"}
+    assert kinds["DP"]["exposed_s"] == pytest.approx(res["exposed_comm_s"])
+    assert any("replaces" in note for note in res["notes"])
+    for args, field in [
+        (["--mode", "bogus"], "--mode"),
+        (["--workload", "llama3-70b", "--pods", "6"], "--pods"),  # 48 GPUs, TP x PP = 32
+        (["--pods", "6000"], "--pods"),  # 48,000 GPUs: more than the fabric's 32,768
+        (["--placement", "nowhere"], "--placement"),
+        (["--overlap", "always"], "--overlap"),
+        (["--failures", "1.5"], "--failures"),
+        (["--workload", "no-such-model"], "--workload"),
+    ]:
+        code, out, err = cli("fabric", "job", *args)
+        assert code == 2 and out == "", args
+        assert err.startswith(f"error: {field}") and err.count("\n") == 1, err
+
+
+def test_fabric_job_subprocess_exit_code():
+    """The real exit path: a pod count whose GPUs the preset's degrees do not divide."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    exe = Path(sys.executable).with_name("trainfabric")
+    args = [str(exe), "fabric", "job", "--workload", "llama3-70b", "--pods", "6"]
+    proc = subprocess.run(args, capture_output=True, text=True, check=False)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("error: --pods") and "Traceback" not in proc.stderr
+
+
+def test_iteration_scenario_runs_into_a_run_directory(tmp_path):
+    from trainfabric.fabric import scenarios as S
+
+    sc = S.parse_scenario(
+        {
+            "kind": "iteration",
+            "modes": ["ecmp", "spray"],
+            "topology": {"gpus": 64, "switch_radix": 32, "planes": 2},
+            "workload": {"name": "llama3-70b", "pods": 4, "layers": 4, "overlap": ["none"]},
+            "tenants": {
+                "iterations": 2,
+                "draws": 2,
+                "jobs": [
+                    {"name": "dp-ring", "pods": 2, "layers": 1},
+                    {"name": "dp-ring", "pods": 2, "layers": 1},
+                ],
+            },
+        }
+    )
+    res = S.run_to_dir(sc, tmp_path / "run")
+    assert (tmp_path / "run" / "report.html").exists()
+    for stem in (I.STEM, *I.STEMS.values()):
+        assert (tmp_path / "run" / f"{stem}.parquet").exists(), stem
+    for mode in ("ecmp", "spray"):
+        figures = res["modes"][mode]
+        assert figures["iteration_s"] > 0 and 0 <= figures["exposed_comm_fraction"] < 1
+        assert figures["tenant_slowdown_max"] >= figures["tenant_slowdown_median"] >= 1 - 1e-9
+    bad = {"kind": "iteration", "workload": {"name": "llama3-70b", "pods": 6}}
+    with pytest.raises(Exception, match="workload.pods"):
+        S.run_scenario(S.parse_scenario(bad))

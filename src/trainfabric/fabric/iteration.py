@@ -284,27 +284,52 @@ def load_job(
     """A preset name, a job TOML or a task-DAG JSON as a :class:`LoadedJob` (``pods``
     re-maps presets and jobs; ``layers`` cuts the model, :func:`cut_layers`; ``overlap``:
     the DP gradients' overlap with the backward pass, none or bucketed of ``bucket_mb``)."""
-    from trainfabric.workloads.build import build_dag
-    from trainfabric.workloads.dag import gpu_transfers
-    from trainfabric.workloads.workload import is_file_spec, load_workload
+    job = resolve_job(workload, pods=pods, layers=layers, overlap=overlap, bucket_mb=bucket_mb)
+    return build_job(workload, job, pods=pods, gpus_per_pod=gpus_per_pod, seed=seed)
+
+
+def resolve_job(
+    workload: str,
+    *,
+    pods: int | None = None,
+    layers: int | None = None,
+    overlap: str = "none",
+    bucket_mb: float = 25.0,
+) -> Job | None:
+    """The :class:`Job` of a preset or job TOML (cheap: nothing built yet); None for a
+    task-DAG JSON (which takes neither ``layers`` nor ``overlap``)."""
+    from trainfabric.workloads.workload import is_file_spec
 
     if is_file_spec(workload) and not workload.endswith(".toml"):
         if layers is not None or overlap != "none":
             raise ConfigError("layers" if layers else "overlap", "needs a preset or a job TOML")
-        w = load_workload(workload, pods, seed)
-        gpu = gpu_transfers(w.dag, gpus_per_pod)
-        note = (
-            f"assumption: the task DAG has no GPU transfers; each comm node is split evenly "
-            f"GPU k -> GPU k over the {gpus_per_pod} NICs of its pod (exact only when TP fills "
-            "the pod)"
-        )
-        return LoadedJob(w.name, w.dag, gpu, None, (note,))
+        return None
     job = _job_of(workload, pods)
     if layers is not None:
         job = cut_layers(job, layers)
-    job = with_overlap(job, overlap, bucket_mb)
-    dag = build_dag(job, seed, gpu_flows=True)
-    return LoadedJob(job.name, dag, gpu_transfers(dag, job.placement.gpus_per_pod), job, ())
+    return with_overlap(job, overlap, bucket_mb)
+
+
+def build_job(
+    workload: str, job: Job | None, *, pods=None, gpus_per_pod: int = 8, seed: int = 0
+) -> LoadedJob:
+    """The DAG with GPU transfers of ``job`` (:func:`resolve_job`), or of the task-DAG JSON
+    ``workload`` when ``job`` is None (the even split, named as an assumption)."""
+    from trainfabric.workloads.build import build_dag
+    from trainfabric.workloads.dag import gpu_transfers
+    from trainfabric.workloads.workload import load_workload
+
+    if job is not None:
+        dag = build_dag(job, seed, gpu_flows=True)
+        return LoadedJob(job.name, dag, gpu_transfers(dag, job.placement.gpus_per_pod), job, ())
+    w = load_workload(workload, pods, seed)
+    gpu = gpu_transfers(w.dag, gpus_per_pod)
+    note = (
+        f"assumption: the task DAG has no GPU transfers; each comm node is split evenly "
+        f"GPU k -> GPU k over the {gpus_per_pod} NICs of its pod (exact only when TP fills "
+        "the pod)"
+    )
+    return LoadedJob(w.name, w.dag, gpu, None, (note,))
 
 
 OVERLAPS = ("none", "bucketed")
@@ -769,10 +794,13 @@ def job_command(
         raise ConfigError("failures", f"must be a fraction in [0, 1), got {failures}")
     if channels < 1:
         raise ConfigError("channels", "must be >= 1")
-    loaded = load_job(
-        workload, pods=pods, gpus_per_pod=gpus_per_pod, layers=layers, overlap=overlap, seed=seed
-    )
-    topo = job_fabric(loaded.pods, loaded.gpus_per_pod, rail)
+    job = resolve_job(workload, pods=pods, layers=layers, overlap=overlap)
+    if job is not None:  # refuse a job the fabric cannot hold before building its DAG
+        gpus_per_pod = job.placement.gpus_per_pod
+        topo = job_fabric(job.placement.pods, gpus_per_pod, rail)
+    loaded = build_job(workload, job, pods=pods, gpus_per_pod=gpus_per_pod, seed=seed)
+    if job is None:
+        topo = job_fabric(loaded.pods, loaded.gpus_per_pod, rail)
     servers = place_servers(topo, loaded.pods, loaded.gpus_per_pod, placement, seed)
     jh = JobOnHosts(loaded, servers, channels, seed=seed)
     run = run_iteration(jh, topo, mode, seed=seed)

@@ -278,8 +278,10 @@ SCENARIOS: dict[str, type[_Scenario]] = {
     "isolation": IsolationScenario,
     "failures": FailuresScenario,
     "flaps": FlapsScenario,
-    "iteration": IterationScenario,
 }
+# Every kind `fabric run` reads: the four evaluation scenarios (each also a registered
+# experiment, experiments.fabric_studies) and a job's iteration on the fabric.
+KINDS: dict[str, type[_Scenario]] = {**SCENARIOS, "iteration": IterationScenario}
 Scenario = (
     LineRateScenario | IsolationScenario | FailuresScenario | FlapsScenario | IterationScenario
 )
@@ -290,9 +292,9 @@ def parse_scenario(data: dict, prefix: str = "") -> Scenario:
     if not isinstance(data, dict):
         raise ConfigError(prefix.rstrip(".") or "scenario", "must be a table")
     kind = data.get("kind")
-    if not isinstance(kind, str) or kind not in SCENARIOS:
-        raise ConfigError(f"{prefix}kind", f"must be one of {', '.join(SCENARIOS)}, got {kind!r}")
-    return validate(SCENARIOS[kind], data, prefix)
+    if not isinstance(kind, str) or kind not in KINDS:
+        raise ConfigError(f"{prefix}kind", f"must be one of {', '.join(KINDS)}, got {kind!r}")
+    return validate(KINDS[kind], data, prefix)
 
 
 def load_scenario(path: str | Path) -> Scenario:
