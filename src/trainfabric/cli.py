@@ -121,8 +121,11 @@ def sweep(
     _emit_sweep(spec, out_dir, executor, workers, address, json_out, show_progress)
 
 
-def _emit_sweep(spec, out_dir, executor, workers, address, json_out, show_progress) -> None:
-    """Run ``spec`` into its run directory, render its report, print the summary."""
+def _emit_sweep(
+    spec, out_dir, executor, workers, address, json_out, show_progress, records=False
+) -> None:
+    """Run ``spec`` into its run directory, render its report, print the summary
+    (``records``: ``rows`` holds the results table's rows, ``row_count`` their number)."""
     from trainfabric.runs import render_report, run_sweep
 
     shown = (not json_out) if show_progress is None else show_progress
@@ -140,6 +143,9 @@ def _emit_sweep(spec, out_dir, executor, workers, address, json_out, show_progre
         "rows": len(res.results),
         "report": str(report),
     }
+    if records:
+        info["row_count"] = info["rows"]
+        info["rows"] = res.results.to_dict("records")
     if json_out:
         return emit_json(info)
     err.print(
@@ -205,7 +211,7 @@ def experiments_run(
     count = seeds or (1 if quick else 3)
     label = f"{name}-quick" if quick else name
     spec = validate(SweepSpec, {"experiment": name, "seeds": count, "base": base, "name": label})
-    _emit_sweep(spec, out_dir, executor, workers, None, json_out, show_progress)
+    _emit_sweep(spec, out_dir, executor, workers, None, json_out, show_progress, records=True)
 
 
 def _params(items: list[str]) -> dict[str, Any]:
