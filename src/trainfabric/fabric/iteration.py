@@ -278,7 +278,7 @@ def load_job(
     gpus_per_pod: int = 8,
     layers: int | None = None,
     overlap: str = "none",
-    bucket_mb: float = 25.0,
+    bucket_mb: float | None = None,
     seed: int = 0,
 ) -> LoadedJob:
     """A preset name, a job TOML or a task-DAG JSON as a :class:`LoadedJob` (``pods``
@@ -294,7 +294,7 @@ def resolve_job(
     pods: int | None = None,
     layers: int | None = None,
     overlap: str = "none",
-    bucket_mb: float = 25.0,
+    bucket_mb: float | None = None,
 ) -> Job | None:
     """The :class:`Job` of a preset or job TOML (cheap: nothing built yet); None for a
     task-DAG JSON (which takes neither ``layers`` nor ``overlap``)."""
@@ -335,13 +335,15 @@ def build_job(
 OVERLAPS = ("none", "bucketed")
 
 
-def with_overlap(job: Job, overlap: str, bucket_mb: float) -> Job:
-    """``job`` with its DP gradient overlap set (none, or bucketed of ``bucket_mb`` MB)."""
+def with_overlap(job: Job, overlap: str, bucket_mb: float | None = None) -> Job:
+    """``job`` with its DP gradient overlap set: ``none``, or ``bucketed`` in buckets of
+    ``bucket_mb`` MiB of gradients per GPU (None: Megatron-LM's default size; see
+    :mod:`trainfabric.workloads.buckets`)."""
     if overlap not in OVERLAPS:
         raise ConfigError("overlap", f"unknown {overlap!r}; known: {', '.join(OVERLAPS)}")
-    if overlap == "none":
-        return job
-    raise ConfigError("overlap", "bucketed overlap is not available yet")
+    data = job.model_dump()
+    data["parallelism"].update(overlap=overlap, bucket_mb=bucket_mb)
+    return validate(Job, data, prefix="overlap -> ")
 
 
 def _job_of(workload: str, pods: int | None) -> Job:

@@ -234,7 +234,12 @@ class WorkloadConfig(Config):
     overlap: list[Literal["none", "bucketed"]] = Field(
         default_factory=lambda: ["none", "bucketed"], min_length=1
     )
-    bucket_mb: float = Field(25.0, gt=0, description="gradient bucket of bucketed overlap, MB")
+    bucket_mb: float | None = Field(
+        None,
+        gt=0,
+        description="gradient bucket (MiB per GPU) of bucketed overlap; default "
+        "Megatron-LM's size (PyTorch DDP uses 25)",
+    )
 
 
 class TenantsConfig(Config):
