@@ -47,6 +47,7 @@ none): :data:`RANKING_SOURCE` says so in every output.
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import pandas as pd
@@ -123,6 +124,159 @@ def flap_plan(faults, seed: int) -> pd.DataFrame:
             for k in range(per):
                 rows.append((side, float(dur), k, float(u[k, 0]), float(u[k, 1])))
     return pd.DataFrame(rows, columns=["side", "duration_s", "draw", "u_time", "u_cable"])
+
+
+# -- static failed cables -------------------------------------------------------------------------
+def _sim(run, **options):
+    """A :class:`~trainfabric.fabric.tasks.TaskSim` of ``run``'s graph under its mode (the
+    healthy run's bin length; ``options``: ``link_up``, ``events``)."""
+    from trainfabric.fabric.iteration import make_router
+    from trainfabric.fabric.tasks import TaskSim
+
+    router = make_router(run.topo, run.mode, run.seed)
+    return TaskSim(run.topo, run.graph, router, bin_s=run.result.bin_s, **options)
+
+
+def _iteration_s(res) -> float:
+    """The iteration time of a result; ``inf`` when some task never finished (a connection
+    left without a path: the job hangs)."""
+    return float(res.makespan_s) if res.unfinished == 0 else math.inf
+
+
+def failed_iteration(run, link_up: np.ndarray):
+    """``run``'s iteration with the links ``~link_up`` down from the start (every mechanism
+    knows them): the engine's result."""
+    return _sim(run, link_up=link_up).run()
+
+
+def run_failures(run, faults, seed: int) -> pd.DataFrame:
+    """Static failed cables (module doc) for ``run`` (an
+    :class:`~trainfabric.fabric.iteration.IterationRun`, its healthy iteration): one row per
+    failed fraction x draw, with ``slowdown`` against ``run.iteration_s``. Draw ``d`` of
+    fraction ``f`` fails the cables of seed ``(seed, round(f * 1e6), d)``: the same sets in
+    every mode."""
+    base = run.iteration_s
+    rows = []
+    for frac in faults.failed_fractions:
+        for d in range(faults.failure_draws):
+            draw_seed = int(np.random.default_rng([seed, round(frac * 1e6), d]).integers(2**31))
+            up = T.fail_links(run.topo, frac, seed=draw_seed)
+            res = failed_iteration(run, up)
+            it = _iteration_s(res)
+            rows.append(
+                {
+                    "mode": run.mode,
+                    "failed_fraction": float(frac),
+                    "draw": d,
+                    "failed_cables": int((~up).sum()) // 2,
+                    "iteration_s": it,
+                    "healthy_iteration_s": base,
+                    "slowdown": it / base,
+                    "unfinished_tasks": int(res.unfinished),
+                    "sim_wall_s": float(res.wall_s),
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+# -- flaps ---------------------------------------------------------------------------------------
+def comm_intervals(run) -> np.ndarray:
+    """The healthy run's communication intervals: the union of ``[start, finish)`` of every
+    comm task with flows on the fabric."""
+    from trainfabric.fabric.taskgraph import COMM
+
+    g, res = run.graph, run.result
+    sizes = np.diff(g.set_ptr)
+    comm = np.flatnonzero(g.kind == COMM)
+    comm = comm[sizes[g.flow_set[comm]] > 0]
+    return merge_intervals(res.start_s[comm], res.finish_s[comm])
+
+
+def links_in_flight(snap, topo: T.Topology) -> np.ndarray:
+    """Mask of the directed links on which some flow in flight at the snapshot has a route
+    share (its route's group coefficients > 0)."""
+    from trainfabric.fabric import tasks_loop as L
+    from trainfabric.fabric.maxmin import link_load
+
+    st = snap.state
+    act = st["sl"][L.ACT][: st["ic"][L.M]]
+    rows = st["sl"][L.ROW][act]
+    group, weight = st["routes"][0][rows], st["routes"][1][rows]
+    load = link_load(group, weight, snap.router.groups, topo.n_links, np.ones(rows.size))
+    return load > 0
+
+
+def _draws(run, faults, seed: int) -> pd.DataFrame:
+    """The flap plan mapped onto ``run``: time ``at_s`` and ``cable`` per draw, sorted by time
+    (so that one healthy run snapshots them in order)."""
+    plan = flap_plan(faults, seed)
+    plan["at_s"] = time_in_intervals(comm_intervals(run), plan["u_time"].to_numpy())
+    cable = np.zeros(len(plan), np.int64)
+    for side in plan["side"].unique():
+        pick = (plan["side"] == side).to_numpy()
+        cands = cable_candidates(run.topo, run.result.link_bits, side)
+        if cands.size == 0:
+            raise ConfigError("faults.flap_sides", f"the job's traffic uses no {side} cable")
+        k = np.floor(plan.loc[pick, "u_cable"].to_numpy() * cands.size).astype(np.int64)
+        cable[pick] = cands[np.minimum(k, cands.size - 1)]
+    plan["cable"] = cable
+    return plan.sort_values(["at_s", "side", "duration_s", "draw"], kind="stable")
+
+
+def flap_once(run, healthy, cable: int, at_s: float, duration_s: float) -> dict:
+    """One flap of ``cable`` (both directions) at ``at_s`` for ``duration_s``, resumed from
+    ``healthy``'s snapshot at ``at_s`` (``healthy``: a :class:`~trainfabric.fabric.tasks.TaskSim`
+    of ``run`` without events, at or before ``at_s``): the row's figures (module doc)."""
+    from trainfabric.fabric.engine import LinkEvents
+    from trainfabric.fabric.taskgraph import COMM
+    from trainfabric.fabric.tasks import TaskSim
+
+    topo, res0, base = run.topo, run.result, run.iteration_s
+    links = cable_links(topo, cable)
+    snap = healthy.snapshot(at_s)
+    hit = bool(links_in_flight(snap, topo)[links].any())
+    wall0 = time.perf_counter()
+    events = LinkEvents.flap(links, at_s, at_s + duration_s)
+    res = TaskSim.resume(snap, healthy, events=events).run()
+    wall = time.perf_counter() - wall0
+    it = _iteration_s(res)
+    steps = (res0.start_s <= at_s) & (res0.finish_s > at_s) & (run.graph.kind == COMM)
+    extra = np.nan_to_num(res.finish_s[steps] - res0.finish_s[steps], nan=math.inf)
+    return {
+        "at_s": at_s,
+        "cable": int(cable),
+        "tier": T.TIER_NAMES[int(topo.link_tier[cable])],
+        "plane": int(topo.link_plane[cable]),
+        "hit": hit,
+        "reaction_s": float(np.max(healthy.router.reaction_s(links))),
+        "iteration_s": it,
+        "healthy_iteration_s": base,
+        "slowdown": it / base,
+        "iteration_stall_s": it - base,
+        "step_stall_s": float(extra.max(initial=0.0)),
+        "unfinished_tasks": int(res.unfinished),
+        "resume_wall_s": wall,
+    }
+
+
+def run_flaps(run, faults, seed: int) -> pd.DataFrame:
+    """Link flaps (module doc) during ``run``'s iteration: one row per draw, each resumed from
+    the snapshot of one healthy run at its flap time."""
+    plan = _draws(run, faults, seed)
+    healthy = _sim(run)
+    rows = []
+    for d in plan.itertuples(index=False):
+        row = flap_once(run, healthy, int(d.cable), float(d.at_s), float(d.duration_s))
+        rows.append(
+            {
+                "mode": run.mode,
+                "side": d.side,
+                "duration_s": float(d.duration_s),
+                "draw": int(d.draw),
+                **row,
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 # -- summaries ---------------------------------------------------------------------------------
