@@ -65,6 +65,7 @@ def moe_skew(config: MoeSkewConfig, seed: int) -> pd.DataFrame:
 # Experiments defined in other modules register on import; keep them reachable from here.
 from trainfabric.experiments import (  # noqa: E402, F401
     diloco_studies,
+    fabric_iteration_studies,
     fabric_studies,
     ocs_detect_studies,
     ocs_fairness_studies,
@@ -72,5 +73,6 @@ from trainfabric.experiments import (  # noqa: E402, F401
     ocs_online_studies,
     ocs_schedule_studies,
     ocs_studies,
+    studies,
     workload_studies,
 )

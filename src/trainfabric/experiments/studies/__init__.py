@@ -1,4 +1,7 @@
 """Cross-pillar studies (issue 16): each composes the pillars' public APIs into one registered
 experiment (``trainfabric experiments run NAME``); :mod:`.common` holds what they share."""
 
-from trainfabric.experiments.studies import common  # noqa: F401
+from trainfabric.experiments.studies import (  # noqa: F401
+    common,
+    sync_over_ocs,
+)

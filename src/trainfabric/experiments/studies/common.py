@@ -61,7 +61,7 @@ class FleetSettings(Config):
     regime: str = Field("bursty", description="fleet regime (trainfabric.diloco.fleet.REGIMES)")
     windows: int = Field(2000, ge=10, le=1_000_000, description="control windows of 1 s")
     policies: list[str] = Field(
-        default_factory=lambda: ["fixed_h", "adaptive_load", "wa_forecast"],
+        default_factory=lambda: ["fixed_h", "adaptive_load", "wa_forecast", NO_SYNC],
         min_length=1,
         description="sync policies (no_sync = the SLO floor, every sync removed)",
     )
