@@ -162,23 +162,29 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float, log: Path) 
     import httpx
 
     start = time.monotonic()
-    while True:
-        if proc.poll() is not None:
-            raise ServeError(
-                f"the server exited with code {proc.returncode} while starting: "
-                f"{log_tail(log)} (log: {log})"
-            )
-        try:
-            if httpx.get(f"{url}/health", timeout=2.0).status_code == 200:
-                return time.monotonic() - start
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() - start > timeout_s:
-            raise ServeError(
-                f"the server did not answer {url}/health within {timeout_s:g} s: "
-                f"{log_tail(log)} (log: {log})"
-            )
-        time.sleep(0.25)
+    with httpx.Client(timeout=2.0) as client:
+        while not _healthy(client, url):
+            if proc.poll() is not None:
+                raise ServeError(
+                    f"the server exited with code {proc.returncode} while starting: "
+                    f"{log_tail(log)} (log: {log})"
+                )
+            if time.monotonic() - start > timeout_s:
+                raise ServeError(
+                    f"the server did not answer {url}/health within {timeout_s:g} s: "
+                    f"{log_tail(log)} (log: {log})"
+                )
+            time.sleep(0.25)
+    return time.monotonic() - start
+
+
+def _healthy(client, url: str) -> bool:
+    import httpx
+
+    try:
+        return client.get(f"{url}/health").status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def stop(proc: subprocess.Popen, timeout_s: float = 20.0) -> None:

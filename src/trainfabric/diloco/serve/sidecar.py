@@ -172,6 +172,7 @@ class Sidecar:
         self._thread = threading.Thread(target=self._loop, name="sidecar", daemon=True)
         self._httpd = None
         self._metrics = _OwnMetrics()
+        self._client = None  # one HTTP client (its TLS set-up is not free), made on first use
         self.metrics_url: str | None = None
 
     # -- public --------------------------------------------------------------------------------
@@ -197,6 +198,9 @@ class Sidecar:
             self._httpd.shutdown()
             self._httpd.server_close()
             self._httpd = None
+        if self._client is not None and not self._thread.is_alive():
+            self._client.close()
+            self._client = None
 
     def __enter__(self) -> Sidecar:
         return self.start()
@@ -221,8 +225,10 @@ class Sidecar:
         """One scrape and state update; returns the delay before the next (s)."""
         import httpx
 
+        if self._client is None:
+            self._client = httpx.Client(timeout=self.cfg.timeout_s)
         try:
-            resp = httpx.get(f"{self.cfg.url}/metrics", timeout=self.cfg.timeout_s)
+            resp = self._client.get(f"{self.cfg.url}/metrics")
             if resp.status_code != 200:
                 raise MetricsError(f"HTTP {resp.status_code}")
             sample = parse_exposition(resp.text, time.monotonic())
