@@ -9,9 +9,11 @@ learner thus loses at most the steps since its last checkpoint. :meth:`TrainingR
 returns a :class:`TrainResult` and writes the run directory:
 
 * ``manifest.json`` (config, shaping with the measured mean sync time, versions, restarts),
-* ``steps.parquet`` (rank, step, t, loss, perplexity, tokens, attempt; a step redone after a
-  restart keeps its last attempt), ``syncs.parquet`` (sync, step, t_start, t_end,
-  duration_s, bytes all-reduced per learner, link_bytes moved on all links), ``evals.parquet``,
+* ``steps.parquet`` (rank, step, t, loss, perplexity, tokens, tokens_all, attempt; a step
+  redone after a restart keeps its last attempt), ``syncs.parquet`` (sync, step, t_start,
+  t_end, duration_s, h, tokens_all, bytes all-reduced per learner, link_bytes: the bytes all
+  learners' veths sent plus received during the sync, from the interface counters),
+  ``evals.parquet``,
 * ``result.json`` (the :class:`TrainResult`).
 """
 
@@ -80,9 +82,8 @@ class TrainingRun:
         self.restarts: list[Restart] = []
         self.done: dict | None = None
         self.error: BaseException | None = None
-        self.in_sync = False
         self._ckpt_done = 0.0
-        self._link0: list[tuple[int, int]] | None = None
+        self._link0: tuple[tuple[int, int], ...] | None = None
         self.thread = threading.Thread(target=self._supervise, daemon=True)
 
     # ---- public views for the controller / telemetry ----------------------------------
@@ -222,11 +223,10 @@ class TrainingRun:
             body["link_time"] = time.time()
             self.conn.send(bool(self.controller.decide(Progress(**body))))
         elif kind == "sync_start":
-            self.in_sync = True
-            self._link0 = self.link_bytes()
+            self._link0 = self.net.dev_bytes() if self.net is not None else None
+            self.conn.send(True)
         elif kind == "sync_end":
-            self.in_sync = False
-            after = self.link_bytes()
+            after = self.net.dev_bytes() if self.net is not None else None
             if after is not None and self._link0 is not None:
                 body["link_bytes"] = sum(
                     a[0] - b[0] + a[1] - b[1] for a, b in zip(after, self._link0, strict=True)

@@ -239,10 +239,16 @@ class Learner:
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)
 
     def sync(self) -> None:
+        """One DiLoCo sync. With several learners it is fenced by two barriers so that the
+        launcher's link counters (read when rank 0 announces the sync and after it) bracket
+        exactly this sync's traffic; its duration runs from the first fence to the second."""
         c = self.c
         self.set_status(2, 1)
         if self.rank == 0:
-            self.conn.send(("sync_start", {"step": c["step"], "t": time.time()}))
+            self.conn.send(("sync_start", {"step": c["step"]}))
+            self.conn.recv()  # the launcher has read the counters
+        if self.world > 1:
+            dist.barrier()
         t0 = time.time()
         nbytes = outer_step(
             self.glob,
@@ -252,6 +258,8 @@ class Learner:
             self.world,
             self.cfg.bucket_mb * 1e6,
         )
+        if self.world > 1:
+            dist.barrier()
         t1 = time.time()
         self.set_status(2, 0)
         if self.cfg.reset_inner_optimizer:
