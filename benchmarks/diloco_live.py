@@ -1,7 +1,7 @@
 """DiLoCo live: real learners + a real vLLM server + Azure-trace replay on this machine's cores.
 
-Per seed (``--quick``: 2 seeds of 45 s, trace segments 4 and 5 — the first two of 45 s after
-the trace's quiet start; full: 10 seeds of 120 s from segment 0), the headline policy
+Per seed (``--quick``: 2 seeds of 45 s, trace segments 10 and 11 at 0.4 x the trace's rate;
+full: 10 seeds of 120 s from segment 22; see :mod:`trainfabric.diloco.live`), the headline policy
 ``wa_forecast``, its matched-random control (same sync count, uniform schedule under the
 guards) and the no-sync load match, each a real run: two DiLoCo learner processes (0.83 M
 parameters, inner AdamW, gloo all-reduce of the pseudo-gradients over 10 Mbit/s tbf-shaped

@@ -17,13 +17,17 @@ and, by nonlinear least squares over every eval point of every run,
 (``h_i``: inner steps of the interval closed by sync ``i``), i.e. the simulator's effective-token
 model with the loss curve's constants ``E, B, β`` free (the simulator's Chinchilla constants
 are for large models; the fitted curve is reported beside them). ``drift_steps`` is only
-identified when the runs' intervals differ: its standard error says how well.
+identified when the runs' intervals differ: when its fit ends at a bound or has no standard
+error it is reported as not identified and the simulator keeps its default.
 
 **Interference** (:class:`~.serving.ServingModel`): a request's TPOT is its decode time per
 token, ``TPOT_i = (decode_base_s + decode_per_seq_s · n_i) · (1 + interference · s_i)``, with
 ``n_i`` the mean number of requests decoding while it decoded and ``s_i`` the share of its
 decode time inside syncs (both integrated exactly from the tables); fitted by nonlinear least
-squares. ``prefill_s_per_token`` = least squares through the origin of TTFT on prompt length
+squares with ``interference`` in ``[-0.99, 100]``: a negative value (serving *faster* during
+syncs, e.g. when the learners wait on the network and free the cores) is reported as
+``interference_raw`` and written as 0, the simulator's floor.
+``prefill_s_per_token`` = least squares through the origin of TTFT on prompt length
 over the requests that arrived at an idle server outside syncs (no queueing).
 
 **Sync durations**: the measured ``end_s − start_s`` of every sync, as samples.
@@ -35,11 +39,12 @@ The result is a JSON file with a ``fleet`` section that validates as the simulat
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy.optimize import curve_fit
+from scipy.optimize import OptimizeWarning, curve_fit
 
 from trainfabric.errors import ConfigError
 
@@ -131,14 +136,18 @@ def fit_progress(runs: list[dict], tokens_per_step: float) -> dict:
     lower = [0.0, -50.0, 1e-3, np.log(1.0)]
     upper = [float(y.min()), 50.0, 3.0, np.log(1e9)]
     p0 = np.clip(p0, np.add(lower, 1e-6), np.subtract(upper, 1e-6))
-    popt, pcov = curve_fit(model, None, y, p0=p0, bounds=(lower, upper), maxfev=20_000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OptimizeWarning)
+        popt, pcov = curve_fit(model, None, y, p0=p0, bounds=(lower, upper), maxfev=20_000)
     se = np.sqrt(np.clip(np.diag(pcov), 0.0, None)) if np.all(np.isfinite(pcov)) else None
     resid = y - model(None, *popt)
+    at_bound = not lower[3] + 1e-3 < popt[3] < upper[3] - 1e-3
     return {
         "E": float(popt[0]),
         "B": float(np.exp(popt[1])),
         "beta": float(popt[2]),
         "drift_steps": float(np.exp(popt[3])),
+        "drift_identified": bool(se is not None and np.isfinite(se[3]) and not at_bound),
         "log_drift_steps_se": float(se[3]) if se is not None else None,
         "rmse": float(np.sqrt(np.mean(resid**2))),
         "points": int(y.size),
@@ -164,14 +173,18 @@ def fit_decode(req: pd.DataFrame, syncs: pd.DataFrame) -> dict:
         return (base + per_seq * x[0]) * (1.0 + interference * x[1])
 
     p0 = [float(np.median(y)), 0.0, 0.0]
-    popt, _ = curve_fit(
-        model, np.vstack([n, s]), y, p0=p0, bounds=([1e-9, 0.0, 0.0], [10.0, 10.0, 100.0])
-    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OptimizeWarning)
+        popt, _ = curve_fit(
+            model, np.vstack([n, s]), y, p0=p0, bounds=([1e-9, 0.0, -0.99], [10.0, 10.0, 100.0])
+        )
     identified = bool(np.ptp(s) > 0)
+    raw = float(popt[2]) if identified else 0.0
     return {
         "decode_base_s": float(popt[0]),
         "decode_per_seq_s": float(popt[1]),
-        "interference": float(popt[2]) if identified else 0.0,
+        "interference": max(raw, 0.0),
+        "interference_raw": raw,
         "interference_identified": identified,
         "requests": int(y.size),
         "requests_in_sync": int((s > 0).sum()),
@@ -222,12 +235,10 @@ def calibrate(run_dirs: list[str | Path]) -> dict:
     }
     fleet = {
         "serving": serving,
-        "progress": {
-            "steps_per_s": steps_per_s,
-            "tokens_per_step": tokens_per_step,
-            "drift_steps": progress["drift_steps"],
-        },
+        "progress": {"steps_per_s": steps_per_s, "tokens_per_step": tokens_per_step},
     }
+    if progress["drift_identified"]:  # else the simulator's default stays (module doc)
+        fleet["progress"]["drift_steps"] = progress["drift_steps"]
     validate(FleetConfig, fleet, prefix="fleet.")
     return {
         "fleet": fleet,

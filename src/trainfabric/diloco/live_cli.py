@@ -36,7 +36,8 @@ def live_cmd(
         typer.Option(help="Policy to run (repeatable; the first is the headline) [wa_forecast]."),
     ] = None,
     seed: Annotated[
-        int | None, typer.Option(min=0, max=10_000, help="First seed (trace segment) [0; quick 4].")
+        int | None,
+        typer.Option(min=0, max=10_000, help="First seed (segment) [22; quick 10]."),
     ] = None,
     seeds: Annotated[
         int | None, typer.Option(min=1, max=1000, help="Paired seeds [10; quick 2].")
@@ -49,8 +50,9 @@ def live_cmd(
         typer.Option(help="Replay seconds per run [120; quick 45].", callback=finite(ge=10)),
     ] = None,
     rate_scale: Annotated[
-        float, typer.Option(help="x the trace's own request rate.", callback=finite(gt=0, le=100))
-    ] = 1.0,
+        float | None,
+        typer.Option(help="x the trace's own request rate [0.4].", callback=finite(gt=0, le=100)),
+    ] = None,
     learners: Annotated[int, typer.Option(min=2, max=16, help="DiLoCo learners.")] = 2,
     shaping_mbit: Annotated[
         float,
@@ -67,7 +69,9 @@ def live_cmd(
     from trainfabric.diloco.live import LiveConfig, check_config, quick_config, run_to_dir
 
     base = quick_config() if quick else LiveConfig()
-    update = {"policies": policy or base.policies, "rate_scale": rate_scale}
+    update = {"policies": policy or base.policies}
+    if rate_scale is not None:
+        update["rate_scale"] = rate_scale
     update |= {"learners": learners, "shaping_mbit": shaping_mbit, "server": server}
     if seed is not None:
         update["seed0"] = seed

@@ -155,3 +155,10 @@ def test_calibrate_writes_a_fleet_config(tmp_path):
 def test_calibrate_refuses_a_directory_without_tables(tmp_path):
     with pytest.raises(ConfigError, match="RUN_DIRS.*requests.parquet"):
         C.calibrate([tmp_path])
+
+
+def test_fit_decode_reports_a_speed_up_during_syncs_and_floors_it():
+    req, syncs = _serving_run(np.random.default_rng(3), interference=-0.3)
+    fit = C.fit_decode(req, syncs)
+    assert fit["interference_raw"] == pytest.approx(-0.3, abs=0.03)
+    assert fit["interference"] == 0.0

@@ -13,7 +13,7 @@ from trainfabric.errors import ConfigError
 
 
 def test_segments_are_disjoint_and_start_at_zero():
-    cfg = L.LiveConfig(duration_s=60.0)
+    cfg = L.LiveConfig(duration_s=60.0, rate_scale=1.0)
     a, b = L.segment(cfg, 3), L.segment(cfg, 4)
     assert a.n and b.n and a.arrival_s[0] == 0.0 and b.arrival_s[0] == 0.0
     assert a.arrival_s.max() < 60.0 and b.arrival_s.max() < 60.0
@@ -25,7 +25,9 @@ def test_segments_are_disjoint_and_start_at_zero():
 
 def test_too_many_seeds_name_the_field():
     with pytest.raises(ConfigError, match="seeds"):
-        L.check_config(L.LiveConfig(duration_s=600.0, seeds=10))
+        L.check_config(L.LiveConfig(duration_s=600.0, seeds=10, seed0=0, rate_scale=1.0))
+    L.check_config(L.LiveConfig())  # the defaults run
+    assert all(L.segment(L.LiveConfig(), s).n > 0 for s in range(22, 32))  # no empty segment
     with pytest.raises(ConfigError, match="policy"):
         L.check_config(L.LiveConfig(policies=["wa_calibrated"]))
 
@@ -140,7 +142,8 @@ def test_analyse_pairs_policy_with_its_matched_random():
 
 
 def test_twin_runs_the_simulator_on_the_live_segments():
-    cfg = L.LiveConfig(policies=["fixed_h"], duration_s=60.0, seeds=2, seed0=3, sim_draws=3)
+    cfg = L.LiveConfig(policies=["fixed_h"], duration_s=60.0, seeds=2, seed0=3, sim_draws=3,
+                       rate_scale=1.0)  # fmt: skip
     cal = {
         "fleet": {
             "serving": {
