@@ -49,7 +49,10 @@ def _max_diff(run_dir, ref):
     return out
 
 
-@pytest.mark.parametrize(("dtype", "tol"), [("float64", 1e-12), ("float32", 1e-6)])
+@pytest.mark.parametrize(
+    ("dtype", "tol"),
+    [("float64", 1e-12), pytest.param("float32", 1e-6, marks=pytest.mark.slow)],
+)
 def test_h1_sgd_equals_data_parallel_sgd(tmp_path, dtype, tol):
     cfg = tiny_config(inner="sgd", inner_lr=0.5, outer_lr=1.0, outer_momentum=0.0, dtype=dtype)
     res = train(cfg, tmp_path)
