@@ -89,6 +89,44 @@ def fleet_seeds(settings: FleetSettings, seed: int) -> np.ndarray:
     return seed * settings.fleet_seeds + np.arange(settings.fleet_seeds, dtype=np.int64)
 
 
+def fleet_context(settings: FleetSettings, progress: ProgressModel | None = None):
+    """``(fleet, regime)`` of ``settings``: the fleet config (``progress`` replacing its
+    inner-step model when given) and the regime with the study's sync model (module doc)."""
+    fleet = FleetConfig(windows=settings.windows)
+    if progress is not None:
+        fleet = fleet.model_copy(update={"progress": progress})
+    regime = get_regime(settings.regime).model_copy(
+        update={"sync": SyncModel(params=settings.params, islands=settings.islands)}
+    )
+    return fleet, regime
+
+
+def fleet_simulation(
+    settings: FleetSettings,
+    sync_seconds,
+    seed: int,
+    progress: ProgressModel | None = None,
+) -> tuple[pd.DataFrame, np.ndarray]:
+    """:func:`fleet_runs` and the windows where each run started a sync (bool
+    ``[rows, windows]``, the table's row order; all False for ``no_sync``)."""
+    fleet, regime = fleet_context(settings, progress)
+    seeds = fleet_seeds(settings, seed)
+    durations = SyncDurations(samples=np.atleast_1d(np.asarray(sync_seconds, float)))
+    syncing = [p for p in settings.policies if p != NO_SYNC]
+    tables, starts = [], []
+    if syncing:
+        blocks = [Block(make_policy(p), seeds) for p in syncing]
+        res = simulate(fleet, regime, blocks, durations=durations)
+        tables.append(res.table)
+        starts.append(res.sync_started)
+    if NO_SYNC in settings.policies:
+        floor = simulate(fleet, regime, [Block(make_policy("fixed_h"), seeds)], sync=False)
+        tables.append(floor.table.assign(policy=NO_SYNC))
+        starts.append(np.zeros_like(floor.sync_started))
+    runs = tidy(pd.concat(tables, ignore_index=True), fleet, settings.params)
+    return runs, np.concatenate(starts)
+
+
 def fleet_runs(
     settings: FleetSettings,
     sync_seconds,
@@ -100,30 +138,17 @@ def fleet_runs(
     doc. ``progress`` replaces the fleet's inner-step model (e.g. ``steps_per_s`` from a
     measured iteration time). Columns: ``policy``, ``fleet_seed`` and :data:`RUN_COLUMNS`;
     rows in the order of ``settings.policies`` without ``no_sync``, then ``no_sync``."""
-    fleet = FleetConfig(windows=settings.windows)
-    if progress is not None:
-        fleet = fleet.model_copy(update={"progress": progress})
-    regime = get_regime(settings.regime)
-    regime = regime.model_copy(
-        update={"sync": SyncModel(params=settings.params, islands=settings.islands)}
-    )
-    seeds = fleet_seeds(settings, seed)
-    durations = SyncDurations(samples=np.atleast_1d(np.asarray(sync_seconds, float)))
-    syncing = [p for p in settings.policies if p != NO_SYNC]
-    tables = []
-    if syncing:
-        blocks = [Block(make_policy(p), seeds) for p in syncing]
-        tables.append(simulate(fleet, regime, blocks, durations=durations).table)
-    if NO_SYNC in settings.policies:
-        floor = simulate(fleet, regime, [Block(make_policy("fixed_h"), seeds)], sync=False)
-        tables.append(floor.table.assign(policy=NO_SYNC))
-    runs = pd.concat(tables, ignore_index=True).rename(
-        columns={"seed": "fleet_seed", "final_loss": "loss_equal_wallclock"}
-    )
+    return fleet_simulation(settings, sync_seconds, seed, progress)[0]
+
+
+def tidy(table: pd.DataFrame, fleet: FleetConfig, params: float) -> pd.DataFrame:
+    """The simulator's run table as ``policy``, ``fleet_seed`` and :data:`RUN_COLUMNS`
+    (``final_loss`` renamed ``loss_equal_wallclock``, ``loss_equal_tokens`` added)."""
+    runs = table.rename(columns={"seed": "fleet_seed", "final_loss": "loss_equal_wallclock"})
     prog = fleet.progress
     t_ref = fleet.horizon_s * prog.steps_per_s * prog.tokens_per_step
     share = runs["effective_tokens"] / runs["tokens_trained"]
-    runs["loss_equal_tokens"] = prog.loss(t_ref * share.to_numpy(), settings.params)
+    runs["loss_equal_tokens"] = prog.loss(t_ref * share.to_numpy(), params)
     return runs[["policy", "fleet_seed", *RUN_COLUMNS]].reset_index(drop=True)
 
 
