@@ -43,7 +43,7 @@ def test_every_request_exactly_once_with_ttft_from_first_token(script_server):
     # (upper bounds on medians only: a loaded 2-core machine delays some tokens)
     assert t["ttft_s"].min() >= 0.15 and t["ttft_s"].median() < 0.15 + 0.1
     many = t["output_tokens"] > 1
-    assert t.loc[many, "tpot_s"].min() >= 0.02 and t.loc[many, "tpot_s"].median() < 0.03 + 0.03
+    assert 0.025 <= t.loc[many, "tpot_s"].median() < 0.03 + 0.03
     assert t["ttft_violated"].all() and not t["tpot_violated"].any()  # TTFT SLO 0.1 s < 0.15
     assert res.summary["slo_violation_rate"] == 1.0 and res.summary["completed"] == trace.n
     assert res.windows["requests"].sum() == trace.n == res.windows["violated"].sum()
