@@ -3,5 +3,6 @@ experiment (``trainfabric experiments run NAME``); :mod:`.common` holds what the
 
 from trainfabric.experiments.studies import (  # noqa: F401
     common,
+    rewire_or_defer,
     sync_over_ocs,
 )
