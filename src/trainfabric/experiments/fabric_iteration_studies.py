@@ -1,8 +1,8 @@
 """Figures of a training iteration on the fabric (the ``iteration`` scenario's tables).
 
-* the critical path as a Gantt chart: the collectives (phase groups) of the iteration as bars
-  over time, one row per phase kind, over the compute-only critical path; the groups the
-  critical path walks through are drawn solid, the others hollow;
+* the critical path as a Gantt chart: its compute stretches and the collectives it waits for,
+  one lane per category (compute, PP, DP, EP, other); and every collective (phase group) of the
+  iteration, one lane per category, solid where the critical path walks through it;
 * link utilisation over time per tier and plane (bits carried per bin over capacity x bin);
 * slowdown distributions per load-balancing mode: static failed cables (per draw) and link
   flaps (per flap duration and side, as empirical CDFs), each against 1 (no slowdown).
@@ -22,6 +22,7 @@ from trainfabric.runs.report_figures import legend_outside, line_style
 
 COLLECTIVES_STEM = "fabric_iteration_collectives"
 UTILISATION_STEM = "fabric_iteration_utilisation"
+CRITICAL_STEM = "fabric_iteration_critical"
 KIND_ORDER = ("PP", "DP", "EP", "other")
 
 
@@ -50,20 +51,15 @@ def _one_run(table: pd.DataFrame) -> tuple[pd.DataFrame, str]:
     return rows, ", ".join(label)
 
 
-def gantt_figures(table: pd.DataFrame) -> list[Figure]:
-    """Collectives over time, one row per phase kind; critical ones solid (module doc)."""
-    if not {"kind", "start_s", "finish_s"} <= set(table.columns) or table.empty:
-        return []
-    rows, label = _one_run(table)
-    kinds = [k for k in KIND_ORDER if k in set(rows["kind"])]
-    kinds += [k for k in dict.fromkeys(rows["kind"]) if k not in kinds]
-    fig, ax = _grid(1, 1, 11.0, 0.9 + 0.6 * len(kinds) + 0.6)
-    ax = ax[0, 0]
-    critical = rows["critical"].to_numpy(bool) if "critical" in rows.columns else None
-    for i, kind in enumerate(kinds):
-        mine = (rows["kind"] == kind).to_numpy()
-        for solid in (False, True):
-            pick = mine & ((critical == solid) if critical is not None else solid)
+def _lanes(ax, rows: pd.DataFrame, lane: str, solid: np.ndarray | None, order) -> list:
+    """Bars ``[start_s, finish_s)`` of ``rows``, one lane per value of ``lane`` (``order``
+    first); hollow where ``solid`` is False."""
+    names = [k for k in order if k in set(rows[lane])]
+    names += [k for k in dict.fromkeys(rows[lane]) if k not in names]
+    for i, name in enumerate(names):
+        mine = (rows[lane] == name).to_numpy()
+        for fill in (False, True):
+            pick = mine & (solid == fill if solid is not None else fill)
             if not pick.any():
                 continue
             part = rows[pick]
@@ -71,19 +67,46 @@ def gantt_figures(table: pd.DataFrame) -> list[Figure]:
             ax.broken_barh(
                 spans,
                 (i - 0.35, 0.7),
-                facecolors=f"C{i}" if solid else "none",
+                facecolors=f"C{i}" if fill else "none",
                 edgecolors=f"C{i}",
                 linewidth=0.6,
-                label=f"{kind} (critical)" if solid and critical is not None else kind,
+                label=f"{name} (on the critical path)" if fill and solid is not None else name,
             )
-    if "compute_only_s" in rows.columns:
-        cp = float(rows["compute_only_s"].iloc[0])
-        ax.axvline(cp, color="k", ls=":", lw=1, label=f"compute-only critical path {cp:.3g} s")
-    if "iteration_s" in rows.columns:
-        it = float(rows["iteration_s"].iloc[0])
-        ax.axvline(it, color="k", ls="-", lw=1, label=f"iteration {it:.3g} s")
-    ax.set_yticks(range(len(kinds)), kinds)
-    ax.set(xlabel="time (s)", title=f"Collectives of one iteration ({label})")
+    ax.set_yticks(range(len(names)), names)
+    return names
+
+
+def gantt_figures(table: pd.DataFrame) -> list[Figure]:
+    """Every collective (phase group) of the iteration over time, one lane per category
+    (PP, DP, EP, other); those the critical path walks through solid, the others hollow."""
+    if not {"start_s", "finish_s"} <= set(table.columns) or table.empty:
+        return []
+    rows, label = _one_run(table)
+    lane = "category" if "category" in rows.columns else "kind"
+    solid = rows["on_critical_path"].to_numpy(bool) if "on_critical_path" in rows else None
+    fig, ax = _grid(1, 1, 11.0, 1.2 + 0.5 * rows[lane].nunique())
+    _lanes(ax[0, 0], rows, lane, solid, KIND_ORDER)
+    ax[0, 0].set(xlabel="time (s)", title=f"Collectives of one iteration ({label})")
+    legend_outside(fig)
+    return [fig]
+
+
+def critical_figures(table: pd.DataFrame) -> list[Figure]:
+    """The critical path as a Gantt chart: its compute stretches and the collectives it waits
+    for, one lane per category (compute at the bottom), over the iteration."""
+    if not {"start_s", "finish_s", "category"} <= set(table.columns) or table.empty:
+        return []
+    rows, label = _one_run(table)
+    fig, ax = _grid(1, 1, 11.0, 1.2 + 0.5 * rows["category"].nunique())
+    ax = ax[0, 0]
+    _lanes(ax, rows, "category", None, ("compute", *KIND_ORDER))
+    comm = rows[rows["category"] != "compute"]
+    exposed = float((comm["finish_s"] - comm["start_s"]).sum())
+    total = float(rows["finish_s"].max() - rows["start_s"].min())
+    ax.set(
+        xlabel="time (s)",
+        title=f"Critical path ({label}): {total:.4g} s, of which communication {exposed:.4g} s",
+    )
     legend_outside(fig)
     return [fig]
 
@@ -152,8 +175,7 @@ def flaps_figures(table: pd.DataFrame) -> list[Figure]:
                 if v.size:
                     _ecdf(ax, v, mode, i)
             ax.set(
-                xscale="log",
-                xlabel="iteration slowdown (x healthy)",
+                xlabel="iteration time / healthy iteration time",
                 ylabel="share of draws",
                 title=f"{side} flap, {dur * 1e3:g} ms",
             )
@@ -162,6 +184,7 @@ def flaps_figures(table: pd.DataFrame) -> list[Figure]:
 
 
 FIGURES[COLLECTIVES_STEM] = gantt_figures
+FIGURES[CRITICAL_STEM] = critical_figures
 FIGURES[UTILISATION_STEM] = utilisation_figures
 FIGURES[IF.FAILURES_STEM] = failures_figures
 FIGURES[IF.FLAPS_STEM] = flaps_figures
