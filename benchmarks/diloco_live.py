@@ -34,9 +34,7 @@ def main() -> None:
     from trainfabric.diloco.live import LiveConfig, quick_config, run_to_dir
     from trainfabric.io import prepare_dir
 
-    cfg = (
-        quick_config(seed0=4, server=args.server) if args.quick else LiveConfig(server=args.server)
-    )
+    cfg = quick_config(server=args.server) if args.quick else LiveConfig(server=args.server)
     res = run_to_dir(cfg, prepare_dir(args.run_dir), console=Console(stderr=True))
     lead = res["policies"][res["policy"]]
     emit(

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -413,6 +414,8 @@ def run_once(
     ctl = Never() if never else LiveController(policy, signals, arrivals, cfg, seed, schedule)
     ctl.report = sidecar.record_decision
     tcfg = train_config(cfg, seed, max_seconds=cfg.duration_s + 900.0, final_sync=True)
+    if (run_dir / "train").exists():  # a rerun into the same directory starts afresh
+        shutil.rmtree(run_dir / "train")  # (the learners would resume its checkpoints)
     with sidecar:
         run = start(tcfg, run_dir / "train", ctl)
         box["run"], box["net"] = run, _network_signal(run, cfg.shaping_mbit * 1e6)
