@@ -385,3 +385,31 @@ def test_iteration_scenario_runs_into_a_run_directory(tmp_path):
     bad = {"kind": "iteration", "workload": {"name": "llama3-70b", "pods": 6}}
     with pytest.raises(Exception, match="workload.pods"):
         S.run_scenario(S.parse_scenario(bad))
+
+
+# -- packet engine --------------------------------------------------------------------------------
+def test_dag_flow_table_reproduces_the_task_engine():
+    """The DAG as a flow table (compute as delays, relays for unequal ones) gives the task
+    engine's iteration on the flow engine, for PP x DP x EP jobs, to the relays' few us."""
+    from trainfabric.fabric.engine import simulate
+
+    for name, pods, layers in [("llama3-70b", 8, 4), ("hybrid", 4, 4), ("deepseek-v3", 4, 4)]:
+        loaded = I.load_job(name, pods=pods, layers=layers)
+        topo = _fabric(8 * pods, radix=64, planes=2)
+        jh = I.JobOnHosts(loaded, np.arange(pods), channels=1)
+        table, node = I.dag_flow_table(jh, topo)
+        flow = simulate(topo, table, I.make_router(topo, "spray"))
+        got = I._table_end(loaded.dag, flow.finish_s, node)
+        assert got == pytest.approx(I.run_iteration(jh, topo, "spray").iteration_s, rel=1e-6)
+
+
+def test_packet_engine_runs_a_small_iteration():
+    """A PP2 x DP2 x TP8 job (2 layers, small width) on the packet engine: every flow
+    finishes, and its iteration is within 30% of the flow engine's on the same table."""
+    job = _job(layers=2, hidden=512, tp=8, pp=2, dp=2, pods=4, micro_batches=2)
+    jh = I.JobOnHosts(_loaded(job), np.arange(4), channels=1)
+    topo = _fabric(32, radix=16, planes=2)
+    res = I.packet_iteration(jh, topo, "spray")
+    assert res["unfinished_flows"] == 0
+    assert res["flow_table_s"] == pytest.approx(res["task_engine_s"], rel=1e-3)
+    assert res["packet_s"] == pytest.approx(res["flow_table_s"], rel=0.3)
