@@ -427,6 +427,7 @@ class TaskSim:
             DONE_RTOL,
             1e-9,
             float(tau),
+            self._single_links(),
         )
         if out[-1]:
             raise ValueError("a flow in flight crosses no link")
@@ -539,6 +540,7 @@ class TaskSim:
                 -1.0 if self.router.flowlet_gap_s is None else float(self.router.flowlet_gap_s),
                 self.bin_s,
                 self.reuse,
+                self._single_links(),
             ),
             (s["rp_seg_t"], s["rp_seg_b"]),
         )
@@ -554,6 +556,12 @@ class TaskSim:
         elif status == L.UNCONSTRAINED:
             raise ValueError("a flow in flight crosses no link")
         return int(status)
+
+    def _single_links(self) -> bool:
+        """Every route slot is one link (single-path modes): rates can be re-solved per
+        connected component of the flows in flight."""
+        R = self.s["R"]
+        return bool(R == 0 or self.s["routes"][0][:R].max() < self.router.groups.offset)
 
     def _drive(self, until_s: float, advance: bool) -> None:
         wall0 = time.perf_counter()

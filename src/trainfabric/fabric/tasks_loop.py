@@ -27,6 +27,7 @@ import numba
 import numpy as np
 
 from trainfabric.fabric.engine_loop import _heap_pop, _heap_push, _rebuild, _solve
+from trainfabric.fabric.maxmin import _heap_remove, _heap_set, _sift
 
 COMM = 1
 DONE, UNTIL, NEED_ROUTES, UNCONSTRAINED, FRESH, MATERIALIZE = range(6)
@@ -249,7 +250,7 @@ def run_loop(graph, tstate, heap, conn, routes, sl, bins, ic, fc, need, groups, 
     conn_row, idle, flowlet = conn
     rsg, rsw, rlost, rhops, rcls, rclw, rbits = routes
     cap, g_off, g_ptr, g_link, g_coef = groups
-    hop_s, until_s, advance, batch_rtol, done_rtol, rtol, gap, bin_s, memo = params
+    hop_s, until_s, advance, batch_rtol, done_rtol, rtol, gap, bin_s, memo, local = params
     rp_seg_t, rp_seg_b = replay
     n = kind.size
     K = rsg.shape[1]
@@ -267,6 +268,16 @@ def run_loop(graph, tstate, heap, conn, routes, sl, bins, ic, fc, need, groups, 
     joined = False  # flows joined since the last rate step of this call
     stale = True  # the rates must be solved again (flows joined or left, or a new call)
     rate = np.zeros(0)
+    # component-local solves (single-link routes): rates per slot, components per slot
+    n_links = cap.size
+    srate = np.zeros(S)
+    comp = np.zeros(S, np.int64)
+    parent = np.zeros(S, np.int64)
+    dirty = np.zeros(S, np.bool_)
+    owner = np.full(n_links, -1, np.int64)
+    lmap = np.full(n_links, -1, np.int64)
+    fl = np.empty(S, np.int64)
+    all_dirty = True
     seg_c = np.zeros(C)
     t = fc[0]
     while True:
@@ -291,7 +302,12 @@ def run_loop(graph, tstate, heap, conn, routes, sl, bins, ic, fc, need, groups, 
                         sl[FREE][ic[NFREE]] = q
                         ic[NFREE] += 1
                     bpos = np.full(S, -1, np.int64)
-                    rebuild = True
+                    srate = np.zeros(S)
+                    comp = np.zeros(S, np.int64)
+                    parent = np.zeros(S, np.int64)
+                    dirty = np.zeros(S, np.bool_)
+                    fl = np.empty(S, np.int64)
+                    rebuild = all_dirty = True
                 n_need = 0
                 for q in range(lo, hi):
                     c = flow_conn[q]
@@ -333,7 +349,7 @@ def run_loop(graph, tstate, heap, conn, routes, sl, bins, ic, fc, need, groups, 
                 arrive,
                 ic,
             ):
-                rebuild = joined = stale = True
+                rebuild = joined = stale = all_dirty = True
             if left[i] == 0:
                 ic[HSIZE] = _heap_push(ht, hs, hf, ic[HSIZE], arrive[i], ic[HSEQ], i + n)
                 ic[HSEQ] += 1
@@ -356,11 +372,23 @@ def run_loop(graph, tstate, heap, conn, routes, sl, bins, ic, fc, need, groups, 
                 proj[j] = sl[RP_EVENT][act[j]]
                 t1 = min(t1, proj[j])
         else:
-            if stale:  # else only timers fired since the last solve: the same rates
-                rate = np.zeros(m)
+            if stale and m > 0:  # else only timers fired since the last solve: same rates
                 stale = False
-                if m > 0:
-                    ic[SOLVES] += 1
+                ic[SOLVES] += 1
+                if local:  # re-solve only the components that changed
+                    if all_dirty:
+                        components(act, m, sl[ROW], rsg, rsw, parent, owner, comp)
+                    nf = 0
+                    for j in range(m):
+                        f = act[j]
+                        if all_dirty or dirty[comp[f]]:
+                            fl[nf] = f
+                            nf += 1
+                    for j in range(nf):
+                        dirty[comp[fl[j]]] = False
+                    all_dirty = False
+                    bad = fill_local(fl, nf, sl[ROW], rsg, rsw, sl[LOST], cap, lmap, rtol, srate)
+                else:
                     if rebuild:
                         if bsg.shape[0] < m:
                             bsg = np.empty((2 * m, K), np.int64)
@@ -386,12 +414,14 @@ def run_loop(graph, tstate, heap, conn, routes, sl, bins, ic, fc, need, groups, 
                         members,
                         rtol,
                     )
-                    if bad:
-                        fc[0] = t
-                        return UNCONSTRAINED, sl, bins
+                    for j in range(m):
+                        srate[act[j]] = rate[j]
+                if bad:
+                    fc[0] = t
+                    return UNCONSTRAINED, sl, bins
             for j in range(m):
                 f = act[j]
-                gp[j] = rate[j] * (1.0 - sl[LOST][f])
+                gp[j] = srate[f] * (1.0 - sl[LOST][f])
                 proj[j] = t + sl[REM][f] / gp[j] if gp[j] > 0 else np.inf
                 t1 = min(t1, proj[j])
         # -- 3. next event
@@ -431,7 +461,7 @@ def run_loop(graph, tstate, heap, conn, routes, sl, bins, ic, fc, need, groups, 
                     sl[REM][f] -= gp[j] * busy
                     sl[DELIV][f] += gp[j] * busy
                     r = sl[ROW][f]
-                    sent = rate[j] * busy
+                    sent = srate[f] * busy
                     rbits[r] += sent
                     for w in range(W):
                         c = rcls[r, w]
@@ -478,6 +508,7 @@ def run_loop(graph, tstate, heap, conn, routes, sl, bins, ic, fc, need, groups, 
                 )
                 ic[RP_LEFT] -= 1
             else:
+                dirty[comp[f]] = True
                 _complete(
                     f,
                     min(proj[j], t),
@@ -546,7 +577,9 @@ def class_rows(group, weight, g_off, link_class, gptr, gc, gv, n_cls):
 
 
 @numba.njit(cache=True)
-def evolve(rows, wire, lost, rsg, rsw, rcls, rclw, n_cls, groups, batch_rtol, done_rtol, rtol, tau):
+def evolve(
+    rows, wire, lost, rsg, rsw, rcls, rclw, n_cls, groups, batch_rtol, done_rtol, rtol, tau, local
+):
     """The flows ``rows``/``wire`` (route rows, wire bits), all starting at offset 0 with
     nothing else in flight, run alone until they all sent their last bit (``tau = inf``) or
     until ``tau``: the same rate / next-event / advance / completion statements as
@@ -576,11 +609,49 @@ def evolve(rows, wire, lost, rsg, rsw, rcls, rclw, n_cls, groups, batch_rtol, do
     t = 0.0
     events = 0
     solves = 0
+    srate = np.zeros(m0)
+    comp = np.zeros(m0, np.int64)
+    parent = np.zeros(m0, np.int64)
+    dirty = np.zeros(m0, np.bool_)
+    fl = np.empty(m0, np.int64)
+    if local:
+        owner = np.full(cap.size, -1, np.int64)
+        components(act, m, rows, rsg, rsw, parent, owner, comp)
+        dirty[:] = True
+    lmap = np.full(cap.size if local else 0, -1, np.int64)
     while m > 0:
         solves += 1
-        rate, bad = _solve(
-            act, m, lost, cap, g_off, g_ptr, g_link, g_coef, bsg, bsw, nb, bpos, mptr, members, rtol
-        )
+        if local:  # only the components that lost a flow
+            nf = 0
+            for j in range(m):
+                f = act[j]
+                if dirty[comp[f]]:
+                    fl[nf] = f
+                    nf += 1
+            for j in range(nf):
+                dirty[comp[fl[j]]] = False
+            bad = fill_local(fl, nf, rows, rsg, rsw, lost, cap, lmap, rtol, srate)
+            rate = np.empty(m)
+            for j in range(m):
+                rate[j] = srate[act[j]]
+        else:
+            rate, bad = _solve(
+                act,
+                m,
+                lost,
+                cap,
+                g_off,
+                g_ptr,
+                g_link,
+                g_coef,
+                bsg,
+                bsw,
+                nb,
+                bpos,
+                mptr,
+                members,
+                rtol,
+            )
         if bad:
             return (
                 event_t,
@@ -642,6 +713,7 @@ def evolve(rows, wire, lost, rsg, rsw, rcls, rclw, n_cls, groups, batch_rtol, do
             f = act[j]
             if proj[j] <= t or (gp[j] > 0 and rem[f] <= done_rtol * wire[f]):
                 event_t[f] = t
+                dirty[comp[f]] = True
                 sent_t[f] = min(proj[j], t)
                 rem[f] = 0.0
             else:
@@ -659,3 +731,158 @@ def _grow2f(a, rows):
     out = np.zeros((rows, a.shape[1]))
     out[: a.shape[0]] = a
     return out
+
+
+# -- max-min on a subset of flows whose slots are all single links ---------------------------------
+@numba.njit(cache=True)
+def _find(parent, i):
+    while parent[i] != i:
+        parent[i] = parent[parent[i]]
+        i = parent[i]
+    return i
+
+
+@numba.njit(cache=True)
+def components(act, m, row, rsg, rsw, parent, owner, comp):
+    """Connected components of the flows ``act[:m]`` (slots) linked by shared links
+    (union-find); ``comp[f]`` = the component's root slot. ``owner`` is a per-link scratch
+    array of -1, restored before returning."""
+    K = rsg.shape[1]
+    for j in range(m):
+        f = act[j]
+        parent[f] = f
+    for j in range(m):
+        f = act[j]
+        r = row[f]
+        for k in range(K):
+            g = rsg[r, k]
+            if g < 0 or rsw[r, k] <= 0.0:
+                continue
+            o = owner[g]
+            if o < 0:
+                owner[g] = f
+            else:
+                a, b = _find(parent, f), _find(parent, o)
+                if a != b:
+                    parent[max(a, b)] = min(a, b)
+    for j in range(m):
+        f = act[j]
+        r = row[f]
+        comp[f] = _find(parent, f)
+        for k in range(K):
+            g = rsg[r, k]
+            if g >= 0:
+                owner[g] = -1
+
+
+@numba.njit(cache=True)
+def fill_local(fl, nf, row, rsg, rsw, lost, cap, lmap, rtol, rate):
+    """Max-min rates (into ``rate[f]``) of the flows ``fl[:nf]`` whose slots are all single
+    links, alone on their links: the progressive filling of
+    :func:`trainfabric.fabric.maxmin._fill` on the links they use only (renumbered through
+    the scratch ``lmap`` of -1, restored). Flows with ``lost >= 1`` get 0. Exact when
+    ``fl`` is a union of connected components of the flows in flight. Returns the count of
+    unconstrained flows."""
+    K = rsg.shape[1]
+    links = np.empty(nf * K + 1, np.int64)
+    nl = 0
+    for j in range(nf):
+        f = fl[j]
+        rate[f] = 0.0
+        if lost[f] >= 1.0:
+            continue
+        r = row[f]
+        for k in range(K):
+            g = rsg[r, k]
+            if g >= 0 and rsw[r, k] > 0.0 and lmap[g] < 0:
+                lmap[g] = nl
+                links[nl] = g
+                nl += 1
+    W = np.zeros(nl)
+    F = np.zeros(nl)
+    cnt = np.zeros(nl + 1, np.int64)
+    for j in range(nf):
+        f = fl[j]
+        if lost[f] >= 1.0:
+            continue
+        r = row[f]
+        for k in range(K):
+            g = rsg[r, k]
+            if g >= 0 and rsw[r, k] > 0.0:
+                W[lmap[g]] += rsw[r, k]
+                cnt[lmap[g] + 1] += 1
+    ptr = np.cumsum(cnt)
+    members = np.empty(ptr[nl], np.int64)
+    fill = ptr[:-1].copy()
+    for j in range(nf):
+        f = fl[j]
+        if lost[f] >= 1.0:
+            continue
+        r = row[f]
+        for k in range(K):
+            g = rsg[r, k]
+            if g >= 0 and rsw[r, k] > 0.0:
+                lk = lmap[g]
+                members[fill[lk]] = j
+                fill[lk] += 1
+    live = np.diff(ptr)
+    capl = np.empty(nl)
+    for lk in range(nl):
+        capl[lk] = cap[links[lk]]
+    hk = np.empty(nl)
+    hl = np.empty(nl, np.int64)
+    pos = np.full(nl, -1, np.int64)
+    size = 0
+    for lk in range(nl):
+        if W[lk] > 0.0:
+            size = _heap_set(hk, hl, pos, size, lk, capl[lk] / W[lk])
+    frozen = np.zeros(nf, np.bool_)
+    remaining = 0
+    for j in range(nf):
+        if lost[fl[j]] < 1.0:
+            remaining += 1
+    batch = np.empty(nl + 1, np.int64)
+    level = 0.0
+    while remaining > 0 and size > 0:
+        n_batch = 0
+        while size > 0:
+            lk = hl[0]
+            if live[lk] == 0 or W[lk] <= 0.0:
+                W[lk] = 0.0
+                size = _heap_remove(hk, hl, pos, size, lk)
+                continue
+            t = max((capl[lk] - F[lk]) / W[lk], level)
+            if t > hk[0] * (1.0 + 1e-12):
+                hk[0] = t
+                _sift(hk, hl, pos, 0, size)
+                continue
+            if n_batch == 0:
+                level = t
+            elif t > level * (1.0 + rtol):
+                break
+            batch[n_batch] = lk
+            n_batch += 1
+            size = _heap_remove(hk, hl, pos, size, lk)
+        for b in range(n_batch):
+            lk = batch[b]
+            for e in range(ptr[lk], ptr[lk + 1]):
+                j = members[e]
+                if frozen[j]:
+                    continue
+                frozen[j] = True
+                f = fl[j]
+                rate[f] = level
+                remaining -= 1
+                r = row[f]
+                for k in range(K):
+                    g = rsg[r, k]
+                    w = rsw[r, k]
+                    if g < 0 or w <= 0.0:
+                        continue
+                    l2 = lmap[g]
+                    W[l2] -= w
+                    F[l2] += w * level
+                    live[l2] -= 1
+    for lk in range(nl):
+        lmap[links[lk]] = -1
+    return remaining
