@@ -143,7 +143,8 @@ def run_cmd(
     """Run one scenario file; tables, figures and report.html go to the run directory.
 
     \b
-    A scenario file has kind = "line_rate" | "isolation" | "failures" | "flaps" and, for
+    A scenario file has kind = "line_rate" | "isolation" | "failures" | "flaps" |
+    "iteration" and, for
     every kind: name (plain name, names runs/fabric-<name>), seed, modes (subset of ecmp,
     flowlet, pinning, spray, adaptive), engine = "flow" | "packet", [packet] (the packet
     engine's knobs: mtu_bytes, queue_packets, switch_mode, transport, ...) and [topology]
@@ -156,8 +157,12 @@ def run_cmd(
       failures    fractions = [...], draws, channels, [collective], lp, offered_load
       flaps       [collective], iterations, compute_s, [[flaps]] (link = "host"|"fabric",
                   at_s or iteration, duration_s)
+      iteration   [workload] (name, pods, gpus_per_pod, layers, placement, channels,
+                  overlap = ["none", "bucketed"], bucket_mb), [tenants] (iterations, draws,
+                  [[tenants.jobs]] like [workload]), [faults] (failed_fractions,
+                  failure_draws, flap_durations_s, flap_sides, flap_draws), bin_s, top_links
     Units: bytes, seconds, Gb/s. Examples: configs/fabric-line-rate.toml,
-    fabric-isolation.toml, fabric-failures.toml, fabric-flaps.toml.
+    fabric-isolation.toml, fabric-failures.toml, fabric-flaps.toml, fabric-iteration.toml.
     """
     from trainfabric.fabric.scenarios import load_scenario, run_to_dir
     from trainfabric.runs.store import RunDir, safe_child

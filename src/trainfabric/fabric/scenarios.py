@@ -41,6 +41,14 @@ A scenario file (TOML) has a ``kind`` and the fields of that kind; every kind sh
   (collective step) against the flap-free run, which also counts the slowdown of running on
   ``(P-1)/P`` of a host's bandwidth while its link is down.
 
+* ``iteration`` (:mod:`trainfabric.fabric.iteration`): a training job's iteration on the
+  fabric (``[workload]`` where the other kinds have ``[collective]``) per mode and DP overlap
+  setting: iteration time, exposed communication per phase category, collectives with
+  busbw, utilisation over time per tier and plane, the critical path, the most loaded links;
+  ``[tenants]`` (jobs interleaved on leaves, seeded start offsets, slowdown against alone)
+  and ``[faults]`` (:mod:`trainfabric.fabric.iteration_faults`). Not one of the four
+  evaluation scenarios (:data:`SCENARIOS`); :data:`KINDS` holds every kind.
+
 Engines: ``engine = "flow"`` (default: the fluid max-min engine,
 :mod:`trainfabric.fabric.engine`; ``calibration = true`` adds the packet-fitted per-message
 start-up of :mod:`trainfabric.fabric.calibration`) or ``"packet"`` (the packet-level
