@@ -204,6 +204,8 @@ class TrainingRun:
                 return False
         exits = [p.exitcode for p in self.procs]
         bad = [r for r, e in enumerate(exits) if e not in (None, 0)]
+        if bad and self.done is not None:  # training finished; a learner failed leaving
+            raise RuntimeError(f"learner {bad[0]} exited with {exits[bad[0]]} after the end")
         if bad:
             self._restart(bad[0], exits[bad[0]])
             return False
