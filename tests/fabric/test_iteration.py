@@ -387,6 +387,33 @@ def test_iteration_scenario_runs_into_a_run_directory(tmp_path):
         S.run_scenario(S.parse_scenario(bad))
 
 
+def test_iteration_scenario_with_faults(tmp_path):
+    """[faults] runs iteration_faults' static failures and flaps per mode into the tables."""
+    from trainfabric.fabric import iteration_faults as IF
+    from trainfabric.fabric import scenarios as S
+
+    sc = S.parse_scenario(
+        {
+            "kind": "iteration",
+            "modes": ["ecmp", "adaptive"],
+            "topology": {"gpus": 64, "switch_radix": 16, "planes": 2},
+            "workload": {"name": "dp-ring", "pods": 4, "layers": 1, "overlap": ["none"]},
+            "faults": {
+                "failed_fractions": [0.25],
+                "failure_draws": 2,
+                "flap_draws": 4,
+                "flap_durations_s": [1e-3],
+                "flap_sides": ["nic", "fabric"],
+            },
+        }
+    )
+    tables = S.run_scenario(sc)
+    assert {IF.FAILURES_STEM, IF.FLAPS_STEM} <= set(tables)
+    for figures in S.summarize("iteration", tables).values():
+        assert figures["failure_slowdown_worst"] >= figures["failure_slowdown_median"] >= 1 - 1e-9
+        assert figures["flap_slowdown_max"] >= 1 - 1e-9
+
+
 # -- packet engine --------------------------------------------------------------------------------
 def test_dag_flow_table_reproduces_the_task_engine():
     """The DAG as a flow table (compute as delays, relays for unequal ones) gives the task
