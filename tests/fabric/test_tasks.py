@@ -249,3 +249,28 @@ def test_bad_graphs_name_the_field(change, field):
     args.update(change)
     with pytest.raises(ConfigError, match=field):
         TaskGraph.from_edges(args.pop("kind"), args.pop("duration_s"), args.pop("edges"), **args)
+
+
+def test_a_flow_with_every_path_down_leaves_its_tasks_unfinished():
+    """Static failures cut both uplinks of the source leaf: the comm task never finishes and
+    the run returns (as the flow engine does) instead of waiting forever."""
+    topo = T.leaf_spine(8, switch_radix=4)
+    leaf0_up = topo.tables["leaf_up"][0, topo.leaf_of(0)]
+    up = np.ones(topo.n_links, bool)
+    up[leaf0_up] = False
+    far = int(np.flatnonzero(topo.leaf_of(np.arange(8)) != topo.leaf_of(0))[0])
+    g = TaskGraph.from_edges(
+        [COMM, TIMER],
+        [0.0, 1e-3],
+        [(0, 1)],
+        flow_set=[0, -1],
+        set_ptr=[0, 1],
+        flow_conn=[0],
+        flow_bytes=[1e6],
+        conn_src=[0],
+        conn_dst=[far],
+    )
+    for mode in ("spray", "ecmp"):
+        res = run_tasks(topo, g, Router(topo, mode), link_up=up)
+        assert res.unfinished == 2
+        assert np.isnan(res.finish_s).all() and res.start_s[0] == 0.0

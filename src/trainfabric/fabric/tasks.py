@@ -397,8 +397,8 @@ class TaskSim:
         rsg = s["routes"][0][rows]
         h.update(np.ascontiguousarray(rsg).tobytes())
         h.update(np.ascontiguousarray(s["routes"][1][rows]).tobytes())
-        static = self.router.static
-        if rsg.max(initial=-1) >= static.offset + static.n:
+        static = getattr(self.router, "static", None)  # duck-typed routers: single links
+        if static is not None and rsg.max(initial=-1) >= static.offset + static.n:
             g = self.router.groups
             lo = g.ptr[static.n]
             for a in (g.ptr[static.n :] - lo, g.link[lo:], g.coef[lo:]):
@@ -567,8 +567,8 @@ class TaskSim:
         wall0 = time.perf_counter()
         resumable = (L.NEED_ROUTES, L.FRESH, L.MATERIALIZE)  # handled by _loop: call again
         while True:
-            t_ev = self.pending_events[0][0] if self.pending_events else np.inf
-            if t_ev <= until_s:
+            if self.pending_events and self.pending_events[0][0] <= until_s:
+                t_ev = self.pending_events[0][0]
                 status = self._loop(t_ev, True)
                 if status in resumable:
                     continue
@@ -682,7 +682,7 @@ def _fork_router(router: Router) -> Router:
     """A copy of ``router`` in the same epoch whose later pair groups and epochs do not touch
     the original (the epoch's group cache is copied, its arrays shared read-only)."""
     r = copy.copy(router)
-    ep = r._epoch  # noqa: SLF001 -- the routing epoch is the state a snapshot must keep
+    ep = getattr(r, "_epoch", None)  # the routing epoch: the state a snapshot must keep
     if ep is not None:
         ep2 = copy.copy(ep)
         ep2.cache, ep2.surv, ep2.rows = dict(ep.cache), dict(ep.surv), list(ep.rows)
