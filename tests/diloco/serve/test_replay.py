@@ -39,10 +39,14 @@ def test_every_request_exactly_once_with_ttft_from_first_token(script_server):
     assert all(b["ignore_eos"] is True and b["stream"] is True for _, b in srv.posts)
     assert (t["status"] == "ok").all() and t["finished"].all()
     assert (t["tokens"] == trace.output_tokens).all()
-    # headers come at once, the first token after delay_s: TTFT counts the token, not headers
-    # (upper bounds on medians only: a loaded 2-core machine delays some tokens)
-    assert t["ttft_s"].min() >= 0.15 and t["ttft_s"].median() < 0.15 + 0.1
+    # headers come at once, the first token after delay_s: TTFT counts the token, not the
+    # headers (>= delay), and not the last token (the rest of the stream, (n - 1) x 30 ms,
+    # comes after it). Medians and loose upper bounds: a loaded 2-core machine delays some
+    # chunks.
+    assert t["ttft_s"].min() >= 0.15 and t["ttft_s"].median() < 0.15 + 0.5
     many = t["output_tokens"] > 1
+    rest = t["e2e_s"] - t["ttft_s"] - (t["output_tokens"] - 1) * 0.03
+    assert rest[many].median() >= -0.005
     assert 0.025 <= t.loc[many, "tpot_s"].median() < 0.03 + 0.03
     assert t["ttft_violated"].all() and not t["tpot_violated"].any()  # TTFT SLO 0.1 s < 0.15
     assert res.summary["slo_violation_rate"] == 1.0 and res.summary["completed"] == trace.n
