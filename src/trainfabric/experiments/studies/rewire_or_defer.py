@@ -192,8 +192,10 @@ def coschedule(
         want_reconfig |= bool(reconfigs[w])
         want_sync |= bool(syncs[w])
         if want_reconfig:
-            busy = sync_end > t or (mode == "ocs_defers" and want_sync)
-            if mode in ("ocs_defers", "joint") and busy:
+            # a sync in flight (or, for ocs_defers, one starting now) would meet the darkness
+            starting = mode == "ocs_defers" and want_sync and sync_end <= t
+            conflict = delta_s > 0 and (sync_end > t or starting)
+            if mode in ("ocs_defers", "joint") and conflict:
                 counts["deferred_reconfigs"] += bool(reconfigs[w])
             else:
                 reconfig_at[w], want_reconfig = True, False
@@ -213,8 +215,9 @@ def coschedule(
 
 
 def _overlaps(t: float, length: float, intervals: list[tuple[float, float]]) -> bool:
-    """True when ``[t, t + length)`` meets one of ``intervals`` (half-open)."""
-    return any(a < t + length and t < b for a, b in intervals)
+    """True when ``[t, t + length)`` meets one of ``intervals`` (half-open; an empty interval
+    meets nothing)."""
+    return length > 0 and any(a < t + length and t < b for a, b in intervals if a < b)
 
 
 def ocs_layer(config: RewireOrDeferConfig, seed: int) -> dict:
