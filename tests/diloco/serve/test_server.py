@@ -100,3 +100,27 @@ def test_present_model_is_not_rebuilt(tmp_path, monkeypatch):
         (tmp_path / f).write_text("x")
     monkeypatch.setattr(mod, "serve_python", lambda: pytest.fail("rebuilt a present model"))
     assert tiny_model(tmp_path) == tmp_path
+
+
+def test_a_killed_parent_leaves_no_server():
+    """SIGKILL the process that started a server: the watchdog kills the server's group."""
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import sys, time\n"
+        "from trainfabric.diloco.serve.server import serve\n"
+        "with serve('emulator', start_timeout_s=60) as s:\n"
+        "    print(s.pid, flush=True)\n"
+        "    time.sleep(600)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    pgid = int(parent.stdout.readline())
+    assert _group_alive(pgid)
+    parent.kill()
+    parent.wait()
+    end = time.monotonic() + 15
+    while _group_alive(pgid) and time.monotonic() < end:
+        time.sleep(0.1)
+    assert not _group_alive(pgid)

@@ -10,7 +10,8 @@ with ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB of KV cache; ``../shared/specs/diloco.md`
 serving the tiny model of :func:`~trainfabric.diloco.serve.model.tiny_model` unless a model
 directory is given; ``kind="emulator"`` runs ``python -m trainfabric.diloco.serve.emulator``
 with this interpreter. Either runs in its own process group (session), its output goes to a
-log file, and the server is ready when ``GET /health`` answers 200 (polled every 0.25 s up to
+log file (a watchdog kills it should this process die without stopping it), and the server
+is ready when ``GET /health`` answers 200 (polled every 0.25 s up to
 ``start_timeout_s``; a server that exits or times out is a :class:`~.env.ServeError` quoting
 the log's tail). On exit the whole group gets SIGTERM, then SIGKILL after
 ``stop_timeout_s``, so no engine process outlives the block. Port 0 picks a free port. The
@@ -133,6 +134,7 @@ def serve(
             file=sys.stderr,
         )
     log = Path(log_path) if log_path else _temp_log(kind)
+    watchdog = _start_watchdog()
     with open(log, "ab") as sink:
         proc = subprocess.Popen(
             argv,
@@ -148,6 +150,21 @@ def serve(
         yield Server(url=url, kind=kind, model=SERVED_NAME, pid=proc.pid, log=log)
     finally:
         stop(proc, stop_timeout_s)
+        watchdog.terminate()  # dismissed: exits without killing anything
+        watchdog.wait()
+
+
+def _start_watchdog() -> subprocess.Popen:
+    """The run substrate's watchdog (``trainfabric/runs/watchdog.py``, standard library only)
+    for this process, in its own session: if this process dies without stopping the server
+    (SIGKILL, a killed test run), it kills the server's processes."""
+    from trainfabric.runs import watchdog
+
+    return subprocess.Popen(
+        [sys.executable, "-I", watchdog.__file__, str(os.getpid())],
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def _temp_log(kind: str) -> Path:
