@@ -8,6 +8,9 @@ import numpy as np
 import pytest
 
 from trainfabric.fabric import iteration as I
+from trainfabric.fabric import iteration_packet as P
+from trainfabric.fabric import iteration_report as REP
+from trainfabric.fabric import iteration_scenario as SC
 from trainfabric.fabric.engine import HEADER_BYTES, MTU_BYTES
 from trainfabric.fabric.scenarios import TopologyConfig, build_topology
 from trainfabric.workloads import sizes
@@ -93,7 +96,7 @@ def test_dp_phase_group_equals_run_collective_step_synchronised():
     servers = I.place_servers(topo, 4, 8, "random", seed=3)
     jh = I.JobOnHosts(loaded, servers, channels=4, seed=5)
     run = I.run_iteration(jh, topo, "ecmp", seed=5)
-    rs = _group(I.iteration_tables(run), "dp_reduce_scatter")
+    rs = _group(REP.iteration_tables(run), "dp_reduce_scatter")
     size = 4.0 * sizes.stage_weights(job, 0).dense / 8
     rings = [wc.REDUCE_SCATTER["ring"](t + 8 * np.arange(4), size) for t in range(8)]
     steps = [
@@ -134,9 +137,9 @@ def test_all_to_all_through_shared_nics_is_slower_by_the_nic_sharing_factor():
     loaded = _loaded(job)
     topo = _fabric(8 * n, radix=64, hop_latency_s=0.0)
     jh = I.JobOnHosts(loaded, np.arange(n), channels=4)
-    fab = I.iteration_tables(I.run_iteration(jh, topo, "spray", header_bytes=0))
+    fab = REP.iteration_tables(I.run_iteration(jh, topo, "spray", header_bytes=0))
     mesh = I.pair_mesh(n, 8, 8 * topo.nic_rate_bps, 0.0)
-    ref = I.iteration_tables(I.run_iteration(jh, mesh, "ecmp", header_bytes=0))
+    ref = REP.iteration_tables(I.run_iteration(jh, mesh, "ecmp", header_bytes=0))
     a, b = _group(fab, "moe_dispatch"), _group(ref, "moe_dispatch")
     ratio = (a["finish_s"] - a["start_s"]) / (b["finish_s"] - b["start_s"])
     assert ratio == pytest.approx(n - 1, rel=1e-9)
@@ -159,7 +162,9 @@ def test_dp_only_with_distributed_optimiser_is_compute_plus_ring_rs_and_ag():
     def ring(S):
         return (n - 1) * (4 * h + 8.0 * (S / n) * WIRE / R)
 
-    want = I.iteration_tables(run)["summary"]["compute_only_s"] + ring(4 * W / 8) + ring(2 * W / 8)
+    want = (
+        REP.iteration_tables(run)["summary"]["compute_only_s"] + ring(4 * W / 8) + ring(2 * W / 8)
+    )
     assert run.iteration_s == pytest.approx(want, rel=1e-9)
 
 
@@ -196,7 +201,7 @@ def test_uniform_all_to_all_takes_n_minus_g_pairs_over_the_nic_rate():
     loaded = _loaded(job)
     topo = _fabric(n, radix=16, hop_latency_s=0.0)
     run = I.run_iteration(I.JobOnHosts(loaded, np.arange(servers), 4), topo, "spray")
-    a2a = _group(I.iteration_tables(run), "moe_dispatch")
+    a2a = _group(REP.iteration_tables(run), "moe_dispatch")
     pair = sizes.moe_dispatch_bytes_per_shard(job) / n
     want = (n - g) * 8.0 * pair * WIRE / topo.nic_rate_bps
     assert a2a["finish_s"] - a2a["start_s"] == pytest.approx(want, rel=1e-9)
@@ -223,8 +228,8 @@ def test_two_interleaved_jobs_get_their_max_min_share_of_the_uplinks():
         for j, pool in enumerate(pools)
     ]
     assert set(topo.leaf_of(jobs[0].hosts())) == {0, 1}
-    alone = I.iteration_tables(I.run_iteration(jobs[0], topo, "spray"))
-    rows = I.run_tenants(topo, jobs, "spray", iterations=1, draws=1)
+    alone = REP.iteration_tables(I.run_iteration(jobs[0], topo, "spray"))
+    rows = SC.run_tenants(topo, jobs, "spray", iterations=1, draws=1)
     rs_alone = _group(alone, "dp_reduce_scatter")
     dp_alone = rs_alone["finish_s"] - rs_alone["start_s"]
     comm_alone = alone["summary"]["iteration_s"] - alone["summary"]["compute_only_s"]
@@ -245,7 +250,7 @@ def _together(topo, jobs) -> float:
     graphs = [I.repeat_graph(I.job_graph(jh), 1, 0.0) for jh in jobs]
     combined, firsts = I.concat_graphs(graphs)
     res = run_tasks(topo, combined, I.make_router(topo, "spray"), bin_s=1e-3)
-    return float(np.diff(I._iteration_bounds(res, int(firsts[0]), graphs[0].n - 2, 1))[0])
+    return float(np.diff(SC._iteration_bounds(res, int(firsts[0]), graphs[0].n - 2, 1))[0])
 
 
 def test_an_ecmp_collision_raises_the_iteration_by_the_hand_count():
@@ -274,7 +279,7 @@ def test_an_ecmp_collision_raises_the_iteration_by_the_hand_count():
 
     def predicted(ecmp):
         rs, ag = 8.0 * 4 * W / 8 / n / c, 8.0 * 2 * W / 8 / n / c
-        cp0 = I.iteration_tables(run)["summary"]["compute_only_s"]
+        cp0 = REP.iteration_tables(run)["summary"]["compute_only_s"]
         return cp0 + steps(rs, ecmp) + steps(ag, ecmp)
 
     run = I.run_iteration(jh, topo, "ecmp", seed=1, graph=graph)
@@ -298,7 +303,7 @@ def test_every_byte_of_every_comm_node_is_delivered_once_and_runs_repeat():
     np.testing.assert_allclose(a.result.delivered_bytes[comm], dag.bytes[comm], rtol=1e-9)
     assert (a.result.delivered_bytes[dag.kind != 1] == 0).all()
     np.testing.assert_array_equal(a.result.finish_s, b.result.finish_s)
-    ta, tb = I.iteration_tables(a), I.iteration_tables(b)
+    ta, tb = REP.iteration_tables(a), REP.iteration_tables(b)
     ta["summary"].pop("wall_s"), tb["summary"].pop("wall_s")
     assert ta == tb
 
@@ -376,7 +381,7 @@ def test_iteration_scenario_runs_into_a_run_directory(tmp_path):
     )
     res = S.run_to_dir(sc, tmp_path / "run")
     assert (tmp_path / "run" / "report.html").exists()
-    for stem in (I.STEM, *I.STEMS.values()):
+    for stem in (SC.STEM, *SC.STEMS.values()):
         assert (tmp_path / "run" / f"{stem}.parquet").exists(), stem
     for mode in ("ecmp", "spray"):
         figures = res["modes"][mode]
@@ -424,9 +429,9 @@ def test_dag_flow_table_reproduces_the_task_engine():
         loaded = I.load_job(name, pods=pods, layers=layers)
         topo = _fabric(8 * pods, radix=64, planes=2)
         jh = I.JobOnHosts(loaded, np.arange(pods), channels=1)
-        table, node = I.dag_flow_table(jh, topo)
+        table, node = P.dag_flow_table(jh, topo)
         flow = simulate(topo, table, I.make_router(topo, "spray"))
-        got = I._table_end(loaded.dag, flow.finish_s, node)
+        got = P._table_end(loaded.dag, flow.finish_s, node)
         assert got == pytest.approx(I.run_iteration(jh, topo, "spray").iteration_s, rel=1e-6)
 
 
@@ -436,7 +441,7 @@ def test_packet_engine_runs_a_small_iteration():
     job = _job(layers=2, hidden=512, tp=8, pp=2, dp=2, pods=4, micro_batches=2)
     jh = I.JobOnHosts(_loaded(job), np.arange(4), channels=1)
     topo = _fabric(32, radix=16, planes=2)
-    res = I.packet_iteration(jh, topo, "spray")
+    res = P.packet_iteration(jh, topo, "spray")
     assert res["unfinished_flows"] == 0
     assert res["flow_table_s"] == pytest.approx(res["task_engine_s"], rel=1e-3)
     assert res["packet_s"] == pytest.approx(res["flow_table_s"], rel=0.3)

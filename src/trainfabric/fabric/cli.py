@@ -252,7 +252,7 @@ def job_cmd(
     """One training iteration of a job on a multiplane fabric (4 planes, 256 x 200 Gb/s
     ports per switch per plane, 800 Gb/s NICs, no oversubscription): iteration time,
     exposed communication per phase kind, and with --failures the slowdown of failed cables."""
-    from trainfabric.fabric.iteration import job_command
+    from trainfabric.fabric.iteration_scenario import job_command
 
     with options(**JOB_NAMES), progress(json_out, "fabric job", show_progress):
         res = job_command(

@@ -1112,13 +1112,13 @@ def _keyed(summary, key: str):
 
 
 def _iteration_tables(sc: IterationScenario) -> dict[str, pd.DataFrame]:
-    from trainfabric.fabric.iteration import scenario_tables
+    from trainfabric.fabric.iteration_scenario import scenario_tables
 
     return scenario_tables(sc)
 
 
 def _iteration_summary(tables: dict[str, pd.DataFrame]) -> dict[str, dict[str, float]]:
-    from trainfabric.fabric.iteration import scenario_summary
+    from trainfabric.fabric.iteration_scenario import scenario_summary
 
     return scenario_summary(tables)
 
