@@ -88,6 +88,7 @@ class LiveConfig(Config):
     forecast_alpha: float = Field(0.3, gt=0, le=1)
     no_sync: bool = Field(True, description="run the no-sync load match")
     sim_draws: int = Field(20, ge=1, le=1000, description="matched-random draws per seed in sim")
+    warmup_s: float = Field(30.0, ge=0, le=3600, description="server warm-up replay (s)")
 
 
 def quick_config(**update) -> LiveConfig:
@@ -346,6 +347,14 @@ class Session:
     kind: str
     out_dir: Path
     set_sync: Callable | None = None  # the emulator's interference switch (None for vLLM)
+    runs: int = 0  # replays so far: each draws its prompts with its own seed
+
+    def prompt_seed(self) -> int:
+        """A fresh prompt seed per replay: identical prompts would let vLLM's prefix cache
+        skip the prefill of every run after a seed's first (measured: the second run of a
+        seed had a 5x lower median TTFT)."""
+        self.runs += 1
+        return self.runs
 
 
 def train_config(cfg: LiveConfig, seed: int, max_seconds: float, final_sync: bool = True):
@@ -427,7 +436,7 @@ def run_once(
             rep = replay(
                 req, url=session.url, model=session.model, max_seconds=cfg.duration_s,
                 max_requests=1_000_000, drain_s=DRAIN_S, ttft_slo_s=cfg.ttft_slo_s,
-                tpot_slo_s=cfg.tpot_slo_s, window_s=cfg.window_s, seed=seed,
+                tpot_slo_s=cfg.tpot_slo_s, window_s=cfg.window_s, seed=session.prompt_seed(),
             )  # fmt: skip
             left = ctl.t0 + cfg.duration_s - time.time()
             if left > 0:
@@ -525,12 +534,27 @@ def run_experiment(cfg: LiveConfig, out_dir: Path, console=None) -> dict:
     started = time.time()
     with serve(kind=cfg.server, log_path=out_dir / "server.log") as srv:
         session = Session(srv.url, srv.model, srv.kind, out_dir, _sync_switch(srv))
+        warm_up(session, cfg, console)
         for seed in range(cfg.seed0, cfg.seed0 + cfg.seeds):
             records += _seed_runs(session, cfg, seed, console)
     analysis = analyse(cfg, records)
     analysis["server"] = session.kind
     analysis["wall_s"] = time.time() - started
     return analysis | {"records": records}
+
+
+def warm_up(session: Session, cfg: LiveConfig, console=None) -> None:
+    """Replay ``warmup_s`` seconds of the first seed's segment (fresh prompts, nothing
+    measured) before the first run: a fresh vLLM server's first requests of each batch shape
+    are slow (measured: the first run after start-up had 2-5x the TTFT of later ones)."""
+    from trainfabric.diloco.serve.replay import replay
+
+    if cfg.warmup_s <= 0:
+        return
+    _say(console, f"warm-up replay ({cfg.warmup_s:g} s)")
+    replay(segment(cfg, cfg.seed0), url=session.url, model=session.model,
+           max_seconds=cfg.warmup_s, max_requests=1_000_000, drain_s=DRAIN_S,
+           seed=session.prompt_seed())  # fmt: skip
 
 
 def _sync_switch(srv):
@@ -547,7 +571,10 @@ def _sync_switch(srv):
 
 
 def _seed_runs(session: Session, cfg: LiveConfig, seed: int, console) -> list[RunRecord]:
-    out = []
+    """A seed's runs: each policy then its matched random; the no-sync run last on even
+    seeds and first on odd ones (the server and the machine drift during an experiment)."""
+    first = cfg.no_sync and (seed - cfg.seed0) % 2 == 1
+    out = [_no_sync(session, cfg, seed, console)] if first else []
     for name in cfg.policies:
         _say(console, f"seed {seed}: {name}")
         tps = cfg.learners * 512.0  # refined from the run itself in _record
@@ -562,12 +589,16 @@ def _seed_runs(session: Session, cfg: LiveConfig, seed: int, console) -> list[Ru
         mr.policy = f"matched_random[{name}]"
         mr.write(session.out_dir / label)
         out.append(mr)
-    if cfg.no_sync:
-        _say(console, f"seed {seed}: no-sync")
-        ns = run_once(session, cfg, seed, f"seed{seed}-no_sync", None, never=True)
-        ns.write(session.out_dir / ns.label)
-        out.append(ns)
+    if cfg.no_sync and not first:
+        out.append(_no_sync(session, cfg, seed, console))
     return out
+
+
+def _no_sync(session: Session, cfg: LiveConfig, seed: int, console) -> RunRecord:
+    _say(console, f"seed {seed}: no-sync")
+    ns = run_once(session, cfg, seed, f"seed{seed}-no_sync", None, never=True)
+    ns.write(session.out_dir / ns.label)
+    return ns
 
 
 def _say(console, text: str) -> None:
