@@ -28,8 +28,11 @@ chunks are not tokens; the first chunk still marks the first token);
 ``e2e = finish_s - sent_s``. A request violates its SLO when ``TTFT > ttft_slo_s`` or
 ``TPOT > tpot_slo_s`` (defaults 0.5 s and 0.05 s).
 
-**Bounds**: at most ``max_requests`` requests, only those due before ``max_seconds``;
-after the last is sent, in-flight requests get ``drain_s`` more seconds, then are
+Request bodies are encoded before the replay's clock starts, so sending one costs no more
+than handing its bytes to the HTTP client.
+
+**Bounds**: at most ``max_requests`` requests, only those due before ``max_seconds``; after
+the last is sent, in-flight requests get ``drain_s`` more seconds, then are
 cancelled. A request that has not finished (cancelled, timed out, an HTTP or protocol
 error) is **unfinished**; it counts as a violation once it is past its SLO, i.e. when it
 got no first token within ``ttft_slo_s`` of being sent, or when even an instant remainder
@@ -124,17 +127,14 @@ async def replay_async(trace: Requests, cfg: ReplayConfig | None = None, **field
         todo = plan(trace, cfg, context)
         n = todo["index"].size
         rec = _Records(n)
+        bodies = [_body(cfg, model, todo, k) for k in range(n)]  # encoded before the clock
         start, start_unix = time.monotonic(), time.time()
         tasks = []
         for k in range(n):
             delay = start + todo["arrival_s"][k] - time.monotonic()
             if delay > 0:
                 await asyncio.sleep(delay)
-            body = {"model": model, "prompt": prompt_ids(cfg, int(todo["index"][k]),
-                    int(todo["prompt"][k])), "max_tokens": int(todo["output"][k]),
-                    "stream": True, "ignore_eos": True, "temperature": 0.0,
-                    "stream_options": {"include_usage": True}}  # fmt: skip
-            tasks.append(asyncio.create_task(_one(client, body, rec, k, start)))
+            tasks.append(asyncio.create_task(_one(client, bodies[k], rec, k, start)))
         if tasks:
             _, pending = await asyncio.wait(tasks, timeout=cfg.drain_s)
             for t in pending:
@@ -174,7 +174,16 @@ class _Records:
         self.http_status = np.zeros(n, np.int64)
 
 
-async def _one(client, body: dict, rec: _Records, k: int, start: float) -> None:
+def _body(cfg: ReplayConfig, model: str, todo: dict, k: int) -> bytes:
+    """Request ``k``'s JSON body: a streamed completion of exactly its output length."""
+    prompt = prompt_ids(cfg, int(todo["index"][k]), int(todo["prompt"][k]))
+    body = {"model": model, "prompt": prompt,
+            "max_tokens": int(todo["output"][k]), "stream": True, "ignore_eos": True,
+            "temperature": 0.0, "stream_options": {"include_usage": True}}  # fmt: skip
+    return json.dumps(body).encode()
+
+
+async def _one(client, body: bytes, rec: _Records, k: int, start: float) -> None:
     """Send request ``k`` once and record its stream."""
     import httpx
 
@@ -182,7 +191,8 @@ async def _one(client, body: dict, rec: _Records, k: int, start: float) -> None:
     chunks = 0
     usage = None
     try:
-        async with client.stream("POST", "/v1/completions", json=body) as resp:
+        headers = {"content-type": "application/json"}
+        async with client.stream("POST", "/v1/completions", content=body, headers=headers) as resp:
             rec.http_status[k] = resp.status_code
             if resp.status_code != 200:
                 await resp.aread()
