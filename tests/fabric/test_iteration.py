@@ -445,3 +445,21 @@ def test_packet_engine_runs_a_small_iteration():
     assert res["unfinished_flows"] == 0
     assert res["flow_table_s"] == pytest.approx(res["task_engine_s"], rel=1e-3)
     assert res["packet_s"] == pytest.approx(res["flow_table_s"], rel=0.3)
+
+
+def test_task_dag_json_gets_the_even_split_named_as_an_assumption(tmp_path):
+    """A task-DAG JSON has no GPU transfers: each comm node is split GPU k -> GPU k over
+    --gpus-per-pod NICs, which the output names; for a TP = 8 job that is exact, so the
+    iteration equals the one built from the job."""
+    from trainfabric.io import dumps
+    from trainfabric.workloads.interchange import dag_to_dict
+
+    loaded = I.load_job("llama3-70b", pods=8, layers=4)
+    path = tmp_path / "llama.json"
+    path.write_text(dumps(dag_to_dict(loaded.dag)))
+    res = SC.job_command(str(path), mode="spray", gpus_per_pod=8)
+    assert any(
+        note.startswith("assumption: the task DAG has no GPU transfers") for note in res["notes"]
+    )
+    direct = SC.job_command("llama3-70b", pods=8, layers=4, mode="spray")
+    assert res["iteration_s"] == pytest.approx(direct["iteration_s"], rel=1e-12)
