@@ -18,7 +18,13 @@ the connections to route and resumes where it stopped when called again). Per it
    the last arrival of a comm task is its finish, pushed on the heap.
 
 The same statements as :mod:`trainfabric.fabric.engine_loop` for the flow part, so a flow
-table written as a task graph gives the same finish times (tested to 1e-9).
+table written as a task graph gives the same finish times (tested to 1e-9). Rates are
+re-solved only when flows joined or left; with single-link routes only the connected
+components that changed (:func:`components`, :func:`fill_local`). The loop also returns
+``FRESH`` when the flows in flight were all released now with nothing else in flight (the
+driver then installs a replay of the set's isolated evolution, :func:`evolve`) and
+``MATERIALIZE`` when a flow joins during a replay (the driver recomputes the replayed flows'
+remaining bits at that time); see :mod:`trainfabric.fabric.tasks`.
 """
 
 from __future__ import annotations
