@@ -177,3 +177,20 @@ def test_moe_skew_slows_the_hot_shard_and_seed_is_reproducible():
     assert skew.comm_bytes() == pytest.approx(flat.comm_bytes(), rel=1e-9)
     a2a = [i for i in flat.comm_nodes if flat.phases[flat.phase[i]].kind == "moe_dispatch"]
     np.testing.assert_allclose(flat.bytes[a2a], flat.bytes[a2a][0])  # uniform routing
+
+
+@given(jobs(), st.integers(0, 1000))
+def test_gpu_transfers_reassemble_the_pod_pairs(job, seed):
+    """GPU transfers sum to their pod pair's bytes; with TP filling the pod they are exactly
+    the even split (GPU k -> GPU k, 1/g each), whatever the job."""
+    dag = build_dag(job, seed, gpu_flows=True)
+    np.testing.assert_allclose(dag.bytes, build_dag(job, seed).bytes, rtol=1e-12)
+    g, gpp = dag.gpu, job.placement.gpus_per_pod
+    for i in dag.comm_nodes:
+        src, dst, nbytes = g.transfers(i, dag.bytes[i])
+        assert nbytes.sum() == pytest.approx(dag.bytes[i], rel=1e-12)
+        assert src.min() >= 0 and max(src.max(), dst.max()) < gpp
+        if job.parallelism.tp == gpp:
+            assert sorted(src.tolist()) == sorted(dst.tolist()) == list(range(gpp))
+            assert np.array_equal(src, dst)
+            np.testing.assert_allclose(nbytes, dag.bytes[i] / gpp, rtol=1e-12)
