@@ -102,11 +102,13 @@ class TrainingRun:
         return self._ckpt_done + max(self.status[r * w + 4] for r in range(self.cfg.learners))
 
     def syncing(self) -> bool:
+        """True while the learners are inside a sync (between its two fences)."""
         return any(self.status[r * STATUS_WIDTH + 2] for r in range(self.cfg.learners))
 
     def link_bytes(self) -> list[tuple[int, int]] | None:
-        """Per learner (bytes sent, bytes received) from the qdisc counters (None: unshaped)."""
-        return self.net.qdisc_bytes() if self.net else None
+        """Per learner (bytes sent, bytes received) from the qdisc counters (None: unshaped,
+        or the network is already removed)."""
+        return self.net.qdisc_bytes() if self.net is not None and self.net.created else None
 
     def pids(self) -> list[int]:
         return [p.pid for p in self.procs]
