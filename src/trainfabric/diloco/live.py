@@ -280,7 +280,9 @@ def matched_controller_schedule(
 # -- one run --------------------------------------------------------------------------------------
 @dataclass
 class RunRecord:
-    """A finished live run: its tables (times in seconds since the replay's start)."""
+    """A finished live run: its tables (times in seconds since the replay's start). The
+    ``syncs`` table flags the closing sync the learners run after being stopped (``final``):
+    it counts as a sync (serving during it is "inside"), not as one the policy chose."""
 
     label: str
     policy: str
@@ -308,7 +310,9 @@ class RunRecord:
 
     def summary(self, cfg: LiveConfig) -> dict:
         req, T = self.requests, self.duration_s
-        syncs = self.syncs[(self.syncs["start_s"] >= 0) & (self.syncs["start_s"] < T)]
+        sy = self.syncs
+        final = sy["final"] if "final" in sy else np.zeros(len(sy), bool)
+        syncs = sy[(sy["start_s"] >= 0) & (sy["start_s"] < T) & ~np.asarray(final, bool)]
         sync_time = float((np.minimum(syncs["end_s"], T) - syncs["start_s"]).clip(lower=0).sum())
         inside = self.steps[(self.steps["wall_s"] >= 0) & (self.steps["wall_s"] <= T)]
         tokens = float(inside["tokens"].iloc[-1] - inside["tokens"].iloc[0]) if len(inside) else 0
@@ -438,17 +442,18 @@ def run_once(
                 max_requests=1_000_000, drain_s=DRAIN_S, ttft_slo_s=cfg.ttft_slo_s,
                 tpot_slo_s=cfg.tpot_slo_s, window_s=cfg.window_s, seed=session.prompt_seed(),
             )  # fmt: skip
-            left = ctl.t0 + cfg.duration_s - time.time()
+            left = rep.summary["start_unix_s"] + cfg.duration_s - time.time()
             if left > 0:
                 time.sleep(left)
         finally:
+            stop_at = time.time()
             run.stop()
             stop_emu.set()
         result = run.wait()
     t0 = rep.summary["start_unix_s"]
-    return _record(
-        label, policy, seed, cfg, t0, rep.requests, run_dir / "train", ctl, result, never
-    )
+    rec = _record(label, policy, seed, cfg, t0, rep.requests, run_dir / "train", ctl, result, never)
+    rec.syncs["final"] = rec.syncs["start_s"] >= stop_at - t0  # the closing sync after stop
+    return rec
 
 
 DRAIN_S = 30.0  # in-flight requests after the last is sent, then cancelled (unfinished)

@@ -43,7 +43,7 @@ def test_vllm_replay_sidecar_and_one_real_sync(vllm_server, tmp_path):
     log = rec.decisions
     assert len(log) >= 5 and (log["health"] == "ok").any() and (~log["fallback"]).any()
     # one real sync inside the replay: bytes of the 0.83 M-parameter model, over a shaped link
-    inside = rec.syncs[rec.syncs["start_s"] < DURATION_S]
+    inside = rec.syncs[~rec.syncs["final"] & (rec.syncs["start_s"] < DURATION_S)]
     assert len(inside) == 1 and inside["bytes"].iloc[0] > 3e6
     duration = float(inside["end_s"].iloc[0] - inside["start_s"].iloc[0])
     assert 1.0 < duration < 30.0  # ~3.3 MB at 10 Mbit/s: seconds, not milliseconds
