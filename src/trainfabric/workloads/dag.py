@@ -334,6 +334,27 @@ class DagBuilder:
     ) -> int:
         return self._node(COMM, src, dst, 0.0, nbytes, latency_s, phase, name, pattern)
 
+    def _comm_nodes(self, k, name, pair_src, pair_dst, pair_bytes, latency_s, pair_pattern):
+        """Append the comm nodes of phase ``k`` in bulk (as :meth:`comm` one by one)."""
+        src = np.asarray(pair_src, dtype=np.int64).tolist()
+        dst = np.asarray(pair_dst, dtype=np.int64).tolist()
+        nbytes = np.asarray(pair_bytes, dtype=float).tolist()
+        m = len(nbytes)
+        if not len(src) == len(dst) == m:
+            raise ValueError("pair_src, pair_dst and pair_bytes must have one entry per pair")
+        first = len(self._names)
+        c = self._cols
+        c["kind"] += [COMM] * m
+        c["pod"] += src
+        c["dst"] += dst
+        c["dur"] += [0.0] * m
+        c["bytes"] += nbytes
+        c["lat"] += [latency_s] * m
+        c["phase"] += [k] * m
+        c["pat"] += [-1] * m if pair_pattern is None else np.asarray(pair_pattern).tolist()
+        self._names += [f"{name} {u}->{v}" for u, v in zip(src, dst, strict=True)]
+        return list(range(first, first + m))
+
     def edge(self, u: int, v: int) -> None:
         self._src.append(u)
         self._dst.append(v)
@@ -369,20 +390,15 @@ class DagBuilder:
         if meta is not None:
             base = replace(meta, kind=kind, name=name, intra_pod_bytes=float(intra_pod_bytes))
         self.phases.append(base)
-        pats = [-1] * len(pair_bytes) if pair_pattern is None else pair_pattern.tolist()
-        comms = [
-            self.comm(int(u), int(v), float(b), latency_s, k, f"{name} {u}->{v}", q)
-            for u, v, b, q in zip(pair_src, pair_dst, pair_bytes, pats, strict=True)
-        ]
+        comms = self._comm_nodes(k, name, pair_src, pair_dst, pair_bytes, latency_s, pair_pattern)
         if len(comms) == 1:
             entry = exit_ = comms[0]
         else:
             entry = exit_ = self.barrier(k, f"{name} join")
             if comms:
                 exit_ = self.barrier(k, f"{name} exit")
-                for c in comms:
-                    self.edge(entry, c)
-                    self.edge(c, exit_)
+                self._src += [entry] * len(comms) + comms
+                self._dst += comms + [exit_] * len(comms)
         self.edges(preds, entry)
         for s in succs:
             self.edge(exit_, s)
