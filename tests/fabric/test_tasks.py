@@ -274,3 +274,18 @@ def test_a_flow_with_every_path_down_leaves_its_tasks_unfinished():
         res = run_tasks(topo, g, Router(topo, mode), link_up=up)
         assert res.unfinished == 2
         assert np.isnan(res.finish_s).all() and res.start_s[0] == 0.0
+
+
+def test_a_snapshot_lists_the_flows_and_links_in_flight(topo):
+    ft = random_flows(8)
+    g = TaskGraph.from_flow_table(ft)
+    sim = TaskSim(topo, g, Router(topo, "ecmp", seed=1))
+    snap = sim.snapshot(1.5e-4)
+    task, conn, group, _ = snap.flows_in_flight()
+    full = run_tasks(topo, g, Router(topo, "ecmp", seed=1))
+    t = snap.time_s
+    running = np.flatnonzero((full.start_s <= t) & (full.finish_s > t) & (g.kind == COMM))
+    assert task.size and set(task.tolist()) <= set(running.tolist())
+    np.testing.assert_array_equal(conn, g.flow_conn[g.set_ptr[g.flow_set[task]]])
+    mask = snap.links_in_flight()
+    np.testing.assert_array_equal(np.flatnonzero(mask), np.unique(group[group >= 0]))

@@ -154,6 +154,21 @@ class Snapshot:
     state: dict
     router: Router
 
+    def flows_in_flight(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(task, connection, groups[k, K], weights[k, K])`` of the flows in flight."""
+        st = self.state
+        sl = st["sl"]
+        act = sl[L.ACT][: st["ic"][L.M]]
+        rows = sl[L.ROW][act]
+        return sl[L.TASK][act], sl[L.CONN][act], st["routes"][0][rows], st["routes"][1][rows]
+
+    def links_in_flight(self) -> np.ndarray:
+        """Mask of the links that carry some flow in flight."""
+        _, _, group, weight = self.flows_in_flight()
+        topo = self.router.topo
+        ones = np.ones(group.shape[0])
+        return link_load(group, weight, self.router.groups, topo.n_links, ones) > 0
+
 
 class TaskSim:
     """One run of ``graph`` on ``topo`` under ``router`` (module doc).
