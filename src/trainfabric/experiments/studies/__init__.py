@@ -5,4 +5,5 @@ from trainfabric.experiments.studies import (  # noqa: F401
     common,
     rewire_or_defer,
     sync_over_ocs,
+    sync_under_failures,
 )
