@@ -262,3 +262,18 @@ def test_a_study_sweep_resumes(tmp_path):
     again = run_sweep(spec, tmp_path / "run", executor="serial", progress=False)
     assert again.computed == [first.computed[1]] and again.skipped == [first.computed[0]]
     pd.testing.assert_frame_equal(again.results, first.results)
+
+
+@pytest.mark.parametrize(
+    ("args", "field"),
+    [
+        (("rewire-or-defer", "-p", 'modes=["x"]'), "base.modes"),
+        (("rewire-or-defer", "-p", 'traffic="zzz"'), "base.traffic"),
+        (("sync-over-ocs", "-p", 'wirings=["bogus"]'), "base.wirings"),
+        (("sync-over-ocs", "-p", 'fleet={policies=["x"]}'), "base.fleet.policies"),
+    ],
+)
+def test_bad_study_input_is_one_line_naming_the_field(cli, tmp_path, args, field):
+    code, out, err = cli("experiments", "run", *args, "--out", str(tmp_path / "r"))
+    assert code == 2 and out == ""
+    assert err.startswith(f"error: {field}:") and err.count("\n") == 1

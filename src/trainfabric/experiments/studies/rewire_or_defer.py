@@ -66,7 +66,7 @@ import math
 
 import numpy as np
 import pandas as pd
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from trainfabric.config import Config
 from trainfabric.diloco.fleet import Block, SyncDurations, simulate
@@ -113,6 +113,21 @@ class RewireOrDeferConfig(Config):
     outer_step_s: float = Field(0.005, ge=0, description="outer Nesterov step")
     modes: list[str] = Field(default_factory=lambda: list(MODES), min_length=1)
     fleet: FleetSettings = FleetSettings()
+
+    @field_validator("modes")
+    @classmethod
+    def _known_modes(cls, names: list[str]) -> list[str]:
+        bad = [m for m in names if m not in MODES]
+        if bad:
+            raise ValueError(f"unknown mode {bad[0]!r}; known: {', '.join(MODES)}")
+        return names
+
+    @field_validator("traffic")
+    @classmethod
+    def _known_traffic(cls, name: str) -> str:
+        if name not in tr.GENERATORS:
+            raise ValueError(f"unknown generator {name!r}; known: {', '.join(tr.GENERATORS)}")
+        return name
 
     def model(self) -> OcsModel:
         """The OCS model of the drifting traffic (rates in bits/s)."""
