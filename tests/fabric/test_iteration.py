@@ -463,3 +463,14 @@ def test_task_dag_json_gets_the_even_split_named_as_an_assumption(tmp_path):
     )
     direct = SC.job_command("llama3-70b", pods=8, layers=4, mode="spray")
     assert res["iteration_s"] == pytest.approx(direct["iteration_s"], rel=1e-12)
+
+
+def test_busy_time_is_the_length_of_the_union_of_intervals():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        a = rng.uniform(0, 10, 6)
+        b = a + rng.uniform(0, 3, 6)
+        cuts = np.unique(np.r_[a, b])  # elementary segments: each wholly covered or not
+        mid = (cuts[1:] + cuts[:-1]) / 2
+        covered = ((mid[:, None] >= a) & (mid[:, None] <= b)).any(axis=1)
+        assert REP.busy_time(a, b) == pytest.approx(np.diff(cuts)[covered].sum(), rel=1e-12)

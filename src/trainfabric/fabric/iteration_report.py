@@ -52,7 +52,7 @@ def _node_times(run: IterationRun) -> tuple[np.ndarray, np.ndarray]:
     return run.result.start_s[:n], run.result.finish_s[:n]
 
 
-def phase_kind_rows(run: IterationRun, exposed, rows) -> list[dict]:
+def phase_kind_rows(exposed, rows) -> list[dict]:
     """One row per phase category (PP, DP, EP, other): exposed seconds (the walk-back split
     of :func:`~trainfabric.workloads.attribution.exposed_comm`), the critical path's own
     time in it, the time at least one of its collectives was in flight (``busy_s``), its
@@ -167,7 +167,7 @@ def iteration_tables(run: IterationRun, top_links: int = 10) -> dict:
     }
     return {
         "summary": summary,
-        "phase_kinds": phase_kind_rows(run, e, rows),
+        "phase_kinds": phase_kind_rows(e, rows),
         "collectives": coll,
         "utilisation": utilisation,
         "critical": critical_segments(run, e.path),
