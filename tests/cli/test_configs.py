@@ -13,6 +13,7 @@ KINDS = {
     "fabric-isolation": "isolation",
     "fabric-failures": "failures",
     "fabric-flaps": "flaps",
+    "fabric-iteration": "iteration",
 }
 
 
