@@ -212,7 +212,7 @@ def effect_ratio(sim_d, real_d, seed: int = 0) -> dict:
         "real_effect": real,
         "real_effect_ci": ci,
         "real_effect_significant": bool(significant),
-        "sim_vs_real_effect_ratio": sim / real if real != 0 else None,
+        "sim_vs_real_effect_ratio": sim / real + 0.0 if real != 0 else None,  # no -0.0
         "ratio_note": (
             "live effect exactly 0: ratio undefined"
             if real == 0
