@@ -39,9 +39,10 @@ order, are the fleet simulator's sync-duration distribution
 every sync of a run draws one of them with replacement, the same index sequence on every
 cell of a fleet seed, so two modes' ``k``-th syncs saw the same failure set and flap. Rows:
 failed fraction × mode × policy with the sync seconds (mean, p50, p99, max over draws; the
-healthy fabric's), the SLO violation rate and the loss at equal wall-clock and at equal
-tokens (means and standard errors over fleet seeds), and paired differences on the same fleet
-seeds against the reference policy (``policy_reference``: the first of ``fleet.policies``,
+healthy fabric's; ``fleet_sync_s``: the mean duration the simulator drew, NaN where no run
+synced), the SLO violation rate and the loss at equal wall-clock and at equal tokens (means
+and standard errors over fleet seeds), and paired differences on the same fleet seeds
+against the reference policy (``policy_reference``: the first of ``fleet.policies``,
 ``*_vs_policy_ref``) and the reference mode (``mode_reference``: the first of ``modes``,
 ``*_vs_mode_ref``), with their standard errors.
 
@@ -310,6 +311,7 @@ def sync_under_failures(config: SyncUnderFailuresConfig, seed: int) -> pd.DataFr
     runs = pd.concat(runs, ignore_index=True)
     keys = ["failed_fraction", "mode", "policy"]
     table = summarise(runs, by=tuple(keys)).rename(columns={"sync_s": "fleet_sync_s"})
+    table.loc[table.syncs == 0, "fleet_sync_s"] = np.nan  # nothing drawn (no_sync)
     table = table.merge(sync_figures(draws), on=["failed_fraction", "mode"])
     policy_ref, mode_ref = config.fleet.policies[0], config.modes[0]
     table = table.merge(paired(runs, "policy", policy_ref, ["failed_fraction", "mode"]), on=keys)
