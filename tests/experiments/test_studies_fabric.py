@@ -19,6 +19,7 @@ from trainfabric.fabric import topology as T
 from trainfabric.fabric.collectives import collective_flows, place
 from trainfabric.fabric.routing import Router
 from trainfabric.fabric.scenarios import TopologyConfig, build_topology
+from trainfabric.io import loads
 from trainfabric.runs import RunDir, SweepSpec, run_sweep
 from trainfabric.workloads.collectives import Step, ring_all_reduce
 
@@ -187,3 +188,16 @@ def test_a_study_sweep_resumes(tmp_path):
     again = run_sweep(spec, tmp_path / "run", executor="serial", progress=False)
     assert again.computed == [first.computed[1]] and again.skipped == [first.computed[0]]
     pd.testing.assert_frame_equal(again.results, first.results)
+
+
+def test_the_demo_has_the_cross_pillar_step(demo_run):
+    """The session's demo run (shared fixture) carries the short sync-under-failures table."""
+    run_dir, printed = demo_run
+    step = loads(printed)["steps"]["cross-pillar"]
+    table = pd.read_parquet(run_dir / "cross_pillar_sync_under_failures.parquet")
+    assert len(table) == 2 * 2 * 3  # failed fractions x modes x policies
+    assert set(table["mode"]) == {"ecmp", "adaptive"}
+    assert set(step["sync_s_p99"]) == {"ecmp@0", "ecmp@0.1", "adaptive@0", "adaptive@0.1"}
+    for r in table.itertuples():
+        assert step["sync_s_p99"][f"{r.mode}@{r.failed_fraction:g}"] == r.sync_s_p99 > 0
+    assert step["wall_s"] > 0
