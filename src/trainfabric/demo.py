@@ -272,12 +272,13 @@ def cross_pillar_step(run_dir: Path, console: Console) -> dict[str, Any]:
     flaps (4 draws), ECMP against adaptive routing; the measured sync times fed to the fleet
     simulator (600 windows, 3 fleet seeds)."""
     from trainfabric.experiments.studies.sync_under_failures import (
+        DEMO_STEM,
         SyncUnderFailuresConfig,
         sync_under_failures,
     )
 
     table = sync_under_failures(SyncUnderFailuresConfig(**CROSS_PILLAR), seed=0)
-    write_parquet(run_dir / "cross_pillar_sync_under_failures.parquet", table)
+    write_parquet(run_dir / f"{DEMO_STEM}.parquet", table)
     t = Table(
         "failed",
         "LB mode",

@@ -201,3 +201,10 @@ def test_the_demo_has_the_cross_pillar_step(demo_run):
     for r in table.itertuples():
         assert step["sync_s_p99"][f"{r.mode}@{r.failed_fraction:g}"] == r.sync_s_p99 > 0
     assert step["wall_s"] > 0
+
+
+def test_figures_plot_every_mode(tiny_table):
+    (fig,) = suf.study_figures(tiny_table)
+    left, right = fig.axes[:2]
+    assert len(left.containers) == len(right.containers) == len(TINY["modes"])
+    assert suf.study_figures(tiny_table[tiny_table.failed_fraction == 0.0]) == []

@@ -77,6 +77,8 @@ from trainfabric.fabric.iteration_faults import cable_candidates, cable_links
 from trainfabric.fabric.packet.config import PacketConfig
 from trainfabric.fabric.scenarios import ALL_MODES, LBMode, TopologyConfig, build_topology
 from trainfabric.runs.registry import register
+from trainfabric.runs.report import FIGURES
+from trainfabric.runs.report_figures import legend_outside, line_style, new_figure
 from trainfabric.workloads.collectives import Step, ring_all_reduce
 
 Fraction = Annotated[float, Field(ge=0, lt=1)]
@@ -328,3 +330,41 @@ def sync_under_failures(config: SyncUnderFailuresConfig, seed: int) -> pd.DataFr
     table["engine"] = config.engine
     table["provenance"] = PROVENANCE.format(engine=config.engine)
     return table
+
+
+# -- figures ---------------------------------------------------------------------------------------
+DEMO_STEM = "cross_pillar_sync_under_failures"  # the demo's table (trainfabric.demo)
+
+
+def study_figures(table: pd.DataFrame) -> list:
+    """Per mode against the failed fraction (means over study seeds): the sync seconds (p50,
+    bars to p99) and, for the last syncing policy, the SLO violation rate minus the reference
+    mode's on the same fleet seeds (paired; bars: its standard error)."""
+    need = {"failed_fraction", "mode", "policy", "sync_s_p50", "sync_s_p99", "mode_reference"}
+    if not need <= set(table.columns) or table["failed_fraction"].nunique() < 2:
+        return []
+    syncing = [p for p in dict.fromkeys(table["policy"]) if p != "no_sync"]
+    if not syncing:
+        return []
+    policy = syncing[-1]
+    fig, (left, right) = new_figure(2, 5.6)
+    for i, (mode, rows) in enumerate(table.groupby("mode", sort=False)):
+        cells = rows[rows.policy == policy].groupby("failed_fraction")
+        x = np.asarray(list(cells.groups), float) * 100
+        p50, p99 = cells["sync_s_p50"].mean(), cells["sync_s_p99"].mean()
+        style = line_style(i)
+        left.errorbar(x, p50, yerr=[0 * p50, p99 - p50], capsize=3, label=mode, **style)
+        slo = cells["slo_violation_rate_vs_mode_ref"].mean() * 100
+        se = cells["slo_violation_rate_vs_mode_ref_se"].mean() * 100
+        right.errorbar(x, slo, yerr=se, capsize=3, label=mode, **style)
+    left.set(xlabel="failed leaf-spine cables (%)", ylabel="DiLoCo sync (s): p50, bar to p99")
+    left.set_title("Measured sync time on the fabric")
+    ref = table["mode_reference"].iloc[0]
+    right.set(xlabel="failed leaf-spine cables (%)", ylabel=f"SLO violations - {ref}'s (pp)")
+    right.set_title(f"Fleet SLO vs {ref} ({policy}, paired; bars: 1 s.e.)")
+    legend_outside(fig, "LB mode")
+    return [fig]
+
+
+FIGURES["sync-under-failures"] = study_figures
+FIGURES[DEMO_STEM] = study_figures
