@@ -192,11 +192,61 @@ def ocs_schedule_step(run_dir: Path, console: Console) -> dict[str, Any]:
     return {"ours_over_lb": ours.to_dict()}
 
 
-def fabric_step(run_dir: Path, console: Console) -> dict[str, Any]:
-    """Line rate, isolation, failures and flaps on a 32-GPU, 4-plane fabric, per LB mode."""
-    from trainfabric.fabric.scenarios import fabric_demo
+# A training iteration on the fabric: llama3-70b cut to 2 layers on 16 servers of 8 GPUs (radix 16
+# per plane: 8 leaves x 8 spines per plane, 4 planes), 2 modes, a few failure and flap draws.
+FABRIC_ITERATION = {
+    "kind": "iteration",
+    "name": "iteration",
+    "modes": ["ecmp", "spray"],
+    "topology": {"gpus": 128, "switch_radix": 16},
+    "workload": {"name": "llama3-70b", "pods": 16, "layers": 2},
+    "faults": {
+        "failed_fractions": [0.1],
+        "failure_draws": 4,
+        "flap_durations_s": [1e-3, 1.0],
+        "flap_draws": 12,
+    },
+}
 
-    return fabric_demo(run_dir, console)
+
+def fabric_step(run_dir: Path, console: Console) -> dict[str, Any]:
+    """Line rate, isolation, failures and flaps on a 32-GPU, 4-plane fabric, per LB mode; then
+    one training iteration per mode (:data:`FABRIC_ITERATION`) with its exposed communication,
+    failed cables and link flaps (its tables feed the report's Gantt, utilisation and slowdown
+    figures)."""
+    from trainfabric.fabric.scenarios import fabric_demo, parse_scenario, run_scenario, summarize
+
+    out = fabric_demo(run_dir, console)
+    tables = run_scenario(parse_scenario(FABRIC_ITERATION))
+    for stem, table in tables.items():
+        write_parquet(run_dir / f"{stem}.parquet", table)
+    modes = summarize("iteration", tables)
+    keys = (
+        "iteration_s",
+        "exposed_comm_fraction",
+        "exposed_comm_fraction_bucketed",
+        "failure_slowdown_median",
+        "failure_slowdown_worst",
+        "flap_slowdown_p50",
+        "flap_slowdown_p99",
+        "flap_hit_rate",
+    )
+    t = Table(
+        "mode",
+        "iteration (s)",
+        "exposed comm",
+        "exposed (bucketed)",
+        "10% failed: median",
+        "worst",
+        "flap p50",
+        "flap p99",
+        "flap hit rate",
+        title="llama3-70b (2 layers), 16 servers x 8 GPUs: iteration, failures, flaps (x healthy)",
+    )
+    for mode, row in modes.items():
+        t.add_row(mode, *(f"{row[k]:.4g}" for k in keys))
+    console.print(t)
+    return out | {"iteration": {m: {k: row[k] for k in keys} for m, row in modes.items()}}
 
 
 def diloco_step(run_dir: Path, console: Console) -> dict[str, Any]:
