@@ -1,0 +1,242 @@
+"""Issue 18: a training job's iteration on the fabric, per load-balancing mode, and what static
+failed cables and link flaps cost it.
+
+Fabric: the CLI's (``trainfabric fabric job``): 4 planes of 2-tier leaf-spine, 256 ports of
+200 Gb/s per switch per plane, 800 Gb/s NICs (one per GPU), no oversubscription; servers of 8
+GPUs placed at random (seed 0), 4 channels (connections) per GPU pair, the DAG engine of
+:mod:`trainfabric.fabric.tasks` through :mod:`trainfabric.fabric.iteration`. Each case runs in
+its own subprocess (its own peak RSS), under a wall-clock limit; a case over it is reported as
+``null`` and ``timed_out`` lists it. The timed cases (``wall_s_*``) run alone, one after the
+other; the others then run two at a time (numba and BLAS pinned to one thread each).
+
+Cases:
+
+* ``iter_4k_<mode>``: ``llama3-70b`` on 512 servers (4,096 GPUs), one iteration per mode
+  (``iteration_s_by_mode``); ``wall_s_4k`` = the ECMP case's wall (load, map, run).
+* ``exposed_4k_<overlap>``: the ECMP iteration with ``overlap = none`` and ``bucketed``
+  (the workloads' default bucket): ``exposed_comm_fraction`` = (iteration - compute-only
+  critical path) / iteration.
+* ``iter_16k``: ``llama3-70b`` on 2,048 servers (16,384 GPUs), ECMP: ``wall_s_16k``,
+  ``peak_gb_16k`` (the subprocess's peak RSS).
+* ``deepseek``: ``deepseek-v3`` on 128 servers, ECMP: ``wall_s_deepseek``.
+* ``faults_<mode>``: the faults job (:data:`FAULTS_JOB`: the 32-server ``llama3-70b`` preset
+  cut to 2 layers, on a fabric of radix 32 per plane so that its 256 GPUs spread over 16
+  leaves per plane; stated in the output because 500 flap resumes per mode of a 4,096-GPU
+  iteration do not fit the run's budget): 20 seeded draws of 10% failed leaf-spine cables
+  (``slowdown_10pct_failures_by_mode``: median and worst), and ``flap_draws`` flaps per mode
+  (durations 1 ms, 10 ms, 1 s; NIC and fabric side), each resumed from the healthy run's
+  snapshot at its time (``flap_slowdown_p50_by_mode``, ``flap_slowdown_p99_by_mode``,
+  ``flap_hit_rate``: share of all draws, every mode, whose cable carried the job's traffic
+  at the flap instant; per mode in ``flap_hit_rate_by_mode``).
+
+``ranking_source`` says where differences between modes come from (a fluid engine: ECMP
+collisions and faults, no packet effects).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from _common import emit, parser, peak_rss_gb
+
+MODES = ("ecmp", "flowlet", "pinning", "spray", "adaptive")
+QUICK_MODES = ("ecmp", "pinning", "spray", "adaptive")
+FAULTS_JOB = {"workload": "llama3-70b", "pods": 32, "layers": 2, "switch_radix": 32}
+TARGETS = {"wall_s_4k": 60.0, "wall_s_16k": 300.0, "peak_gb_16k": 16.0}
+ONE_THREAD = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+PARALLEL = 2  # untimed cases run side by side (single-threaded each)
+LIMIT_S = {"iter_4k": 240, "exposed_4k": 240, "iter_16k": 420, "deepseek": 240, "faults": 420}
+
+
+def _job(workload: str, pods: int, overlap: str = "none", layers=None, **fabric):
+    from trainfabric.fabric import iteration as I
+    from trainfabric.fabric.iteration_scenario import job_fabric
+
+    loaded = I.load_job(workload, pods=pods, layers=layers, overlap=overlap, seed=0)
+    topo = job_fabric(loaded.pods, loaded.gpus_per_pod, **fabric)
+    servers = I.place_servers(topo, loaded.pods, loaded.gpus_per_pod, "random", 0)
+    return I.JobOnHosts(loaded, servers, 4, seed=0), topo
+
+
+def iteration_case(workload: str, pods: int, mode: str, overlap: str = "none") -> dict:
+    from trainfabric.fabric import iteration as I
+    from trainfabric.fabric.iteration_report import iteration_tables
+
+    t0 = time.perf_counter()
+    jh, topo = _job(workload, pods, overlap)
+    run = I.run_iteration(jh, topo, mode, seed=0)
+    wall = time.perf_counter() - t0
+    summary = iteration_tables(run, top_links=5)["summary"]
+    r = run.result
+    return {
+        "workload": workload,
+        "servers": pods,
+        "gpus": pods * jh.g,
+        "mode": mode,
+        "overlap": overlap,
+        "iteration_s": run.iteration_s,
+        "compute_only_s": summary["compute_only_s"],
+        "exposed_comm_s": summary["exposed_comm_s"],
+        "exposed_comm_fraction": summary["exposed_comm_s"] / run.iteration_s,
+        "dag_nodes": int(jh.dag.n_nodes),
+        "events": int(r.n_events),
+        "peak_flows": int(r.peak_flows),
+        "wall_s": wall,
+        "sim_wall_s": float(r.wall_s),
+        "peak_rss_gb": peak_rss_gb(),
+    }
+
+
+def faults_case(mode: str, flap_draws: int) -> dict:
+    from trainfabric.fabric import iteration as I
+    from trainfabric.fabric import iteration_faults as IF
+    from trainfabric.fabric.scenarios import FaultsConfig
+
+    t0 = time.perf_counter()
+    job = FAULTS_JOB
+    jh, topo = _job(
+        job["workload"], job["pods"], layers=job["layers"], switch_radix=job["switch_radix"]
+    )
+    run = I.run_iteration(jh, topo, mode, seed=0)
+    faults = FaultsConfig(failed_fractions=[0.1], failure_draws=20, flap_draws=flap_draws)
+    fail = IF.run_failures(run, faults, 0)
+    t1 = time.perf_counter()
+    flaps = IF.run_flaps(run, faults, 0)
+    t2 = time.perf_counter()
+    fs, ps = IF.failures_summary(fail)[mode], IF.flaps_summary(flaps)[mode]
+    return {
+        "mode": mode,
+        "job": job,
+        "gpus": int(jh.loaded.pods * jh.g),
+        "healthy_iteration_s": run.iteration_s,
+        "failures": fs,
+        "flaps": ps,
+        "flap_rows": len(flaps),
+        "flap_hits": int(flaps["hit"].sum()),
+        "failures_wall_s": t1 - t0,
+        "flaps_wall_s": t2 - t1,
+        "resume_wall_s_mean": float(flaps["resume_wall_s"].mean()),
+        "peak_rss_gb": peak_rss_gb(),
+    }
+
+
+def run_case(case: str, flap_draws: int) -> dict:
+    kind, _, arg = case.partition(":")
+    if kind == "iter_4k":
+        return iteration_case("llama3-70b", 512, arg)
+    if kind == "exposed_4k":
+        return iteration_case("llama3-70b", 512, "ecmp", overlap=arg)
+    if kind == "iter_16k":
+        return iteration_case("llama3-70b", 2048, "ecmp")
+    if kind == "deepseek":
+        return iteration_case("deepseek-v3", 128, "ecmp")
+    if kind == "faults":
+        return faults_case(arg, flap_draws)
+    raise SystemExit(f"unknown case {case!r}")
+
+
+def _spawn(case: str, flap_draws: int) -> dict | None:
+    """Run ``case`` in a subprocess under its limit; ``None`` when it ran out of time."""
+    kind = case.partition(":")[0]
+    cmd = [sys.executable, __file__, "--case", case, "--flap-draws", str(flap_draws)]
+    print(f"== {case}", file=sys.stderr, flush=True)
+    try:
+        done = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=LIMIT_S[kind], env=os.environ | ONE_THREAD
+        )
+    except subprocess.TimeoutExpired:
+        print(f"   {case}: over {LIMIT_S[kind]} s", file=sys.stderr, flush=True)
+        return None
+    if done.returncode:
+        sys.stderr.write(done.stderr[-3000:])
+        raise SystemExit(f"case {case} failed (exit {done.returncode})")
+    row = json.loads(done.stdout.strip().splitlines()[-1])
+    print(f"   {json.dumps(row)}", file=sys.stderr, flush=True)
+    return row
+
+
+def _value(row: dict | None, key: str, sub: str | None = None):
+    """``row[key]`` (``row[key][sub]``), ``None`` for a case that ran out of time."""
+    if row is None:
+        return None
+    return row[key] if sub is None else row[key][sub]
+
+
+def main() -> None:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--case", help="internal: run one case in this process")
+    p.add_argument("--flap-draws", type=int, default=500, help="flap draws per mode")
+    args = p.parse_args()
+    if args.case:
+        sys.stdout.write(json.dumps(run_case(args.case, args.flap_draws)) + "\n")
+        return
+    modes = QUICK_MODES if args.quick else MODES
+    t0 = time.perf_counter()
+    # the timed targets alone, one after the other; then the rest two at a time (2 cores)
+    rows = {c: _spawn(c, args.flap_draws) for c in ("iter_4k:ecmp", "iter_16k", "deepseek")}
+    rest = [
+        *(f"iter_4k:{m}" for m in modes if m != "ecmp"),
+        "exposed_4k:bucketed",
+        *(f"faults:{m}" for m in modes),
+    ]
+    with ThreadPoolExecutor(PARALLEL) as pool:
+        rows |= dict(zip(rest, pool.map(lambda c: _spawn(c, args.flap_draws), rest), strict=True))
+    rows["exposed_4k:none"] = rows["iter_4k:ecmp"]
+    faults = {m: rows[f"faults:{m}"] for m in modes}
+    done = [r for r in faults.values() if r is not None]
+    big = rows["iter_16k"]
+    result = {
+        "iteration_s_by_mode": {m: _value(rows[f"iter_4k:{m}"], "iteration_s") for m in modes},
+        "exposed_comm_fraction": {
+            o: _value(rows[f"exposed_4k:{o}"], "exposed_comm_fraction")
+            for o in ("none", "bucketed")
+        },
+        "slowdown_10pct_failures_by_mode": {
+            m: {
+                "median": _value(r, "failures", "failure_slowdown_median"),
+                "worst": _value(r, "failures", "failure_slowdown_worst"),
+            }
+            for m, r in faults.items()
+        },
+        "flap_slowdown_p50_by_mode": {
+            m: _value(r, "flaps", "flap_slowdown_p50") for m, r in faults.items()
+        },
+        "flap_slowdown_p99_by_mode": {
+            m: _value(r, "flaps", "flap_slowdown_p99") for m, r in faults.items()
+        },
+        "flap_hit_rate": (
+            sum(r["flap_hits"] for r in done) / sum(r["flap_rows"] for r in done) if done else None
+        ),
+        "flap_hit_rate_by_mode": {
+            m: _value(r, "flaps", "flap_hit_rate") for m, r in faults.items()
+        },
+        "wall_s_4k": _value(rows["iter_4k:ecmp"], "wall_s"),
+        "wall_s_16k": _value(big, "wall_s"),
+        "peak_gb_16k": _value(big, "peak_rss_gb"),
+        "wall_s_deepseek": _value(rows["deepseek"], "wall_s"),
+        "faults_job": FAULTS_JOB | {"gpus": done[0]["gpus"] if done else None},
+        "flap_draws_per_mode": args.flap_draws,
+        "ranking_source": _ranking_source(),
+        "timed_out": [c for c, r in rows.items() if r is None],
+        "limits_s": LIMIT_S,
+        "targets": TARGETS,
+        "total_wall_s": time.perf_counter() - t0,
+        "cases": rows,
+    }
+    result["met"] = {k: result[k] is not None and result[k] <= v for k, v in TARGETS.items()}
+    emit("fabric_iteration", result, args.out)
+
+
+def _ranking_source() -> str:
+    from trainfabric.fabric.iteration_faults import RANKING_SOURCE
+
+    return RANKING_SOURCE
+
+
+if __name__ == "__main__":
+    main()
