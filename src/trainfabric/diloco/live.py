@@ -8,10 +8,11 @@ cores with a serving engine (a real vLLM server, or the emulator) while an open-
 sends it the requests of the seed's segment of the Azure trace, and a sidecar scrapes its
 ``/metrics``. Every ``window_s`` the controller builds the policies' observation
 (:class:`~.telemetry.Telemetry`: ``inference`` from the sidecar's last scrape window, ``network``
-= the shaped links' utilisation from the qdisc byte counters, ``checkpoint`` = 1 while a learner
-writes one, ``serve_now``/``serve_forecast`` from the segment's arrivals per window, progress
-from the learners) and asks the *same policy object the simulator uses*; rank 0 broadcasts the
-answer. A run lasts ``duration_s`` of replay; the training runs throughout.
+= the busiest shaped link's utilisation from the veths' byte counters, ``checkpoint`` = the
+share of the interval spent writing checkpoints, ``serve_now``/``serve_forecast`` from the
+segment's arrivals per window, progress from the learners) and asks the *same policy object
+the simulator uses*; rank 0 broadcasts the answer. A run lasts ``duration_s`` of replay; the
+training runs throughout.
 
 **Trace segments** (:func:`segment`): seed ``s`` replays segment ``s`` of the trace scaled to
 ``rate_scale`` x its own mean rate, cut into disjoint pieces of ``T = duration_s`` (the
@@ -47,7 +48,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -165,12 +165,31 @@ def live_policy(name: str, cfg: LiveConfig, tokens_per_step: float) -> Policy:
 # -- controllers ---------------------------------------------------------------------------------
 @dataclass
 class Signals:
-    """Where a controller reads the live pressures: ``inference`` returns the sidecar's
-    :class:`~.serve.sidecar.Reading`, ``network`` and ``checkpoint`` floats in [0, 1]."""
+    """Where a controller reads the serving pressure: ``inference`` returns the sidecar's
+    :class:`~.serve.sidecar.Reading`. ``network`` and ``checkpoint`` come with the learners'
+    progress (:func:`learner_signals`)."""
 
     inference: Callable
-    network: Callable
-    checkpoint: Callable
+
+
+def learner_signals(prev, now) -> tuple[float, float]:
+    """``network`` and ``checkpoint`` between two consultations (``prev``, ``now``: the
+    learners' progress reports, :class:`~.train.controller.Progress`): the busiest learner
+    link's utilisation from the veths' byte counters (:func:`~.telemetry.link_utilisation`,
+    0 when unshaped) and the share of the interval spent writing checkpoints (the increase of
+    the cumulative ``checkpoint_s`` over the interval, capped to [0, 1])."""
+    if prev is None:
+        return 0.0, 0.0
+    dt = getattr(now, "link_time", 0.0) - getattr(prev, "link_time", 0.0)
+    net = 0.0
+    rate = getattr(now, "link_rate_bps", None)
+    if now.link_bytes and prev.link_bytes and rate and dt > 0:
+        sent = [max(a[0] - b[0], a[1] - b[1]) for a, b in zip(now.link_bytes, prev.link_bytes,
+                                                              strict=True)]  # fmt: skip
+        net = link_utilisation((0.0, prev.link_time), (float(max(sent)), now.link_time), rate)
+    wall = now.wall_s - prev.wall_s
+    ckpt = (now.checkpoint_s - prev.checkpoint_s) / wall if wall > 0 else 0.0
+    return net, float(min(max(ckpt, 0.0), 1.0))
 
 
 class LiveController:
@@ -201,6 +220,7 @@ class LiveController:
         self.updated = 0  # windows folded into the telemetry so far
         self.started = threading.Event()
         self.report: Callable = lambda sync: None
+        self.prev = None  # the last progress report (for the learners' signals)
         self.log: list[dict] = []
 
     def decide(self, progress) -> bool:
@@ -216,10 +236,12 @@ class LiveController:
             self.updated += 1
         reading = self.signals.inference()
         fallback = reading.fallback or reading.inference is None
+        net, ckpt = learner_signals(self.prev, progress)
+        self.prev = progress
         sig = {
             "inference": 0.0 if fallback else float(reading.inference),
-            "network": float(self.signals.network()),
-            "checkpoint": float(self.signals.checkpoint()),
+            "network": net,
+            "checkpoint": ckpt,
         }
         if self.schedule is not None:  # matched random: the next scheduled window has come
             go = bool(self.schedule) and bool(w >= self.schedule[0])
@@ -377,25 +399,6 @@ def train_config(cfg: LiveConfig, seed: int, max_seconds: float, final_sync: boo
     )
 
 
-def _network_signal(run, rate_bps: float):
-    """``network`` = the busiest learner link's utilisation since the last reading."""
-    last: dict = {}
-
-    def read() -> float:
-        links = run.link_bytes()
-        now = time.time()
-        if not links:
-            return 0.0
-        sent = max(max(a, b) for a, b in links)
-        prev = last.get("r")
-        last["r"] = (sent, now)
-        return (
-            0.0 if prev is None or now <= prev[1] else link_utilisation(prev, (sent, now), rate_bps)
-        )
-
-    return read
-
-
 def run_once(
     session: Session,
     cfg: LiveConfig,
@@ -418,20 +421,12 @@ def run_once(
     run_dir = session.out_dir / label
     pressure = PressureModel(ttft_slo_s=cfg.ttft_slo_s, tpot_slo_s=cfg.tpot_slo_s)
     sidecar = Sidecar(SidecarConfig(url=session.url, period_s=cfg.window_s, pressure=pressure))
-    box: dict = {}
-    signals = Signals(
-        inference=sidecar.latest,
-        network=lambda: box["net"](),
-        checkpoint=lambda: float(box["run"].checkpointing()),
-    )
+    signals = Signals(inference=sidecar.latest)
     ctl = Never() if never else LiveController(policy, signals, arrivals, cfg, seed, schedule)
     ctl.report = sidecar.record_decision
     tcfg = train_config(cfg, seed, max_seconds=cfg.duration_s + 900.0, final_sync=True)
-    if (run_dir / "train").exists():  # a rerun into the same directory starts afresh
-        shutil.rmtree(run_dir / "train")  # (the learners would resume its checkpoints)
     with sidecar:
         run = start(tcfg, run_dir / "train", ctl)
-        box["run"], box["net"] = run, _network_signal(run, cfg.shaping_mbit * 1e6)
         stop_emu = _mirror_syncs(run, session)
         try:
             if not ctl.started.wait(300):

@@ -27,6 +27,7 @@ def test_vllm_replay_sidecar_and_one_real_sync(vllm_server, tmp_path):
     sched = np.zeros(int(DURATION_S), bool)
     sched[3] = True  # exactly one sync, in window 3
     rec = L.run_once(session, cfg, seed, "e2e", None, schedule=sched)
+    rec.write(tmp_path / "e2e")
 
     assert vllm_server.kind == "vllm"
     sent = L.segment(cfg, seed)
@@ -42,6 +43,8 @@ def test_vllm_replay_sidecar_and_one_real_sync(vllm_server, tmp_path):
     # the sidecar scraped vLLM's /metrics and fed the controller (not the fallback)
     log = rec.decisions
     assert len(log) >= 5 and (log["health"] == "ok").any() and (~log["fallback"]).any()
+    # the learners' link: idle between syncs, busy across the interval holding the sync
+    assert log["network"].max() > 0.2 and log["network"].min() < 0.05
     # one real sync inside the replay: bytes of the 0.83 M-parameter model, over a shaped link
     inside = rec.syncs[~rec.syncs["final"] & (rec.syncs["start_s"] < DURATION_S)]
     assert len(inside) == 1 and inside["bytes"].iloc[0] > 3e6

@@ -39,9 +39,21 @@ def test_live_policy_scaling():
     assert (wa.min_h, wa.max_h, wa.tokens_norm, wa.signal) == (10, 80, 40 * 1024.0, "forecast")
 
 
-def _progress(h, loss_delta=0.0):
-    return types.SimpleNamespace(h=h, tokens_since_sync=h * 1024, loss_delta=loss_delta,
-                                 since_sync_s=1.0)  # fmt: skip
+def _progress(h, loss_delta=0.0, wall_s=0.0, link=None, link_time=0.0, ckpt=0.0):
+    return types.SimpleNamespace(
+        h=h, tokens_since_sync=h * 1024, loss_delta=loss_delta, since_sync_s=1.0,
+        wall_s=wall_s, link_bytes=link, link_time=link_time, link_rate_bps=8e6, checkpoint_s=ckpt,
+    )  # fmt: skip
+
+
+def test_learner_signals_by_hand():
+    a = _progress(1, wall_s=10.0, link=((0, 0), (0, 0)), link_time=100.0, ckpt=1.0)
+    b = _progress(2, wall_s=12.0, link=((1e6, 2e5), (5e5, 1.5e6)), link_time=102.0, ckpt=1.5)
+    net, ckpt = L.learner_signals(a, b)
+    assert net == pytest.approx(1.5e6 * 8 / (2 * 8e6))  # busiest: learner 1 receiving
+    assert ckpt == pytest.approx(0.25)
+    assert L.learner_signals(None, b) == (0.0, 0.0)
+    assert L.learner_signals(a, _progress(2, wall_s=12.0, link_time=102.0))[0] == 0.0
 
 
 def _reading(inference, fallback=False, health="ok"):
@@ -52,7 +64,7 @@ def test_controller_asks_the_policy_with_live_signals():
     cfg = L.LiveConfig(min_h=5, max_h=50)
     arrivals = np.array([10, 0, 0, 0] + [0] * 200)
     reading = {"r": _reading(0.9)}
-    sig = L.Signals(lambda: reading["r"], lambda: 0.0, lambda: 0.0)
+    sig = L.Signals(lambda: reading["r"])
     ctl = L.LiveController(L.make_policy("pressure_gate", min_h=5, max_h=50), sig, arrivals,
                            cfg, seed=0)  # fmt: skip
     assert ctl.decide(_progress(10)) is False  # before t0: never
@@ -68,7 +80,7 @@ def test_controller_asks_the_policy_with_live_signals():
 
 def test_controller_falls_back_to_fixed_h_without_telemetry():
     cfg = L.LiveConfig(H=30)
-    sig = L.Signals(lambda: _reading(None, True, "unknown"), lambda: 0.0, lambda: 0.0)
+    sig = L.Signals(lambda: _reading(None, True, "unknown"))
     ctl = L.LiveController(L.make_policy("wa_forecast"), sig, np.zeros(100, int), cfg, seed=0)
     ctl.t0 = L.time.time() - 1.5
     assert ctl.decide(_progress(29)) is False and ctl.decide(_progress(30)) is True
@@ -79,7 +91,7 @@ def test_schedule_controller_takes_missed_windows_late():
     cfg = L.LiveConfig()
     sched = np.zeros(100, bool)
     sched[[3, 5]] = True
-    sig = L.Signals(lambda: _reading(0.0), lambda: 0.0, lambda: 0.0)
+    sig = L.Signals(lambda: _reading(0.0))
     ctl = L.LiveController(None, sig, np.zeros(100, int), cfg, seed=0, schedule=sched)
     ctl.t0 = L.time.time() - 2.5
     assert ctl.decide(_progress(1)) is False
