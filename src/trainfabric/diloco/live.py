@@ -822,6 +822,8 @@ def headline(cfg: LiveConfig, res: dict, records: list[RunRecord], twin: dict, c
     real = comp.get("slo_effect_per_seed", [])
     if twin and lead in twin and len(real) == len(twin[lead]["effect_per_seed"]) and real:
         ratio = LA.effect_ratio(twin[lead]["effect_per_seed"], real)
+        sim_slo = np.r_[twin[lead]["slo_violation_rate"], twin[lead]["matched_random_slo"]]
+        ratio["twin_saturated"] = bool(np.all(sim_slo >= 0.999))  # no effect can show there
     else:
         ratio = {"sim_vs_real_effect_ratio": None, "ratio_note": "no simulated twin"}
     return {
