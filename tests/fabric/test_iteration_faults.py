@@ -158,11 +158,25 @@ def test_failed_cable_off_the_routes_costs_nothing_and_on_them_what_a_hand_count
         up[IF.cable_links(topo, cable)] = False
         res = IF.failed_iteration(run, up)
         assert res.makespan_s == pytest.approx(expected, rel=1e-9)
-    faults = SimpleNamespace(failed_fractions=[0.25], failure_draws=2)  # neither cuts a leaf off
+    faults = SimpleNamespace(failed_fractions=[0.25], failure_draws=3)
     table = IF.run_failures(run, faults, seed=1)
     assert table["failed_cables"].eq(2).all()  # round(0.25 x 8 leaf-spine cables)
-    assert (table["slowdown"] >= 1 - 1e-12).all()
     np.testing.assert_allclose(table["slowdown"], table["iteration_s"] / run.iteration_s)
+    # by hand: the flows use the spines whose cables to leaf 0 and to leaf 1 both survive,
+    # each at line rate: slowdown 2 / usable spines (inf: the job never finishes)
+    for d in range(3):
+        up = _failed(topo, 1, 0.25, d)
+        usable = int((up[leaf_up[0]] & up[leaf_up[1]]).sum())
+        expected = (0.01 + comm * 2 / usable) / run.iteration_s if usable else np.inf
+        assert table["slowdown"][d] == pytest.approx(expected, rel=1e-9)
+        assert (table["unfinished_tasks"][d] > 0) == (usable == 0)
+    assert np.isinf(table["slowdown"]).any() and np.isfinite(table["slowdown"]).any()
+
+
+def _failed(topo, seed: int, fraction: float, draw: int) -> np.ndarray:
+    """The link state of failure draw ``draw`` (as run_failures draws it)."""
+    s = int(np.random.default_rng([seed, round(fraction * 1e6), draw]).integers(2**31))
+    return T.fail_links(topo, fraction, seed=s)
 
 
 def test_flap_outside_communication_costs_nothing_inside_it_stalls_the_step():

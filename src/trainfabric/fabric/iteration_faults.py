@@ -192,20 +192,6 @@ def comm_intervals(run) -> np.ndarray:
     return merge_intervals(res.start_s[comm], res.finish_s[comm])
 
 
-def links_in_flight(snap, topo: T.Topology) -> np.ndarray:
-    """Mask of the directed links on which some flow in flight at the snapshot has a route
-    share (its route's group coefficients > 0)."""
-    from trainfabric.fabric import tasks_loop as L
-    from trainfabric.fabric.maxmin import link_load
-
-    st = snap.state
-    act = st["sl"][L.ACT][: st["ic"][L.M]]
-    rows = st["sl"][L.ROW][act]
-    group, weight = st["routes"][0][rows], st["routes"][1][rows]
-    load = link_load(group, weight, snap.router.groups, topo.n_links, np.ones(rows.size))
-    return load > 0
-
-
 def _draws(run, faults, seed: int) -> pd.DataFrame:
     """The flap plan mapped onto ``run``: time ``at_s`` and ``cable`` per draw, sorted by time
     (so that one healthy run snapshots them in order)."""
@@ -234,7 +220,7 @@ def flap_once(run, healthy, cable: int, at_s: float, duration_s: float) -> dict:
     topo, res0, base = run.topo, run.result, run.iteration_s
     links = cable_links(topo, cable)
     snap = healthy.snapshot(at_s)
-    hit = bool(links_in_flight(snap, topo)[links].any())
+    hit = bool(snap.links_in_flight()[links].any())
     wall0 = time.perf_counter()
     events = LinkEvents.flap(links, at_s, at_s + duration_s)
     res = TaskSim.resume(snap, healthy, events=events).run()
