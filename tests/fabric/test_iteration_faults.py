@@ -243,3 +243,37 @@ def test_hit_rate_counts_exactly_the_draws_whose_cable_carried_traffic():
     assert table["hit"].tolist() == expected
     assert 0 < table["hit"].mean() < 1
     assert IF.flaps_summary(table)["ecmp"]["flap_hit_rate"] == pytest.approx(np.mean(expected))
+
+
+def test_report_figures_of_the_iteration_tables():
+    from trainfabric.experiments import fabric_iteration_studies as FS
+    from trainfabric.runs.report import FIGURES
+
+    key = {"job": "j", "mode": "ecmp", "overlap": "none"}
+    critical = pd.DataFrame(
+        [
+            {**key, "start_s": 0.0, "finish_s": 1.0, "category": "compute"},
+            {**key, "start_s": 1.0, "finish_s": 1.5, "category": "DP"},
+        ]
+    )
+    coll = critical.assign(category=["PP", "DP"], on_critical_path=[False, True])
+    util = pd.DataFrame(
+        [
+            {**key, "t_s": t, "tier": "up1", "plane": p, "utilisation": 0.5}
+            for t in (0, 1)
+            for p in (0, 1)
+        ]
+    )
+    fail = pd.DataFrame({"mode": ["ecmp", "spray"], "failed_fraction": 0.1, "slowdown": [1.2, 1.0]})
+    flaps = pd.DataFrame(
+        {"mode": "ecmp", "side": ["nic", "fabric"], "duration_s": 1e-3, "slowdown": [1.0, 1.5]}
+    )
+    for stem, table in (
+        (FS.CRITICAL_STEM, critical),
+        (FS.COLLECTIVES_STEM, coll),
+        (FS.UTILISATION_STEM, util),
+        (IF.FAILURES_STEM, fail),
+        (IF.FLAPS_STEM, flaps),
+    ):
+        assert len(FIGURES[stem](table)) == 1
+        assert FIGURES[stem](table.drop(columns=["mode", "start_s", "t_s"], errors="ignore")) == []
