@@ -50,7 +50,7 @@ FAULTS_JOB = {"workload": "llama3-70b", "pods": 32, "layers": 2, "switch_radix":
 TARGETS = {"wall_s_4k": 60.0, "wall_s_16k": 300.0, "peak_gb_16k": 16.0}
 ONE_THREAD = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 PARALLEL = 2  # untimed cases run side by side (single-threaded each)
-LIMIT_S = {"iter_4k": 240, "exposed_4k": 240, "iter_16k": 420, "deepseek": 240, "faults": 420}
+LIMIT_S = {"iter_4k": 150, "exposed_4k": 150, "iter_16k": 300, "deepseek": 150, "faults": 240}
 
 
 def _job(workload: str, pods: int, overlap: str = "none", layers=None, **fabric):
