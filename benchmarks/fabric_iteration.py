@@ -5,8 +5,10 @@ Fabric: the CLI's (``trainfabric fabric job``): 4 planes of 2-tier leaf-spine, 2
 200 Gb/s per switch per plane, 800 Gb/s NICs (one per GPU), no oversubscription; servers of 8
 GPUs placed at random (seed 0), 4 channels (connections) per GPU pair, the DAG engine of
 :mod:`trainfabric.fabric.tasks` through :mod:`trainfabric.fabric.iteration`. Each case runs in
-its own subprocess (its own peak RSS), under a wall-clock limit; a case over it is reported as
-``null`` and ``timed_out`` lists it. The timed cases (``wall_s_*``) run alone, one after the
+its own subprocess (its own peak RSS), under a wall-clock limit; a case over it or one that
+crashed is reported as ``null`` and ``not_finished`` says why. ``--cache FILE`` records each
+case's outcome and reuses recorded ones (a run resumed after an interruption says so in
+``resumed_cases``). The timed cases (``wall_s_*``) run alone, one after the
 other; the others then run two at a time (numba and BLAS pinned to one thread each).
 
 Cases:
@@ -39,8 +41,10 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from _common import emit, parser, peak_rss_gb
 
@@ -49,6 +53,9 @@ QUICK_MODES = ("ecmp", "pinning", "spray", "adaptive")
 FAULTS_JOB = {"workload": "llama3-70b", "pods": 32, "layers": 2, "switch_radix": 32}
 TARGETS = {"wall_s_4k": 60.0, "wall_s_16k": 300.0, "peak_gb_16k": 16.0}
 ONE_THREAD = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+RESUMED: list[str] = []  # cases taken from --cache (an earlier invocation)
+FAILED: dict[str, str] = {}  # case -> "over N s" or "exit N"
+LOCK = threading.Lock()
 PARALLEL = 2  # untimed cases run side by side (single-threaded each)
 LIMIT_S = {"iter_4k": 150, "exposed_4k": 150, "iter_16k": 300, "deepseek": 150, "faults": 240}
 
@@ -140,23 +147,38 @@ def run_case(case: str, flap_draws: int) -> dict:
     raise SystemExit(f"unknown case {case!r}")
 
 
-def _spawn(case: str, flap_draws: int) -> dict | None:
-    """Run ``case`` in a subprocess under its limit; ``None`` when it ran out of time."""
+def _spawn(case: str, flap_draws: int, cache: Path | None) -> dict | None:
+    """Run ``case`` in a subprocess under its limit; ``None`` when it ran out of time or
+    crashed (``FAILED`` says which). With ``cache``, a case already recorded there is not
+    run again (its row, timeout or crash is reused) and every new outcome is recorded."""
     kind = case.partition(":")[0]
+    seen = json.loads(cache.read_text()) if cache is not None and cache.exists() else {}
+    if case in seen:
+        RESUMED.append(case)
+        FAILED.update({case: seen[case]["failed"]} if seen[case]["row"] is None else {})
+        return seen[case]["row"]
     cmd = [sys.executable, __file__, "--case", case, "--flap-draws", str(flap_draws)]
     print(f"== {case}", file=sys.stderr, flush=True)
+    row, failed = None, None
     try:
         done = subprocess.run(
             cmd, capture_output=True, text=True, timeout=LIMIT_S[kind], env=os.environ | ONE_THREAD
         )
+        if done.returncode:
+            sys.stderr.write(done.stderr[-3000:])
+            failed = f"exit {done.returncode}"
+        else:
+            row = json.loads(done.stdout.strip().splitlines()[-1])
     except subprocess.TimeoutExpired:
-        print(f"   {case}: over {LIMIT_S[kind]} s", file=sys.stderr, flush=True)
-        return None
-    if done.returncode:
-        sys.stderr.write(done.stderr[-3000:])
-        raise SystemExit(f"case {case} failed (exit {done.returncode})")
-    row = json.loads(done.stdout.strip().splitlines()[-1])
-    print(f"   {json.dumps(row)}", file=sys.stderr, flush=True)
+        failed = f"over {LIMIT_S[kind]} s"
+    print(f"   {case}: {failed or json.dumps(row)}", file=sys.stderr, flush=True)
+    if failed:
+        FAILED[case] = failed
+    if cache is not None:
+        with LOCK:
+            seen = json.loads(cache.read_text()) if cache.exists() else {}
+            seen[case] = {"row": row, "failed": failed}
+            cache.write_text(json.dumps(seen))
     return row
 
 
@@ -171,6 +193,7 @@ def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--case", help="internal: run one case in this process")
     p.add_argument("--flap-draws", type=int, default=500, help="flap draws per mode")
+    p.add_argument("--cache", type=Path, help="record each case's outcome; reuse recorded ones")
     args = p.parse_args()
     if args.case:
         sys.stdout.write(json.dumps(run_case(args.case, args.flap_draws)) + "\n")
@@ -178,14 +201,18 @@ def main() -> None:
     modes = QUICK_MODES if args.quick else MODES
     t0 = time.perf_counter()
     # the timed targets alone, one after the other; then the rest two at a time (2 cores)
-    rows = {c: _spawn(c, args.flap_draws) for c in ("iter_4k:ecmp", "iter_16k", "deepseek")}
+    rows = {
+        c: _spawn(c, args.flap_draws, args.cache) for c in ("iter_4k:ecmp", "iter_16k", "deepseek")
+    }
     rest = [
         *(f"iter_4k:{m}" for m in modes if m != "ecmp"),
         "exposed_4k:bucketed",
         *(f"faults:{m}" for m in modes),
     ]
     with ThreadPoolExecutor(PARALLEL) as pool:
-        rows |= dict(zip(rest, pool.map(lambda c: _spawn(c, args.flap_draws), rest), strict=True))
+        rows |= dict(
+            zip(rest, pool.map(lambda c: _spawn(c, args.flap_draws, args.cache), rest), strict=True)
+        )
     rows["exposed_4k:none"] = rows["iter_4k:ecmp"]
     faults = {m: rows[f"faults:{m}"] for m in modes}
     done = [r for r in faults.values() if r is not None]
@@ -222,10 +249,11 @@ def main() -> None:
         "faults_job": FAULTS_JOB | {"gpus": done[0]["gpus"] if done else None},
         "flap_draws_per_mode": args.flap_draws,
         "ranking_source": _ranking_source(),
-        "timed_out": [c for c, r in rows.items() if r is None],
+        "not_finished": dict(FAILED),
         "limits_s": LIMIT_S,
         "targets": TARGETS,
         "total_wall_s": time.perf_counter() - t0,
+        "resumed_cases": RESUMED,
         "cases": rows,
     }
     result["met"] = {k: result[k] is not None and result[k] <= v for k, v in TARGETS.items()}
