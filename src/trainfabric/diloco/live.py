@@ -429,8 +429,7 @@ def run_once(
         run = start(tcfg, run_dir / "train", ctl)
         stop_emu = _mirror_syncs(run, session)
         try:
-            if not ctl.started.wait(300):
-                raise RuntimeError("the learners did not reach a control point in 300 s")
+            _wait_started(run, ctl, timeout_s=300.0)
             ctl.t0 = time.time()
             rep = replay(
                 req, url=session.url, model=session.model, max_seconds=cfg.duration_s,
@@ -449,6 +448,16 @@ def run_once(
     rec = _record(label, policy, seed, cfg, t0, rep.requests, run_dir / "train", ctl, result, never)
     rec.syncs["final"] = rec.syncs["start_s"] >= stop_at - t0  # the closing sync after stop
     return rec
+
+
+def _wait_started(run, ctl, timeout_s: float) -> None:
+    """Until rank 0 first asks the controller; fails at once if the learners' supervisor
+    ended (a learner that cannot start) instead of waiting out the timeout."""
+    deadline = time.time() + timeout_s
+    while not ctl.started.wait(1.0):
+        if not run.thread.is_alive() or time.time() > deadline:
+            why = repr(run.error) if run.error is not None else f"nothing in {timeout_s:g} s"
+            raise RuntimeError(f"the learners did not reach a control point: {why}")
 
 
 DRAIN_S = 30.0  # in-flight requests after the last is sent, then cancelled (unfinished)
