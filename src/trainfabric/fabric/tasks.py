@@ -264,6 +264,7 @@ class TaskSim:
             "fc": np.zeros(1),
             "bins": np.zeros((1, n_cls)),
             "link_bits": np.zeros(self.topo.n_links),
+            "ldirty": np.zeros(self.topo.n_links, np.bool_),
             "R": 0,
         }
         s["sl"] = tuple(np.zeros(0, dtype) for _, dtype, _ in L.SLOT_FIELDS)
@@ -524,6 +525,8 @@ class TaskSim:
         k = sl[L.RP_IDX][f]
         sl[L.REM][f] = out[4][k]
         sl[L.DELIV][f] = out[2][k]
+        sl[L.TL][f] = self.time_s  # settled now; the loop solves their rates again
+        sl[L.RATE][f] = -1.0
         np.add.at(s["routes"][6], sl[L.ROW][f], out[3][k])
         sl[L.RP_IDX][f] = -1
         ic[L.RP], ic[L.RP_LEFT] = 0, 0
@@ -585,6 +588,7 @@ class TaskSim:
                 self._single_links(),
             ),
             (s["rp_seg_t"], s["rp_seg_b"]),
+            s["ldirty"],
         )
         s["sl"], s["bins"] = sl, bins
         if status == L.FRESH:

@@ -12,15 +12,25 @@ the connections to route and resumes where it stopped when called again). Per it
    engine's progressive filling on the compact base, rebuilt only after flows joined);
 3. the next event: the earliest projected completion (batched as the flow engine does when
    ``batch_rtol > 0``), the heap's top, or ``until_s``;
-4. advance: remaining wire bits fall by goodput x busy time, delivered bits, bits per route
-   (for link loads) and per link class and time bin are integrated;
-5. completions: a flow whose last wire bit left at ``sent`` arrives ``hops x hop_s`` later;
-   the last arrival of a comm task is its finish, pushed on the heap.
+4. advance, lazily: a flow is settled (remaining wire bits fall by goodput x busy time;
+   delivered bits, bits per route row and per link class and time bin are integrated over
+   its constant-rate stretch) only when its rate changes, it completes, or the call stops at
+   ``until_s``; its projected completion (``PROJ``) and the time its remaining bits fall
+   below ``done_rtol`` x wire (``DUE``) sit in indexed heaps, so an event costs the changed
+   flows, not every flow in flight;
+5. completions (``DUE <= t``): a flow whose last wire bit left at ``sent`` arrives
+   ``hops x hop_s`` later; the last arrival of a comm task is its finish, pushed on the heap.
+
+Rates, settle times and projections live in the slot arrays, so a call boundary (routes
+needed, a snapshot) changes no number; ``ldirty`` (per link) carries the links whose
+components lost a flow into the next call.
 
 The same statements as :mod:`trainfabric.fabric.engine_loop` for the flow part, so a flow
 table written as a task graph gives the same finish times (tested to 1e-9). Rates are
 re-solved only when flows joined or left; with single-link routes only the connected
-components that changed (:func:`components`, :func:`fill_local`). The loop also returns
+components that changed (found by a breadth-first search over per-link member lists from
+the new flows and the links of departed ones, :func:`fill_local`), and only flows whose rate
+changed are settled. The loop also returns
 ``FRESH`` when the flows in flight were all released now with nothing else in flight (the
 driver then installs a replay of the set's isolated evolution, :func:`evolve`) and
 ``MATERIALIZE`` when a flow joins during a replay (the driver recomputes the replayed flows'
@@ -39,7 +49,8 @@ COMM = 1
 DONE, UNTIL, NEED_ROUTES, UNCONSTRAINED, FRESH, MATERIALIZE = range(6)
 # integer counters in ``ic``
 M, NFREE, HSIZE, HSEQ, EVENTS, SOLVES, PEAK, NEED, FLOWS_DONE, RP, RP_LEFT, RP_SEG = range(12)
-N_COUNTERS = 12
+LOCAL = 12  # 1 + whether the last call solved component-locally (0: no call yet)
+N_COUNTERS = 13
 # slot arrays (the flows in flight), in this order in the ``sl`` tuple
 SLOT_FIELDS = (
     ("row", np.int64, -1),
@@ -59,9 +70,14 @@ SLOT_FIELDS = (
     ("rp_sent", np.float64, 0.0),
     ("rp_deliv", np.float64, 0.0),
     ("rp_bits", np.float64, 0.0),
+    ("tl", np.float64, 0.0),
+    ("rate", np.float64, -1.0),
+    ("proj", np.float64, np.inf),
+    ("due", np.float64, np.inf),
 )
 ROW, TASK, CONN, REM, WIRE, START, DELIV, LOST, HOPS, FLOWLET, ACT, FREE = range(12)
 RP_IDX, RP_EVENT, RP_SENT, RP_DELIV, RP_BITS = range(12, 17)
+TL, RATE, PROJ, DUE = range(17, 21)  # lazy settlement: last settle time, rate, completions
 
 
 @numba.njit(cache=True)
@@ -93,6 +109,10 @@ def _grow_slots(sl, k):
         _grown(sl[14], S2, 0.0),
         _grown(sl[15], S2, 0.0),
         _grown(sl[16], S2, 0.0),
+        _grown(sl[17], S2, 0.0),
+        _grown(sl[18], S2, -1.0),
+        _grown(sl[19], S2, np.inf),
+        _grown(sl[20], S2, np.inf),
     )
     return new, S2
 
@@ -246,10 +266,172 @@ def _fresh(sl, m, t):
 
 
 @numba.njit(cache=True)
-def run_loop(graph, tstate, heap, conn, routes, sl, bins, ic, fc, need, groups, params, replay):
+def _settle(f, ts, sl, rbits, rcls, rclw, bins, bin_s):
+    """Bring flow ``f`` from its last settle time to ``ts`` at its current rate: remaining
+    and delivered bits, bits per route row and per class and time bin (the rate is constant
+    over ``[TL, ts]``, so one uniform spread equals the per-event sums)."""
+    r0 = sl[RATE][f]
+    a = sl[TL][f]
+    sl[TL][f] = ts
+    if r0 <= 0.0:
+        return
+    b = min(sl[PROJ][f], ts)
+    busy = b - a
+    if busy <= 0.0:
+        return
+    gp = r0 * (1.0 - sl[LOST][f])
+    sl[REM][f] -= gp * busy
+    sl[DELIV][f] += gp * busy
+    sent = r0 * busy
+    r = sl[ROW][f]
+    rbits[r] += sent
+    for w in range(rcls.shape[1]):
+        c = rcls[r, w]
+        if c < 0:
+            break
+        _bin_add(bins, bin_s, c, a, b, sent * rclw[r, w])
+
+
+@numba.njit(cache=True)
+def _set_rate(f, t, nr, sl, acc, h1, h2, sizes):
+    """Flow ``f`` runs at ``nr`` from ``t``: settle at the old rate, then its projected
+    completion ``PROJ`` (last bit sent) and ``DUE`` (remaining <= done_rtol x wire)."""
+    rbits, rcls, rclw, bins, bin_s, done_rtol = acc
+    _settle(f, t, sl, rbits, rcls, rclw, bins, bin_s)
+    sl[RATE][f] = nr
+    gp = nr * (1.0 - sl[LOST][f])
+    if gp > 0.0:
+        sl[PROJ][f] = t + sl[REM][f] / gp
+        sl[DUE][f] = t + (sl[REM][f] - done_rtol * sl[WIRE][f]) / gp
+    else:
+        sl[PROJ][f] = np.inf
+        sl[DUE][f] = np.inf
+    sizes[0] = _heap_set(h1[0], h1[1], h1[2], sizes[0], f, sl[PROJ][f])
+    sizes[1] = _heap_set(h2[0], h2[1], h2[2], sizes[1], f, sl[DUE][f])
+
+
+@numba.njit(cache=True)
+def _heap_le(hk, hl, size, x, out):
+    """The items of a heap whose key is <= ``x`` (into ``out``); returns their count."""
+    n = 0
+    if size == 0 or hk[0] > x:
+        return 0
+    stack = np.empty(64, np.int64)
+    stack[0] = 0
+    top = 1
+    while top > 0:
+        top -= 1
+        i = stack[top]
+        out[n] = hl[i]
+        n += 1
+        for c in (2 * i + 1, 2 * i + 2):
+            if c < size and hk[c] <= x:
+                if top == stack.size:
+                    stack = np.concatenate((stack, np.empty(top, np.int64)))
+                stack[top] = c
+                top += 1
+    return n
+
+
+@numba.njit(cache=True)
+def _link_insert(f, row, rsg, rsw, lhead, lnext, lprev):
+    K = rsg.shape[1]
+    r = row[f]
+    for k in range(K):
+        g = rsg[r, k]
+        if g < 0 or g >= lhead.size or rsw[r, k] <= 0.0:
+            continue
+        v = f * K + k
+        lprev[v] = -1
+        lnext[v] = lhead[g]
+        if lhead[g] >= 0:
+            lprev[lhead[g]] = v
+        lhead[g] = v
+
+
+@numba.njit(cache=True)
+def _link_remove(f, row, rsg, rsw, lhead, lnext, lprev, ldirty, dl, ndl):
+    """Unlink flow ``f`` from its links and mark them dirty (their components changed)."""
+    K = rsg.shape[1]
+    r = row[f]
+    for k in range(K):
+        g = rsg[r, k]
+        if g < 0 or g >= lhead.size or rsw[r, k] <= 0.0:
+            continue
+        v = f * K + k
+        if lprev[v] >= 0:
+            lnext[lprev[v]] = lnext[v]
+        else:
+            lhead[g] = lnext[v]
+        if lnext[v] >= 0:
+            lprev[lnext[v]] = lprev[v]
+        if not ldirty[g]:
+            ldirty[g] = True
+            dl[ndl] = g
+            ndl += 1
+    return ndl
+
+
+@numba.njit(cache=True)
+def _dirty_flows(seeds, ns, dl, ndl, task, row, rsg, rsw, lhead, lnext, vis, lvis, fl):
+    """The flows in flight connected (through shared links) to the seed flows or dirty
+    links: a union of connected components, sorted by slot (breadth-first search)."""
+    K = rsg.shape[1]
+    nf = 0
+    lq = np.empty(ndl + 16, np.int64)
+    nl = 0
+    for j in range(ns):
+        f = seeds[j]
+        if task[f] >= 0 and not vis[f]:
+            vis[f] = True
+            fl[nf] = f
+            nf += 1
+    for j in range(ndl):
+        g = dl[j]
+        if not lvis[g]:
+            lvis[g] = True
+            lq[nl] = g
+            nl += 1
+    pf = pl = 0
+    while pf < nf or pl < nl:
+        while pf < nf:
+            r = row[fl[pf]]
+            pf += 1
+            for k in range(K):
+                g = rsg[r, k]
+                if g >= 0 and rsw[r, k] > 0.0 and not lvis[g]:
+                    lvis[g] = True
+                    if nl == lq.size:
+                        lq = np.concatenate((lq, np.empty(nl, np.int64)))
+                    lq[nl] = g
+                    nl += 1
+        while pl < nl:
+            v = lhead[lq[pl]]
+            pl += 1
+            while v >= 0:
+                f = v // K
+                if not vis[f]:
+                    vis[f] = True
+                    fl[nf] = f
+                    nf += 1
+                v = lnext[v]
+    for j in range(nf):
+        vis[fl[j]] = False
+    for j in range(nl):
+        lvis[lq[j]] = False
+    fl[:nf] = np.sort(fl[:nf])
+    return nf
+
+
+@numba.njit(cache=True)
+def run_loop(
+    graph, tstate, heap, conn, routes, sl, bins, ic, fc, need, groups, params, replay, ldirty
+):
     """Run until done / ``until_s`` / routes needed / a fresh flow set (``memo``) / a flow
     joining a replay (module doc). Returns ``(status, slots, bins)``: the slot arrays and
-    bins may have been reallocated."""
+    bins may have been reallocated. Flows are settled lazily (only when their rate changes,
+    they complete, or the call stops at ``until_s`` with ``advance``); ``ldirty`` marks the
+    links whose flows' rates must be solved again (kept across calls)."""
     kind, dur, lat, succ_ptr, succ, flow_set, set_ptr, flow_conn, flow_wire = graph
     pending, ready, rel_by, tstart, tfinish, left, arrive, tbits = tstate
     ht, hs, hf = heap
@@ -260,9 +442,8 @@ def run_loop(graph, tstate, heap, conn, routes, sl, bins, ic, fc, need, groups, 
     rp_seg_t, rp_seg_b = replay
     n = kind.size
     K = rsg.shape[1]
-    W = rcls.shape[1]
-    C = bins.shape[1]
     n_groups = g_off + g_ptr.size - 1
+    n_links = cap.size
     S = sl[0].size
     bsg = np.empty((max(16, ic[M]), K), np.int64)
     bsw = np.empty((max(16, ic[M]), K))
@@ -272,19 +453,46 @@ def run_loop(graph, tstate, heap, conn, routes, sl, bins, ic, fc, need, groups, 
     members = np.zeros(0, np.int64)
     rebuild = True  # the solver's base must be rebuilt (flows joined, slots regrown)
     joined = False  # flows joined since the last rate step of this call
-    stale = True  # the rates must be solved again (flows joined or left, or a new call)
     rate = np.zeros(0)
-    # component-local solves (single-link routes): rates per slot, components per slot
-    n_links = cap.size
-    srate = np.zeros(S)
-    comp = np.zeros(S, np.int64)
-    parent = np.zeros(S, np.int64)
-    dirty = np.zeros(S, np.bool_)
-    owner = np.full(n_links, -1, np.int64)
-    lmap = np.full(n_links, -1, np.int64)
+    # lazy state of this call: heaps (PROJ: 0-3, DUE: 4-7, START: 8-11), link member lists
+    hk1, hl1, hp1 = np.empty(S), np.empty(S, np.int64), np.full(S, -1, np.int64)
+    hk2, hl2, hp2 = np.empty(S), np.empty(S, np.int64), np.full(S, -1, np.int64)
+    hk3, hl3, hp3 = np.empty(S), np.empty(S, np.int64), np.full(S, -1, np.int64)
+    hsz = np.zeros(3, np.int64)
+    lhead = np.full(n_links, -1, np.int64)
+    lnext = np.full(S * K, -1, np.int64)
+    lprev = np.full(S * K, -1, np.int64)
+    vis = np.zeros(S, np.bool_)
+    lvis = np.zeros(n_links, np.bool_)
+    gone = np.zeros(S, np.bool_)
+    newr = np.zeros(S)
     fl = np.empty(S, np.int64)
-    all_dirty = True
-    seg_c = np.zeros(C)
+    seeds = np.empty(S, np.int64)
+    ns = 0
+    dl = np.empty(n_links, np.int64)
+    ndl = 0
+    for g in range(n_links):
+        if ldirty[g]:
+            dl[ndl] = g
+            ndl += 1
+    lmap = np.full(n_links, -1, np.int64)
+    stale = not local or ndl > 0
+    same = ic[LOCAL] == 1 + local  # else the last call solved in the other way: all again
+    ic[LOCAL] = 1 + local
+    for j in range(ic[M]):
+        f = sl[ACT][j]
+        _link_insert(f, sl[ROW], rsg, rsw, lhead, lnext, lprev)
+        hsz[2] = _heap_set(hk3, hl3, hp3, hsz[2], f, sl[START][f])
+        if ic[RP] == 1:  # a replay: its flows complete at their memo's event times
+            hsz[1] = _heap_set(hk2, hl2, hp2, hsz[1], f, sl[RP_EVENT][f])
+        elif sl[RATE][f] >= 0.0:
+            hsz[0] = _heap_set(hk1, hl1, hp1, hsz[0], f, sl[PROJ][f])
+            hsz[1] = _heap_set(hk2, hl2, hp2, hsz[1], f, sl[DUE][f])
+        if (sl[RATE][f] < 0.0 or not same) and ic[RP] == 0:
+            seeds[ns] = f
+            ns += 1
+            stale = True
+    done_list = np.empty(16, np.int64)
     t = fc[0]
     while True:
         # -- 1. heap events due at t
@@ -308,12 +516,17 @@ def run_loop(graph, tstate, heap, conn, routes, sl, bins, ic, fc, need, groups, 
                         sl[FREE][ic[NFREE]] = q
                         ic[NFREE] += 1
                     bpos = np.full(S, -1, np.int64)
-                    srate = np.zeros(S)
-                    comp = np.zeros(S, np.int64)
-                    parent = np.zeros(S, np.int64)
-                    dirty = np.zeros(S, np.bool_)
-                    fl = np.empty(S, np.int64)
-                    rebuild = all_dirty = True
+                    hk1, hl1, hp1 = _grown(hk1, S, 0.0), _grown(hl1, S, -1), _grown(hp1, S, -1)
+                    hk2, hl2, hp2 = _grown(hk2, S, 0.0), _grown(hl2, S, -1), _grown(hp2, S, -1)
+                    hk3, hl3, hp3 = _grown(hk3, S, 0.0), _grown(hl3, S, -1), _grown(hp3, S, -1)
+                    lnext = _grown(lnext, S * K, -1)
+                    lprev = _grown(lprev, S * K, -1)
+                    vis = _grown(vis, S, False)
+                    gone = _grown(gone, S, False)
+                    newr = _grown(newr, S, 0.0)
+                    fl = _grown(fl, S, -1)
+                    seeds = _grown(seeds, S, -1)
+                    rebuild = True
                 n_need = 0
                 for q in range(lo, hi):
                     c = flow_conn[q]
@@ -336,6 +549,7 @@ def run_loop(graph, tstate, heap, conn, routes, sl, bins, ic, fc, need, groups, 
                 ic[HSIZE] = _heap_push(ht, hs, hf, ic[HSIZE], t + dur[i], ic[HSEQ], i + n)
                 ic[HSEQ] += 1
                 continue
+            m0 = ic[M]
             if _start_comm(
                 i,
                 t,
@@ -355,7 +569,16 @@ def run_loop(graph, tstate, heap, conn, routes, sl, bins, ic, fc, need, groups, 
                 arrive,
                 ic,
             ):
-                rebuild = joined = stale = all_dirty = True
+                rebuild = joined = stale = True
+                for j in range(m0, ic[M]):
+                    f = sl[ACT][j]
+                    sl[TL][f] = t
+                    sl[RATE][f] = -1.0
+                    gone[f] = False
+                    _link_insert(f, sl[ROW], rsg, rsw, lhead, lnext, lprev)
+                    hsz[2] = _heap_set(hk3, hl3, hp3, hsz[2], f, t)
+                    seeds[ns] = f
+                    ns += 1
             if left[i] == 0:
                 ic[HSIZE] = _heap_push(ht, hs, hf, ic[HSIZE], arrive[i], ic[HSEQ], i + n)
                 ic[HSEQ] += 1
@@ -370,30 +593,19 @@ def run_loop(graph, tstate, heap, conn, routes, sl, bins, ic, fc, need, groups, 
             return FRESH, sl, bins
         joined = False
         # -- 2. rates (or the memo's completion times)
-        gp = np.zeros(m)
-        proj = np.empty(m)
         t1 = np.inf
         if replaying:
-            for j in range(m):
-                proj[j] = sl[RP_EVENT][act[j]]
-                t1 = min(t1, proj[j])
+            if hsz[1] > 0:
+                t1 = hk2[0]
         else:
             if stale and m > 0:  # else only timers fired since the last solve: same rates
                 stale = False
                 ic[SOLVES] += 1
                 if local:  # re-solve only the components that changed
-                    if all_dirty:
-                        components(act, m, sl[ROW], rsg, rsw, parent, owner, comp)
-                    nf = 0
-                    for j in range(m):
-                        f = act[j]
-                        if all_dirty or dirty[comp[f]]:
-                            fl[nf] = f
-                            nf += 1
-                    for j in range(nf):
-                        dirty[comp[fl[j]]] = False
-                    all_dirty = False
-                    bad = fill_local(fl, nf, sl[ROW], rsg, rsw, sl[LOST], cap, lmap, rtol, srate)
+                    nf = _dirty_flows(
+                        seeds, ns, dl, ndl, sl[TASK], sl[ROW], rsg, rsw, lhead, lnext, vis, lvis, fl
+                    )
+                    bad = fill_local(fl, nf, sl[ROW], rsg, rsw, sl[LOST], cap, lmap, rtol, newr)
                 else:
                     if rebuild:
                         if bsg.shape[0] < m:
@@ -420,27 +632,34 @@ def run_loop(graph, tstate, heap, conn, routes, sl, bins, ic, fc, need, groups, 
                         members,
                         rtol,
                     )
+                    nf = m
                     for j in range(m):
-                        srate[act[j]] = rate[j]
+                        fl[j] = act[j]
+                        newr[act[j]] = rate[j]
                 if bad:
                     fc[0] = t
                     return UNCONSTRAINED, sl, bins
-            for j in range(m):
-                f = act[j]
-                gp[j] = srate[f] * (1.0 - sl[LOST][f])
-                proj[j] = t + sl[REM][f] / gp[j] if gp[j] > 0 else np.inf
-                t1 = min(t1, proj[j])
+                for j in range(ndl):
+                    ldirty[dl[j]] = False
+                ndl = ns = 0
+                h1, h2 = (hk1, hl1, hp1), (hk2, hl2, hp2)
+                acc = (rbits, rcls, rclw, bins, bin_s, done_rtol)
+                for j in range(nf):
+                    f = fl[j]
+                    if newr[f] != sl[RATE][f]:  # settle at the old rate, project the new
+                        _set_rate(f, t, newr[f], sl, acc, h1, h2, hsz)
+            if hsz[0] > 0:
+                t1 = hk1[0]
         # -- 3. next event
         t_other = ht[0] if ic[HSIZE] > 0 else np.inf
         if t1 < t_other and batch_rtol > 0 and not replaying:
-            t0 = np.inf
-            for j in range(m):
-                t0 = min(t0, sl[START][act[j]])
-            window = t1 + batch_rtol * (t1 - t0)
+            window = t1 + batch_rtol * (t1 - hk3[0])
+            if done_list.size < hsz[0]:
+                done_list = np.empty(S, np.int64)
+            k = _heap_le(hk1, hl1, hsz[0], window, done_list)
             top = -np.inf
-            for j in range(m):
-                if proj[j] <= window and proj[j] > top:
-                    top = proj[j]
+            for j in range(k):
+                top = max(top, sl[PROJ][done_list[j]])
             t1 = min(top, t_other)
         t_next = min(t1, t_other)
         if m == 0 and ic[HSIZE] == 0:
@@ -453,85 +672,53 @@ def run_loop(graph, tstate, heap, conn, routes, sl, bins, ic, fc, need, groups, 
         t_adv = min(until_s, t_next) if stop else t_next
         if t_adv == np.inf:
             t_adv = t
-        # -- 4. advance
+        # -- 4. advance (replays add the memo's loads; other flows settle lazily)
         dt = t_adv - t
         if dt > 0 and m > 0:
             bins = _ensure_bins(bins, bin_s, t_adv)
             if replaying:
                 _replay_bins(bins, bin_s, rp_seg_t, rp_seg_b, ic, t, t_adv)
-            else:
-                seg_c[:] = 0.0
-                for j in range(m):
-                    f = act[j]
-                    busy = min(proj[j] - t, dt)
-                    sl[REM][f] -= gp[j] * busy
-                    sl[DELIV][f] += gp[j] * busy
-                    r = sl[ROW][f]
-                    sent = srate[f] * busy
-                    rbits[r] += sent
-                    for w in range(W):
-                        c = rcls[r, w]
-                        if c < 0:
-                            break
-                        if busy == dt:
-                            seg_c[c] += sent * rclw[r, w]
-                        else:
-                            _bin_add(bins, bin_s, c, t, t + busy, sent * rclw[r, w])
-                for c in range(C):
-                    _bin_add(bins, bin_s, c, t, t_adv, seg_c[c])
         t = t_adv
         if stop:
+            if not replaying:  # the driver may re-route: settle, rates solved again
+                for j in range(m):
+                    f = act[j]
+                    _settle(f, t, sl, rbits, rcls, rclw, bins, bin_s)
+                    sl[RATE][f] = -1.0
             fc[0] = t
             return UNTIL, sl, bins
         ic[EVENTS] += 1
         # -- 5. completions
+        if done_list.size < hsz[1]:
+            done_list = np.empty(S, np.int64)
+        k = _heap_le(hk2, hl2, hsz[1], t, done_list)
+        if k == 0:
+            continue
+        done_list[:k] = np.sort(done_list[:k])
+        for j in range(k):
+            f = done_list[j]
+            gone[f] = True
+            ndl = _link_remove(f, sl[ROW], rsg, rsw, lhead, lnext, lprev, ldirty, dl, ndl)
+            hsz[0] = _heap_remove(hk1, hl1, hp1, hsz[0], f)
+            hsz[1] = _heap_remove(hk2, hl2, hp2, hsz[1], f)
+            hsz[2] = _heap_remove(hk3, hl3, hp3, hsz[2], f)
+            if replaying:
+                rbits[sl[ROW][f]] += sl[RP_BITS][f]
+                sent_t, deliv = sl[RP_SENT][f], sl[RP_DELIV][f]
+                ic[RP_LEFT] -= 1
+            else:
+                _settle(f, t, sl, rbits, rcls, rclw, bins, bin_s)
+                sent_t, deliv = min(sl[PROJ][f], t), sl[DELIV][f]
+            _complete(f, sent_t, deliv, hop_s, gap, sl, idle, left, arrive, tbits, heap, ic, n)
         keep = 0
         for j in range(m):
             f = act[j]
-            if replaying:
-                done = proj[j] <= t
-            else:
-                done = proj[j] <= t or (gp[j] > 0 and sl[REM][f] <= done_rtol * sl[WIRE][f])
-            if not done:
+            if not gone[f]:
                 act[keep] = f
                 keep += 1
-            elif replaying:
-                rbits[sl[ROW][f]] += sl[RP_BITS][f]
-                _complete(
-                    f,
-                    sl[RP_SENT][f],
-                    sl[RP_DELIV][f],
-                    hop_s,
-                    gap,
-                    sl,
-                    idle,
-                    left,
-                    arrive,
-                    tbits,
-                    heap,
-                    ic,
-                    n,
-                )
-                ic[RP_LEFT] -= 1
             else:
-                dirty[comp[f]] = True
-                _complete(
-                    f,
-                    min(proj[j], t),
-                    sl[DELIV][f],
-                    hop_s,
-                    gap,
-                    sl,
-                    idle,
-                    left,
-                    arrive,
-                    tbits,
-                    heap,
-                    ic,
-                    n,
-                )
-        if keep < m:
-            stale = True
+                gone[f] = False
+        stale = True
         ic[M] = keep
         if replaying and ic[RP_LEFT] == 0:
             ic[RP] = 0
