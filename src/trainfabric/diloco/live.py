@@ -772,6 +772,7 @@ def run_to_dir(cfg: LiveConfig, out_dir: Path, console=None) -> dict:
     from trainfabric.runs.store import now, write_run_manifest
 
     started = now()
+    out_dir = Path(out_dir).resolve()  # the learners' rendezvous file needs an absolute path
     res = run_experiment(cfg, out_dir, console)
     records = res.pop("records")
     write_parquet(out_dir / "runs.parquet", res["runs"])
