@@ -424,6 +424,28 @@ def _dirty_flows(seeds, ns, dl, ndl, task, row, rsg, rsw, lhead, lnext, vis, lvi
 
 
 @numba.njit(cache=True)
+def _due_conns(t, kind, flow_set, set_ptr, flow_conn, conn_row, heap, ic, need, n_need):
+    """Add to ``need`` the unrouted connections of every comm task whose start is due at
+    ``t`` (one return to the driver routes them all; without flowlets a connection's route
+    does not depend on when in the epoch it is computed)."""
+    ht, hs, hf = heap
+    n = kind.size
+    due = np.empty(ic[HSIZE], np.int64)
+    nd = _heap_le(ht, hf, ic[HSIZE], t, due)
+    for j in range(nd):
+        i = due[j]
+        if i >= n or kind[i] != COMM:
+            continue
+        for q in range(set_ptr[flow_set[i]], set_ptr[flow_set[i] + 1]):
+            c = flow_conn[q]
+            if conn_row[c] == -1:
+                conn_row[c] = -2
+                need[n_need] = c
+                n_need += 1
+    return n_need
+
+
+@numba.njit(cache=True)
 def run_loop(
     graph, tstate, heap, conn, routes, sl, bins, ic, fc, need, groups, params, replay, ldirty
 ):
@@ -540,6 +562,10 @@ def run_loop(
                         need[n_need] = c
                         n_need += 1
                 if n_need > 0:
+                    if gap < 0.0:  # routes are per connection: those of every start due now
+                        n_need = _due_conns(
+                            t, kind, flow_set, set_ptr, flow_conn, conn_row, heap, ic, need, n_need
+                        )
                     ic[NEED] = n_need
                     fc[0] = t
                     return NEED_ROUTES, sl, bins
