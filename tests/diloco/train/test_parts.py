@@ -46,3 +46,15 @@ def test_common_step_and_keep(tmp_path):
     assert checkpoint.common_step(tmp_path, 3) is None
     assert checkpoint.load(tmp_path, 1, 10)["s"] == 10
     assert not list(tmp_path.glob("*.tmp*"))
+
+
+def test_relative_run_directory_is_made_absolute(tmp_path, monkeypatch):
+    """Spawned learners rendezvous through a file in the run directory: a relative path left
+    them waiting forever (seen with `diloco live`'s default `runs/...`)."""
+    from trainfabric.diloco.train.launch import TrainingRun
+
+    from .conftest import tiny_config
+
+    monkeypatch.chdir(tmp_path)
+    run = TrainingRun(tiny_config(), "runs/rel")
+    assert run.run_dir.is_absolute() and run.run_dir == tmp_path / "runs" / "rel"
