@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from trainfabric.fabric import tasks_loop as L
 from trainfabric.fabric import topology as T
 from trainfabric.fabric.flows import mix64
 from trainfabric.fabric.maxmin import max_min_rates
@@ -222,3 +223,57 @@ def test_reusing_solved_flow_sets_equals_the_step_by_step_run(mode):
     np.testing.assert_allclose(fast.link_bits, step.link_bits, rtol=1e-9, atol=1e-3)
     np.testing.assert_allclose(fast.bin_bits, step.bin_bits, rtol=1e-9, atol=1e-3)
     np.testing.assert_allclose(fast.delivered_bytes, g.task_bytes(), rtol=1e-9)
+
+
+# -- the local re-solve after departures against a full max-min solve --------------------------
+@given(st.integers(0, 10_000), st.sampled_from(["fastest", "random"]), st.integers(1, 4))
+def test_resolving_flows_at_or_above_the_departed_rate_equals_a_full_solve(seed, which, k):
+    """Flows leave; only those at or above the smallest departed rate that the search reaches
+    are re-solved, the others held (``tasks_loop._dirty_flows`` + ``fill_local``): the rates
+    equal ``max_min_rates`` of the flows left, solved from scratch."""
+    rng = np.random.default_rng(seed)
+    n, hosts = 40, TOPO.n_hosts
+    src = rng.integers(0, hosts, n)
+    dst = (src + rng.integers(1, hosts, n)) % hosts
+    g = TaskGraph.from_edges(
+        [COMM],
+        [0.0],
+        [],
+        flow_set=[0],
+        set_ptr=[0, n],
+        flow_conn=np.arange(n),
+        flow_bytes=np.ones(n),
+        conn_src=src,
+        conn_dst=dst,
+        conn_key=mix64(src, dst, np.arange(n), seed=seed),
+        conn_channel=np.zeros(n, np.int64),
+    )
+    router = Router(TOPO, "ecmp", seed=seed)
+    r = router.route(g.conn_table(), np.arange(n))
+    cap = np.ascontiguousarray(TOPO.capacity_bps, np.float64)
+    rate, _ = max_min_rates(r.group, r.weight, router.groups, cap, np.arange(n))
+    gone = np.argsort(-rate, kind="stable")[:k] if which == "fastest" else rng.choice(n, k, False)
+    left = np.setdiff1d(np.arange(n), gone)
+    want, _ = max_min_rates(r.group, r.weight, router.groups, cap, left)
+
+    K, links = r.group.shape[1], TOPO.n_links
+    row, task = np.arange(n), np.zeros(n, np.int64)
+    lhead = np.full(links, -1, np.int64)
+    lnext, lprev = np.full(n * K, -1, np.int64), np.full(n * K, -1, np.int64)
+    for f in range(n):
+        L._link_insert(f, row, r.group, r.weight, lhead, lnext, lprev)
+    ldirty, dl, ndl = np.zeros(links, np.bool_), np.empty(links, np.int64), 0
+    for f in gone:
+        ndl = L._link_remove(f, row, r.group, r.weight, lhead, lnext, lprev, ldirty, dl, ndl)
+        task[f] = -1
+    fl, fz = np.empty(n, np.int64), np.zeros(links)
+    thr = rate[gone].min() * (1 - 1e-6)
+    args = (row, r.group, r.weight, lhead, lnext, np.zeros(n, np.bool_), np.zeros(links, np.bool_))
+    nf = L._dirty_flows(np.empty(0, np.int64), 0, dl, ndl, thr, rate, task, *args, fl, fz)
+    new = rate.copy()
+    lmap = np.full(links, -1, np.int64)
+    bad = L.fill_local(fl, nf, row, r.group, r.weight, np.zeros(n), cap, lmap, 1e-9, new, fz)
+    assert bad == 0
+    assert not np.isin(fl[:nf], gone).any()
+    np.testing.assert_allclose(new[left], want, rtol=1e-9)
+    assert not fz.any()  # the scratch loads are reset

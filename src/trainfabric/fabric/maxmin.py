@@ -191,6 +191,36 @@ def _heap_remove(hk, hl, pos, size, link):
 
 
 @numba.njit(cache=True)
+def _pop_level(hk, hl, pos, size, cap, F, W, live, level, rtol, batch):
+    """One step of progressive filling: pop from the heap of link levels every link that
+    saturates within ``rtol`` of the smallest level ``(cap − F)/W`` into ``batch``.
+
+    The heap holds lower bounds (a level only rises as flows through the link freeze), so
+    the top is corrected lazily; links without unfrozen flows (``live == 0``) are dropped.
+    Returns ``(size, n_batch, level)``."""
+    n_batch = 0
+    while size > 0:
+        lk = hl[0]
+        if live[lk] == 0 or W[lk] <= 0.0:
+            W[lk] = 0.0
+            size = _heap_remove(hk, hl, pos, size, lk)
+            continue
+        t = max((cap[lk] - F[lk]) / W[lk], level)
+        if t > hk[0] * (1.0 + 1e-12):
+            hk[0] = t
+            _sift(hk, hl, pos, 0, size)
+            continue
+        if n_batch == 0:
+            level = t
+        elif t > level * (1.0 + rtol):
+            break
+        batch[n_batch] = lk
+        n_batch += 1
+        size = _heap_remove(hk, hl, pos, size, lk)
+    return size, n_batch, level
+
+
+@numba.njit(cache=True)
 def _fill(cap, sg, sw, active, g_off, g_ptr, g_link, g_coef, mptr, members, rtol):
     """Progressive filling over a min-heap of link saturation levels.
 
@@ -258,26 +288,7 @@ def _fill(cap, sg, sw, active, g_off, g_ptr, g_link, g_coef, mptr, members, rtol
     remaining = active.size
     level = 0.0
     while remaining > 0 and size > 0:
-        # the heap holds lower bounds (levels only rise as flows freeze): fix the top lazily
-        n_batch = 0
-        while size > 0:
-            lk = hl[0]
-            if live[lk] == 0 or W[lk] <= 0.0:
-                W[lk] = 0.0
-                size = _heap_remove(hk, hl, pos, size, lk)
-                continue
-            t = max((cap[lk] - F[lk]) / W[lk], level)
-            if t > hk[0] * (1.0 + 1e-12):
-                hk[0] = t
-                _sift(hk, hl, pos, 0, size)
-                continue
-            if n_batch == 0:
-                level = t
-            elif t > level * (1.0 + rtol):
-                break
-            batch[n_batch] = lk
-            n_batch += 1
-            size = _heap_remove(hk, hl, pos, size, lk)
+        size, n_batch, level = _pop_level(hk, hl, pos, size, cap, F, W, live, level, rtol, batch)
         n_dirty = 0
         for b in range(n_batch):
             lk = batch[b]

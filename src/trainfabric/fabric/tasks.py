@@ -38,12 +38,14 @@ Speed, and what is exact:
   connections, applies link events and handles the reuse below;
 * *no re-solve when only timers fired*: rates change only when flows join or leave (or an
   epoch starts), so timer and barrier events reuse the last rates (exact);
-* *component-local solves* (single-path modes, whose route slots are single links): the
-  flows in flight are split into connected components of shared links when flows join;
-  after completions only the components that lost a flow are re-solved, by the same
-  progressive filling on the links they use (exact: max-min fairness decomposes over
-  components; links of different components saturating within ``1e-9`` of the same level
-  are no longer frozen together, a difference at that level). The split modes (``spray``,
+* *local solves* (single-path modes, whose route slots are single links): when flows
+  join, the connected components (of shared links) that hold them are re-solved; when
+  flows complete, only the flows at or above the smallest departed rate that share links,
+  transitively through such flows, with the departed ones, on the capacity that the flows
+  below that rate leave (exact: in progressive filling a flow below the departed rate froze
+  at a link the departed flows do not cross, and max-min fairness decomposes over what is
+  left; links saturating within ``1e-9`` of the same level in different components are no
+  longer frozen together, a difference at that level). The split modes (``spray``,
   ``adaptive``) re-solve every flow with the shared-group solver;
 * *reuse of solved flow sets* (``reuse=True``): when flows are released while nothing else
   is in flight (a fresh set: every ring step of a phase-barriered collective, a PP send

@@ -27,10 +27,13 @@ components lost a flow into the next call.
 
 The same statements as :mod:`trainfabric.fabric.engine_loop` for the flow part, so a flow
 table written as a task graph gives the same finish times (tested to 1e-9). Rates are
-re-solved only when flows joined or left; with single-link routes only the connected
-components that changed (found by a breadth-first search over per-link member lists from
-the new flows and the links of departed ones, :func:`fill_local`), and only flows whose rate
-changed are settled. The loop also returns
+re-solved only when flows joined or left; with single-link routes only where they can have
+changed (:func:`_dirty_flows`, :func:`fill_local`): after flows joined, the connected
+components that hold them; after flows left, only the flows at or above the smallest
+departed rate that a breadth-first search over per-link member lists reaches from the
+departed flows' links (every flow below that rate keeps its rate exactly, so a ring step
+whose fastest flows finish first costs those flows, not the component). Only flows whose
+rate changed are settled; a departed flow leaves ``act`` in O(1). The loop also returns
 ``FRESH`` when the flows in flight were all released now with nothing else in flight (the
 driver then installs a replay of the set's isolated evolution, :func:`evolve`) and
 ``MATERIALIZE`` when a flow joins during a replay (the driver recomputes the replayed flows'
@@ -43,7 +46,7 @@ import numba
 import numpy as np
 
 from trainfabric.fabric.engine_loop import _heap_pop, _heap_push, _rebuild, _solve
-from trainfabric.fabric.maxmin import _heap_remove, _heap_set, _sift
+from trainfabric.fabric.maxmin import _heap_remove, _heap_set, _pop_level
 
 COMM = 1
 DONE, UNTIL, NEED_ROUTES, UNCONSTRAINED, FRESH, MATERIALIZE = range(6)
@@ -373,9 +376,21 @@ def _link_remove(f, row, rsg, rsw, lhead, lnext, lprev, ldirty, dl, ndl):
 
 
 @numba.njit(cache=True)
-def _dirty_flows(seeds, ns, dl, ndl, task, row, rsg, rsw, lhead, lnext, vis, lvis, fl):
-    """The flows in flight connected (through shared links) to the seed flows or dirty
-    links: a union of connected components, sorted by slot (breadth-first search)."""
+def _dirty_flows(
+    seeds, ns, dl, ndl, thr, rate, task, row, rsg, rsw, lhead, lnext, vis, lvis, fl, fz
+):
+    """The flows whose max-min rates may have changed, sorted by slot, and the load ``fz``
+    of the others on their links.
+
+    A breadth-first search over shared links from the seed flows (new, or without a rate)
+    and the dirty links (those of departed flows) that enters only flows with a rate
+    ``>= thr`` or none yet. Exact when ``thr`` is at most the smallest rate of the flows
+    that departed since the last solve (``0`` after flows joined): in progressive filling
+    every flow below that rate froze at a link the departed flows do not cross, before
+    they could matter, so its rate stands; by the bottleneck characterisation, the flows
+    entered are then max-min fair on the capacity those held flows leave, and a flow at
+    or above ``thr`` that the search cannot reach shares no link with any change. With
+    ``thr = 0`` this is the union of the connected components that changed."""
     K = rsg.shape[1]
     nf = 0
     lq = np.empty(ndl + 16, np.int64)
@@ -406,15 +421,24 @@ def _dirty_flows(seeds, ns, dl, ndl, task, row, rsg, rsw, lhead, lnext, vis, lvi
                     lq[nl] = g
                     nl += 1
         while pl < nl:
-            v = lhead[lq[pl]]
+            g = lq[pl]
             pl += 1
+            held = 0.0
+            entered = False
+            v = lhead[g]
             while v >= 0:
                 f = v // K
-                if not vis[f]:
-                    vis[f] = True
-                    fl[nf] = f
-                    nf += 1
+                if vis[f] or rate[f] < 0.0 or rate[f] >= thr:
+                    entered = True
+                    if not vis[f]:
+                        vis[f] = True
+                        fl[nf] = f
+                        nf += 1
+                else:
+                    held += rsw[row[f], v - f * K] * rate[f]
                 v = lnext[v]
+            if entered:  # the link is solved (fill_local resets it)
+                fz[g] = held
     for j in range(nf):
         vis[fl[j]] = False
     for j in range(nl):
@@ -486,7 +510,6 @@ def run_loop(
     lprev = np.full(S * K, -1, np.int64)
     vis = np.zeros(S, np.bool_)
     lvis = np.zeros(n_links, np.bool_)
-    gone = np.zeros(S, np.bool_)
     newr = np.zeros(S)
     fl = np.empty(S, np.int64)
     seeds = np.empty(S, np.int64)
@@ -498,11 +521,15 @@ def run_loop(
             dl[ndl] = g
             ndl += 1
     lmap = np.full(n_links, -1, np.int64)
+    fz = np.zeros(n_links)  # load of flows held at their rates, per link (_dirty_flows)
+    thr = 0.0  # flows below this rate keep theirs at the next solve (0: solve components)
+    apos = np.full(S, -1, np.int64)  # index of each slot in ``act``
     stale = not local or ndl > 0
     same = ic[LOCAL] == 1 + local  # else the last call solved in the other way: all again
     ic[LOCAL] = 1 + local
     for j in range(ic[M]):
         f = sl[ACT][j]
+        apos[f] = j
         _link_insert(f, sl[ROW], rsg, rsw, lhead, lnext, lprev)
         hsz[2] = _heap_set(hk3, hl3, hp3, hsz[2], f, sl[START][f])
         if ic[RP] == 1:  # a replay: its flows complete at their memo's event times
@@ -544,10 +571,10 @@ def run_loop(
                     lnext = _grown(lnext, S * K, -1)
                     lprev = _grown(lprev, S * K, -1)
                     vis = _grown(vis, S, False)
-                    gone = _grown(gone, S, False)
                     newr = _grown(newr, S, 0.0)
                     fl = _grown(fl, S, -1)
                     seeds = _grown(seeds, S, -1)
+                    apos = _grown(apos, S, -1)
                     rebuild = True
                 n_need = 0
                 for q in range(lo, hi):
@@ -596,11 +623,12 @@ def run_loop(
                 ic,
             ):
                 rebuild = joined = stale = True
+                thr = 0.0
                 for j in range(m0, ic[M]):
                     f = sl[ACT][j]
+                    apos[f] = j
                     sl[TL][f] = t
                     sl[RATE][f] = -1.0
-                    gone[f] = False
                     _link_insert(f, sl[ROW], rsg, rsw, lhead, lnext, lprev)
                     hsz[2] = _heap_set(hk3, hl3, hp3, hsz[2], f, t)
                     seeds[ns] = f
@@ -629,9 +657,25 @@ def run_loop(
                 ic[SOLVES] += 1
                 if local:  # re-solve only the components that changed
                     nf = _dirty_flows(
-                        seeds, ns, dl, ndl, sl[TASK], sl[ROW], rsg, rsw, lhead, lnext, vis, lvis, fl
+                        seeds,
+                        ns,
+                        dl,
+                        ndl,
+                        thr * (1.0 - 1e-6),
+                        sl[RATE],
+                        sl[TASK],
+                        sl[ROW],
+                        rsg,
+                        rsw,
+                        lhead,
+                        lnext,
+                        vis,
+                        lvis,
+                        fl,
+                        fz,
                     )
-                    bad = fill_local(fl, nf, sl[ROW], rsg, rsw, sl[LOST], cap, lmap, rtol, newr)
+                    bad = fill_local(fl, nf, sl[ROW], rsg, rsw, sl[LOST], cap, lmap, rtol, newr, fz)
+                    thr = np.inf
                 else:
                     if rebuild:
                         if bsg.shape[0] < m:
@@ -723,7 +767,6 @@ def run_loop(
         done_list[:k] = np.sort(done_list[:k])
         for j in range(k):
             f = done_list[j]
-            gone[f] = True
             ndl = _link_remove(f, sl[ROW], rsg, rsw, lhead, lnext, lprev, ldirty, dl, ndl)
             hsz[0] = _heap_remove(hk1, hl1, hp1, hsz[0], f)
             hsz[1] = _heap_remove(hk2, hl2, hp2, hsz[1], f)
@@ -733,19 +776,17 @@ def run_loop(
                 sent_t, deliv = sl[RP_SENT][f], sl[RP_DELIV][f]
                 ic[RP_LEFT] -= 1
             else:
+                thr = min(thr, sl[RATE][f])
                 _settle(f, t, sl, rbits, rcls, rclw, bins, bin_s)
                 sent_t, deliv = min(sl[PROJ][f], t), sl[DELIV][f]
             _complete(f, sent_t, deliv, hop_s, gap, sl, idle, left, arrive, tbits, heap, ic, n)
-        keep = 0
-        for j in range(m):
-            f = act[j]
-            if not gone[f]:
-                act[keep] = f
-                keep += 1
-            else:
-                gone[f] = False
+            last = act[m - 1]  # out of ``act`` in O(1): the last entry takes its place
+            act[apos[f]] = last
+            apos[last] = apos[f]
+            apos[f] = -1
+            m -= 1
         stale = True
-        ic[M] = keep
+        ic[M] = m
         if replaying and ic[RP_LEFT] == 0:
             ic[RP] = 0
 
@@ -838,6 +879,7 @@ def evolve(
         components(act, m, rows, rsg, rsw, parent, owner, comp)
         dirty[:] = True
     lmap = np.full(cap.size if local else 0, -1, np.int64)
+    fz = np.zeros(lmap.size)  # no flow held: whole components are solved
     while m > 0:
         solves += 1
         if local:  # only the components that lost a flow
@@ -849,7 +891,7 @@ def evolve(
                     nf += 1
             for j in range(nf):
                 dirty[comp[fl[j]]] = False
-            bad = fill_local(fl, nf, rows, rsg, rsw, lost, cap, lmap, rtol, srate)
+            bad = fill_local(fl, nf, rows, rsg, rsw, lost, cap, lmap, rtol, srate, fz)
             rate = np.empty(m)
             for j in range(m):
                 rate[j] = srate[act[j]]
@@ -995,12 +1037,13 @@ def components(act, m, row, rsg, rsw, parent, owner, comp):
 
 
 @numba.njit(cache=True)
-def fill_local(fl, nf, row, rsg, rsw, lost, cap, lmap, rtol, rate):
+def fill_local(fl, nf, row, rsg, rsw, lost, cap, lmap, rtol, rate, fz):
     """Max-min rates (into ``rate[f]``) of the flows ``fl[:nf]`` whose slots are all single
-    links, alone on their links: the progressive filling of
-    :func:`trainfabric.fabric.maxmin._fill` on the links they use only (renumbered through
-    the scratch ``lmap`` of -1, restored). Flows with ``lost >= 1`` get 0. Exact when
-    ``fl`` is a union of connected components of the flows in flight. Returns the count of
+    links: the progressive filling of :func:`trainfabric.fabric.maxmin._fill` on the links
+    they use only (renumbered through the scratch ``lmap`` of -1, restored), each link's
+    capacity less ``fz[link]`` (bits/s of flows held at fixed rates; reset to 0 here).
+    Flows with ``lost >= 1`` get 0. Exact when every other flow in flight sharing a link
+    with ``fl`` is held at its max-min rate (:func:`_dirty_flows`). Returns the count of
     unconstrained flows."""
     K = rsg.shape[1]
     links = np.empty(nf * K + 1, np.int64)
@@ -1048,13 +1091,14 @@ def fill_local(fl, nf, row, rsg, rsw, lost, cap, lmap, rtol, rate):
     capl = np.empty(nl)
     for lk in range(nl):
         capl[lk] = cap[links[lk]]
+        F[lk] = fz[links[lk]]
     hk = np.empty(nl)
     hl = np.empty(nl, np.int64)
     pos = np.full(nl, -1, np.int64)
     size = 0
     for lk in range(nl):
         if W[lk] > 0.0:
-            size = _heap_set(hk, hl, pos, size, lk, capl[lk] / W[lk])
+            size = _heap_set(hk, hl, pos, size, lk, (capl[lk] - F[lk]) / W[lk])
     frozen = np.zeros(nf, np.bool_)
     remaining = 0
     for j in range(nf):
@@ -1063,25 +1107,7 @@ def fill_local(fl, nf, row, rsg, rsw, lost, cap, lmap, rtol, rate):
     batch = np.empty(nl + 1, np.int64)
     level = 0.0
     while remaining > 0 and size > 0:
-        n_batch = 0
-        while size > 0:
-            lk = hl[0]
-            if live[lk] == 0 or W[lk] <= 0.0:
-                W[lk] = 0.0
-                size = _heap_remove(hk, hl, pos, size, lk)
-                continue
-            t = max((capl[lk] - F[lk]) / W[lk], level)
-            if t > hk[0] * (1.0 + 1e-12):
-                hk[0] = t
-                _sift(hk, hl, pos, 0, size)
-                continue
-            if n_batch == 0:
-                level = t
-            elif t > level * (1.0 + rtol):
-                break
-            batch[n_batch] = lk
-            n_batch += 1
-            size = _heap_remove(hk, hl, pos, size, lk)
+        size, n_batch, level = _pop_level(hk, hl, pos, size, capl, F, W, live, level, rtol, batch)
         for b in range(n_batch):
             lk = batch[b]
             for e in range(ptr[lk], ptr[lk + 1]):
@@ -1104,4 +1130,5 @@ def fill_local(fl, nf, row, rsg, rsw, lost, cap, lmap, rtol, rate):
                     live[l2] -= 1
     for lk in range(nl):
         lmap[links[lk]] = -1
+        fz[links[lk]] = 0.0
     return remaining
