@@ -92,6 +92,8 @@ def iteration_case(workload: str, pods: int, mode: str, overlap: str = "none") -
         "exposed_comm_fraction": summary["exposed_comm_s"] / run.iteration_s,
         "dag_nodes": int(jh.dag.n_nodes),
         "events": int(r.n_events),
+        "rate_solves": int(r.n_rate_solves),
+        "flows_solved": int(r.n_flows_solved),
         "peak_flows": int(r.peak_flows),
         "wall_s": wall,
         "sim_wall_s": float(r.wall_s),

@@ -272,8 +272,10 @@ def test_resolving_flows_at_or_above_the_departed_rate_equals_a_full_solve(seed,
     nf = L._dirty_flows(np.empty(0, np.int64), 0, dl, ndl, thr, rate, task, *args, fl, fz)
     new = rate.copy()
     lmap = np.full(links, -1, np.int64)
-    bad = L.fill_local(fl, nf, row, r.group, r.weight, np.zeros(n), cap, lmap, 1e-9, new, fz)
+    state = np.zeros(n, np.int8)
+    args = (row, r.group, r.weight, np.zeros(n), cap, lmap, 1e-9, new, fz, lhead, lnext, state)
+    bad = L.fill_local(fl, nf, *args)
     assert bad == 0
     assert not np.isin(fl[:nf], gone).any()
     np.testing.assert_allclose(new[left], want, rtol=1e-9)
-    assert not fz.any()  # the scratch loads are reset
+    assert not fz.any() and not state.any()  # the scratch arrays are reset

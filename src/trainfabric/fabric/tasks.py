@@ -105,6 +105,7 @@ class TaskResult:
     end_s: float
     n_events: int
     n_rate_solves: int
+    n_flows_solved: int  # flows whose rates were solved, summed over solves
     n_epochs: int
     n_routed: int
     peak_flows: int
@@ -691,6 +692,7 @@ class TaskSim:
             end_s=float(np.nanmax(fin)) if np.isfinite(fin).any() else 0.0,
             n_events=int(s["ic"][L.EVENTS]),
             n_rate_solves=int(s["ic"][L.SOLVES]),
+            n_flows_solved=int(s["ic"][L.SOLVED]),
             n_epochs=self.n_epochs,
             n_routed=self.n_routed,
             peak_flows=int(s["ic"][L.PEAK]),

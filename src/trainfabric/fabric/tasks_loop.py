@@ -53,7 +53,8 @@ DONE, UNTIL, NEED_ROUTES, UNCONSTRAINED, FRESH, MATERIALIZE = range(6)
 # integer counters in ``ic``
 M, NFREE, HSIZE, HSEQ, EVENTS, SOLVES, PEAK, NEED, FLOWS_DONE, RP, RP_LEFT, RP_SEG = range(12)
 LOCAL = 12  # 1 + whether the last call solved component-locally (0: no call yet)
-N_COUNTERS = 13
+SOLVED = 13  # flows whose rates were solved, summed over solves (the solves' work)
+N_COUNTERS = 14
 # slot arrays (the flows in flight), in this order in the ``sl`` tuple
 SLOT_FIELDS = (
     ("row", np.int64, -1),
@@ -379,7 +380,7 @@ def _link_remove(f, row, rsg, rsw, lhead, lnext, lprev, ldirty, dl, ndl):
 def _dirty_flows(
     seeds, ns, dl, ndl, thr, rate, task, row, rsg, rsw, lhead, lnext, vis, lvis, fl, fz
 ):
-    """The flows whose max-min rates may have changed, sorted by slot, and the load ``fz``
+    """The flows whose max-min rates may have changed (in search order) and the load ``fz``
     of the others on their links.
 
     A breadth-first search over shared links from the seed flows (new, or without a rate)
@@ -443,7 +444,6 @@ def _dirty_flows(
         vis[fl[j]] = False
     for j in range(nl):
         lvis[lq[j]] = False
-    fl[:nf] = np.sort(fl[:nf])
     return nf
 
 
@@ -524,6 +524,7 @@ def run_loop(
     fz = np.zeros(n_links)  # load of flows held at their rates, per link (_dirty_flows)
     thr = 0.0  # flows below this rate keep theirs at the next solve (0: solve components)
     apos = np.full(S, -1, np.int64)  # index of each slot in ``act``
+    fstate = np.zeros(S, np.int8)  # fill_local's scratch
     stale = not local or ndl > 0
     same = ic[LOCAL] == 1 + local  # else the last call solved in the other way: all again
     ic[LOCAL] = 1 + local
@@ -575,6 +576,7 @@ def run_loop(
                     fl = _grown(fl, S, -1)
                     seeds = _grown(seeds, S, -1)
                     apos = _grown(apos, S, -1)
+                    fstate = _grown(fstate, S, 0)
                     rebuild = True
                 n_need = 0
                 for q in range(lo, hi):
@@ -674,8 +676,24 @@ def run_loop(
                         fl,
                         fz,
                     )
-                    bad = fill_local(fl, nf, sl[ROW], rsg, rsw, sl[LOST], cap, lmap, rtol, newr, fz)
+                    bad = fill_local(
+                        fl,
+                        nf,
+                        sl[ROW],
+                        rsg,
+                        rsw,
+                        sl[LOST],
+                        cap,
+                        lmap,
+                        rtol,
+                        newr,
+                        fz,
+                        lhead,
+                        lnext,
+                        fstate,
+                    )
                     thr = np.inf
+                    ic[SOLVED] += nf
                 else:
                     if rebuild:
                         if bsg.shape[0] < m:
@@ -703,6 +721,7 @@ def run_loop(
                         rtol,
                     )
                     nf = m
+                    ic[SOLVED] += m
                     for j in range(m):
                         fl[j] = act[j]
                         newr[act[j]] = rate[j]
@@ -874,12 +893,18 @@ def evolve(
     parent = np.zeros(m0, np.int64)
     dirty = np.zeros(m0, np.bool_)
     fl = np.empty(m0, np.int64)
+    lmap = np.full(cap.size if local else 0, -1, np.int64)
+    fz = np.zeros(lmap.size)  # no flow held: whole components are solved
+    lhead = np.full(lmap.size, -1, np.int64)  # member lists (finished flows stay, skipped)
+    lnext = np.full(m0 * K if local else 0, -1, np.int64)
+    fstate = np.zeros(m0 if local else 0, np.int8)
     if local:
         owner = np.full(cap.size, -1, np.int64)
         components(act, m, rows, rsg, rsw, parent, owner, comp)
         dirty[:] = True
-    lmap = np.full(cap.size if local else 0, -1, np.int64)
-    fz = np.zeros(lmap.size)  # no flow held: whole components are solved
+        lprev = np.full(m0 * K, -1, np.int64)
+        for f in range(m0):
+            _link_insert(f, rows, rsg, rsw, lhead, lnext, lprev)
     while m > 0:
         solves += 1
         if local:  # only the components that lost a flow
@@ -891,7 +916,9 @@ def evolve(
                     nf += 1
             for j in range(nf):
                 dirty[comp[fl[j]]] = False
-            bad = fill_local(fl, nf, rows, rsg, rsw, lost, cap, lmap, rtol, srate, fz)
+            bad = fill_local(
+                fl, nf, rows, rsg, rsw, lost, cap, lmap, rtol, srate, fz, lhead, lnext, fstate
+            )
             rate = np.empty(m)
             for j in range(m):
                 rate[j] = srate[act[j]]
@@ -1037,85 +1064,62 @@ def components(act, m, row, rsg, rsw, parent, owner, comp):
 
 
 @numba.njit(cache=True)
-def fill_local(fl, nf, row, rsg, rsw, lost, cap, lmap, rtol, rate, fz):
+def fill_local(fl, nf, row, rsg, rsw, lost, cap, lmap, rtol, rate, fz, lhead, lnext, state):
     """Max-min rates (into ``rate[f]``) of the flows ``fl[:nf]`` whose slots are all single
     links: the progressive filling of :func:`trainfabric.fabric.maxmin._fill` on the links
     they use only (renumbered through the scratch ``lmap`` of -1, restored), each link's
     capacity less ``fz[link]`` (bits/s of flows held at fixed rates; reset to 0 here).
-    Flows with ``lost >= 1`` get 0. Exact when every other flow in flight sharing a link
-    with ``fl`` is held at its max-min rate (:func:`_dirty_flows`). Returns the count of
-    unconstrained flows."""
+    A saturated link freezes the flows of ``fl`` in its member list (``lhead``/``lnext``,
+    entries ``f x K + k``; ``state`` is a per-slot scratch of 0, restored). Flows with
+    ``lost >= 1`` get 0. Exact when every other flow in flight sharing a link with ``fl`` is
+    held at its max-min rate (:func:`_dirty_flows`). Returns the count of unconstrained
+    flows."""
     K = rsg.shape[1]
     links = np.empty(nf * K + 1, np.int64)
+    W = np.zeros(nf * K + 1)
+    live = np.zeros(nf * K + 1, np.int64)
     nl = 0
+    remaining = 0
     for j in range(nf):
         f = fl[j]
         rate[f] = 0.0
         if lost[f] >= 1.0:
             continue
+        state[f] = 1  # unfrozen
+        remaining += 1
         r = row[f]
         for k in range(K):
             g = rsg[r, k]
-            if g >= 0 and rsw[r, k] > 0.0 and lmap[g] < 0:
+            if g < 0 or rsw[r, k] <= 0.0:
+                continue
+            if lmap[g] < 0:
                 lmap[g] = nl
                 links[nl] = g
                 nl += 1
-    W = np.zeros(nl)
-    F = np.zeros(nl)
-    cnt = np.zeros(nl + 1, np.int64)
-    for j in range(nf):
-        f = fl[j]
-        if lost[f] >= 1.0:
-            continue
-        r = row[f]
-        for k in range(K):
-            g = rsg[r, k]
-            if g >= 0 and rsw[r, k] > 0.0:
-                W[lmap[g]] += rsw[r, k]
-                cnt[lmap[g] + 1] += 1
-    ptr = np.cumsum(cnt)
-    members = np.empty(ptr[nl], np.int64)
-    fill = ptr[:-1].copy()
-    for j in range(nf):
-        f = fl[j]
-        if lost[f] >= 1.0:
-            continue
-        r = row[f]
-        for k in range(K):
-            g = rsg[r, k]
-            if g >= 0 and rsw[r, k] > 0.0:
-                lk = lmap[g]
-                members[fill[lk]] = j
-                fill[lk] += 1
-    live = np.diff(ptr)
+            W[lmap[g]] += rsw[r, k]
+            live[lmap[g]] += 1
     capl = np.empty(nl)
-    for lk in range(nl):
-        capl[lk] = cap[links[lk]]
-        F[lk] = fz[links[lk]]
+    F = np.empty(nl)
     hk = np.empty(nl)
     hl = np.empty(nl, np.int64)
     pos = np.full(nl, -1, np.int64)
     size = 0
     for lk in range(nl):
-        if W[lk] > 0.0:
-            size = _heap_set(hk, hl, pos, size, lk, (capl[lk] - F[lk]) / W[lk])
-    frozen = np.zeros(nf, np.bool_)
-    remaining = 0
-    for j in range(nf):
-        if lost[fl[j]] < 1.0:
-            remaining += 1
+        capl[lk] = cap[links[lk]]
+        F[lk] = fz[links[lk]]
+        size = _heap_set(hk, hl, pos, size, lk, (capl[lk] - F[lk]) / W[lk])
     batch = np.empty(nl + 1, np.int64)
     level = 0.0
     while remaining > 0 and size > 0:
         size, n_batch, level = _pop_level(hk, hl, pos, size, capl, F, W, live, level, rtol, batch)
         for b in range(n_batch):
-            lk = batch[b]
-            for e in range(ptr[lk], ptr[lk + 1]):
-                j = members[e]
-                if frozen[j]:
+            v = lhead[links[batch[b]]]
+            while v >= 0:
+                f = v // K
+                v = lnext[v]
+                if state[f] != 1:  # frozen, held, or lost
                     continue
-                frozen[j] = True
-                f = fl[j]
+                state[f] = 2
                 rate[f] = level
                 remaining -= 1
                 r = row[f]
@@ -1128,6 +1132,8 @@ def fill_local(fl, nf, row, rsg, rsw, lost, cap, lmap, rtol, rate, fz):
                     W[l2] -= w
                     F[l2] += w * level
                     live[l2] -= 1
+    for j in range(nf):
+        state[fl[j]] = 0
     for lk in range(nl):
         lmap[links[lk]] = -1
         fz[links[lk]] = 0.0
