@@ -20,7 +20,7 @@ from trainfabric.fabric.collectives import collective_flows, place
 from trainfabric.fabric.routing import Router
 from trainfabric.fabric.scenarios import TopologyConfig, build_topology
 from trainfabric.io import loads
-from trainfabric.runs import RunDir, SweepSpec, run_sweep
+from trainfabric.runs import SweepSpec
 from trainfabric.workloads.collectives import Step, ring_all_reduce
 
 FLEET = {
@@ -174,7 +174,7 @@ def test_too_many_island_hosts_names_the_field():
     assert err.value.field == "island_hosts"
 
 
-def test_a_study_sweep_resumes(tmp_path):
+def test_a_study_sweep_resumes(assert_sweep_resumes):
     spec = SweepSpec(
         experiment="sync-under-failures",
         seeds=1,
@@ -182,12 +182,7 @@ def test_a_study_sweep_resumes(tmp_path):
         grid={"flap_probability": [0.0, 1.0]},
         name="resume",
     )
-    first = run_sweep(spec, tmp_path / "run", executor="serial", progress=False)
-    assert len(first.computed) == 2
-    RunDir(first.run_dir).cell_path(first.computed[1]).unlink()
-    again = run_sweep(spec, tmp_path / "run", executor="serial", progress=False)
-    assert again.computed == [first.computed[1]] and again.skipped == [first.computed[0]]
-    pd.testing.assert_frame_equal(again.results, first.results)
+    assert_sweep_resumes(spec)
 
 
 def test_the_demo_has_the_cross_pillar_step(demo_run):

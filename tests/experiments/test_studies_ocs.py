@@ -5,7 +5,6 @@ value), the composed DAG and the co-schedules keep their invariants, a sweep res
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -20,7 +19,7 @@ from trainfabric.ocs import traffic as tr
 from trainfabric.ocs.cost import PathCost
 from trainfabric.ocs.model import OcsModel
 from trainfabric.ocs.planner import plan
-from trainfabric.runs import RunDir, SweepSpec, run_sweep
+from trainfabric.runs import SweepSpec
 from trainfabric.workloads import build_dag, get_preset
 
 FLEET = {"windows": 120, "fleet_seeds": 2, "islands": 3, "policies": ["adaptive_load"]}
@@ -248,7 +247,7 @@ def test_rewire_or_defer_regrets_match_the_layers_by_hand():
     assert (table.sync_s_nominal == d).all()
 
 
-def test_a_study_sweep_resumes(tmp_path):
+def test_a_study_sweep_resumes(assert_sweep_resumes):
     spec = SweepSpec(
         experiment="rewire-or-defer",
         seeds=1,
@@ -256,12 +255,7 @@ def test_a_study_sweep_resumes(tmp_path):
         grid={"delta_ms": [0.0, 100.0]},
         name="resume",
     )
-    first = run_sweep(spec, tmp_path / "run", executor="serial", progress=False)
-    assert len(first.computed) == 2
-    RunDir(first.run_dir).cell_path(first.computed[1]).unlink()
-    again = run_sweep(spec, tmp_path / "run", executor="serial", progress=False)
-    assert again.computed == [first.computed[1]] and again.skipped == [first.computed[0]]
-    pd.testing.assert_frame_equal(again.results, first.results)
+    assert_sweep_resumes(spec)
 
 
 @pytest.mark.parametrize(
