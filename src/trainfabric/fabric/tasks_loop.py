@@ -289,6 +289,14 @@ def _settle(f, ts, sl, rbits, rcls, rclw, bins, bin_s):
     sent = r0 * busy
     r = sl[ROW][f]
     rbits[r] += sent
+    last = bins.shape[0] - 1
+    k0 = min(int(a // bin_s), last)
+    if k0 == min(int(b // bin_s), last):  # within one bin (the common case)
+        for w in range(rcls.shape[1]):
+            if rcls[r, w] < 0:
+                break
+            bins[k0, rcls[r, w]] += sent * rclw[r, w]
+        return
     for w in range(rcls.shape[1]):
         c = rcls[r, w]
         if c < 0:
@@ -500,7 +508,7 @@ def run_loop(
     rebuild = True  # the solver's base must be rebuilt (flows joined, slots regrown)
     joined = False  # flows joined since the last rate step of this call
     rate = np.zeros(0)
-    # lazy state of this call: heaps (PROJ: 0-3, DUE: 4-7, START: 8-11), link member lists
+    # lazy state of this call: heaps (PROJ, DUE, START: only to batch), link member lists
     hk1, hl1, hp1 = np.empty(S), np.empty(S, np.int64), np.full(S, -1, np.int64)
     hk2, hl2, hp2 = np.empty(S), np.empty(S, np.int64), np.full(S, -1, np.int64)
     hk3, hl3, hp3 = np.empty(S), np.empty(S, np.int64), np.full(S, -1, np.int64)
@@ -532,7 +540,8 @@ def run_loop(
         f = sl[ACT][j]
         apos[f] = j
         _link_insert(f, sl[ROW], rsg, rsw, lhead, lnext, lprev)
-        hsz[2] = _heap_set(hk3, hl3, hp3, hsz[2], f, sl[START][f])
+        if batch_rtol > 0:
+            hsz[2] = _heap_set(hk3, hl3, hp3, hsz[2], f, sl[START][f])
         if ic[RP] == 1:  # a replay: its flows complete at their memo's event times
             hsz[1] = _heap_set(hk2, hl2, hp2, hsz[1], f, sl[RP_EVENT][f])
         elif sl[RATE][f] >= 0.0:
@@ -632,7 +641,8 @@ def run_loop(
                     sl[TL][f] = t
                     sl[RATE][f] = -1.0
                     _link_insert(f, sl[ROW], rsg, rsw, lhead, lnext, lprev)
-                    hsz[2] = _heap_set(hk3, hl3, hp3, hsz[2], f, t)
+                    if batch_rtol > 0:
+                        hsz[2] = _heap_set(hk3, hl3, hp3, hsz[2], f, t)
                     seeds[ns] = f
                     ns += 1
             if left[i] == 0:
@@ -789,7 +799,8 @@ def run_loop(
             ndl = _link_remove(f, sl[ROW], rsg, rsw, lhead, lnext, lprev, ldirty, dl, ndl)
             hsz[0] = _heap_remove(hk1, hl1, hp1, hsz[0], f)
             hsz[1] = _heap_remove(hk2, hl2, hp2, hsz[1], f)
-            hsz[2] = _heap_remove(hk3, hl3, hp3, hsz[2], f)
+            if batch_rtol > 0:
+                hsz[2] = _heap_remove(hk3, hl3, hp3, hsz[2], f)
             if replaying:
                 rbits[sl[ROW][f]] += sl[RP_BITS][f]
                 sent_t, deliv = sl[RP_SENT][f], sl[RP_DELIV][f]

@@ -70,7 +70,8 @@ class TrainingRun:
     """A running group of learners (see the module docstring)."""
 
     def __init__(self, cfg: TrainConfig, run_dir: Path, controller: Controller | None = None):
-        self.cfg, self.run_dir = cfg, Path(run_dir).resolve()  # learners rendezvous by absolute path
+        # absolute: the learners rendezvous by this path
+        self.cfg, self.run_dir = cfg, Path(run_dir).resolve()
         self.controller = controller or FixedH(cfg.H)
         self.ctx = mp.get_context("spawn")
         self.status = self.ctx.Array("d", cfg.learners * STATUS_WIDTH, lock=False)
