@@ -21,7 +21,8 @@ Cases:
 * ``iter_16k``: ``llama3-70b`` on 2,048 servers (16,384 GPUs), ECMP: ``wall_s_16k``,
   ``peak_gb_16k`` (the subprocess's peak RSS).
 * ``deepseek``: ``deepseek-v3`` on 128 servers, ECMP: ``wall_s_deepseek``. Its all-to-alls
-  (``tp = 1``: 64 GPU pairs per node and server, 4 channels each, skewed expert loads)
+  (``tp = 1``, EP 256: 64 GPU pairs per server pair and node, 4 channels each, skewed
+  expert loads)
   give almost every flow its own completion time under ECMP, and the exact fluid run has
   not finished on 2 cores within any limit this run can afford (60 s here); so
   ``deepseek_16``, the same preset on 16 servers (128 GPUs, one EP group of 32 per stage),
