@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from trainfabric.errors import ConfigError
 from trainfabric.fabric import tasks_loop as L
 from trainfabric.fabric import topology as T
 from trainfabric.fabric.flows import mix64
@@ -225,12 +226,10 @@ def test_reusing_solved_flow_sets_equals_the_step_by_step_run(mode):
     np.testing.assert_allclose(fast.delivered_bytes, g.task_bytes(), rtol=1e-9)
 
 
-# -- the local re-solve after departures against a full max-min solve --------------------------
-@given(st.integers(0, 10_000), st.sampled_from(["fastest", "random"]), st.integers(1, 4))
-def test_resolving_flows_at_or_above_the_departed_rate_equals_a_full_solve(seed, which, k):
-    """Flows leave; only those at or above the smallest departed rate that the search reaches
-    are re-solved, the others held (``tasks_loop._dirty_flows`` + ``fill_local``): the rates
-    equal ``max_min_rates`` of the flows left, solved from scratch."""
+# -- the local re-solves after departures against a full max-min solve -------------------------
+def _departures(seed: int, which: str, k: int):
+    """40 random ECMP flows solved by ``fill_local`` (rates, bottlenecks), then ``k`` of
+    them (the fastest, the slowest or random ones) unlinked as the loop does."""
     rng = np.random.default_rng(seed)
     n, hosts = 40, TOPO.n_hosts
     src = rng.integers(0, hosts, n)
@@ -251,31 +250,116 @@ def test_resolving_flows_at_or_above_the_departed_rate_equals_a_full_solve(seed,
     router = Router(TOPO, "ecmp", seed=seed)
     r = router.route(g.conn_table(), np.arange(n))
     cap = np.ascontiguousarray(TOPO.capacity_bps, np.float64)
-    rate, _ = max_min_rates(r.group, r.weight, router.groups, cap, np.arange(n))
-    gone = np.argsort(-rate, kind="stable")[:k] if which == "fastest" else rng.choice(n, k, False)
-    left = np.setdiff1d(np.arange(n), gone)
-    want, _ = max_min_rates(r.group, r.weight, router.groups, cap, left)
-
     K, links = r.group.shape[1], TOPO.n_links
-    row, task = np.arange(n), np.zeros(n, np.int64)
     lhead = np.full(links, -1, np.int64)
     lnext, lprev = np.full(n * K, -1, np.int64), np.full(n * K, -1, np.int64)
+    fg, fw = np.full((n, K), -1, np.int32), np.zeros((n, K))
     for f in range(n):
-        L._link_insert(f, row, r.group, r.weight, lhead, lnext, lprev)
+        L._link_insert(f, f, r.group, r.weight, fg, fw, lhead, lnext, lprev)
+    st_ = {
+        "n": n,
+        "cap": cap,
+        "fg": fg,
+        "fw": fw,
+        "lhead": lhead,
+        "lnext": lnext,
+        "lmap": np.full(links, -1, np.int64),
+        "fz": np.zeros(links),
+        "mark": np.zeros(n, np.int8),
+        "vis": np.zeros(n, np.bool_),
+        "lvis": np.zeros(links, np.bool_),
+        "task": np.zeros(n, np.int64),
+        "bott": np.full(n, -1, np.int64),
+        "rate": np.zeros(n),
+    }
+    assert _fill(st_, np.arange(n), st_["rate"], st_["bott"]) == 0
+    want_all, _ = max_min_rates(r.group, r.weight, router.groups, cap, np.arange(n))
+    np.testing.assert_allclose(st_["rate"], want_all, rtol=1e-9)
+    order = np.argsort(st_["rate"], kind="stable")
+    gone = {"fastest": order[-k:], "slowest": order[:k], "random": rng.choice(n, k, False)}[which]
+    left = np.setdiff1d(np.arange(n), gone)
     ldirty, dl, ndl = np.zeros(links, np.bool_), np.empty(links, np.int64), 0
     for f in gone:
-        ndl = L._link_remove(f, row, r.group, r.weight, lhead, lnext, lprev, ldirty, dl, ndl)
-        task[f] = -1
-    fl, fz = np.empty(n, np.int64), np.zeros(links)
-    thr = rate[gone].min() * (1 - 1e-6)
-    args = (row, r.group, r.weight, lhead, lnext, np.zeros(n, np.bool_), np.zeros(links, np.bool_))
-    nf = L._dirty_flows(np.empty(0, np.int64), 0, dl, ndl, thr, rate, task, *args, fl, fz)
-    new = rate.copy()
-    lmap = np.full(links, -1, np.int64)
-    state = np.zeros(n, np.int8)
-    args = (row, r.group, r.weight, np.zeros(n), cap, lmap, 1e-9, new, fz, lhead, lnext, state)
-    bad = L.fill_local(fl, nf, *args)
-    assert bad == 0
-    assert not np.isin(fl[:nf], gone).any()
+        ndl = L._link_remove(f, fg, lhead, lnext, lprev, ldirty, dl, ndl)
+        st_["task"][f] = -1
+    want, _ = max_min_rates(r.group, r.weight, router.groups, cap, left)
+    return st_, gone, left, dl[:ndl], want
+
+
+def _fill(st_, fl, rate, bott) -> int:
+    s = st_
+    args = (s["fg"], s["fw"], np.zeros(s["n"]), s["cap"], s["lmap"], 1e-9, rate, s["fz"])
+    return L.fill_local(fl, fl.size, *args, s["lhead"], s["lnext"], s["mark"], bott)
+
+
+def _search(st_, seeds, dl, thr):
+    s, fl = st_, np.empty(st_["n"], np.int64)
+    args = (s["rate"], s["task"], s["fg"], s["fw"], s["lhead"], s["lnext"], s["vis"], s["lvis"])
+    nf = L._dirty_flows(seeds, seeds.size, dl, dl.size, thr, *args, fl, s["fz"])
+    return fl[:nf]
+
+
+def _reset(st_) -> bool:
+    return not (st_["fz"].any() or st_["mark"].any() or st_["lvis"].any() or st_["vis"].any())
+
+
+@given(st.integers(0, 10_000), st.sampled_from(["fastest", "slowest", "random"]), st.integers(1, 4))
+def test_resolving_flows_at_or_above_the_departed_rate_equals_a_full_solve(seed, which, k):
+    """Flows leave; only those at or above the smallest departed rate that the search reaches
+    are re-solved, the others held (``tasks_loop._dirty_flows`` + ``fill_local``): the rates
+    equal ``max_min_rates`` of the flows left, solved from scratch."""
+    s, gone, left, dl, want = _departures(seed, which, k)
+    fl = _search(s, np.empty(0, np.int64), dl, s["rate"][gone].min() * (1 - 1e-6))
+    new = s["rate"].copy()
+    assert _fill(s, fl, new, np.full(s["n"], -1, np.int64)) == 0
+    assert not np.isin(fl, gone).any()
     np.testing.assert_allclose(new[left], want, rtol=1e-9)
-    assert not fz.any() and not state.any()  # the scratch arrays are reset
+    assert _reset(s)
+
+
+@given(st.integers(0, 10_000), st.sampled_from(["fastest", "slowest", "random"]), st.integers(1, 4))
+def test_widening_by_violators_after_departures_equals_a_full_solve(seed, which, k):
+    """Flows leave; the held flows that fail the bottleneck test (``tasks_loop._violators``)
+    are re-solved with the flows solved so far, round after round, the others held, as the
+    loop does before it falls back to the rule above: the rates equal ``max_min_rates`` of
+    the flows left, solved from scratch."""
+    s, gone, left, dl, want = _departures(seed, which, k)
+    new, bnew = s["rate"].copy(), np.full(s["n"], -1, np.int64)
+    fl, viol, rounds = np.empty(0, np.int64), np.empty(s["n"], np.int64), 0
+    while True:
+        assert _fill(s, fl, new, bnew) == 0
+        args = (s["fg"], s["fw"], new, s["rate"], bnew, s["bott"], s["cap"], s["lhead"])
+        nv = L._violators(
+            fl, fl.size, dl, dl.size, *args, s["lnext"], s["mark"], s["lvis"], viol, 4e-9
+        )
+        if nv == 0:
+            break
+        rounds += 1
+        fl = _search(s, np.concatenate((fl, viol[:nv])), dl[:0], np.inf)
+    np.testing.assert_allclose(new[left], want, rtol=1e-9)
+    assert not np.isin(fl, gone).any() and rounds <= s["n"]
+    assert _reset(s)
+
+
+@pytest.mark.parametrize("mode", ["ecmp", "pinning"])
+def test_every_widening_limit_gives_the_same_run(mode):
+    """Departures re-solved by widening alone, by the departure rule after one round, and
+    at the default limit (``widen_flows``, a speed knob): the same finish times and link
+    loads to 1e-9, through different amounts of work."""
+    topo = T.multiplane(128, 2, 16, 800e9)
+    g = pipeline_with_rings(16, pp=2, steps=8, seed=3)
+    runs = [
+        run_tasks(topo, g, Router(topo, mode, seed=5), reuse=False, widen_flows=w)
+        for w in (0, 1024, 10**9)
+    ]
+    for r in runs[1:]:
+        np.testing.assert_allclose(r.finish_s, runs[0].finish_s, rtol=1e-9)
+        np.testing.assert_allclose(r.link_bits, runs[0].link_bits, rtol=1e-9, atol=1e-3)
+    assert len({r.n_flows_solved for r in runs}) > 1
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5])
+def test_a_bad_widening_limit_names_the_field(bad):
+    topo = T.multiplane(128, 2, 16, 800e9)
+    with pytest.raises(ConfigError, match="widen_flows"):
+        run_tasks(topo, pipeline_with_rings(4, steps=2), Router(topo, "ecmp"), widen_flows=bad)

@@ -29,10 +29,15 @@ The same statements as :mod:`trainfabric.fabric.engine_loop` for the flow part, 
 table written as a task graph gives the same finish times (tested to 1e-9). Rates are
 re-solved only when flows joined or left; with single-link routes only where they can have
 changed (:func:`_dirty_flows`, :func:`fill_local`): after flows joined, the connected
-components that hold them; after flows left, only the flows at or above the smallest
-departed rate that a breadth-first search over per-link member lists reaches from the
-departed flows' links (every flow below that rate keeps its rate exactly, so a ring step
-whose fastest flows finish first costs those flows, not the component). Only flows whose
+components that hold them; after flows left, the flows that fail the bottleneck test
+(:func:`_violators`: one whose recorded bottleneck lost load or now carries a faster flow,
+or that is faster than a re-solved flow on the link where that one froze), re-solved
+with the others held, round after round with the flows solved so far, until no held
+flow fails. Every flow then crosses a saturated link on which none is faster, which is
+the characterisation of max-min fairness, so the rates are exact and a departure costs
+the flows whose rates change and their neighbours, not the component. Where widening
+spreads (past ``widen_flows`` flows or ``WIDEN_ROUNDS`` rounds), the departure rule of
+:func:`_dirty_flows` solves it once instead (also exact). Only flows whose
 rate changed are settled; a departed flow leaves ``act`` in O(1). The loop also returns
 ``FRESH`` when the flows in flight were all released now with nothing else in flight (the
 driver then installs a replay of the set's isolated evolution, :func:`evolve`) and
@@ -55,6 +60,9 @@ M, NFREE, HSIZE, HSEQ, EVENTS, SOLVES, PEAK, NEED, FLOWS_DONE, RP, RP_LEFT, RP_S
 LOCAL = 12  # 1 + whether the last call solved component-locally (0: no call yet)
 SOLVED = 13  # flows whose rates were solved, summed over solves (the solves' work)
 N_COUNTERS = 14
+# widening a departure's re-solve stops (the departure rule then solves it once) past
+WIDEN_ROUNDS = 32  # rounds, or ``widen_flows`` flows (a parameter; default WIDEN_FLOWS)
+WIDEN_FLOWS = 1024
 # slot arrays (the flows in flight), in this order in the ``sl`` tuple
 SLOT_FIELDS = (
     ("row", np.int64, -1),
@@ -88,6 +96,13 @@ TL, RATE, PROJ, DUE = range(17, 21)  # lazy settlement: last settle time, rate, 
 def _grown(a, size, fill):
     out = np.full(size, fill, a.dtype)
     out[: a.size] = a
+    return out
+
+
+@numba.njit(cache=True)
+def _grown2(a, rows, fill):
+    out = np.full((rows, a.shape[1]), fill, a.dtype)
+    out[: a.shape[0]] = a
     return out
 
 
@@ -346,30 +361,37 @@ def _heap_le(hk, hl, size, x, out):
 
 
 @numba.njit(cache=True)
-def _link_insert(f, row, rsg, rsw, lhead, lnext, lprev):
+def _link_insert(f, r, rsg, rsw, fg, fw, lhead, lnext, lprev):
+    """Copy route row ``r``'s links (those with weight, inside ``lhead``) into slot ``f``'s
+    compact ``fg``/``fw`` (int32 links then -1; the flows in flight stay in cache, not the
+    route table) and link the slot into each link's member list (entries ``f x K + k``)."""
     K = rsg.shape[1]
-    r = row[f]
+    j = 0
     for k in range(K):
         g = rsg[r, k]
         if g < 0 or g >= lhead.size or rsw[r, k] <= 0.0:
             continue
-        v = f * K + k
+        fg[f, j] = g
+        fw[f, j] = rsw[r, k]
+        v = f * K + j
         lprev[v] = -1
         lnext[v] = lhead[g]
         if lhead[g] >= 0:
             lprev[lhead[g]] = v
         lhead[g] = v
+        j += 1
+    for k in range(j, K):
+        fg[f, k] = -1
 
 
 @numba.njit(cache=True)
-def _link_remove(f, row, rsg, rsw, lhead, lnext, lprev, ldirty, dl, ndl):
+def _link_remove(f, fg, lhead, lnext, lprev, ldirty, dl, ndl):
     """Unlink flow ``f`` from its links and mark them dirty (their components changed)."""
-    K = rsg.shape[1]
-    r = row[f]
+    K = fg.shape[1]
     for k in range(K):
-        g = rsg[r, k]
-        if g < 0 or g >= lhead.size or rsw[r, k] <= 0.0:
-            continue
+        g = fg[f, k]
+        if g < 0:
+            break
         v = f * K + k
         if lprev[v] >= 0:
             lnext[lprev[v]] = lnext[v]
@@ -385,22 +407,22 @@ def _link_remove(f, row, rsg, rsw, lhead, lnext, lprev, ldirty, dl, ndl):
 
 
 @numba.njit(cache=True)
-def _dirty_flows(
-    seeds, ns, dl, ndl, thr, rate, task, row, rsg, rsw, lhead, lnext, vis, lvis, fl, fz
-):
-    """The flows whose max-min rates may have changed (in search order) and the load ``fz``
-    of the others on their links.
+def _dirty_flows(seeds, ns, dl, ndl, thr, rate, task, fg, fw, lhead, lnext, vis, lvis, fl, fz):
+    """The flows to solve (in search order) and the load ``fz`` of the others, held at
+    their rates, on the links of those entered.
 
-    A breadth-first search over shared links from the seed flows (new, or without a rate)
-    and the dirty links (those of departed flows) that enters only flows with a rate
-    ``>= thr`` or none yet. Exact when ``thr`` is at most the smallest rate of the flows
-    that departed since the last solve (``0`` after flows joined): in progressive filling
-    every flow below that rate froze at a link the departed flows do not cross, before
-    they could matter, so its rate stands; by the bottleneck characterisation, the flows
-    entered are then max-min fair on the capacity those held flows leave, and a flow at
-    or above ``thr`` that the search cannot reach shares no link with any change. With
-    ``thr = 0`` this is the union of the connected components that changed."""
-    K = rsg.shape[1]
+    A breadth-first search over shared links from the seed flows and the dirty links
+    (those of departed flows) that enters flows without a rate yet or with a rate
+    ``>= thr``. With ``thr = 0`` this is the union of the connected components that
+    changed (max-min fairness decomposes over components); with ``thr = inf``, the seeds
+    (and new flows next to them), whose rates :func:`_violators` certifies or widens.
+    Exact when ``thr`` is at most the smallest rate of the flows that departed since the
+    last solve and none joined: in progressive filling every flow below that rate froze at
+    a link the departed flows do not cross, before they could matter, so its rate stands;
+    by the bottleneck characterisation, the flows entered are then max-min fair on the
+    capacity those held flows leave, and a flow at or above ``thr`` that the search cannot
+    reach shares no link with any change."""
+    K = fg.shape[1]
     nf = 0
     lq = np.empty(ndl + 16, np.int64)
     nl = 0
@@ -419,11 +441,13 @@ def _dirty_flows(
     pf = pl = 0
     while pf < nf or pl < nl:
         while pf < nf:
-            r = row[fl[pf]]
+            f = fl[pf]
             pf += 1
             for k in range(K):
-                g = rsg[r, k]
-                if g >= 0 and rsw[r, k] > 0.0 and not lvis[g]:
+                g = fg[f, k]
+                if g < 0:
+                    break
+                if not lvis[g]:
                     lvis[g] = True
                     if nl == lq.size:
                         lq = np.concatenate((lq, np.empty(nl, np.int64)))
@@ -444,7 +468,7 @@ def _dirty_flows(
                         fl[nf] = f
                         nf += 1
                 else:
-                    held += rsw[row[f], v - f * K] * rate[f]
+                    held += fw[f, v - f * K] * rate[f]
                 v = lnext[v]
             if entered:  # the link is solved (fill_local resets it)
                 fz[g] = held
@@ -453,6 +477,87 @@ def _dirty_flows(
     for j in range(nl):
         lvis[lq[j]] = False
     return nf
+
+
+@numba.njit(cache=True)
+def _violators(
+    fl, nf, dl, ndl, fg, fw, newr, rate, bnew, bott, cap, lhead, lnext, mark, lvis, out, tol
+):
+    """The held flows that may not keep their rates once ``fl[:nf]`` has its new rates
+    ``newr`` and bottlenecks ``bnew`` (into ``out``; returns their count). The others then
+    keep theirs exactly.
+
+    Bottleneck characterisation: a feasible allocation is max-min fair iff every flow
+    crosses a saturated link on which no flow is faster. The solved flows have one (the
+    link at which they froze, saturated with the held load) unless a held flow on it is
+    faster; a held flow keeps one unless it is its recorded bottleneck ``bott`` that the
+    solved flows or a departure (a dirty link ``dl``) touched and which is no longer
+    saturated or now carries a faster flow. So a held flow is returned when it is faster
+    than the level of a solved flow's bottleneck it crosses, when its own bottleneck was
+    touched and fails the test, or when that bottleneck is unknown (``-1``). Comparisons are
+    relative, to ``tol``. ``mark`` (per slot) and ``lvis`` (per link) are scratch arrays of
+    0 / False, restored."""
+    K = fg.shape[1]
+    for j in range(nf):
+        mark[fl[j]] = 1
+    touched = np.empty(nf * K + ndl + 1, np.int64)
+    nt = 0
+    for j in range(ndl):
+        if not lvis[dl[j]]:
+            lvis[dl[j]] = True
+            touched[nt] = dl[j]
+            nt += 1
+    for j in range(nf):
+        f = fl[j]
+        for k in range(K):
+            g = fg[f, k]
+            if g < 0:
+                break
+            if not lvis[g]:
+                lvis[g] = True
+                touched[nt] = g
+                nt += 1
+    nv = 0
+    for j in range(nt):
+        g = touched[j]
+        lvis[g] = False
+        load = 0.0
+        fastest = 0.0
+        level = np.inf  # of the solved flows bottlenecked here
+        held = False
+        v = lhead[g]
+        while v >= 0:
+            f = v // K
+            r = newr[f] if mark[f] == 1 else rate[f]
+            load += fw[f, v - f * K] * r
+            fastest = max(fastest, r)
+            if mark[f] == 1 and bnew[f] == g:
+                level = min(level, r)
+            held = held or mark[f] == 0
+            v = lnext[v]
+        if not held:
+            continue
+        saturated = load >= cap[g] * (1.0 - tol)
+        v = lhead[g]
+        while v >= 0:
+            f = v // K
+            v = lnext[v]
+            r = rate[f]
+            if mark[f] != 0 or r <= 0.0:
+                continue
+            if (
+                r > level * (1.0 + tol)
+                or bott[f] < 0
+                or (bott[f] == g and (not saturated or fastest > r * (1.0 + tol)))
+            ):
+                mark[f] = 2
+                out[nv] = f
+                nv += 1
+    for j in range(nf):
+        mark[fl[j]] = 0
+    for j in range(nv):
+        mark[out[j]] = 0
+    return nv
 
 
 @numba.njit(cache=True)
@@ -492,7 +597,7 @@ def run_loop(
     conn_row, idle, flowlet = conn
     rsg, rsw, rlost, rhops, rcls, rclw, rbits = routes
     cap, g_off, g_ptr, g_link, g_coef = groups
-    hop_s, until_s, advance, batch_rtol, done_rtol, rtol, gap, bin_s, memo, local = params
+    hop_s, until_s, advance, batch_rtol, done_rtol, rtol, gap, bin_s, memo, local, widen = params
     rp_seg_t, rp_seg_b = replay
     n = kind.size
     K = rsg.shape[1]
@@ -516,6 +621,11 @@ def run_loop(
     lhead = np.full(n_links, -1, np.int64)
     lnext = np.full(S * K, -1, np.int64)
     lprev = np.full(S * K, -1, np.int64)
+    fg = np.full((S, K), -1, np.int32)  # per slot: its links (compact copy of its route row)
+    fw = np.zeros((S, K))
+    bott = np.full(S, -1, np.int64)  # per slot: the link it froze at in its last solve
+    bnew = np.full(S, -1, np.int64)  # the same in the solve under way (committed at its end)
+    viol = np.empty(S, np.int64)
     vis = np.zeros(S, np.bool_)
     lvis = np.zeros(n_links, np.bool_)
     newr = np.zeros(S)
@@ -530,7 +640,8 @@ def run_loop(
             ndl += 1
     lmap = np.full(n_links, -1, np.int64)
     fz = np.zeros(n_links)  # load of flows held at their rates, per link (_dirty_flows)
-    thr = 0.0  # flows below this rate keep theirs at the next solve (0: solve components)
+    whole = True  # solve whole components: flows joined, or the call's first solve
+    thr = np.inf  # the smallest rate of the flows that departed since the last solve
     apos = np.full(S, -1, np.int64)  # index of each slot in ``act``
     fstate = np.zeros(S, np.int8)  # fill_local's scratch
     stale = not local or ndl > 0
@@ -539,7 +650,7 @@ def run_loop(
     for j in range(ic[M]):
         f = sl[ACT][j]
         apos[f] = j
-        _link_insert(f, sl[ROW], rsg, rsw, lhead, lnext, lprev)
+        _link_insert(f, sl[ROW][f], rsg, rsw, fg, fw, lhead, lnext, lprev)
         if batch_rtol > 0:
             hsz[2] = _heap_set(hk3, hl3, hp3, hsz[2], f, sl[START][f])
         if ic[RP] == 1:  # a replay: its flows complete at their memo's event times
@@ -580,6 +691,9 @@ def run_loop(
                     hk3, hl3, hp3 = _grown(hk3, S, 0.0), _grown(hl3, S, -1), _grown(hp3, S, -1)
                     lnext = _grown(lnext, S * K, -1)
                     lprev = _grown(lprev, S * K, -1)
+                    fg, fw = _grown2(fg, S, -1), _grown2(fw, S, 0.0)
+                    bott, viol = _grown(bott, S, -1), _grown(viol, S, -1)
+                    bnew = _grown(bnew, S, -1)
                     vis = _grown(vis, S, False)
                     newr = _grown(newr, S, 0.0)
                     fl = _grown(fl, S, -1)
@@ -633,14 +747,13 @@ def run_loop(
                 arrive,
                 ic,
             ):
-                rebuild = joined = stale = True
-                thr = 0.0
+                rebuild = joined = stale = whole = True
                 for j in range(m0, ic[M]):
                     f = sl[ACT][j]
                     apos[f] = j
                     sl[TL][f] = t
                     sl[RATE][f] = -1.0
-                    _link_insert(f, sl[ROW], rsg, rsw, lhead, lnext, lprev)
+                    _link_insert(f, sl[ROW][f], rsg, rsw, fg, fw, lhead, lnext, lprev)
                     if batch_rtol > 0:
                         hsz[2] = _heap_set(hk3, hl3, hp3, hsz[2], f, t)
                     seeds[ns] = f
@@ -667,18 +780,17 @@ def run_loop(
             if stale and m > 0:  # else only timers fired since the last solve: same rates
                 stale = False
                 ic[SOLVES] += 1
-                if local:  # re-solve only the components that changed
+                if local:  # re-solve only where rates can change (module doc)
                     nf = _dirty_flows(
                         seeds,
                         ns,
                         dl,
                         ndl,
-                        thr * (1.0 - 1e-6),
+                        0.0 if whole else np.inf,
                         sl[RATE],
                         sl[TASK],
-                        sl[ROW],
-                        rsg,
-                        rsw,
+                        fg,
+                        fw,
                         lhead,
                         lnext,
                         vis,
@@ -686,24 +798,79 @@ def run_loop(
                         fl,
                         fz,
                     )
-                    bad = fill_local(
-                        fl,
-                        nf,
-                        sl[ROW],
-                        rsg,
-                        rsw,
-                        sl[LOST],
-                        cap,
-                        lmap,
-                        rtol,
-                        newr,
-                        fz,
-                        lhead,
-                        lnext,
-                        fstate,
-                    )
+                    rounds = 0
+                    while True:  # solve, then widen by the held flows that cannot stay
+                        bad = 0
+                        if nf > 0:
+                            bad = fill_local(
+                                fl,
+                                nf,
+                                fg,
+                                fw,
+                                sl[LOST],
+                                cap,
+                                lmap,
+                                rtol,
+                                newr,
+                                fz,
+                                lhead,
+                                lnext,
+                                fstate,
+                                bnew,
+                            )
+                        ic[SOLVED] += nf
+                        if bad or whole or rounds < 0:  # components: none next to them held
+                            break
+                        nv = _violators(
+                            fl,
+                            nf,
+                            dl,
+                            ndl,
+                            fg,
+                            fw,
+                            newr,
+                            sl[RATE],
+                            bnew,
+                            bott,
+                            cap,
+                            lhead,
+                            lnext,
+                            fstate,
+                            lvis,
+                            viol,
+                            4.0 * rtol,
+                        )
+                        if nv == 0:
+                            break
+                        rounds += 1
+                        ns = nf + nv
+                        thr_r = np.inf
+                        if rounds > WIDEN_ROUNDS or ns > widen:  # spreading
+                            ns, thr_r, rounds = 0, thr * (1.0 - 1e-6) if thr < np.inf else 0.0, -1
+                        else:
+                            seeds[:nf] = fl[:nf]
+                            seeds[nf:ns] = viol[:nv]
+                        nf = _dirty_flows(
+                            seeds,
+                            ns,
+                            dl,
+                            ndl if rounds < 0 else 0,
+                            thr_r,
+                            sl[RATE],
+                            sl[TASK],
+                            fg,
+                            fw,
+                            lhead,
+                            lnext,
+                            vis,
+                            lvis,
+                            fl,
+                            fz,
+                        )
+                    for j in range(nf):
+                        bott[fl[j]] = bnew[fl[j]]
+                    whole = False
                     thr = np.inf
-                    ic[SOLVED] += nf
                 else:
                     if rebuild:
                         if bsg.shape[0] < m:
@@ -796,7 +963,7 @@ def run_loop(
         done_list[:k] = np.sort(done_list[:k])
         for j in range(k):
             f = done_list[j]
-            ndl = _link_remove(f, sl[ROW], rsg, rsw, lhead, lnext, lprev, ldirty, dl, ndl)
+            ndl = _link_remove(f, fg, lhead, lnext, lprev, ldirty, dl, ndl)
             hsz[0] = _heap_remove(hk1, hl1, hp1, hsz[0], f)
             hsz[1] = _heap_remove(hk2, hl2, hp2, hsz[1], f)
             if batch_rtol > 0:
@@ -909,13 +1076,16 @@ def evolve(
     lhead = np.full(lmap.size, -1, np.int64)  # member lists (finished flows stay, skipped)
     lnext = np.full(m0 * K if local else 0, -1, np.int64)
     fstate = np.zeros(m0 if local else 0, np.int8)
+    fg = np.full((m0 if local else 0, K), -1, np.int32)
+    fw = np.zeros((fg.shape[0], K))
+    bott = np.full(fg.shape[0], -1, np.int64)
     if local:
         owner = np.full(cap.size, -1, np.int64)
         components(act, m, rows, rsg, rsw, parent, owner, comp)
         dirty[:] = True
         lprev = np.full(m0 * K, -1, np.int64)
         for f in range(m0):
-            _link_insert(f, rows, rsg, rsw, lhead, lnext, lprev)
+            _link_insert(f, rows[f], rsg, rsw, fg, fw, lhead, lnext, lprev)
     while m > 0:
         solves += 1
         if local:  # only the components that lost a flow
@@ -928,7 +1098,7 @@ def evolve(
             for j in range(nf):
                 dirty[comp[fl[j]]] = False
             bad = fill_local(
-                fl, nf, rows, rsg, rsw, lost, cap, lmap, rtol, srate, fz, lhead, lnext, fstate
+                fl, nf, fg, fw, lost, cap, lmap, rtol, srate, fz, lhead, lnext, fstate, bott
             )
             rate = np.empty(m)
             for j in range(m):
@@ -1075,17 +1245,40 @@ def components(act, m, row, rsg, rsw, parent, owner, comp):
 
 
 @numba.njit(cache=True)
-def fill_local(fl, nf, row, rsg, rsw, lost, cap, lmap, rtol, rate, fz, lhead, lnext, state):
+def _heapify(hk, hl, pos, size):
+    """Make ``hk[:size]``/``hl[:size]`` an indexed min-heap bottom-up (O(size)): sift each
+    parent down, the last first; then record the positions."""
+    for i in range(size // 2 - 1, -1, -1):
+        key, item = hk[i], hl[i]
+        j = i
+        while True:
+            c = 2 * j + 1
+            if c >= size:
+                break
+            if c + 1 < size and hk[c + 1] < hk[c]:
+                c += 1
+            if hk[c] >= key:
+                break
+            hk[j], hl[j] = hk[c], hl[c]
+            j = c
+        hk[j], hl[j] = key, item
+    for i in range(size):
+        pos[hl[i]] = i
+
+
+@numba.njit(cache=True)
+def fill_local(fl, nf, fg, fw, lost, cap, lmap, rtol, rate, fz, lhead, lnext, state, bott):
     """Max-min rates (into ``rate[f]``) of the flows ``fl[:nf]`` whose slots are all single
-    links: the progressive filling of :func:`trainfabric.fabric.maxmin._fill` on the links
-    they use only (renumbered through the scratch ``lmap`` of -1, restored), each link's
-    capacity less ``fz[link]`` (bits/s of flows held at fixed rates; reset to 0 here).
-    A saturated link freezes the flows of ``fl`` in its member list (``lhead``/``lnext``,
-    entries ``f x K + k``; ``state`` is a per-slot scratch of 0, restored). Flows with
-    ``lost >= 1`` get 0. Exact when every other flow in flight sharing a link with ``fl`` is
-    held at its max-min rate (:func:`_dirty_flows`). Returns the count of unconstrained
-    flows."""
-    K = rsg.shape[1]
+    links (``fg``/``fw``: per slot its links, -1 after the last, and weights): the
+    progressive filling of :func:`trainfabric.fabric.maxmin._fill` on the links they use
+    only (renumbered through the scratch ``lmap`` of -1, restored), each link's capacity
+    less ``fz[link]`` (bits/s of flows held at fixed rates; reset to 0 here). A saturated
+    link freezes the flows of ``fl`` in its member list (``lhead``/``lnext``, entries
+    ``f x K + k``; ``state`` is a per-slot scratch of 0, restored). Flows with ``lost >= 1``
+    get 0. ``bott[f]``: the link at which ``f`` froze (its bottleneck; -1 if none). Exact
+    when every other flow in flight sharing a link with ``fl`` is held at its max-min rate
+    (:func:`_dirty_flows`, :func:`_violators`). Returns the count of unconstrained flows."""
+    K = fg.shape[1]
     links = np.empty(nf * K + 1, np.int64)
     W = np.zeros(nf * K + 1)
     live = np.zeros(nf * K + 1, np.int64)
@@ -1094,31 +1287,36 @@ def fill_local(fl, nf, row, rsg, rsw, lost, cap, lmap, rtol, rate, fz, lhead, ln
     for j in range(nf):
         f = fl[j]
         rate[f] = 0.0
+        bott[f] = -1
         if lost[f] >= 1.0:
             continue
         state[f] = 1  # unfrozen
         remaining += 1
-        r = row[f]
         for k in range(K):
-            g = rsg[r, k]
-            if g < 0 or rsw[r, k] <= 0.0:
-                continue
-            if lmap[g] < 0:
-                lmap[g] = nl
+            g = fg[f, k]
+            if g < 0:
+                break
+            lk = lmap[g]
+            if lk < 0:
+                lk = lmap[g] = nl
                 links[nl] = g
                 nl += 1
-            W[lmap[g]] += rsw[r, k]
-            live[lmap[g]] += 1
+            W[lk] += fw[f, k]
+            live[lk] += 1
     capl = np.empty(nl)
     F = np.empty(nl)
     hk = np.empty(nl)
     hl = np.empty(nl, np.int64)
-    pos = np.full(nl, -1, np.int64)
-    size = 0
+    pos = np.empty(nl, np.int64)
     for lk in range(nl):
-        capl[lk] = cap[links[lk]]
-        F[lk] = fz[links[lk]]
-        size = _heap_set(hk, hl, pos, size, lk, (capl[lk] - F[lk]) / W[lk])
+        g = links[lk]
+        capl[lk] = cap[g]
+        F[lk] = fz[g]
+        fz[g] = 0.0
+        hk[lk] = (capl[lk] - F[lk]) / W[lk]
+        hl[lk] = lk
+    _heapify(hk, hl, pos, nl)
+    size = nl
     batch = np.empty(nl + 1, np.int64)
     level = 0.0
     while remaining > 0 and size > 0:
@@ -1132,20 +1330,18 @@ def fill_local(fl, nf, row, rsg, rsw, lost, cap, lmap, rtol, rate, fz, lhead, ln
                     continue
                 state[f] = 2
                 rate[f] = level
+                bott[f] = links[batch[b]]
                 remaining -= 1
-                r = row[f]
                 for k in range(K):
-                    g = rsg[r, k]
-                    w = rsw[r, k]
-                    if g < 0 or w <= 0.0:
-                        continue
+                    g = fg[f, k]
+                    if g < 0:
+                        break
                     l2 = lmap[g]
-                    W[l2] -= w
-                    F[l2] += w * level
+                    W[l2] -= fw[f, k]
+                    F[l2] += fw[f, k] * level
                     live[l2] -= 1
     for j in range(nf):
         state[fl[j]] = 0
     for lk in range(nl):
         lmap[links[lk]] = -1
-        fz[links[lk]] = 0.0
     return remaining
