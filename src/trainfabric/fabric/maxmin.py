@@ -147,6 +147,14 @@ def _sift(hk, hl, pos, i, size):
         hk[i], hl[i] = hk[parent], hl[parent]
         pos[hl[i]] = i
         i = parent
+    hk[i], hl[i] = key, link
+    _sift_down(hk, hl, pos, i, size)
+
+
+@numba.njit(cache=True)
+def _sift_down(hk, hl, pos, i, size):
+    """Move the item at index ``i`` down while a child has a smaller key."""
+    key, link = hk[i], hl[i]
     while True:
         c = 2 * i + 1
         if c >= size:

@@ -51,7 +51,7 @@ import numba
 import numpy as np
 
 from trainfabric.fabric.engine_loop import _heap_pop, _heap_push, _rebuild, _solve
-from trainfabric.fabric.maxmin import _heap_remove, _heap_set, _pop_level
+from trainfabric.fabric.maxmin import _heap_remove, _heap_set, _pop_level, _sift_down
 
 COMM = 1
 DONE, UNTIL, NEED_ROUTES, UNCONSTRAINED, FRESH, MATERIALIZE = range(6)
@@ -781,25 +781,25 @@ def run_loop(
                 stale = False
                 ic[SOLVES] += 1
                 if local:  # re-solve only where rates can change (module doc)
-                    nf = _dirty_flows(
-                        seeds,
-                        ns,
-                        dl,
-                        ndl,
-                        0.0 if whole else np.inf,
-                        sl[RATE],
-                        sl[TASK],
-                        fg,
-                        fw,
-                        lhead,
-                        lnext,
-                        vis,
-                        lvis,
-                        fl,
-                        fz,
-                    )
-                    rounds = 0
+                    rounds, nd, thr_r = 0, ndl, 0.0 if whole else np.inf
                     while True:  # solve, then widen by the held flows that cannot stay
+                        nf = _dirty_flows(
+                            seeds,
+                            ns,
+                            dl,
+                            nd,
+                            thr_r,
+                            sl[RATE],
+                            sl[TASK],
+                            fg,
+                            fw,
+                            lhead,
+                            lnext,
+                            vis,
+                            lvis,
+                            fl,
+                            fz,
+                        )
                         bad = 0
                         if nf > 0:
                             bad = fill_local(
@@ -843,30 +843,13 @@ def run_loop(
                         if nv == 0:
                             break
                         rounds += 1
-                        ns = nf + nv
-                        thr_r = np.inf
-                        if rounds > WIDEN_ROUNDS or ns > widen:  # spreading
-                            ns, thr_r, rounds = 0, thr * (1.0 - 1e-6) if thr < np.inf else 0.0, -1
+                        ns, nd = nf + nv, 0
+                        if rounds > WIDEN_ROUNDS or ns > widen:  # spreading: the departure rule
+                            ns, nd, rounds = 0, ndl, -1
+                            thr_r = thr * (1.0 - 1e-6) if thr < np.inf else 0.0
                         else:
                             seeds[:nf] = fl[:nf]
                             seeds[nf:ns] = viol[:nv]
-                        nf = _dirty_flows(
-                            seeds,
-                            ns,
-                            dl,
-                            ndl if rounds < 0 else 0,
-                            thr_r,
-                            sl[RATE],
-                            sl[TASK],
-                            fg,
-                            fw,
-                            lhead,
-                            lnext,
-                            vis,
-                            lvis,
-                            fl,
-                            fz,
-                        )
                     for j in range(nf):
                         bott[fl[j]] = bnew[fl[j]]
                     whole = False
@@ -1247,23 +1230,11 @@ def components(act, m, row, rsg, rsw, parent, owner, comp):
 @numba.njit(cache=True)
 def _heapify(hk, hl, pos, size):
     """Make ``hk[:size]``/``hl[:size]`` an indexed min-heap bottom-up (O(size)): sift each
-    parent down, the last first; then record the positions."""
-    for i in range(size // 2 - 1, -1, -1):
-        key, item = hk[i], hl[i]
-        j = i
-        while True:
-            c = 2 * j + 1
-            if c >= size:
-                break
-            if c + 1 < size and hk[c + 1] < hk[c]:
-                c += 1
-            if hk[c] >= key:
-                break
-            hk[j], hl[j] = hk[c], hl[c]
-            j = c
-        hk[j], hl[j] = key, item
-    for i in range(size):
+    parent down, the last first."""
+    for i in range(size // 2, size):
         pos[hl[i]] = i
+    for i in range(size // 2 - 1, -1, -1):
+        _sift_down(hk, hl, pos, i, size)
 
 
 @numba.njit(cache=True)
