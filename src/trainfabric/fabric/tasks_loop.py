@@ -617,18 +617,20 @@ def run_loop(
     rebuild = True  # the solver's base must be rebuilt (flows joined, slots regrown)
     joined = False  # flows joined since the last rate step of this call
     rate = np.zeros(0)
-    # lazy state of this call: heaps (PROJ, DUE, START: only to batch), link member lists
-    hk1, hl1, hp1 = np.empty(S), np.empty(S, np.int64), np.full(S, -1, np.int64)
-    hk2, hl2, hp2 = np.empty(S), np.empty(S, np.int64), np.full(S, -1, np.int64)
-    hk3, hl3, hp3 = np.empty(S), np.empty(S, np.int64), np.full(S, -1, np.int64)
+    # lazy state of this call: heaps (PROJ, DUE, START: only to batch), link member lists;
+    # indices as int32 (slots x route slots and links stay far below 2^31): half the cache
+    # footprint of the per-link and per-slot lookups, a tenth of a 16,384-GPU run's time
+    hk1, hl1, hp1 = np.empty(S), np.empty(S, np.int32), np.full(S, -1, np.int32)
+    hk2, hl2, hp2 = np.empty(S), np.empty(S, np.int32), np.full(S, -1, np.int32)
+    hk3, hl3, hp3 = np.empty(S), np.empty(S, np.int32), np.full(S, -1, np.int32)
     hsz = np.zeros(3, np.int64)
-    lhead = np.full(n_links, -1, np.int64)
-    lnext = np.full(S * K, -1, np.int64)
-    lprev = np.full(S * K, -1, np.int64)
+    lhead = np.full(n_links, -1, np.int32)
+    lnext = np.full(S * K, -1, np.int32)
+    lprev = np.full(S * K, -1, np.int32)
     fg = np.full((S, K), -1, np.int32)  # per slot: its links (compact copy of its route row)
     fw = np.zeros((S, K))
-    bott = np.full(S, -1, np.int64)  # per slot: the link it froze at in its last solve
-    bnew = np.full(S, -1, np.int64)  # the same in the solve under way (committed at its end)
+    bott = np.full(S, -1, np.int32)  # per slot: the link it froze at in its last solve
+    bnew = np.full(S, -1, np.int32)  # the same in the solve under way (committed at its end)
     viol = np.empty(S, np.int64)
     vis = np.zeros(S, np.bool_)
     lvis = np.zeros(n_links, np.bool_)
@@ -642,7 +644,7 @@ def run_loop(
         if ldirty[g]:
             dl[ndl] = g
             ndl += 1
-    lmap = np.full(n_links, -1, np.int64)
+    lmap = np.full(n_links, -1, np.int32)
     fz = np.zeros(n_links)  # load of flows held at their rates, per link (_dirty_flows)
     whole = True  # solve whole components: flows joined, or the call's first solve
     thr = np.inf  # the smallest rate of the flows that departed since the last solve
@@ -1058,10 +1060,10 @@ def evolve(
     parent = np.zeros(m0, np.int64)
     dirty = np.zeros(m0, np.bool_)
     fl = np.empty(m0, np.int64)
-    lmap = np.full(cap.size if local else 0, -1, np.int64)
+    lmap = np.full(cap.size if local else 0, -1, np.int32)
     fz = np.zeros(lmap.size)  # no flow held: whole components are solved
-    lhead = np.full(lmap.size, -1, np.int64)  # member lists (finished flows stay, skipped)
-    lnext = np.full(m0 * K if local else 0, -1, np.int64)
+    lhead = np.full(lmap.size, -1, np.int32)  # member lists (finished flows stay, skipped)
+    lnext = np.full(m0 * K if local else 0, -1, np.int32)
     fstate = np.zeros(m0 if local else 0, np.int8)
     fg = np.full((m0 if local else 0, K), -1, np.int32)
     fw = np.zeros((fg.shape[0], K))
@@ -1070,7 +1072,7 @@ def evolve(
         owner = np.full(cap.size, -1, np.int64)
         components(act, m, rows, rsg, rsw, parent, owner, comp)
         dirty[:] = True
-        lprev = np.full(m0 * K, -1, np.int64)
+        lprev = np.full(m0 * K, -1, np.int32)
         for f in range(m0):
             _link_insert(f, rows[f], rsg, rsw, fg, fw, lhead, lnext, lprev)
     while m > 0:
