@@ -52,12 +52,6 @@ Speed, and what is exact:
   frozen together, a difference at that level. At 4,096 GPUs (``llama3-70b``) this
   re-solves 6.7 M flows where the departure rule alone re-solved 18.7 M. The split modes
   (``spray``, ``adaptive``) re-solve every flow with the shared-group solver;
-* *planes side by side* (local solves on a multiplane fabric): no route crosses two planes,
-  so their max-min problems are independent; a re-solve from at least ``split_min`` seeds
-  and dirty links (a ring step joining) runs plane by plane on numba's threads
-  (``NUMBA_NUM_THREADS``), the solved flows gathered in plane order, so the numbers do not
-  depend on the thread count (a flow whose route spans planes turns this off while it is
-  in flight);
 * *reuse of solved flow sets* (``reuse=True``): when flows are released while nothing else
   is in flight (a fresh set: every ring step of a phase-barriered collective, a PP send
   between compute), the set's isolated evolution (per-flow completion times, delivered and
@@ -117,7 +111,6 @@ class TaskResult:
     n_events: int
     n_rate_solves: int
     n_flows_solved: int  # flows whose rates were solved, summed over solves
-    n_split_solves: int  # re-solves run plane by plane, the planes side by side
     n_epochs: int
     n_routed: int
     peak_flows: int
@@ -191,10 +184,8 @@ class TaskSim:
     ``link_up``: links down from the start (every mechanism knows); ``events``: timed link
     state changes; ``bin_s``: time bin of the link-load record; ``link_class`` (default tier x
     plane) with ``class_names``; ``widen_flows``: the size past which the certified re-solve
-    after a departure stops widening and the departure rule solves it; ``split_min``: the
-    seeds and dirty links from which a re-solve of a multiplane fabric runs plane by plane,
-    the planes side by side on numba's threads (module doc). Both are speed knobs only:
-    every value gives the same rates (to 1e-9), whatever the thread count.
+    after a departure stops widening and the departure rule solves it (module doc; a speed
+    knob only: every value gives the same rates).
     """
 
     def __init__(
@@ -213,7 +204,6 @@ class TaskSim:
         header_bytes: int = HEADER_BYTES,
         reuse: bool = True,
         widen_flows: int = L.WIDEN_FLOWS,
-        split_min: int = L.SPLIT_MIN,
     ):
         if router.topo is not topo:
             raise ConfigError("router", "the router was built for another topology")
@@ -227,10 +217,7 @@ class TaskSim:
             raise ConfigError("bin_s", "must be > 0")
         if int(widen_flows) != widen_flows or widen_flows < 0:
             raise ConfigError("widen_flows", "must be an integer >= 0")
-        if int(split_min) != split_min or split_min < 0:
-            raise ConfigError("split_min", "must be an integer >= 0")
-        self.widen_flows, self.split_min = int(widen_flows), int(split_min)
-        self.link_part = np.ascontiguousarray(topo.link_plane, np.int32)
+        self.widen_flows = int(widen_flows)
         self.topo, self.graph = topo, graph
         self.router = copy.copy(router)
         self.wire_factor = (mtu_bytes + header_bytes) / mtu_bytes
@@ -614,11 +601,9 @@ class TaskSim:
                 self.reuse,
                 self._single_links(),
                 self.widen_flows,
-                self.split_min,
             ),
             (s["rp_seg_t"], s["rp_seg_b"]),
             s["ldirty"],
-            self.link_part,
         )
         s["sl"], s["bins"] = sl, bins
         if status == L.FRESH:
@@ -720,7 +705,6 @@ class TaskSim:
             n_events=int(s["ic"][L.EVENTS]),
             n_rate_solves=int(s["ic"][L.SOLVES]),
             n_flows_solved=int(s["ic"][L.SOLVED]),
-            n_split_solves=int(s["ic"][L.SPLIT]),
             n_epochs=self.n_epochs,
             n_routed=self.n_routed,
             peak_flows=int(s["ic"][L.PEAK]),

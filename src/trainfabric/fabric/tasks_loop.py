@@ -44,10 +44,6 @@ driver then installs a replay of the set's isolated evolution, :func:`evolve`) a
 ``MATERIALIZE`` when a flow joins during a replay (the driver recomputes the replayed flows'
 remaining bits at that time); see :mod:`trainfabric.fabric.tasks`.
 
-On a multiplane fabric the local re-solves from at least ``split_min`` seeds and dirty
-links run plane by plane (:func:`_split_solve`), the planes side by side on threads: no
-flow in flight crosses two, so each plane's flows, links and scratch entries are its own.
-
 The per-flow helpers that take tuples of arrays (the slot arrays ``sl``, the heap) are
 inlined into the loop (``inline="always"``): a call passes every array's struct by value,
 which cost a tenth of a 16,384-GPU run.
@@ -67,14 +63,10 @@ DONE, UNTIL, NEED_ROUTES, UNCONSTRAINED, FRESH, MATERIALIZE = range(6)
 M, NFREE, HSIZE, HSEQ, EVENTS, SOLVES, PEAK, NEED, FLOWS_DONE, RP, RP_LEFT, RP_SEG = range(12)
 LOCAL = 12  # 1 + whether the last call solved component-locally (0: no call yet)
 SOLVED = 13  # flows whose rates were solved, summed over solves (the solves' work)
-SPLIT = 14  # re-solves run plane by plane (:func:`_split_solve`)
-N_COUNTERS = 15
+N_COUNTERS = 14
 # widening a departure's re-solve stops (the departure rule then solves it once) past
 WIDEN_ROUNDS = 32  # rounds, or ``widen_flows`` flows (a parameter; default WIDEN_FLOWS)
 WIDEN_FLOWS = 1024
-# a re-solve from at least this many seeds and dirty links runs part by part (planes share no
-# link), the parts side by side on threads (a parameter; smaller ones are not worth it)
-SPLIT_MIN = 1024
 # slot arrays (the flows in flight), in this order in the ``sl`` tuple
 SLOT_FIELDS = (
     ("row", np.int64, -1),
@@ -397,21 +389,6 @@ def _link_insert(f, r, rsg, rsw, fg, fw, lhead, lnext, lprev):
 
 
 @numba.njit(cache=True, inline="always")
-def _part_of(f, fg, link_part):
-    """The part (plane) of every link of slot ``f``; -1 if its links span two parts."""
-    p = 0
-    for k in range(fg.shape[1]):
-        g = fg[f, k]
-        if g < 0:
-            break
-        if k == 0:
-            p = link_part[g]
-        elif link_part[g] != p:
-            return -1
-    return p
-
-
-@numba.njit(cache=True, inline="always")
 def _link_remove(f, fg, lhead, lnext, lprev, ldirty, dl, ndl):
     """Unlink flow ``f`` from its links and mark them dirty (their components changed)."""
     K = fg.shape[1]
@@ -588,260 +565,6 @@ def _violators(
 
 
 @numba.njit(cache=True)
-def _part_scratch(P, S, n_links):
-    """Per part: seeds, solved flows and violators (``S`` each), the dirty links sorted by
-    part, and the results of :func:`_solve_parts`."""
-    R = S if P > 1 else 0
-    return (
-        np.empty((P, R), np.int64),
-        np.empty((P, R), np.int64),
-        np.empty((P, R), np.int64),
-        np.empty(n_links if P > 1 else 0, np.int64),
-        np.zeros((P, 3), np.int64),
-    )
-
-
-@numba.njit(cache=True)
-def _solve_part(
-    seeds,
-    ns,
-    dl,
-    ndl,
-    whole,
-    thr,
-    widen,
-    rate,
-    task,
-    lost,
-    fg,
-    fw,
-    cap,
-    lhead,
-    lnext,
-    vis,
-    lvis,
-    fl,
-    fz,
-    lmap,
-    rtol,
-    newr,
-    fstate,
-    bnew,
-    bott,
-    viol,
-):
-    """Local re-solve (module doc) from the flows ``seeds[:ns]`` and the dirty links
-    ``dl[:ndl]``: whole components when ``whole`` (flows joined), else the bottleneck test
-    widened round by round (the departure rule with ``thr`` past ``widen`` flows or
-    ``WIDEN_ROUNDS`` rounds). New rates in ``newr``, bottlenecks committed to ``bott``;
-    ``seeds`` is overwritten. Returns ``(flows in fl, unconstrained flows, flows solved
-    summed over rounds)``."""
-    rounds, nd, thr_r = 0, ndl, 0.0 if whole else np.inf
-    solved = 0
-    while True:  # solve, then widen by the held flows that cannot stay
-        nf = _dirty_flows(
-            seeds, ns, dl, nd, thr_r, rate, task, fg, fw, lhead, lnext, vis, lvis, fl, fz
-        )
-        bad = 0
-        if nf > 0:
-            bad = fill_local(
-                fl, nf, fg, fw, lost, cap, lmap, rtol, newr, fz, lhead, lnext, fstate, bnew
-            )
-        solved += nf
-        if bad or whole or rounds < 0:  # components: none next to them held
-            break
-        nv = _violators(
-            fl,
-            nf,
-            dl,
-            ndl,
-            fg,
-            fw,
-            newr,
-            rate,
-            bnew,
-            bott,
-            cap,
-            lhead,
-            lnext,
-            fstate,
-            lvis,
-            viol,
-            4.0 * rtol,
-        )
-        if nv == 0:
-            break
-        rounds += 1
-        ns, nd = nf + nv, 0
-        if rounds > WIDEN_ROUNDS or ns > widen:  # spreading: the departure rule
-            ns, nd, rounds = 0, ndl, -1
-            thr_r = thr * (1.0 - 1e-6) if thr < np.inf else 0.0
-        else:
-            seeds[:nf] = fl[:nf]
-            seeds[nf:ns] = viol[:nv]
-    for j in range(nf):
-        bott[fl[j]] = bnew[fl[j]]
-    return nf, bad, solved
-
-
-@numba.njit(cache=True, parallel=True)
-def _solve_parts(
-    pseeds,
-    pns,
-    dls,
-    doff,
-    whole,
-    thr,
-    widen,
-    rate,
-    task,
-    lost,
-    fg,
-    fw,
-    cap,
-    lhead,
-    lnext,
-    vis,
-    lvis,
-    pfl,
-    fz,
-    lmap,
-    rtol,
-    newr,
-    fstate,
-    bnew,
-    bott,
-    pviol,
-    out,
-):
-    """:func:`_solve_part` on every part at once (threads): parts share no link, so their
-    max-min problems are independent and their slot and link scratch entries disjoint.
-    ``out[p]`` = its ``(flows, unconstrained, solved)``."""
-    for p in numba.prange(pns.size):
-        out[p, 0] = out[p, 1] = out[p, 2] = 0
-        if pns[p] > 0 or doff[p + 1] > doff[p]:
-            nf, bad, solved = _solve_part(
-                pseeds[p],
-                pns[p],
-                dls[doff[p] : doff[p + 1]],
-                doff[p + 1] - doff[p],
-                whole,
-                thr,
-                widen,
-                rate,
-                task,
-                lost,
-                fg,
-                fw,
-                cap,
-                lhead,
-                lnext,
-                vis,
-                lvis,
-                pfl[p],
-                fz,
-                lmap,
-                rtol,
-                newr,
-                fstate,
-                bnew,
-                bott,
-                pviol[p],
-            )
-            out[p, 0], out[p, 1], out[p, 2] = nf, bad, solved
-
-
-@numba.njit(cache=True)
-def _split_solve(
-    seeds,
-    ns,
-    dl,
-    ndl,
-    whole,
-    thr,
-    widen,
-    rate,
-    task,
-    lost,
-    fg,
-    fw,
-    cap,
-    lhead,
-    lnext,
-    vis,
-    lvis,
-    fl,
-    fz,
-    lmap,
-    rtol,
-    newr,
-    fstate,
-    bnew,
-    bott,
-    fpart,
-    link_part,
-    pscratch,
-):
-    """:func:`_solve_part` per part (a multiplane fabric's planes: no flow in flight spans
-    two), the parts side by side; the solved flows gathered into ``fl`` in part order, so
-    the result does not depend on the thread count. Returns what :func:`_solve_part` does."""
-    pseeds, pfl, pviol, dls, out = pscratch
-    P = out.shape[0]
-    pns = np.zeros(P, np.int64)
-    for j in range(ns):
-        f = seeds[j]
-        p = fpart[f]
-        pseeds[p, pns[p]] = f
-        pns[p] += 1
-    doff = np.zeros(P + 1, np.int64)
-    for j in range(ndl):
-        doff[link_part[dl[j]] + 1] += 1
-    for p in range(P):
-        doff[p + 1] += doff[p]
-    fill = doff[:P].copy()
-    for j in range(ndl):
-        p = link_part[dl[j]]
-        dls[fill[p]] = dl[j]
-        fill[p] += 1
-    _solve_parts(
-        pseeds,
-        pns,
-        dls,
-        doff,
-        whole,
-        thr,
-        widen,
-        rate,
-        task,
-        lost,
-        fg,
-        fw,
-        cap,
-        lhead,
-        lnext,
-        vis,
-        lvis,
-        pfl,
-        fz,
-        lmap,
-        rtol,
-        newr,
-        fstate,
-        bnew,
-        bott,
-        pviol,
-        out,
-    )
-    nf = bad = solved = 0
-    for p in range(P):
-        fl[nf : nf + out[p, 0]] = pfl[p, : out[p, 0]]
-        nf += out[p, 0]
-        bad += out[p, 1]
-        solved += out[p, 2]
-    return nf, bad, solved
-
-
-@numba.njit(cache=True)
 def _due_conns(t, kind, flow_set, set_ptr, flow_conn, conn_row, heap, ic, need, n_need):
     """Add to ``need`` the unrouted connections of every comm task whose start is due at
     ``t`` (one return to the driver routes them all; without flowlets a connection's route
@@ -865,21 +588,7 @@ def _due_conns(t, kind, flow_set, set_ptr, flow_conn, conn_row, heap, ic, need, 
 
 @numba.njit(cache=True)
 def run_loop(
-    graph,
-    tstate,
-    heap,
-    conn,
-    routes,
-    sl,
-    bins,
-    ic,
-    fc,
-    need,
-    groups,
-    params,
-    replay,
-    ldirty,
-    link_part,
+    graph, tstate, heap, conn, routes, sl, bins, ic, fc, need, groups, params, replay, ldirty
 ):
     """Run until done / ``until_s`` / routes needed / a fresh flow set (``memo``) / a flow
     joining a replay (module doc). Returns ``(status, slots, bins)``: the slot arrays and
@@ -892,9 +601,7 @@ def run_loop(
     conn_row, idle, flowlet = conn
     rsg, rsw, rlost, rhops, rcls, rclw, rbits = routes
     cap, g_off, g_ptr, g_link, g_coef = groups
-    hop_s, until_s, advance, batch_rtol, done_rtol, rtol, gap, bin_s, memo, local, widen, split = (
-        params
-    )
+    hop_s, until_s, advance, batch_rtol, done_rtol, rtol, gap, bin_s, memo, local, widen = params
     rp_seg_t, rp_seg_b = replay
     n = kind.size
     K = rsg.shape[1]
@@ -943,12 +650,6 @@ def run_loop(
     thr = np.inf  # the smallest rate of the flows that departed since the last solve
     apos = np.full(S, -1, np.int64)  # index of each slot in ``act``
     fstate = np.zeros(S, np.int8)  # fill_local's scratch
-    # parts (a multiplane fabric's planes; link_part per link) are solved side by side while
-    # no flow in flight spans two (nmixed: flows whose part is -1)
-    P = link_part.max() + 1 if link_part.size > 0 else 1
-    fpart = np.zeros(S, np.int32)
-    nmixed = 0
-    pscratch = _part_scratch(P, S, n_links)
     stale = not local or ndl > 0
     same = ic[LOCAL] == 1 + local  # else the last call solved in the other way: all again
     ic[LOCAL] = 1 + local
@@ -956,8 +657,6 @@ def run_loop(
         f = sl[ACT][j]
         apos[f] = j
         _link_insert(f, sl[ROW][f], rsg, rsw, fg, fw, lhead, lnext, lprev)
-        fpart[f] = _part_of(f, fg, link_part)
-        nmixed += fpart[f] < 0
         if batch_rtol > 0:
             hsz[2] = _heap_set(hk3, hl3, hp3, hsz[2], f, sl[START][f])
         if ic[RP] == 1:  # a replay: its flows complete at their memo's event times
@@ -1007,8 +706,6 @@ def run_loop(
                     seeds = _grown(seeds, S, -1)
                     apos = _grown(apos, S, -1)
                     fstate = _grown(fstate, S, 0)
-                    fpart = _grown(fpart, S, 0)
-                    pscratch = _part_scratch(P, S, n_links)
                     rebuild = True
                 n_need = 0
                 for q in range(lo, hi):
@@ -1063,8 +760,6 @@ def run_loop(
                     sl[TL][f] = t
                     sl[RATE][f] = -1.0
                     _link_insert(f, sl[ROW][f], rsg, rsw, fg, fw, lhead, lnext, lprev)
-                    fpart[f] = _part_of(f, fg, link_part)
-                    nmixed += fpart[f] < 0
                     if batch_rtol > 0:
                         hsz[2] = _heap_set(hk3, hl3, hp3, hsz[2], f, t)
                     seeds[ns] = f
@@ -1092,68 +787,77 @@ def run_loop(
                 stale = False
                 ic[SOLVES] += 1
                 if local:  # re-solve only where rates can change (module doc)
-                    if P > 1 and nmixed == 0 and ns + ndl >= split:  # planes side by side
-                        nf, bad, solved = _split_solve(
+                    rounds, nd, thr_r = 0, ndl, 0.0 if whole else np.inf
+                    while True:  # solve, then widen by the held flows that cannot stay
+                        nf = _dirty_flows(
                             seeds,
                             ns,
                             dl,
-                            ndl,
-                            whole,
-                            thr,
-                            widen,
+                            nd,
+                            thr_r,
                             sl[RATE],
                             sl[TASK],
-                            sl[LOST],
                             fg,
                             fw,
-                            cap,
                             lhead,
                             lnext,
                             vis,
                             lvis,
                             fl,
                             fz,
-                            lmap,
-                            rtol,
-                            newr,
-                            fstate,
-                            bnew,
-                            bott,
-                            fpart,
-                            link_part,
-                            pscratch,
                         )
-                        ic[SPLIT] += 1
-                    else:
-                        nf, bad, solved = _solve_part(
-                            seeds,
-                            ns,
+                        bad = 0
+                        if nf > 0:
+                            bad = fill_local(
+                                fl,
+                                nf,
+                                fg,
+                                fw,
+                                sl[LOST],
+                                cap,
+                                lmap,
+                                rtol,
+                                newr,
+                                fz,
+                                lhead,
+                                lnext,
+                                fstate,
+                                bnew,
+                            )
+                        ic[SOLVED] += nf
+                        if bad or whole or rounds < 0:  # components: none next to them held
+                            break
+                        nv = _violators(
+                            fl,
+                            nf,
                             dl,
                             ndl,
-                            whole,
-                            thr,
-                            widen,
-                            sl[RATE],
-                            sl[TASK],
-                            sl[LOST],
                             fg,
                             fw,
+                            newr,
+                            sl[RATE],
+                            bnew,
+                            bott,
                             cap,
                             lhead,
                             lnext,
-                            vis,
-                            lvis,
-                            fl,
-                            fz,
-                            lmap,
-                            rtol,
-                            newr,
                             fstate,
-                            bnew,
-                            bott,
+                            lvis,
                             viol,
+                            4.0 * rtol,
                         )
-                    ic[SOLVED] += solved
+                        if nv == 0:
+                            break
+                        rounds += 1
+                        ns, nd = nf + nv, 0
+                        if rounds > WIDEN_ROUNDS or ns > widen:  # spreading: the departure rule
+                            ns, nd, rounds = 0, ndl, -1
+                            thr_r = thr * (1.0 - 1e-6) if thr < np.inf else 0.0
+                        else:
+                            seeds[:nf] = fl[:nf]
+                            seeds[nf:ns] = viol[:nv]
+                    for j in range(nf):
+                        bott[fl[j]] = bnew[fl[j]]
                     whole = False
                     thr = np.inf
                 else:
@@ -1249,7 +953,6 @@ def run_loop(
         for j in range(k):
             f = done_list[j]
             ndl = _link_remove(f, fg, lhead, lnext, lprev, ldirty, dl, ndl)
-            nmixed -= fpart[f] < 0
             hsz[0] = _heap_remove(hk1, hl1, hp1, hsz[0], f)
             hsz[1] = _heap_remove(hk2, hl2, hp2, hsz[1], f)
             if batch_rtol > 0:
