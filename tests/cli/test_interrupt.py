@@ -5,6 +5,8 @@ import subprocess
 import sys
 import time
 
+from proctable import sigint_default
+
 
 def test_sigint_exits_130_with_one_line(tmp_path):
     proc = subprocess.Popen(
@@ -13,6 +15,7 @@ def test_sigint_exits_130_with_one_line(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=sigint_default,
     )
     time.sleep(10.0)  # imports and kernel loading done, the first scenario running (of minutes)
     proc.send_signal(signal.SIGINT)

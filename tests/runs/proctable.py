@@ -7,9 +7,20 @@ that reused its PID.
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 Proc = tuple[int, int]
+
+
+def sigint_default() -> None:
+    """``preexec_fn`` of a child that a test interrupts: SIGINT back to ``SIG_DFL``.
+
+    A shell without job control starts background jobs with SIGINT ignored, exec keeps an
+    ignored signal ignored, and Python then installs no KeyboardInterrupt handler; a test
+    run started that way (``bash .ci/run &``) would see its children shrug off Ctrl-C.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def stat(pid: int) -> tuple[int, int] | None:

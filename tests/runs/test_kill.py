@@ -16,7 +16,7 @@ import textwrap
 import time
 
 import pandas as pd
-from proctable import Proc, alive, children, cmdline
+from proctable import Proc, alive, children, cmdline, sigint_default
 
 from trainfabric.runs import RunDir, SweepSpec, expand, run_sweep
 
@@ -88,7 +88,11 @@ def test_sigint_exits_130_with_one_line_and_stops_workers(tmp_path):
     command = [sys.executable, "-m", "trainfabric.cli", "sweep", str(sweep)]
     command += ["--out", str(run.path), "--workers", "2", "--json"]
     proc = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        preexec_fn=sigint_default,
     )
     try:
         children = _first_cell_and_workers(proc, run)
