@@ -1,0 +1,374 @@
+"""Side by side with astra-sim (analytical network backend, congestion aware): one GPT job's
+iteration, DP only and PP x DP, on links both simulators express.
+
+    python benchmarks/vs_astra.py ASTRA_DIR     # an astra-sim checkout built as below
+
+astra-sim is built outside this repository (never copied here): clone astra-sim/astra-sim with
+its submodules (chakra, astra-network-analytical, fmt, spdlog, yaml-cpp), then
+``bash build/astra_analytical/build.sh -t congestion_aware``, which also generates chakra's
+``et_def_pb2.py`` (needs ``protoc``: Debian's ``protobuf-compiler``, ``libprotobuf-dev``).
+Measured at astra-sim f242411 with the submodule commits it pins (spdlog, its logging
+library, at a later snapshot); the output records the commits. This script writes
+astra-sim's inputs with chakra's own schema and encoder
+(``schema/protobuf/et_def_pb2``, ``src/third_party/utils/protolib.encodeMessage``), runs its
+``AstraSim_Analytical_Congestion_Aware`` binary and reads its stdout. Without a build it says
+so and exits 0.
+
+**The configuration both express.** Every GPU is a server of its own (``gpus_per_pod = 1``,
+TP 1), and every directed GPU pair has its own link of ``RATE_BPS`` and ``latency_s`` (the
+job's, 5 us): astra-sim's ``FullyConnected`` topology, our :func:`pair_mesh` with no packet
+headers. The collective is a ring over the DP group, in one chunk (``preferred-dataset-splits
+= 1``, one active chunk), with no local reduction time and an endpoint delay of 1 ns (the
+least its event queue accepts: it refuses an event at the current time); a PP activation is a
+send / receive pair. One chunk of a ring step of ``S / n`` bytes takes
+``latency_s + 8 (S / n) / rate`` in both (astra-sim in whole nanoseconds).
+
+**The same DAG.** Both sides run the DAG that :func:`build_dag` writes for the job, converted
+node for node: a compute node becomes a ``COMP_NODE`` on its GPU, the steps of one collective
+(one ``Phase.group``) one ``COMM_COLL_NODE`` on each of its ranks (with the group's process
+group), a PP comm node a ``COMM_SEND_NODE`` on its source and a ``COMM_RECV_NODE`` on its
+destination, tagged alike. A dependency becomes an ET data dependency where both ends run on
+the same GPU; the rest (a phase barrier that joins the DP replicas of one PP send, the
+previous ring step on the other ranks) are carried by the messages themselves in astra-sim,
+and are counted in ``cross_gpu_edges_dropped``. Chakra stores compute times in whole
+microseconds, so both sides get the DAG's compute times rounded to the microsecond.
+
+**One difference of model.** astra-sim runs at most one send or collective at a time per GPU
+(``HardwareResource``: receives excepted) and issues ready nodes in ID order, so a stage whose
+last backward readies both its DP reduce-scatter and its last gradient send runs the
+collective first and holds the send back until the all-gather ends; our engine runs both at
+once (they use different links here, and share a NIC where they meet). The traces are
+therefore also run ``sends_first`` (each collective waits for its GPU's PP sends, which
+happen before the DP sync in these jobs anyway).
+
+Reported per job: both iteration times, their relative difference, the DAG's critical path at
+the link rate (which our pair mesh reproduces exactly, tests/fabric/test_iteration.py), and
+each simulator's wall time; ``collectives_alone`` runs each collective kind by itself on 8
+GPUs against the ring's closed form ``2 (n - 1) (L + 8 S / (n r))`` (all-reduce) and
+``(n - 1) (L + 8 S / (n r))`` (reduce-scatter, all-gather).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+from _common import emit, parser
+
+from trainfabric.fabric import iteration as I
+from trainfabric.workloads.build import build_dag
+from trainfabric.workloads.dag import COMM, COMPUTE, TaskDAG, gpu_transfers
+from trainfabric.workloads.job import Job
+
+RATE_BPS = 400e9
+BINARY = "build/astra_analytical/build/bin/AstraSim_Analytical_Congestion_Aware"
+CHAKRA = "extern/graph_frontend/chakra"
+NETWORK = "extern/network_backend/analytical"
+GPT = {"name": "gpt-1.3b", "layers": 24, "hidden": 2048, "heads": 16, "seq_len": 2048}
+GPT |= {"vocab": 50304}
+JOBS = {
+    "dp_only": {"dp": 8, "micro_batches": 4},
+    "pp_dp": {"pp": 4, "dp": 2, "micro_batches": 8, "schedule": "1f1b"},
+}
+SYSTEM = {
+    "scheduling-policy": "FIFO",
+    "endpoint-delay": 1,
+    "local-reduction-delay": 0,
+    "active-chunks-per-dimension": 1,
+    "preferred-dataset-splits": 1,
+    "all-reduce-implementation": ["ring"],
+    "all-gather-implementation": ["ring"],
+    "reduce-scatter-implementation": ["ring"],
+    "all-to-all-implementation": ["ring"],
+    "collective-optimization": "baseline",
+    "roofline-enabled": 0,
+}
+COLL_OPS = ("all_reduce", "reduce_scatter", "all_gather")
+FINISHED = re.compile(r"sys\[(\d+)\] finished, (\d+) cycles")
+
+
+def job(name: str) -> Job:
+    """The GPT job of ``JOBS[name]``: one GPU per server, distributed optimiser (an fp32
+    reduce-scatter and a bf16 all-gather of each stage's weights per DP group)."""
+    par = JOBS[name]
+    pods = par.get("pp", 1) * par["dp"]
+    return Job.model_validate(
+        {
+            "name": name,
+            "model": GPT,
+            "parallelism": par,
+            "placement": {"gpus_per_pod": 1, "pods": pods},
+        }
+    )
+
+
+def rounded_dag(j: Job) -> TaskDAG:
+    """The job's DAG (with GPU transfers) and its compute times rounded to whole microseconds."""
+    dag = build_dag(j, 0, gpu_flows=True)
+    us = np.where(dag.kind == COMPUTE, np.round(dag.duration_s * 1e6) / 1e6, dag.duration_s)
+    return replace(dag, duration_s=us)
+
+
+# -- DAG -> chakra execution traces ---------------------------------------------------------------
+def et_items(dag: TaskDAG):
+    """Contract the DAG into ET items (module doc): returns ``item_of`` per node (-1 for a
+    barrier outside a collective), and per item its kind, ranks, bytes and predecessors."""
+    items: list[dict] = []
+    group_item: dict[str, int] = {}
+    item_of = np.full(dag.n_nodes, -1, dtype=np.int64)
+    for v in range(dag.n_nodes):
+        ph = dag.phases[dag.phase[v]] if dag.phase[v] >= 0 else None
+        if dag.kind[v] == COMPUTE:
+            item_of[v] = len(items)
+            items.append(
+                {"kind": "comp", "ranks": {int(dag.pod[v])}, "us": dag.duration_s[v] * 1e6}
+            )
+        elif ph is not None and ph.op in COLL_OPS:
+            if ph.group_name not in group_item:
+                group_item[ph.group_name] = len(items)
+                items.append({"kind": ph.op, "ranks": set(), "step_bytes": set()})
+            item_of[v] = group_item[ph.group_name]
+            if dag.kind[v] == COMM:
+                items[item_of[v]]["ranks"].add(int(dag.pod[v]))
+                items[item_of[v]]["step_bytes"].add(float(dag.bytes[v]))
+        elif dag.kind[v] == COMM:
+            if ph is None or ph.op != "send_recv":
+                raise ValueError(f"comm node {v}: op {ph and ph.op!r} has no astra-sim form here")
+            item_of[v] = len(items)
+            src, dst = int(dag.pod[v]), int(dag.dst[v])
+            items.append({"kind": "p2p", "ranks": {src, dst}, "src": src, "dst": dst})
+            items[-1]["bytes"] = float(dag.bytes[v])
+    incoming: list[set[int]] = [set() for _ in range(dag.n_nodes)]
+    preds: list[set[int]] = [set() for _ in items]
+    for v in range(dag.n_nodes):
+        x = int(item_of[v])
+        if x >= 0:
+            preds[x] |= incoming[v] - {x}
+        out = {x} if x >= 0 else incoming[v]
+        for w in dag.indices[dag.indptr[v] : dag.indptr[v + 1]]:
+            incoming[w] |= out
+    for it, p in zip(items, preds, strict=True):
+        it["preds"] = p
+    return items
+
+
+def write_traces(
+    items: list[dict], n_gpus: int, folder: Path, pb, sends_first: bool = False
+) -> dict:
+    """One ``.et`` file per GPU (``folder/job.<gpu>.et``) and the process groups JSON; returns
+    counts (ET nodes, dependencies kept, cross-GPU edges dropped, process groups).
+    ``sends_first``: a GPU's collectives also wait for all of its PP sends (astra-sim runs one
+    send or collective at a time per GPU, so this decides which goes first)."""
+    from protolib import encodeMessage
+
+    groups: dict[tuple[int, ...], int] = {}
+    for it in items:
+        if it["kind"] in COLL_OPS:
+            ranks = tuple(sorted(it["ranks"]))
+            it["pg"] = groups.setdefault(ranks, len(groups) + 1)
+            (step,) = it["step_bytes"]  # every step of a ring moves the same S / n
+            # astra-sim's ring: all-reduce and reduce-scatter send comm_size / n a step,
+            # all-gather sends comm_size a step (Ring.cc, msg_size)
+            it["size"] = round(step) if it["kind"] == "all_gather" else round(step * len(ranks))
+    counts = {"et_nodes": 0, "deps_kept": 0, "cross_gpu_edges_dropped": 0}
+    for gpu in range(n_gpus):
+        with open(folder / f"job.{gpu}.et", "wb") as f:
+            meta = pb.GlobalMetadata(
+                attr=[pb.AttributeProto(name="schema", string_val="1.0.2-chakra.0.0.4")]
+            )
+            encodeMessage(f, meta)
+            sends = [x for x, it in enumerate(items) if it["kind"] == "p2p" and it["src"] == gpu]
+            for x, it in enumerate(items):
+                if gpu not in it["ranks"]:
+                    continue
+                node = _et_node(pb, x, it, gpu)
+                if sends_first and it["kind"] in COLL_OPS:
+                    node.data_deps.extend(y for y in sends if y not in it["preds"])
+                for y in sorted(it["preds"]):
+                    if gpu in items[y]["ranks"]:
+                        node.data_deps.append(y)
+                        counts["deps_kept"] += 1
+                    else:
+                        counts["cross_gpu_edges_dropped"] += 1
+                encodeMessage(f, node)
+                counts["et_nodes"] += 1
+    (folder / "groups.json").write_text(json.dumps({str(g): list(r) for r, g in groups.items()}))
+    return counts | {"process_groups": len(groups)}
+
+
+def _et_node(pb, x: int, it: dict, gpu: int):
+    """The chakra node of item ``x`` on ``gpu`` (its id is ``x`` on every GPU)."""
+    node = pb.Node(id=x, name=f"{it['kind']}_{x}")
+    attr = pb.AttributeProto
+    if it["kind"] == "comp":
+        node.type = pb.COMP_NODE
+        node.duration_micros = round(it["us"])
+        node.attr.append(attr(name="is_cpu_op", bool_val=False))
+    elif it["kind"] == "p2p":
+        node.type = pb.COMM_SEND_NODE if gpu == it["src"] else pb.COMM_RECV_NODE
+        node.attr.extend(
+            [
+                attr(name="comm_src", int32_val=it["src"]),
+                attr(name="comm_dst", int32_val=it["dst"]),
+                attr(name="comm_size", int64_val=round(it["bytes"])),
+                attr(name="comm_tag", int32_val=x),
+                attr(name="is_cpu_op", bool_val=False),
+            ]
+        )
+    else:
+        kinds = {"all_reduce": pb.ALL_REDUCE, "reduce_scatter": pb.REDUCE_SCATTER}
+        node.type = pb.COMM_COLL_NODE
+        node.attr.extend(
+            [
+                attr(name="comm_type", int64_val=kinds.get(it["kind"], pb.ALL_GATHER)),
+                attr(name="comm_size", int64_val=it["size"]),
+                attr(name="pg_name", string_val=str(it["pg"])),
+                attr(name="is_cpu_op", bool_val=False),
+            ]
+        )
+    return node
+
+
+# -- runs -----------------------------------------------------------------------------------------
+def run_astra(astra: Path, folder: Path, n_gpus: int, latency_s: float) -> tuple[float, float]:
+    """astra-sim on the traces in ``folder``: (iteration s = the last GPU's finish, wall s)."""
+    gbps = RATE_BPS / 8 / 2**30  # its GB/s are 2^30 bytes (NetworkFunction.cpp)
+    net = folder / "network.yml"
+    net.write_text(
+        f"topology: [ FullyConnected ]\nnpus_count: [ {n_gpus} ]\n"
+        f"bandwidth: [ {gbps!r} ]\nlatency: [ {latency_s * 1e9!r} ]\n"
+    )
+    (folder / "system.json").write_text(json.dumps(SYSTEM))
+    (folder / "memory.json").write_text(json.dumps({"memory-type": "NO_MEMORY_EXPANSION"}))
+    cmd = [
+        str(astra / BINARY),
+        f"--workload-configuration={folder / 'job'}",
+        f"--system-configuration={folder / 'system.json'}",
+        f"--remote-memory-configuration={folder / 'memory.json'}",
+        f"--network-configuration={net}",
+        f"--comm-group-configuration={folder / 'groups.json'}",
+    ]
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=1800, check=False, cwd=folder
+    )  # its log/ folder goes there
+    wall = time.perf_counter() - t0
+    finished = {int(g): int(c) for g, c in FINISHED.findall(proc.stdout + proc.stderr)}
+    if proc.returncode != 0 or len(finished) != n_gpus:
+        tail = (proc.stdout + proc.stderr)[-2000:]
+        raise RuntimeError(
+            f"astra-sim exit {proc.returncode}, {len(finished)} of {n_gpus} GPUs finished:\n{tail}"
+        )
+    return max(finished.values()) * 1e-9, wall
+
+
+def run_ours(j: Job, dag: TaskDAG) -> tuple[float, float]:
+    """Our task engine on the pair mesh (no headers): (iteration s, wall s)."""
+    t0 = time.perf_counter()
+    loaded = I.LoadedJob(j.name, dag, gpu_transfers(dag, 1), j, ())
+    mesh = I.pair_mesh(j.placement.pods, 1, RATE_BPS, float(j.compute.latency_s))
+    jh = I.JobOnHosts(loaded, np.arange(j.placement.pods), channels=1)
+    run = I.run_iteration(jh, mesh, "ecmp", header_bytes=0)
+    return run.iteration_s, time.perf_counter() - t0
+
+
+def compare_job(astra: Path, name: str, pb, tmp: Path) -> dict:
+    j = job(name)
+    dag = rounded_dag(j)
+    folder = tmp / name
+    folder.mkdir()
+    items = et_items(dag)
+    counts = write_traces(items, j.placement.pods, folder, pb)
+    theirs, their_wall = run_astra(astra, folder, j.placement.pods, float(j.compute.latency_s))
+    ordered = tmp / f"{name}_sends_first"
+    ordered.mkdir()
+    write_traces(items, j.placement.pods, ordered, pb, sends_first=True)
+    theirs_ordered, _ = run_astra(astra, ordered, j.placement.pods, float(j.compute.latency_s))
+    ours, our_wall = run_ours(j, dag)
+    return {
+        "gpus": j.placement.pods,
+        "parallelism": JOBS[name],
+        "dag_nodes": dag.n_nodes,
+        **counts,
+        "iteration_s_astra": theirs,
+        "iteration_s_ours": ours,
+        "rel_diff": (ours - theirs) / theirs,
+        "iteration_s_astra_sends_first": theirs_ordered,
+        "rel_diff_sends_first": (ours - theirs_ordered) / theirs_ordered,
+        "dag_critical_path_s": dag.critical_path_at(RATE_BPS),
+        "compute_only_s": dag.compute_time(),
+        "wall_s_astra": their_wall,
+        "wall_s_ours": our_wall,
+    }
+
+
+def collectives_alone(astra: Path, pb, tmp: Path, n: int = 8, size: int = 256 << 20) -> dict:
+    """Each ring collective alone on ``n`` GPUs against its closed form (module doc)."""
+    lat = 5e-6
+    rows = {}
+    for op, steps in (
+        ("all_reduce", 2 * (n - 1)),
+        ("reduce_scatter", n - 1),
+        ("all_gather", n - 1),
+    ):
+        item = {"kind": op, "ranks": set(range(n)), "step_bytes": {size / n}, "preds": set()}
+        folder = tmp / op
+        folder.mkdir()
+        write_traces([item], n, folder, pb)
+        theirs, _ = run_astra(astra, folder, n, lat)
+        closed = steps * (lat + 8 * (size / n) / RATE_BPS)
+        rows[op] = {"astra_s": theirs, "closed_form_s": closed, "rel_diff": theirs / closed - 1}
+    return {"gpus": n, "bytes": size, **rows}
+
+
+def main() -> None:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("astra", type=Path, nargs="?", help="astra-sim checkout, built (module doc)")
+    args = p.parse_args()
+    if args.astra is None or not (args.astra / BINARY).is_file():
+        print(
+            f"no astra-sim build ({BINARY}) under {args.astra}: nothing compared", file=sys.stderr
+        )
+        return
+    chakra = args.astra / CHAKRA
+    sys.path[:0] = [str(chakra / "schema/protobuf"), str(chakra / "src/third_party/utils")]
+    import et_def_pb2 as pb
+
+    commits = {
+        name: subprocess.run(
+            ["git", "-C", str(args.astra / sub), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        for name, sub in (("astra-sim", "."), ("chakra", CHAKRA), ("analytical", NETWORK))
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        alone = collectives_alone(args.astra, pb, Path(tmp))
+        jobs = {name: compare_job(args.astra, name, pb, Path(tmp)) for name in JOBS}
+    emit(
+        "vs_astra",
+        {
+            "commits": commits,
+            "rate_bps": RATE_BPS,
+            "model": GPT,
+            "collectives_alone": alone,
+            "jobs": jobs,
+            "max_abs_rel_diff": max(abs(r["rel_diff"]) for r in jobs.values()),
+            "max_abs_rel_diff_sends_first": max(
+                abs(r["rel_diff_sends_first"]) for r in jobs.values()
+            ),
+        },
+        args.out,
+    )
+
+
+if __name__ == "__main__":
+    main()
