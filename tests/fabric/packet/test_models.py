@@ -261,6 +261,43 @@ def test_flow_and_packet_engines_agree_on_a_permutation_of_large_flows(planes):
     assert 1.0 <= packet.makespan_s / fluid.makespan_s <= 1.06
 
 
+def test_a_packet_lost_at_the_nic_for_want_of_a_route_counts_as_dropped():
+    """Hypothesis's find: host 2's only uplink (link 0 of the radix-4 fat-tree) down from 0 to
+    60 us; pinning sends host 2's 1000-byte flow before the NIC sees a usable plane, so its
+    packets are lost at the NIC (no route). Every lost payload byte is a dropped packet."""
+    topo = T.fat_tree(16, 4, 25e9)
+    src = np.array([2, 3, 0])
+    flows = FlowTable(
+        src=src,
+        dst=(src + 1) % 16,
+        bytes=np.array([1000.0, 1.0, 1.0]),
+        entropy=np.arange(3, dtype=np.uint64) % 3,
+        job=np.zeros(3, np.int32),
+        deps_ptr=np.zeros(4, np.int64),
+        deps=np.zeros(0, np.int64),
+        release_s=np.zeros(3),
+        delay_s=np.zeros(3),
+        channel=np.arange(3) % 2,
+    )
+    up = np.array([5.9953422591222446e-05, 3.359535272648123e-05, 1.3227450313016388e-04])
+    ev = LinkEvents(np.r_[np.zeros(3), up], np.r_[0, 0, 2, 0, 0, 2], np.repeat([False, True], 3))
+    cfg = PacketConfig(
+        mtu_bytes=1000,
+        header_bytes=64,
+        queue_packets=2,
+        switch_mode="lossless",
+        transport="ndp",
+        initial_window_packets=1,
+        rto_s=100e-6,
+        reaction_software_s=50e-6,
+        reaction_routing_s=300e-6,
+    )
+    res = simulate_packets(topo, flows, "pinning", config=cfg, events=ev, seed=0)
+    assert res.no_route >= 1 and res.unfinished == 0
+    np.testing.assert_array_equal(res.delivered_bytes, flows.bytes)
+    assert res.lost_bytes.sum() <= res.dropped * cfg.mtu_bytes
+
+
 @given(data=st.data())
 def test_every_byte_delivered_exactly_once_under_random_flaps(data):
     """Random flaps of any links (host or fabric, 1 to 3, each down 1-200 us) in every mode,

@@ -976,6 +976,7 @@ def send_data(f, s, now, st, fl, fle, ctr, fp, ip, rng):
     pi[k, P_EV] = np.int64(ev)
     if plane < 0:  # no usable plane: the packet is lost at the NIC
         ctr[C_NOROUTE] += 1
+        ctr[C_DROP] += 1
         ff[f, FF_LOST] += payload
         free(pi, ctr, k)
     else:
@@ -1172,6 +1173,7 @@ def ctrl_send(k, now, st, fl, fle, fp, ip, ctr, rng):
     ctr[C_CTRL] += 1
     if plane < 0:
         ctr[C_NOROUTE] += 1
+        ctr[C_DROP] += 1
         free(pi, ctr, k)
         return
     pi[k, P_EV] = np.int64(ev)

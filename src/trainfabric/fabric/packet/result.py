@@ -19,10 +19,12 @@ Definitions (used by :meth:`PacketResult.summary` and everywhere the engine repo
   missing sequence) and ``received_packets`` (distinct packets received) at the end of the
   run: the buffer holds their difference.
 * **lost bytes** per flow: payload of data packets dropped on a link that was down (sent onto
-  it, queued at its port, or in flight when it failed) or with no route; queue drops and
-  trims are counted in ``dropped`` / ``trimmed``. ``detected_s[mechanism][i]``: when each
-  mechanism (hardware, software, routing) learned link event ``i`` (its time plus that
-  mechanism's reaction time; the model's views change exactly then).
+  it, queued at its port, or in flight when it failed) or with no route; ``dropped`` counts
+  every packet discarded (queue drops, dead links, no route at a switch or at the NIC, so
+  ``lost_bytes.sum() <= dropped x mtu``) and ``trimmed`` the trims.
+  ``detected_s[mechanism][i]``: when each mechanism (hardware, software, routing) learned
+  link event ``i`` (its time plus that mechanism's reaction time; the model's views change
+  exactly then).
 * **line-rate fraction** of a flow: ``bytes x 8 / (FCT x rate)`` (payload goodput over the
   rate given, e.g. the NIC rate).
 """
