@@ -11,8 +11,14 @@ case's outcome and reuses recorded ones (a run resumed after an interruption say
 ``resumed_cases``). The timed cases (``wall_s_*``) run alone, one after the
 other; the others then run two at a time (numba and BLAS pinned to one thread each).
 
+Compilation: every run starts from an empty numba cache (``NUMBA_CACHE_DIR`` in a temporary
+folder), and a warm-up case (``llama3-70b`` on 32 servers, ECMP) compiles the engine first:
+``jit_warmup_s`` is its wall, what a fresh install's first ``fabric job`` pays once (numba
+caches to disk). The timed cases then run compiled, whatever state the machine's cache is in.
+
 Cases:
 
+* ``warmup``: ``llama3-70b`` on 32 servers, ECMP, on the cold cache: ``jit_warmup_s``.
 * ``iter_4k_<mode>``: ``llama3-70b`` on 512 servers (4,096 GPUs), one iteration per mode
   (``iteration_s_by_mode``); ``wall_s_4k`` = the ECMP case's wall (load, map, run).
 * ``exposed_4k_<overlap>``: the ECMP iteration with ``overlap = none`` and ``bucketed``
@@ -47,6 +53,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -64,6 +71,7 @@ FAILED: dict[str, str] = {}  # case -> "over N s" or "exit N"
 LOCK = threading.Lock()
 PARALLEL = 2  # untimed cases run side by side (single-threaded each)
 LIMIT_S = {
+    "warmup": 150,
     "iter_4k": 150,
     "exposed_4k": 150,
     "iter_16k": 300,
@@ -149,6 +157,8 @@ def faults_case(mode: str, flap_draws: int) -> dict:
 
 def run_case(case: str, flap_draws: int) -> dict:
     kind, _, arg = case.partition(":")
+    if kind == "warmup":
+        return iteration_case("llama3-70b", 32, "ecmp")
     if kind == "iter_4k":
         return iteration_case("llama3-70b", 512, arg)
     if kind == "exposed_4k":
@@ -216,7 +226,15 @@ def main() -> None:
         sys.stdout.write(json.dumps(run_case(args.case, args.flap_draws)) + "\n")
         return
     modes = QUICK_MODES if args.quick else MODES
+    with tempfile.TemporaryDirectory(prefix="tf-numba-") as numba_cache:
+        os.environ["NUMBA_CACHE_DIR"] = numba_cache
+        result = _run_all(args, modes)
+    emit("fabric_iteration", result, args.out)
+
+
+def _run_all(args, modes) -> dict:
     t0 = time.perf_counter()
+    warm = _spawn("warmup", args.flap_draws, None)  # always run: the cache dir is new
     # the timed targets alone, one after the other; then the rest two at a time (2 cores)
     rows = {
         c: _spawn(c, args.flap_draws, args.cache) for c in ("iter_4k:ecmp", "iter_16k", "deepseek")
@@ -261,6 +279,7 @@ def main() -> None:
         "flap_hit_rate_by_mode": {
             m: _value(r, "flaps", "flap_hit_rate") for m, r in faults.items()
         },
+        "jit_warmup_s": _value(warm, "wall_s"),
         "wall_s_4k": _value(rows["iter_4k:ecmp"], "wall_s"),
         "wall_s_16k": _value(big, "wall_s"),
         "peak_gb_16k": _value(big, "peak_rss_gb"),
@@ -274,10 +293,10 @@ def main() -> None:
         "targets": TARGETS,
         "total_wall_s": time.perf_counter() - t0,
         "resumed_cases": RESUMED,
-        "cases": rows,
+        "cases": rows | {"warmup": warm},
     }
     result["met"] = {k: result[k] is not None and result[k] <= v for k, v in TARGETS.items()}
-    emit("fabric_iteration", result, args.out)
+    return result
 
 
 def _ranking_source() -> str:
