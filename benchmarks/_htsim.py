@@ -433,7 +433,7 @@ def run_packet(sc: Scenario, mode: str, seed: int = 0, **cfg) -> tuple[dict, obj
 
 def run_flow(sc: Scenario, mode: str, seed: int = 0) -> dict:
     """Our flow engine on ``sc`` (same flows; wall covers routing and simulation)."""
-    from trainfabric.fabric.engine import simulate
+    from trainfabric.fabric.flow.engine import simulate
     from trainfabric.fabric.routing import Router
 
     topo, flows = topology(sc), flow_table(sc, seed)
@@ -576,8 +576,8 @@ def dependent_ring_speedup(htsim_rows: dict | None = None, seed: int = 13) -> di
     ``per_message`` connections: 8 concurrent rings of 16 ranks, 250 KB chunks, 30 dependent
     steps each) on the same hosts as :func:`ring_chains`, timed (flows, routing and
     simulation) beside htsim's chained ring (31 dependent hops), per mode."""
-    from trainfabric.fabric import collectives as fc
-    from trainfabric.fabric.engine import simulate
+    from trainfabric.fabric.flow import collectives as fc
+    from trainfabric.fabric.flow.engine import simulate
     from trainfabric.fabric.flows import FlowTable
     from trainfabric.fabric.routing import Router
 

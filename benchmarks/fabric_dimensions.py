@@ -40,8 +40,8 @@ MODES = ("spray", "adaptive", "ecmp")
 def htsim_permutation() -> dict:
     """FCT p50/p99 (us) of a 512-host 2 MB permutation per mode."""
     from trainfabric.fabric import topology as T
-    from trainfabric.fabric.collectives import collective_steps
-    from trainfabric.fabric.engine import simulate
+    from trainfabric.fabric.flow.collectives import collective_steps
+    from trainfabric.fabric.flow.engine import simulate
     from trainfabric.fabric.flows import FlowTable
     from trainfabric.fabric.routing import Router
 
@@ -59,8 +59,8 @@ def htsim_rings(placement: str = "random") -> dict:
     """Completion (us) of 8 concurrent 16-rank ring all-reduces on 128 hosts per mode;
     rings on random hosts or on consecutive hosts (``packed``: each ring on two leaves)."""
     from trainfabric.fabric import topology as T
-    from trainfabric.fabric.collectives import collective_flows, collective_steps
-    from trainfabric.fabric.engine import simulate
+    from trainfabric.fabric.flow.collectives import collective_flows, collective_steps
+    from trainfabric.fabric.flow.engine import simulate
     from trainfabric.fabric.flows import FlowTable
     from trainfabric.fabric.routing import Router
 

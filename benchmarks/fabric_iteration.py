@@ -4,7 +4,8 @@ failed cables and link flaps cost it.
 Fabric: the CLI's (``trainfabric fabric job``): 4 planes of 2-tier leaf-spine, 256 ports of
 200 Gb/s per switch per plane, 800 Gb/s NICs (one per GPU), no oversubscription; servers of 8
 GPUs placed at random (seed 0), 4 channels (connections) per GPU pair, the DAG engine of
-:mod:`trainfabric.fabric.tasks` through :mod:`trainfabric.fabric.iteration`. Each case runs in
+:mod:`trainfabric.fabric.tasks.engine` through :mod:`trainfabric.fabric.iteration.run`. Each case
+runs in
 its own subprocess (its own peak RSS), under a wall-clock limit; a case over it or one that
 crashed is reported as ``null`` and ``not_finished`` says why. ``--cache FILE`` records each
 case's outcome and reuses recorded ones (a run resumed after an interruption says so in
@@ -82,8 +83,8 @@ LIMIT_S = {
 
 
 def _job(workload: str, pods: int, overlap: str = "none", layers=None, **fabric):
-    from trainfabric.fabric import iteration as I
-    from trainfabric.fabric.iteration_scenario import job_fabric
+    from trainfabric.fabric.iteration import run as I
+    from trainfabric.fabric.iteration.scenario import job_fabric
 
     loaded = I.load_job(workload, pods=pods, layers=layers, overlap=overlap, seed=0)
     topo = job_fabric(loaded.pods, loaded.gpus_per_pod, **fabric)
@@ -92,8 +93,8 @@ def _job(workload: str, pods: int, overlap: str = "none", layers=None, **fabric)
 
 
 def iteration_case(workload: str, pods: int, mode: str, overlap: str = "none") -> dict:
-    from trainfabric.fabric import iteration as I
-    from trainfabric.fabric.iteration_report import iteration_tables
+    from trainfabric.fabric.iteration import run as I
+    from trainfabric.fabric.iteration.report import iteration_tables
 
     t0 = time.perf_counter()
     jh, topo = _job(workload, pods, overlap)
@@ -123,8 +124,8 @@ def iteration_case(workload: str, pods: int, mode: str, overlap: str = "none") -
 
 
 def faults_case(mode: str, flap_draws: int) -> dict:
-    from trainfabric.fabric import iteration as I
-    from trainfabric.fabric import iteration_faults as IF
+    from trainfabric.fabric.iteration import faults as IF
+    from trainfabric.fabric.iteration import run as I
     from trainfabric.fabric.scenarios import FaultsConfig
 
     t0 = time.perf_counter()
@@ -300,7 +301,7 @@ def _run_all(args, modes) -> dict:
 
 
 def _ranking_source() -> str:
-    from trainfabric.fabric.iteration_faults import RANKING_SOURCE
+    from trainfabric.fabric.iteration.faults import RANKING_SOURCE
 
     return RANKING_SOURCE
 

@@ -6,7 +6,7 @@ micro-batches; 256 GPUs), servers placed at random (seed 0) on the fabric of the
 ``benchmarks/fabric_iteration.py`` (4 planes of radix 32, 200 Gb/s ports, 800 Gb/s NICs, so that
 the job spreads over 16 leaves per plane), one connection per GPU pair (the translated flow
 table's edges grow as the square of a phase's flows). The DAG becomes a flow table with
-dependencies (:func:`trainfabric.fabric.iteration_packet.dag_flow_table`: compute as delays,
+dependencies (:func:`trainfabric.fabric.iteration.packet.dag_flow_table`: compute as delays,
 relays for unequal compute paths); the packet engine runs it with its default configuration
 (NDP-like transport, trimming, 35-packet queues, 4096 B MTU + 64 B headers) with its bound on
 data packets raised to ``MAX_PACKETS`` (the iteration moves about 92 M). Per mode:
@@ -29,9 +29,9 @@ def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--modes", nargs="+", default=None, help="load-balancing modes")
     args = p.parse_args()
-    from trainfabric.fabric import iteration as I
-    from trainfabric.fabric.iteration_packet import packet_iteration
-    from trainfabric.fabric.iteration_scenario import job_fabric
+    from trainfabric.fabric.iteration import run as I
+    from trainfabric.fabric.iteration.packet import packet_iteration
+    from trainfabric.fabric.iteration.scenario import job_fabric
     from trainfabric.fabric.packet.config import PacketConfig
 
     modes = args.modes or (["ecmp", "spray"] if args.quick else ["ecmp", "spray", "adaptive"])

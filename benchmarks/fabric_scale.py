@@ -70,9 +70,9 @@ BATCH_RTOL = 1e-2
 def warm_up() -> None:
     import numpy as np
 
-    from trainfabric.fabric import collectives as fc
     from trainfabric.fabric import topology as T
-    from trainfabric.fabric.engine import simulate
+    from trainfabric.fabric.flow import collectives as fc
+    from trainfabric.fabric.flow.engine import simulate
     from trainfabric.fabric.routing import Router
 
     topo = T.multiplane(64, 4, 16)
@@ -107,9 +107,9 @@ def leaf_permutation(topo, rng):
 def run_131k(case: str) -> dict:
     import numpy as np
 
-    from trainfabric.fabric import collectives as fc
     from trainfabric.fabric import topology as T
-    from trainfabric.fabric.engine import simulate, static_goodput
+    from trainfabric.fabric.flow import collectives as fc
+    from trainfabric.fabric.flow.engine import simulate, static_goodput
     from trainfabric.fabric.flows import FlowTable, mix64
     from trainfabric.fabric.routing import Router
 
@@ -238,9 +238,9 @@ def run_case(case: str) -> dict:
     if "131k" in case:
         return run_131k(case)
 
-    from trainfabric.fabric import collectives as fc
     from trainfabric.fabric import topology as T
-    from trainfabric.fabric.engine import simulate
+    from trainfabric.fabric.flow import collectives as fc
+    from trainfabric.fabric.flow.engine import simulate
     from trainfabric.fabric.routing import Router
 
     warm_up()

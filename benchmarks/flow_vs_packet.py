@@ -13,7 +13,7 @@ transport, trimming, 35-packet queues, an initial window of 1.5 bandwidth-delay 
 (``packet.config.auto_window``), 4096 B MTU + 64 B headers).
 
 Fit cases: 32 hosts, seed 0 (sizes in ``FIT``); test cases: 64 hosts, seed 1, other sizes
-(``TEST``). The calibration's two constants (:mod:`trainfabric.fabric.calibration`:
+(``TEST``). The calibration's two constants (:mod:`trainfabric.fabric.flow.calibration`:
 ``startup_s``, ``retx_gain``) minimise the mean squared log ratio flow/packet of the makespan
 and of the mean flow completion time over the fit cases of ``FIT_FAMILIES`` and the modes
 ``FIT_MODES`` (a coordinate search on a grid); every family is then reported on both splits
@@ -132,7 +132,7 @@ def _topology(hosts: int, split: str):
 
 
 def _collective(topo, kind: str, ranks: int, size: float, seed: int):
-    from trainfabric.fabric import collectives as C
+    from trainfabric.fabric.flow import collectives as C
 
     hosts = C.place(topo.host_leaf[0], ranks, "random", seed)
     steps = C.collective_steps(kind, ranks, size, "ring", seed)
@@ -149,7 +149,7 @@ def _incast(topo, senders: int, size: float, seed: int):
 
 def _flap_events(topo, flows, seed: int, at_s: float, duration_s: float):
     from trainfabric.fabric import topology as T
-    from trainfabric.fabric.engine import LinkEvents
+    from trainfabric.fabric.events import LinkEvents
     from trainfabric.fabric.maxmin import link_load
     from trainfabric.fabric.routing import Router
 
@@ -210,7 +210,7 @@ def run_packet(case: Case, mode: str) -> dict:
 
 
 def run_flow(case: Case, mode: str, cal) -> dict:
-    from trainfabric.fabric.calibration import simulate_calibrated
+    from trainfabric.fabric.flow.calibration import simulate_calibrated
     from trainfabric.fabric.routing import Router
 
     router = Router(case.topo, mode, seed=0)
@@ -230,7 +230,7 @@ def _errors(flow: dict, packet: dict) -> dict:
 
 def warm_up() -> None:
     """Compile both engines on a tiny run (numba), so that walls exclude compilation."""
-    from trainfabric.fabric.calibration import RAW
+    from trainfabric.fabric.flow.calibration import RAW
 
     case = make_case("incast", "fit")
     small = replace(case, flows=_incast(case.topo, 2, 8 * KiB, 0))
@@ -241,7 +241,7 @@ def warm_up() -> None:
 
 def _rows(case: Case, packet: dict, cal) -> dict:
     """Per mode: the packet figures and the raw and calibrated flow engine's errors."""
-    from trainfabric.fabric.calibration import RAW
+    from trainfabric.fabric.flow.calibration import RAW
 
     rows = {}
     for mode in MODES:
@@ -277,7 +277,7 @@ def _worst(per_seed: list[dict]) -> dict:
 
 def main() -> None:
     args = parser(__doc__.splitlines()[0]).parse_args()
-    from trainfabric.fabric.calibration import FITTED, MAX_RETX, first_window_retx, fit
+    from trainfabric.fabric.flow.calibration import FITTED, MAX_RETX, first_window_retx, fit
 
     t0 = time.perf_counter()
     warm_up()

@@ -73,8 +73,8 @@ def plan_settings() -> dict:
 
 
 def run_ours(family: str, n: int) -> dict:
-    from trainfabric.ocs.cost import PathCost
-    from trainfabric.ocs.planner import plan
+    from trainfabric.ocs.wiring.cost import PathCost
+    from trainfabric.ocs.wiring.planner import plan
 
     dag, model, _ = instance(family, 64)
     plan(dag, model, **plan_settings())  # numba compilation, not timed
@@ -103,8 +103,8 @@ def run_exact(solver: str, family: str, n: int, limit_s: float) -> dict:
     """One exact run (module doc); stage lines on stdout (``dag``, ``built``), result last."""
     import numpy as np
 
-    import trainfabric.ocs.milp as milp_module
-    from trainfabric.ocs.cost import PathCost
+    import trainfabric.ocs.wiring.milp as milp_module
+    from trainfabric.ocs.wiring.cost import PathCost
 
     dag, model, _ = instance(family, n)
     _say(stage="dag")

@@ -5,7 +5,7 @@ pairs of the aggregated traffic's transfer time (what TM-driven OCS planners opt
 then scored, like ours, by the hard critical path of the DAG. The pipeline-heavy set is every
 family with a pipeline in it: the presets ``pipeline`` and ``hybrid`` and the hard families
 ``pp-dp`` (GPipe and 1F1B by seed parity), ``perm-pipe-moe`` and ``two-jobs``
-(:mod:`trainfabric.ocs.families`), at 16 and 32 pods, d in {8, 16}, seeds 0-2 (0-1 with
+(:mod:`trainfabric.ocs.wiring.families`), at 16 and 32 pods, d in {8, 16}, seeds 0-2 (0-1 with
 ``--quick``). ``moe``, the DP patterns and the families without a pipeline are reported
 beside them (seed 0 only). The headline is the median reduction over the pipeline-heavy
 instances, as measured.
@@ -16,10 +16,10 @@ from __future__ import annotations
 import numpy as np
 from _common import emit, parser
 
-from trainfabric.ocs.cost import PathCost
-from trainfabric.ocs.families import family
 from trainfabric.ocs.model import OcsModel
-from trainfabric.ocs.planner import plan, plan_traffic_only
+from trainfabric.ocs.wiring.cost import PathCost
+from trainfabric.ocs.wiring.families import family
+from trainfabric.ocs.wiring.planner import plan, plan_traffic_only
 from trainfabric.workloads import build_dag, get_preset
 
 PRESETS = ("pipeline", "hybrid", "moe", "dp-ring", "dp-hd")

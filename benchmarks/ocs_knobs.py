@@ -4,7 +4,7 @@ documented range, one knob at a time, against the defaults.
 Knobs and ranges (documented in ``trainfabric ocs plan --help`` and :func:`planner.plan`):
 ``b1_rel`` (prior weight) and ``b2_rel`` (smoothing) from a quarter to four times their
 defaults (1 and 50), and the rounding's work budget ``round_max_moves`` from a tenth of its
-default to ten times it. Instances: the five hard families (:mod:`trainfabric.ocs.families`)
+default to ten times it. Instances: the five hard families (:mod:`trainfabric.ocs.wiring.families`)
 at 8 and 16 pods, d = 8, seed 0 (the project MILP proves each optimum first, 300 s limit).
 ``max_shift_pp`` = the largest |median gap(setting) − median gap(defaults)| in percentage
 points over every setting (target ≤ 0.1).
@@ -15,11 +15,11 @@ from __future__ import annotations
 import numpy as np
 from _common import emit, parser
 
-from trainfabric.ocs import rounding
-from trainfabric.ocs.cost import PathCost
-from trainfabric.ocs.families import FAMILIES, family
-from trainfabric.ocs.milp import solve_milp
-from trainfabric.ocs.planner import plan
+from trainfabric.ocs.wiring import rounding
+from trainfabric.ocs.wiring.cost import PathCost
+from trainfabric.ocs.wiring.families import FAMILIES, family
+from trainfabric.ocs.wiring.milp import solve_milp
+from trainfabric.ocs.wiring.planner import plan
 
 DEFAULTS = {"b1_rel": 1.0, "b2_rel": 50.0, "round_max_moves": rounding.DEFAULT_MAX_MOVES}
 RANGES = {

@@ -30,7 +30,7 @@ Per-TM time ratios are taken on the same matrix, then the median. Without ``--pe
 against our exact routine is reported, and the JSON says the peer was not run.
 
 Headline keys: ``mlu_ratio_median`` / ``mlu_ratio_p95`` (our planner's MLU ÷ the MLU of
-ABSM's wiring, both evaluated by :func:`trainfabric.ocs.onehop.mlu`; targets ≤ 1.02 / ≤ 1.05;
+ABSM's wiring, both evaluated by :func:`trainfabric.ocs.wiring.onehop.mlu`; targets ≤ 1.02 / ≤ 1.05;
 ``mlu_ratio_vs_absm_reported_*`` divides by the value ``absm()`` returns instead, which is the
 upper end of its binary search, up to 1e-7 above its wiring's MLU),
 ``time_ratio_ours_over_absm_median`` (per-TM planner time ÷ ABSM time, median; target ≤ 10),
@@ -60,8 +60,8 @@ from trainfabric.experiments.ocs_onehop_studies import (
     synthetic_instances,
     warm_up,
 )
-from trainfabric.ocs.onehop import OneHopInstance, mlu, one_hop_optimum, to_dag, to_model
-from trainfabric.ocs.planner import plan
+from trainfabric.ocs.wiring.onehop import OneHopInstance, mlu, one_hop_optimum, to_dag, to_model
+from trainfabric.ocs.wiring.planner import plan
 
 FB = "Facebook_pod_a"
 FB_PORTS, FB_CAPACITY = 16, 5000.0

@@ -51,9 +51,9 @@ from trainfabric.experiments.ocs_online_studies import (  # noqa: E402
     loglog_slope,
 )
 from trainfabric.ocs import traffic as tr  # noqa: E402
-from trainfabric.ocs.drift import traffic_matrix  # noqa: E402
-from trainfabric.ocs.families import family  # noqa: E402
-from trainfabric.ocs.online_dag import evaluate_dag  # noqa: E402
+from trainfabric.ocs.online.dag import evaluate_dag  # noqa: E402
+from trainfabric.ocs.online.drift import traffic_matrix  # noqa: E402
+from trainfabric.ocs.wiring.families import family  # noqa: E402
 
 SLOTS = [1_000, 3_000, 10_000, 30_000, 100_000]
 POWERS = (0.25, 0.5)
@@ -166,9 +166,9 @@ META = Path(__file__).resolve().parents[1] / "tests/data/meta-pod-traffic/facebo
 
 def meta_part() -> dict:
     from trainfabric.ocs.model import OcsModel
-    from trainfabric.ocs.onehop import load_instances
-    from trainfabric.ocs.online import ORACLE_GRID, OneHopCost, evaluate
-    from trainfabric.ocs.online_glr import glr_mask
+    from trainfabric.ocs.online.glr import glr_mask
+    from trainfabric.ocs.online.threshold import ORACLE_GRID, OneHopCost, evaluate
+    from trainfabric.ocs.wiring.onehop import load_instances
 
     _log("E7 real sequence: Meta Facebook_pod_a")
     inst = load_instances(META)

@@ -14,7 +14,7 @@ the peak resident memory of the process are reported per run; each size runs in 
 subprocess so that peak memory belongs to that size alone.
 
 Warm start (at ``WARM_SIZES``): the job's traffic drifts by 10% in l1
-(:func:`trainfabric.ocs.drift.drift_traffic`, ``||T' − T||_1 = 0.1 ||T||_1``), then the
+(:func:`trainfabric.ocs.online.drift.drift_traffic`, ``||T' − T||_1 = 0.1 ||T||_1``), then the
 drifted job is planned cold and warm (``plan(..., warm_start=<the plan of the original
 job>)``) side by side in the same process; ``warm_over_cold`` is the ratio of their wall
 times and ``warm_quality`` the warm plan's hard critical path over the cold one's, minus 1.
@@ -32,7 +32,7 @@ import time
 
 from _common import emit, parser, peak_rss_gb
 
-from trainfabric.ocs.rounding import DEFAULT_MAX_MOVES
+from trainfabric.ocs.wiring.rounding import DEFAULT_MAX_MOVES
 
 SIZES = (64, 128, 256, 512, 1024)
 MAX_ITER = 20  # solver iterations per annealing stage (5 stages)
@@ -58,7 +58,7 @@ def job(family: str, n: int):
 def measure(family: str, n: int) -> dict:
     """One size in this process: build, warm up numba on a tiny instance, plan, report."""
     from trainfabric.ocs.model import OcsModel
-    from trainfabric.ocs.planner import plan
+    from trainfabric.ocs.wiring.planner import plan
     from trainfabric.workloads import build_dag
 
     plan(build_dag(job(family, 64)), OcsModel.uniform(64, 16, 4))  # compile, not timed
@@ -89,8 +89,8 @@ def measure(family: str, n: int) -> dict:
 
 def warm_start(dag, model, before) -> dict:
     """Re-plan after a ``DRIFT`` l1 drift of the traffic: cold, then warm from ``before``."""
-    from trainfabric.ocs.drift import drift_traffic
-    from trainfabric.ocs.planner import plan
+    from trainfabric.ocs.online.drift import drift_traffic
+    from trainfabric.ocs.wiring.planner import plan
 
     drifted = drift_traffic(dag, DRIFT, seed=1)
     out = {}

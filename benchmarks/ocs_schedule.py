@@ -24,10 +24,10 @@ import numpy as np
 import pandas as pd
 from _common import emit, parser
 
-from trainfabric.ocs.demand import delay_for
-from trainfabric.ocs.schedule_bounds import exact_makespan, lower_bound
-from trainfabric.ocs.schedule_study import study_rows
-from trainfabric.ocs.schedulers import Instance, run_schedulers
+from trainfabric.ocs.schedule.bounds import exact_makespan, lower_bound
+from trainfabric.ocs.schedule.demand import delay_for
+from trainfabric.ocs.schedule.schedulers import Instance, run_schedulers
+from trainfabric.ocs.schedule.study import study_rows
 
 FAMILIES = ["gpt", "pp", "moe", "random"]
 PODS = [16, 32, 64, 128]

@@ -2,7 +2,7 @@
 
 Instance sets, fixed before measuring (CLARIFICATIONS, issue 12 §2):
 
-* ``hard``: the five families of :mod:`trainfabric.ocs.families` at their three sizes
+* ``hard``: the five families of :mod:`trainfabric.ocs.wiring.families` at their three sizes
   (``families.SIZES``), d in {8, 16} ports, s = 4 OCSes, seeds 0-2 (0-4 without ``--quick``);
 * ``old``: the earlier benchmark's families (presets pipeline, dp-ring, dp-hd, moe, hybrid) at
   n in {8, 16, 32}, d = 8; seed 0 (MoE and hybrid also 1, 2 without ``--quick``).
@@ -39,12 +39,12 @@ from multiprocessing import get_context
 import numpy as np
 from _common import emit, parser
 
-from trainfabric.ocs import baselines
-from trainfabric.ocs.cost import PathCost
-from trainfabric.ocs.families import SIZES, family
-from trainfabric.ocs.milp import milp_model, solve_milp
 from trainfabric.ocs.model import OcsModel
-from trainfabric.ocs.planner import plan
+from trainfabric.ocs.wiring import baselines
+from trainfabric.ocs.wiring.cost import PathCost
+from trainfabric.ocs.wiring.families import SIZES, family
+from trainfabric.ocs.wiring.milp import milp_model, solve_milp
+from trainfabric.ocs.wiring.planner import plan
 from trainfabric.workloads import build_dag, get_preset
 
 OLD_FAMILIES = ("pipeline", "dp-ring", "dp-hd", "moe", "hybrid")

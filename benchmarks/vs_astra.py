@@ -62,7 +62,7 @@ from pathlib import Path
 import numpy as np
 from _common import emit, parser
 
-from trainfabric.fabric import iteration as I
+from trainfabric.fabric.iteration import run as I
 from trainfabric.workloads.build import build_dag
 from trainfabric.workloads.dag import COMM, COMPUTE, TaskDAG, gpu_transfers
 from trainfabric.workloads.job import Job

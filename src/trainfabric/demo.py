@@ -95,7 +95,7 @@ def sweep_step(run_dir: Path, console: Console) -> dict[str, Any]:
 def ocs_step(run_dir: Path, console: Console) -> dict[str, Any]:
     """16-pod MoE and pipeline jobs: our planner vs the MILP (HiGHS) vs uniform and demand."""
     from trainfabric.ocs.model import OcsModel
-    from trainfabric.ocs.planner import compare
+    from trainfabric.ocs.wiring.planner import compare
 
     rows = []
     for workload in ("moe", "pipeline"):

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from trainfabric.ocs.detect_streams import multinomial_stream, pair_matrix, synthetic_change
+from trainfabric.ocs.detect.streams import multinomial_stream, pair_matrix, synthetic_change
 
 
 @pytest.fixture(scope="module")

@@ -87,7 +87,7 @@ def test_alpha_check_runs_by_default_only_on_small_fabrics(cli, monkeypatch):
     """Default: the dense α-fair check runs up to ALPHA_CHECK_PAIRS pod pairs; above, it is
     skipped (JSON says so) unless --alpha-check forces it."""
     from trainfabric.io import loads
-    from trainfabric.ocs import cli_fairness
+    from trainfabric.ocs.cli import fairness as cli_fairness
 
     argv = ("ocs", "fairness", "--jobs", "moe,pipeline", "--pods", "6", "--p", "2", "--json")
     small = loads(cli(*argv)[1])

@@ -13,8 +13,8 @@ from trainfabric.experiments.ocs_onehop_studies import (
     synthetic_instances,
     synthetic_traffic,
 )
-from trainfabric.ocs.onehop import evaluate_planner
-from trainfabric.ocs.planner import plan
+from trainfabric.ocs.wiring.onehop import evaluate_planner
+from trainfabric.ocs.wiring.planner import plan
 from trainfabric.runs import get
 
 TINY = {"meta": 3, "pods": [5, 8], "tms": 1}

@@ -14,9 +14,9 @@ from trainfabric.diloco.learners import SyncModel
 from trainfabric.diloco.policies import make_policy
 from trainfabric.errors import ConfigError
 from trainfabric.experiments.studies import sync_under_failures as suf
-from trainfabric.fabric import engine as E
 from trainfabric.fabric import topology as T
-from trainfabric.fabric.collectives import collective_flows, place
+from trainfabric.fabric.flow import engine as E
+from trainfabric.fabric.flow.collectives import collective_flows, place
 from trainfabric.fabric.routing import Router
 from trainfabric.fabric.scenarios import TopologyConfig, build_topology
 from trainfabric.io import loads

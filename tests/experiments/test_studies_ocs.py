@@ -14,11 +14,12 @@ from trainfabric.diloco.learners import ProgressModel, SyncModel
 from trainfabric.diloco.policies import make_policy
 from trainfabric.experiments.studies import rewire_or_defer as rod
 from trainfabric.experiments.studies import sync_over_ocs as soo
-from trainfabric.ocs import baselines, online
 from trainfabric.ocs import traffic as tr
-from trainfabric.ocs.cost import PathCost
 from trainfabric.ocs.model import OcsModel
-from trainfabric.ocs.planner import plan
+from trainfabric.ocs.online import threshold as online
+from trainfabric.ocs.wiring import baselines
+from trainfabric.ocs.wiring.cost import PathCost
+from trainfabric.ocs.wiring.planner import plan
 from trainfabric.runs import SweepSpec
 from trainfabric.workloads import build_dag, get_preset
 

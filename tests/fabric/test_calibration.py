@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from trainfabric.errors import ConfigError
-from trainfabric.fabric import calibration as K
-from trainfabric.fabric import collectives as C
 from trainfabric.fabric import topology as T
-from trainfabric.fabric.engine import simulate
+from trainfabric.fabric.flow import calibration as K
+from trainfabric.fabric.flow import collectives as C
+from trainfabric.fabric.flow.engine import simulate
 from trainfabric.fabric.flows import FlowTable
 from trainfabric.fabric.routing import Router
 

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainfabric.errors import ConfigError
-from trainfabric.fabric import collectives as fc
+from trainfabric.fabric.flow import collectives as fc
 
 # NCCL-tests doc/PERFORMANCE.md: busbw = algbw x factor, written out for n = 8 and n = 2.
 NCCL_FACTORS = {

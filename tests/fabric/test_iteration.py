@@ -1,4 +1,4 @@
-"""A job's iteration on the fabric (trainfabric.fabric.iteration): conversion to the DAG's
+"""A job's iteration on the fabric (trainfabric.fabric.iteration.run): conversion to the DAG's
 critical path on a pair mesh, cross-checks against run_collective and NIC sharing, closed
 forms, contention, bytes delivered once, determinism."""
 
@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainfabric.fabric import iteration as I
-from trainfabric.fabric import iteration_packet as P
-from trainfabric.fabric import iteration_report as REP
-from trainfabric.fabric import iteration_scenario as SC
-from trainfabric.fabric.engine import HEADER_BYTES, MTU_BYTES
+from trainfabric.fabric.flows import HEADER_BYTES, MTU_BYTES
+from trainfabric.fabric.iteration import packet as P
+from trainfabric.fabric.iteration import report as REP
+from trainfabric.fabric.iteration import run as I
+from trainfabric.fabric.iteration import scenario as SC
 from trainfabric.fabric.scenarios import TopologyConfig, build_topology
 from trainfabric.workloads import sizes
 from trainfabric.workloads.build import build_dag
@@ -87,7 +87,7 @@ def test_dp_phase_group_equals_run_collective_step_synchronised():
     """The DP reduce-scatter of a DP-only job (8 concurrent rings, one per GPU index, 4
     channels, ECMP) lasts what run_collective(sync='step') gives for the same rings on the
     same hosts with the same connections and seed."""
-    from trainfabric.fabric.collectives import run_collective
+    from trainfabric.fabric.flow.collectives import run_collective
     from trainfabric.workloads import collectives as wc
 
     job = _job(tp=8, dp=4, pods=4)
@@ -245,7 +245,7 @@ def test_two_interleaved_jobs_get_their_max_min_share_of_the_uplinks():
 
 def _together(topo, jobs) -> float:
     """Both jobs from t = 0 (no offset): job 0's iteration time."""
-    from trainfabric.fabric.tasks import run_tasks
+    from trainfabric.fabric.tasks.engine import run_tasks
 
     graphs = [I.repeat_graph(I.job_graph(jh), 1, 0.0) for jh in jobs]
     combined, firsts = I.concat_graphs(graphs)
@@ -394,8 +394,8 @@ def test_iteration_scenario_runs_into_a_run_directory(tmp_path):
 
 def test_iteration_scenario_with_faults(tmp_path):
     """[faults] runs iteration_faults' static failures and flaps per mode into the tables."""
-    from trainfabric.fabric import iteration_faults as IF
     from trainfabric.fabric import scenarios as S
+    from trainfabric.fabric.iteration import faults as IF
 
     sc = S.parse_scenario(
         {
@@ -423,7 +423,7 @@ def test_iteration_scenario_with_faults(tmp_path):
 def test_dag_flow_table_reproduces_the_task_engine():
     """The DAG as a flow table (compute as delays, relays for unequal ones) gives the task
     engine's iteration on the flow engine, for PP x DP x EP jobs, to the relays' few us."""
-    from trainfabric.fabric.engine import simulate
+    from trainfabric.fabric.flow.engine import simulate
 
     for name, pods, layers in [("llama3-70b", 8, 4), ("hybrid", 4, 4), ("deepseek-v3", 4, 4)]:
         loaded = I.load_job(name, pods=pods, layers=layers)

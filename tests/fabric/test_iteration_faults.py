@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainfabric.errors import ConfigError
-from trainfabric.fabric import iteration_faults as IF
 from trainfabric.fabric import topology as T
+from trainfabric.fabric.iteration import faults as IF
 
 # -- the draws' maths ----------------------------------------------------------------------------
 spans = st.lists(
@@ -100,9 +100,9 @@ def chain_run(topo, mode: str, parts: list, seed: int = 0):
     """An iteration as a chain of timers (``float``: seconds) and comm tasks (``(src hosts,
     dst hosts, bytes per flow)``, one flow per pair), run healthy: the ``run`` the fault
     functions take (topology, graph, mode, seed, result, iteration_s)."""
-    from trainfabric.fabric.iteration import make_router
-    from trainfabric.fabric.taskgraph import COMM, TIMER, TaskGraph
-    from trainfabric.fabric.tasks import run_tasks
+    from trainfabric.fabric.iteration.run import make_router
+    from trainfabric.fabric.tasks.engine import run_tasks
+    from trainfabric.fabric.tasks.graph import COMM, TIMER, TaskGraph
 
     kind, dur, flow_set, set_ptr, src, dst, nbytes = [], [], [], [0], [], [], []
     for p in parts:
@@ -202,9 +202,9 @@ def test_flap_outside_communication_costs_nothing_inside_it_stalls_the_step():
 
 
 def test_resumed_flap_equals_the_flap_rerun_from_zero():
-    from trainfabric.fabric.engine import LinkEvents
-    from trainfabric.fabric.iteration import make_router
-    from trainfabric.fabric.tasks import run_tasks
+    from trainfabric.fabric.events import LinkEvents
+    from trainfabric.fabric.iteration.run import make_router
+    from trainfabric.fabric.tasks.engine import run_tasks
 
     topo = T.multiplane(16, planes=2, switch_radix=8, nic_rate_bps=200e9)
     a2a = ([0, 1, 2, 3, 8, 9], [8, 9, 12, 13, 0, 5], 5e7)
@@ -222,7 +222,7 @@ def test_hit_rate_counts_exactly_the_draws_whose_cable_carried_traffic():
     """Two comms one after the other on disjoint leaves: a cable is hit iff it is on the route
     of a flow of the comm in flight at the flap instant (brute force: route those flows
     afresh). Draws land in both comms, so both outcomes occur."""
-    from trainfabric.fabric.iteration import make_router
+    from trainfabric.fabric.iteration.run import make_router
     from trainfabric.fabric.maxmin import link_load
 
     topo = fabric()

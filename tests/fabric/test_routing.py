@@ -21,7 +21,7 @@ from scipy.stats import chisquare
 
 from trainfabric.errors import ConfigError
 from trainfabric.fabric import topology as T
-from trainfabric.fabric.engine import static_goodput
+from trainfabric.fabric.flow.engine import static_goodput
 from trainfabric.fabric.flows import FlowTable, mix64
 from trainfabric.fabric.mcf import max_concurrent_flow
 from trainfabric.fabric.routing import MECHANISMS, MODES, Groups, Reaction, Router
@@ -501,7 +501,7 @@ def test_plane_symmetric_routes_equal_the_per_plane_even_split(mode, planes, rad
     """On a healthy multiplane fabric the four plane-wide groups put exactly the per-plane
     even split's share on every link (dense expansion, plain loops), and the engine's
     completion times agree with the per-plane routes."""
-    from trainfabric.fabric.engine import simulate
+    from trainfabric.fabric.flow.engine import simulate
 
     topo = T.multiplane(radix * radix // 2, planes, radix, 800e9)
     rng = np.random.default_rng(planes)

@@ -5,10 +5,10 @@ the LP's split (the decomposition the 131k failures benchmark relies on)."""
 import numpy as np
 import pytest
 
-from trainfabric.fabric import collectives as fc
 from trainfabric.fabric import mcf
 from trainfabric.fabric import topology as T
-from trainfabric.fabric.engine import simulate, static_goodput
+from trainfabric.fabric.flow import collectives as fc
+from trainfabric.fabric.flow.engine import simulate, static_goodput
 from trainfabric.fabric.flows import FlowTable, mix64
 from trainfabric.fabric.routing import Router
 

@@ -97,7 +97,7 @@ def test_connections_reach_the_flows():
     sc = S.parse_scenario(
         tiny("failures", collective={"kind": "all_reduce", "connections": "per_message"})
     )
-    assert S._flow_options(sc.collective, 0)["connections"] == "per_message"
+    assert S.flow_options(sc.collective, 0)["connections"] == "per_message"
     table = S.run_failures(sc.model_copy(update={"fractions": [0.0], "modes": ["ecmp"]}))
     assert (table["connections"] == "per_message").all()
 
@@ -200,11 +200,11 @@ def test_one_routing_gives_the_same_figures(mode):
     up = T.fail_links(topo, 0.25, seed=4)
     src, dst = S.half_to_half_permutation(topo.n_hosts, np.random.default_rng(4))
     flows = S.permutation_flows(src, dst, 2)
-    got = S._routed_figures(topo, S._router(topo, mode, 0), flows, 0.5, up)
-    goodput = S.permutation_throughput(topo, S._router(topo, mode, 0), flows, up)
+    got = S.routed_figures(topo, S.scenario_router(topo, mode, 0), flows, 0.5, up)
+    goodput = S.permutation_throughput(topo, S.scenario_router(topo, mode, 0), flows, up)
     per_host = np.bincount(flows.src, minlength=topo.n_hosts)[flows.src]
     offered = 0.5 * topo.nic_rate_bps / per_host
-    lat = packet_latency_s(topo, S._router(topo, mode, 0), flows, offered, up)
+    lat = packet_latency_s(topo, S.scenario_router(topo, mode, 0), flows, offered, up)
     assert got["mean_permutation_goodput"] == pytest.approx(goodput, rel=1e-12)
     p50 = np.quantile(lat, 0.5, method="inverted_cdf")
     assert got["latency_p50_us_est"] == pytest.approx(p50 * 1e6, rel=1e-12)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from trainfabric.errors import ConfigError
-from trainfabric.fabric.collectives import (
+from trainfabric.fabric.flow.collectives import (
     collective_memory_bytes,
     collective_steps,
     flow_count,

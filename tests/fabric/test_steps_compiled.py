@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 from trainfabric.errors import ConfigError
-from trainfabric.fabric import collectives as fc
 from trainfabric.fabric import topology as T
-from trainfabric.fabric.engine import LinkEvents, simulate
+from trainfabric.fabric.events import LinkEvents
+from trainfabric.fabric.flow import collectives as fc
+from trainfabric.fabric.flow.engine import simulate
 from trainfabric.fabric.flows import FlowTable
 from trainfabric.fabric.routing import Router
 

@@ -11,11 +11,12 @@ import pytest
 
 from trainfabric.errors import ConfigError
 from trainfabric.fabric import topology as T
-from trainfabric.fabric.engine import LinkEvents, simulate
+from trainfabric.fabric.events import LinkEvents
+from trainfabric.fabric.flow.engine import simulate
 from trainfabric.fabric.flows import FlowTable
 from trainfabric.fabric.routing import MODES, Router
-from trainfabric.fabric.taskgraph import BARRIER, COMM, TIMER, TaskGraph
-from trainfabric.fabric.tasks import TaskSim, run_tasks
+from trainfabric.fabric.tasks.engine import TaskSim, run_tasks
+from trainfabric.fabric.tasks.graph import BARRIER, COMM, TIMER, TaskGraph
 
 WIRE = 4160 / 4096
 LAT = 1e-6

@@ -13,13 +13,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainfabric.errors import ConfigError
-from trainfabric.fabric import tasks_loop as L
 from trainfabric.fabric import topology as T
 from trainfabric.fabric.flows import mix64
 from trainfabric.fabric.maxmin import max_min_rates
 from trainfabric.fabric.routing import Router
-from trainfabric.fabric.taskgraph import BARRIER, COMM, TIMER, TaskGraph
-from trainfabric.fabric.tasks import run_tasks
+from trainfabric.fabric.tasks import loop as L
+from trainfabric.fabric.tasks.engine import run_tasks
+from trainfabric.fabric.tasks.graph import BARRIER, COMM, TIMER, TaskGraph
 
 WIRE = 4160 / 4096
 TOPO = T.multiplane(16, 2, 8, 400e9)

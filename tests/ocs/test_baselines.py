@@ -9,17 +9,17 @@ from hypothesis import strategies as st
 from scipy.stats import spearmanr
 
 from trainfabric.errors import ConfigError
-from trainfabric.ocs.baselines import (
+from trainfabric.ocs.model import OcsModel
+from trainfabric.ocs.wiring.baselines import (
     TrafficMatrixCost,
     demand_proportional,
     directed_pair_bytes,
     proportional_fill,
     uniform_mesh,
 )
-from trainfabric.ocs.cost import PathCost, temperatures
-from trainfabric.ocs.model import OcsModel
-from trainfabric.ocs.prior import uniform_prior
-from trainfabric.ocs.solver import solve
+from trainfabric.ocs.wiring.cost import PathCost, temperatures
+from trainfabric.ocs.wiring.prior import uniform_prior
+from trainfabric.ocs.wiring.solver import solve
 from trainfabric.workloads import build_dag, get_preset
 from trainfabric.workloads.dag import DagBuilder
 
@@ -220,7 +220,7 @@ def test_demand_proportional_without_traffic_is_uniform():
 def test_best_near_uniform_stays_within_one_circuit_of_the_mesh_and_beats_the_plain_mesh(
     name, pods, ports
 ):
-    from trainfabric.ocs.baselines import best_near_uniform
+    from trainfabric.ocs.wiring.baselines import best_near_uniform
 
     dag = build_dag(get_preset(name, pods=pods), 0)
     model = OcsModel.uniform(pods, ports, 4)

@@ -10,12 +10,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainfabric.ocs.bound import Relaxation, _h, _longest_path_nodes, certify
-from trainfabric.ocs.cost import PathCost
-from trainfabric.ocs.families import FAMILIES, family
-from trainfabric.ocs.milp import solve_milp
 from trainfabric.ocs.model import OcsModel
-from trainfabric.ocs.planner import plan
+from trainfabric.ocs.wiring.bound import Relaxation, _h, _longest_path_nodes, certify
+from trainfabric.ocs.wiring.cost import PathCost
+from trainfabric.ocs.wiring.families import FAMILIES, family
+from trainfabric.ocs.wiring.milp import solve_milp
+from trainfabric.ocs.wiring.planner import plan
 from trainfabric.workloads import build_dag, get_preset
 
 RATE, FALLBACK = 100e9, 5e9
@@ -138,7 +138,7 @@ def test_gibbs_marginals_of_the_wiring_durations_are_the_wirings_marginals():
 def test_a_failing_lp_still_gives_a_valid_bound(monkeypatch):
     """HiGHS stopped after zero simplex iterations (every LP fails): the bound falls back to
     prices λ = 0, still below the MILP optimum, and no error reaches the user."""
-    from trainfabric.ocs import bound
+    from trainfabric.ocs.wiring import bound
 
     real = bound._highs
 

@@ -13,8 +13,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainfabric.ocs.cost import PathCost, _forward_value
 from trainfabric.ocs.model import OcsModel
+from trainfabric.ocs.wiring.cost import PathCost, _forward_value
 from trainfabric.workloads import build_dag, get_preset
 from trainfabric.workloads.dag import DagBuilder
 

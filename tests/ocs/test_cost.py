@@ -17,8 +17,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from trainfabric.errors import ConfigError
-from trainfabric.ocs.cost import PathCost, temperatures
 from trainfabric.ocs.model import OcsModel
+from trainfabric.ocs.wiring.cost import PathCost, temperatures
 from trainfabric.workloads import BARRIER, COMM, COMPUTE, build_dag, get_preset
 from trainfabric.workloads.dag import DagBuilder, from_arrays
 

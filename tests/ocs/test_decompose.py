@@ -9,7 +9,8 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from trainfabric.errors import ConfigError
-from trainfabric.ocs.decompose import (
+from trainfabric.ocs.model import OcsModel
+from trainfabric.ocs.wiring.decompose import (
     apply_diff,
     cross_connects,
     decompose,
@@ -17,8 +18,7 @@ from trainfabric.ocs.decompose import (
     diff,
     port_offsets,
 )
-from trainfabric.ocs.model import OcsModel
-from trainfabric.ocs.rounding import round_to_degrees
+from trainfabric.ocs.wiring.rounding import round_to_degrees
 
 
 def _random_wiring(model: OcsModel, rng: np.random.Generator, shape: float = 0.5) -> np.ndarray:

@@ -14,7 +14,7 @@ from scipy.special import rel_entr
 from scipy.stats import multinomial
 
 from trainfabric.errors import ConfigError
-from trainfabric.ocs.detect import (
+from trainfabric.ocs.detect.detectors import (
     CusumDetector,
     GlrDetector,
     SplitStore,

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest
 
-from trainfabric.ocs.detect import kl_divergence, statistic_paths
-from trainfabric.ocs.detect_streams import planted_change, slot_batches
+from trainfabric.ocs.detect.detectors import kl_divergence, statistic_paths
+from trainfabric.ocs.detect.streams import planted_change, slot_batches
 
 DELTA = 0.2
 STREAMS, HORIZON, K, N_PER_SLOT = 300, 300, 4, 50

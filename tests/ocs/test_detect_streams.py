@@ -6,8 +6,8 @@ import pytest
 from scipy.special import rel_entr
 
 from trainfabric.errors import ConfigError
-from trainfabric.ocs.detect import reduce_counts
-from trainfabric.ocs.detect_streams import (
+from trainfabric.ocs.detect.detectors import reduce_counts
+from trainfabric.ocs.detect.streams import (
     multinomial_stream,
     planted_change,
     slot_batches,

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from trainfabric.errors import ConfigError
 from trainfabric.ocs import fairness as F
-from trainfabric.ocs.cost import PathCost, temperatures
 from trainfabric.ocs.model import OcsModel
+from trainfabric.ocs.wiring.cost import PathCost, temperatures
 from trainfabric.workloads.dag import DagBuilder
 
 PS = (1.0, 2.5, 8.0, math.inf)
@@ -197,7 +197,7 @@ def test_fractional_max_non_increasing_in_p(two_jobs):
 
 
 def test_fair_plan_is_a_valid_wiring_never_worse_than_the_baselines(two_jobs):
-    from trainfabric.ocs import baselines
+    from trainfabric.ocs.wiring import baselines
 
     cost, (b1, b2) = two_jobs
     for p in (2.0, math.inf):

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainfabric.errors import ConfigError
-from trainfabric.ocs.families import (
+from trainfabric.ocs.wiring.families import (
     FAMILIES,
     SIZES,
     combine,

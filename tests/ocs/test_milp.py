@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainfabric.errors import ConfigError
-from trainfabric.ocs.milp import hard_critical_path, milp_model, solve_milp
 from trainfabric.ocs.model import OcsModel
+from trainfabric.ocs.wiring.milp import hard_critical_path, milp_model, solve_milp
 from trainfabric.workloads import build_dag, get_preset
 from trainfabric.workloads.dag import DagBuilder
 

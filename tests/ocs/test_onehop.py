@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainfabric.errors import ConfigError
-from trainfabric.ocs.milp import hard_critical_path, solve_milp
-from trainfabric.ocs.onehop import (
+from trainfabric.ocs.wiring.milp import hard_critical_path, solve_milp
+from trainfabric.ocs.wiring.onehop import (
     DEFAULT_FALLBACK_REL,
     OneHopInstance,
     evaluate_planner,
@@ -24,7 +24,7 @@ from trainfabric.ocs.onehop import (
     to_dag,
     to_model,
 )
-from trainfabric.ocs.planner import plan
+from trainfabric.ocs.wiring.planner import plan
 
 META = Path(__file__).parent.parent / "data" / "meta-pod-traffic" / "facebook_pod_a_r16.json"
 

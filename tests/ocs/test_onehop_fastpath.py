@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainfabric.ocs.milp import solve_milp
 from trainfabric.ocs.model import OcsModel
-from trainfabric.ocs.onehop import least_bottleneck
-from trainfabric.ocs.planner import plan, single_bundle
+from trainfabric.ocs.wiring.milp import solve_milp
+from trainfabric.ocs.wiring.onehop import least_bottleneck
+from trainfabric.ocs.wiring.planner import plan, single_bundle
 from trainfabric.workloads.dag import Phase
 from trainfabric.workloads.traffic import PhaseTraffic, dag_from_traffic
 
@@ -103,7 +103,7 @@ def test_least_bottleneck_matches_brute_force():
 
 
 def test_tables_over_the_memory_limit_take_the_general_path(monkeypatch):
-    import trainfabric.ocs.planner as planner
+    import trainfabric.ocs.wiring.planner as planner
 
     rng = np.random.default_rng(5)
     dag, model = random_dag(rng, 4), random_model(rng, 4, ocs=1)

@@ -9,10 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainfabric.errors import ConfigError
-from trainfabric.ocs import onehop
 from trainfabric.ocs import traffic as tr
 from trainfabric.ocs.model import OcsModel
-from trainfabric.ocs.online import (
+from trainfabric.ocs.online.threshold import (
     OneHopCost,
     Policy,
     evaluate,
@@ -20,6 +19,7 @@ from trainfabric.ocs.online import (
     run_policies,
     theta_star,
 )
+from trainfabric.ocs.wiring import onehop
 
 
 def _all_wirings(model: OcsModel, top: int) -> np.ndarray:
@@ -179,7 +179,7 @@ def test_bad_options_name_the_field():
 
 
 def test_glr_triggered_policy_alarms_after_a_job_arrives_and_not_without_change():
-    from trainfabric.ocs.online_glr import glr_mask
+    from trainfabric.ocs.online.glr import glr_mask
 
     seq = tr.generate("job-arrival", 300, 2e10, pods=8, seed=3, leave=False)
     mask = glr_mask(seq, delta=0.01, seed=1)

@@ -7,8 +7,8 @@ import pytest
 
 from trainfabric.ocs import traffic as tr
 from trainfabric.ocs.model import OcsModel
-from trainfabric.ocs.online import OneHopCost, evaluate
-from trainfabric.ocs.online_churn import churn, replay
+from trainfabric.ocs.online.churn import churn, replay
+from trainfabric.ocs.online.threshold import OneHopCost, evaluate
 
 
 @pytest.fixture(scope="module")

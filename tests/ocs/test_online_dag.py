@@ -5,10 +5,10 @@ import pytest
 
 from trainfabric.errors import ConfigError
 from trainfabric.ocs import traffic as tr
-from trainfabric.ocs.cost import PathCost
-from trainfabric.ocs.drift import traffic_matrix
-from trainfabric.ocs.families import family
-from trainfabric.ocs.online_dag import evaluate_dag, slot_dag
+from trainfabric.ocs.online.dag import evaluate_dag, slot_dag
+from trainfabric.ocs.online.drift import traffic_matrix
+from trainfabric.ocs.wiring.cost import PathCost
+from trainfabric.ocs.wiring.families import family
 
 
 @pytest.fixture(scope="module")

@@ -9,11 +9,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from trainfabric.io import loads
-from trainfabric.ocs.baselines import best_near_uniform, demand_proportional
-from trainfabric.ocs.cost import PathCost
-from trainfabric.ocs.milp import solve_milp
 from trainfabric.ocs.model import OcsModel
-from trainfabric.ocs.planner import plan
+from trainfabric.ocs.wiring.baselines import best_near_uniform, demand_proportional
+from trainfabric.ocs.wiring.cost import PathCost
+from trainfabric.ocs.wiring.milp import solve_milp
+from trainfabric.ocs.wiring.planner import plan
 from trainfabric.workloads import build_dag, get_preset
 
 
@@ -48,7 +48,7 @@ def test_cli_plan_prints_the_bound_and_writes_it_into_the_table_header(cli, tmp_
 
 
 def _tables_count(model, tables):
-    from trainfabric.ocs.planner import port_owner
+    from trainfabric.ocs.wiring.planner import port_owner
 
     owner = port_owner(model)
     counts = np.zeros(model.n_pairs, dtype=np.int64)

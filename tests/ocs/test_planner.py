@@ -5,9 +5,9 @@ import pandas as pd
 import pytest
 
 from trainfabric.io import loads
-from trainfabric.ocs.cost import PathCost
 from trainfabric.ocs.model import OcsModel
-from trainfabric.ocs.planner import compare, plan, port_owner
+from trainfabric.ocs.wiring.cost import PathCost
+from trainfabric.ocs.wiring.planner import compare, plan, port_owner
 from trainfabric.workloads import build_dag, get_preset
 
 
@@ -103,7 +103,7 @@ def test_same_seed_same_plan_on_a_cold_and_a_warm_compile_cache(tmp_path):
 
     script = (
         "from trainfabric.ocs.model import OcsModel\n"
-        "from trainfabric.ocs.planner import plan\n"
+        "from trainfabric.ocs.wiring.planner import plan\n"
         "from trainfabric.workloads import build_dag, get_preset\n"
         "p = plan(build_dag(get_preset('moe', pods=8)), OcsModel.uniform(8, 8, 4), seed=1)\n"
         "print(p.x.tolist(), p.hard_critical_path_s)\n"

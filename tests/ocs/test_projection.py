@@ -19,8 +19,8 @@ from scipy.stats import entropy
 
 from trainfabric.errors import ConfigError
 from trainfabric.ocs.model import OcsModel
-from trainfabric.ocs.prior import kl, uniform_prior
-from trainfabric.ocs.projection import project
+from trainfabric.ocs.wiring.prior import kl, uniform_prior
+from trainfabric.ocs.wiring.projection import project
 
 RESIDUAL = 1e-10  # T4
 

@@ -11,12 +11,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainfabric.errors import ConfigError
-from trainfabric.ocs.cost import PathCost
-from trainfabric.ocs.milp import solve_milp
 from trainfabric.ocs.model import OcsModel
-from trainfabric.ocs.prior import uniform_prior
-from trainfabric.ocs.rounding import round_to_degrees, round_wiring
-from trainfabric.ocs.search import (
+from trainfabric.ocs.wiring.cost import PathCost
+from trainfabric.ocs.wiring.milp import solve_milp
+from trainfabric.ocs.wiring.prior import uniform_prior
+from trainfabric.ocs.wiring.rounding import round_to_degrees, round_wiring
+from trainfabric.ocs.wiring.search import (
     _at,
     _hard_sweeps,
     _polish_state,

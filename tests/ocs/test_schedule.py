@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainfabric.ocs import decompositions as dec
-from trainfabric.ocs.demand import FAMILIES, delay_for, demand_matrix
-from trainfabric.ocs.schedule import InvalidScheduleError, Slot, check_schedule, sequential
-from trainfabric.ocs.schedule_bounds import all_matchings, exact_makespan, lower_bound
-from trainfabric.ocs.schedulers import SCHEDULERS, Instance, run_schedulers
+from trainfabric.ocs.schedule import decompositions as dec
+from trainfabric.ocs.schedule.bounds import all_matchings, exact_makespan, lower_bound
+from trainfabric.ocs.schedule.demand import FAMILIES, delay_for, demand_matrix
+from trainfabric.ocs.schedule.model import InvalidScheduleError, Slot, check_schedule, sequential
+from trainfabric.ocs.schedule.schedulers import SCHEDULERS, Instance, run_schedulers
 
 B = 12.5e9  # 100 Gb/s in bytes/s
 
@@ -54,7 +54,7 @@ def test_checker_accepts_a_hand_schedule_and_reports_its_makespan():
     ],
 )
 def test_checker_rejects_each_violation(slots, message):
-    from trainfabric.ocs.schedule import Schedule
+    from trainfabric.ocs.schedule.model import Schedule
 
     d = np.array([[0.0, 2.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]]) * B
     with pytest.raises(InvalidScheduleError, match=message):

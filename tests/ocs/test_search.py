@@ -8,14 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainfabric.ocs.cost import PathCost
-from trainfabric.ocs.families import family
-from trainfabric.ocs.milp import solve_milp
 from trainfabric.ocs.model import OcsModel
-from trainfabric.ocs.onehop import evaluate_planner, load_instances
-from trainfabric.ocs.planner import plan
-from trainfabric.ocs.rounding import round_wiring
-from trainfabric.ocs.search import KICK_RANKS, _Reduced, kick
+from trainfabric.ocs.wiring.cost import PathCost
+from trainfabric.ocs.wiring.families import family
+from trainfabric.ocs.wiring.milp import solve_milp
+from trainfabric.ocs.wiring.onehop import evaluate_planner, load_instances
+from trainfabric.ocs.wiring.planner import plan
+from trainfabric.ocs.wiring.rounding import round_wiring
+from trainfabric.ocs.wiring.search import KICK_RANKS, _Reduced, kick
 from trainfabric.workloads import build_dag, get_preset
 
 # Small instances of the hard families where the MILP proves the optimum in well under a second

@@ -9,7 +9,7 @@ import pytest
 from trainfabric.errors import ConfigError
 from trainfabric.limits import memory_limit
 from trainfabric.ocs.model import OcsModel
-from trainfabric.ocs.planner import compare, plan, plan_memory_bytes
+from trainfabric.ocs.wiring.planner import compare, plan, plan_memory_bytes
 from trainfabric.workloads.build import build_dag
 from trainfabric.workloads.presets import get_preset
 

@@ -16,10 +16,10 @@ from scipy.optimize import minimize
 from scipy.special import kl_div
 
 from trainfabric.errors import ConfigError
-from trainfabric.ocs.cost import PathCost, temperatures
 from trainfabric.ocs.model import OcsModel
-from trainfabric.ocs.prior import kl, uniform_prior
-from trainfabric.ocs.solver import solve
+from trainfabric.ocs.wiring.cost import PathCost, temperatures
+from trainfabric.ocs.wiring.prior import kl, uniform_prior
+from trainfabric.ocs.wiring.solver import solve
 from trainfabric.workloads.dag import DagBuilder
 
 

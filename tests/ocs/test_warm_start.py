@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 
 from trainfabric.errors import ConfigError
-from trainfabric.ocs.cost import PathCost, temperatures
-from trainfabric.ocs.drift import drift_traffic, traffic_matrix
 from trainfabric.ocs.model import OcsModel
-from trainfabric.ocs.planner import plan
-from trainfabric.ocs.prior import uniform_prior
-from trainfabric.ocs.solver import solve
+from trainfabric.ocs.online.drift import drift_traffic, traffic_matrix
+from trainfabric.ocs.wiring.cost import PathCost, temperatures
+from trainfabric.ocs.wiring.planner import plan
+from trainfabric.ocs.wiring.prior import uniform_prior
+from trainfabric.ocs.wiring.solver import solve
 from trainfabric.workloads import build_dag, get_preset
 
 WARM_TOL = 0.01  # warm plan's hard critical path within 1% of the cold plan's

@@ -27,6 +27,9 @@ from trainfabric.clikit import (
     out,
     progress,
 )
+from trainfabric.diloco import live_cli
+from trainfabric.diloco.serve import cli as serve_cli
+from trainfabric.diloco.train.command import train_cmd
 from trainfabric.io import prepare_dir
 
 app = typer.Typer(help="Workload-aware DiLoCo sync policies.", no_args_is_help=True)
@@ -219,23 +222,11 @@ def _fmt(v) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-from trainfabric.diloco import live_cli as _live_cli  # noqa: E402  (light: imports lazily)
-
-app.command("live")(_live_cli.live_cmd)
-app.command("calibrate")(_live_cli.calibrate_cmd)
-
-
-def _register_train() -> None:
-    """``diloco train`` lives in trainfabric.diloco.train (torch only imported when it runs)."""
-    from trainfabric.diloco.train.command import train_cmd
-
-    app.command("train")(train_cmd)
-
-
-_register_train()
-
-from trainfabric.diloco.serve import cli as _serve_cli  # noqa: E402  (light: imports lazily)
-
-app.command("serve")(_serve_cli.serve_cmd)
-app.command("sidecar")(_serve_cli.sidecar_cmd)
-app.command("replay")(_serve_cli.replay_cmd)
+# The commands of the live experiment, training and serving modules (each imports its heavy
+# parts, torch included, only when it runs).
+app.command("live")(live_cli.live_cmd)
+app.command("calibrate")(live_cli.calibrate_cmd)
+app.command("train")(train_cmd)
+app.command("serve")(serve_cli.serve_cmd)
+app.command("sidecar")(serve_cli.sidecar_cmd)
+app.command("replay")(serve_cli.replay_cmd)

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from trainfabric.fabric import iteration_faults as IF
+from trainfabric.fabric.iteration import faults as IF
 from trainfabric.runs.report import FIGURES
 from trainfabric.runs.report_figures import legend_outside, line_style
 

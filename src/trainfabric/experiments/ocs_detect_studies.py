@@ -7,7 +7,7 @@
   ``delta`` in ``fa_deltas``, the empirical rate and its 95% Clopper-Pearson interval. The
   bound is for an infinite horizon, so a rate above ``delta`` on a finite one refutes it.
 - ``delay``: for each planted change in ``changes`` a change of ``KL(p1||p0) = kl`` over the
-  pairs (:func:`trainfabric.ocs.detect_streams.synthetic_change`; one instance per
+  pairs (:func:`trainfabric.ocs.detect.streams.synthetic_change`; one instance per
   (pods, change, kl), shared by every detector and statistic; ``hot-pod`` is carried whole by
   the per-source marginals and ``heavy-pairs`` by the gradient categories, by their
   definitions, ``random-pairs`` by neither) after ``cusum_change_at`` slots
@@ -43,8 +43,8 @@ from pydantic import Field
 from scipy.stats import binomtest
 
 from trainfabric.config import Config
-from trainfabric.ocs.detect import kl_divergence, reduce_counts, statistic_paths
-from trainfabric.ocs.detect_streams import offdiag_mask, slot_batches, synthetic_change
+from trainfabric.ocs.detect.detectors import kl_divergence, reduce_counts, statistic_paths
+from trainfabric.ocs.detect.streams import offdiag_mask, slot_batches, synthetic_change
 from trainfabric.runs.registry import register
 from trainfabric.runs.report import FIGURES
 from trainfabric.runs.report_figures import legend_outside

@@ -1,12 +1,13 @@
 """OCS experiment E6: the planner's one-hop wiring (fast, general path) vs the exact optimum.
 
-**Problem** (:mod:`trainfabric.ocs.onehop`). ``n`` pods with ``r`` ports each, circuits of
+**Problem** (:mod:`trainfabric.ocs.wiring.onehop`). ``n`` pods with ``r`` ports each, circuits of
 ``c`` capacity units, a directed traffic matrix ``D``; minimise the maximum link utilisation
 ``MLU(X) = max_e D_e / (X_e c)`` over symmetric integer wirings with ``Σ_u X_uv ≤ r``. Its
-exact optimum ``u*`` comes from :func:`~trainfabric.ocs.onehop.one_hop_optimum` (a binary
+exact optimum ``u*`` comes from :func:`~trainfabric.ocs.wiring.onehop.one_hop_optimum` (a binary
 search over the candidate values ``D_e / (k c)``; equal to ATRO's ABSM on all 200 shipped Meta
-matrices). The planner (:func:`trainfabric.ocs.planner.plan`, the whole pipeline a user runs)
-plans the DAG of :func:`~trainfabric.ocs.onehop.to_dag`, whose critical path is ``MLU`` within
+matrices). The planner (:func:`trainfabric.ocs.wiring.planner.plan`, the whole pipeline a user runs)
+plans the DAG of :func:`~trainfabric.ocs.wiring.onehop.to_dag`, whose critical path is ``MLU``
+within
 ``B0/B = 1e-6``. That DAG is one phase, so the planner takes its exact one-hop fast path
 (``method = "exact-one-hop"``: exact min-max wiring, baselines, split onto the OCS): its
 ``ratio`` is 1 by that design, which this experiment checks rather than discovers. The
@@ -52,8 +53,8 @@ from pydantic import Field
 
 from trainfabric.config import Config
 from trainfabric.errors import ConfigError
-from trainfabric.ocs.baselines import demand_proportional, uniform_mesh
-from trainfabric.ocs.onehop import (
+from trainfabric.ocs.wiring.baselines import demand_proportional, uniform_mesh
+from trainfabric.ocs.wiring.onehop import (
     OneHopInstance,
     load_instances,
     mlu,
@@ -61,7 +62,7 @@ from trainfabric.ocs.onehop import (
     to_dag,
     to_model,
 )
-from trainfabric.ocs.planner import plan
+from trainfabric.ocs.wiring.planner import plan
 from trainfabric.runs.registry import register
 from trainfabric.runs.report import FIGURES
 from trainfabric.runs.report_figures import legend_outside, new_figure

@@ -1,6 +1,6 @@
 """OCS experiments E7 (online regret of the lazy threshold policy) and E10 (churn).
 
-**Setting** (:mod:`trainfabric.ocs.online`, one-hop model). ``pods`` pods with ``ports``
+**Setting** (:mod:`trainfabric.ocs.online.threshold`, one-hop model). ``pods`` pods with ``ports``
 ports on ``ocs`` switches, 100 Gb/s circuits, 5 Gb/s fallback, so ``Γ = 8/B0 = 1.6e-9`` s per
 byte. Traffic from :func:`trainfabric.ocs.traffic.generate` (mean 100 MB per ordered pair and
 slot) with the variation ``V1 = v1_share · n(n−1)·1e8 · (T / T_min)^v1_power`` bytes
@@ -15,11 +15,11 @@ the seed's base matrix (one slot's cost; the same for every ``T`` and generator 
   the bound ``C(V1/θ + 1) + 2ΓθT``, ``regret / sqrt(Γ C V1 T)``, switches.
 * ``compare``: at ``compare_slots`` slots, every ``c_rel`` of ``compare_c_rel``: threshold
   (θ*), oracle-tuned θ (best of ``θ* · 2^{k/2}``, ``k = −6..14``, in hindsight), always,
-  never, GLR-triggered (:mod:`trainfabric.ocs.online_glr`, ``glr_delta``).
+  never, GLR-triggered (:mod:`trainfabric.ocs.online.glr`, ``glr_delta``).
 * ``theta``: switches and regret of every θ of that grid (the "#switches vs θ" figure).
 
 **E10** rows: one per reconfiguration that changes the wiring of the threshold policy at
-``θ*`` (:mod:`trainfabric.ocs.online_churn`): cross-connects added by a fresh split
+``θ*`` (:mod:`trainfabric.ocs.online.churn`): cross-connects added by a fresh split
 (``naive``), by the churn-aware split alone (``aware_raw``) and deployed (``aware``), the
 least possible (``wiring_moves``) and whether the churn-aware split kept every surviving
 circuit in place (``kept_all``).
@@ -38,9 +38,9 @@ from trainfabric.config import Config
 from trainfabric.errors import ConfigError
 from trainfabric.ocs import traffic as tr
 from trainfabric.ocs.model import OcsModel
-from trainfabric.ocs.online import ORACLE_GRID, OneHopCost, evaluate
-from trainfabric.ocs.online_churn import churn, replay
-from trainfabric.ocs.online_glr import glr_mask
+from trainfabric.ocs.online.churn import churn, replay
+from trainfabric.ocs.online.glr import glr_mask
+from trainfabric.ocs.online.threshold import ORACLE_GRID, OneHopCost, evaluate
 from trainfabric.runs.registry import register
 from trainfabric.runs.report import FIGURES
 from trainfabric.runs.report_figures import legend_outside, new_figure

@@ -3,7 +3,7 @@
 ``ocs-e5``: every scheduler (BvN+LPT, Solstice+LPT, Eclipse+LPT, Spectra-like, ours) on the
 GPT, pipeline, MoE and sparse-skewed random demand families, for every pod count, OCS count
 ``s`` and delay fraction ``rho`` (δ = ``rho`` × the ideal makespan ``max_v L_v / (s B)``),
-:func:`trainfabric.ocs.schedule_study.study_rows`. One row per (family, pods, s, rho,
+:func:`trainfabric.ocs.schedule.study.study_rows`. One row per (family, pods, s, rho,
 scheduler): ``makespan_s`` (verified by ``check_schedule``), ``lower_bound_s``, ``over_lb``,
 ``configurations``, ``wall_s``. The figure: mean makespan / lower bound per scheduler and family.
 """
@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from pydantic import Field
 
 from trainfabric.config import Config
-from trainfabric.ocs.schedule_study import study_rows
+from trainfabric.ocs.schedule.study import study_rows
 from trainfabric.runs.registry import register
 from trainfabric.runs.report import FIGURES
 from trainfabric.runs.report_figures import legend_outside

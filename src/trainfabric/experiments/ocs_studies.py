@@ -14,7 +14,7 @@ from pydantic import Field
 
 from trainfabric.config import Config
 from trainfabric.ocs.model import OcsModel
-from trainfabric.ocs.planner import plan
+from trainfabric.ocs.wiring.planner import plan
 from trainfabric.runs.registry import register
 from trainfabric.runs.report import FIGURES
 from trainfabric.runs.report_figures import legend_outside

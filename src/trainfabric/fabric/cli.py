@@ -4,7 +4,7 @@
 every load-balancing mode, into one run directory with a report; ``fabric run FILE.toml``:
 one scenario of the user's own (see :mod:`trainfabric.fabric.scenarios` for the fields);
 ``fabric job``: one training job's iteration on the fabric
-(:mod:`trainfabric.fabric.iteration`).
+(:mod:`trainfabric.fabric.iteration.run`).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ CalibratedOpt = Annotated[
     typer.Option(
         "--calibrated",
         help="Flow engine: add the packet-fitted per-message start-up "
-        "(trainfabric.fabric.calibration; off by default).",
+        "(trainfabric.fabric.flow.calibration; off by default).",
     ),
 ]
 
@@ -252,7 +252,7 @@ def job_cmd(
     """One training iteration of a job on a multiplane fabric (4 planes, 256 x 200 Gb/s
     ports per switch per plane, 800 Gb/s NICs, no oversubscription): iteration time,
     exposed communication per phase kind, and with --failures the slowdown of failed cables."""
-    from trainfabric.fabric.iteration_scenario import job_command
+    from trainfabric.fabric.iteration.scenario import job_command
 
     with options(**JOB_NAMES), progress(json_out, "fabric job", show_progress):
         res = job_command(

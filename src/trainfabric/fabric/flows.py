@@ -27,6 +27,12 @@ import numpy as np
 
 from trainfabric.errors import ConfigError
 
+# The wire of every engine: a flow of ``b`` payload bytes puts ``b (MTU + header) / MTU`` bytes
+# on each link it crosses; it is done when what is left is at most ``DONE_RTOL`` of that.
+MTU_BYTES = 4096
+HEADER_BYTES = 64
+DONE_RTOL = 1e-9
+
 SINGLE_PATH_FLOW_BYTES = 450
 SPLIT_FLOW_BYTES = 300
 SPLIT_FLOW_BYTES_PER_PLANE = 160

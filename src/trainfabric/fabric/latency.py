@@ -15,8 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from trainfabric.errors import ConfigError
-from trainfabric.fabric.engine import HEADER_BYTES, MTU_BYTES
-from trainfabric.fabric.flows import FlowTable
+from trainfabric.fabric.flows import HEADER_BYTES, MTU_BYTES, FlowTable
 from trainfabric.fabric.maxmin import link_load, path_sum
 from trainfabric.fabric.routing import MECHANISMS, Router
 from trainfabric.fabric.topology import Topology

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from trainfabric.fabric.heap import heap_remove, heap_set, sift
 from trainfabric.fabric.routing import Groups
 
 
@@ -42,7 +43,7 @@ def build_incidence(
     base = np.ascontiguousarray(base, np.int64)
     sg = np.ascontiguousarray(slot_group[base], np.int64)
     sw = np.ascontiguousarray(slot_weight[base], np.float64)
-    ptr, members = _incidence(sg, sw, n_groups)
+    ptr, members = group_members(sg, sw, n_groups)
     return Incidence(base, sg, sw, ptr, members)
 
 
@@ -74,7 +75,7 @@ def max_min_rates(
         raise ValueError("local must give the positions of the active flows in the incidence")
     inc, g = incidence, groups
     cap = np.ascontiguousarray(capacity_bps, np.float64)
-    rates, load, unconstrained = _fill(
+    rates, load, unconstrained = progressive_fill(
         cap, inc.sg, inc.sw, local, g.offset, g.ptr, g.link, g.coef, inc.ptr, inc.members, rtol
     )
     if unconstrained:
@@ -116,7 +117,7 @@ def path_sum(
 
 
 @numba.njit(cache=True)
-def _incidence(sg, sw, n_groups):
+def group_members(sg, sw, n_groups):
     n, K = sg.shape
     count = np.zeros(n_groups + 1, np.int64)
     for i in range(n):
@@ -137,69 +138,7 @@ def _incidence(sg, sw, n_groups):
 
 
 @numba.njit(cache=True)
-def _sift(hk, hl, pos, i, size):
-    """Restore the heap property around index ``i`` (up, then down)."""
-    key, link = hk[i], hl[i]
-    while i > 0:
-        parent = (i - 1) // 2
-        if hk[parent] <= key:
-            break
-        hk[i], hl[i] = hk[parent], hl[parent]
-        pos[hl[i]] = i
-        i = parent
-    hk[i], hl[i] = key, link
-    _sift_down(hk, hl, pos, i, size)
-
-
-@numba.njit(cache=True)
-def _sift_down(hk, hl, pos, i, size):
-    """Move the item at index ``i`` down while a child has a smaller key."""
-    key, link = hk[i], hl[i]
-    while True:
-        c = 2 * i + 1
-        if c >= size:
-            break
-        if c + 1 < size and hk[c + 1] < hk[c]:
-            c += 1
-        if hk[c] >= key:
-            break
-        hk[i], hl[i] = hk[c], hl[c]
-        pos[hl[i]] = i
-        i = c
-    hk[i], hl[i] = key, link
-    pos[link] = i
-
-
-@numba.njit(cache=True)
-def _heap_set(hk, hl, pos, size, link, key):
-    """Insert ``link`` with ``key`` or change its key (indexed heap); returns the size."""
-    i = pos[link]
-    if i < 0:
-        i = size
-        size += 1
-    hk[i], hl[i] = key, link
-    pos[link] = i
-    _sift(hk, hl, pos, i, size)
-    return size
-
-
-@numba.njit(cache=True)
-def _heap_remove(hk, hl, pos, size, link):
-    """Remove ``link`` if present; returns the size."""
-    i = pos[link]
-    if i < 0:
-        return size
-    pos[link] = -1
-    size -= 1
-    if i < size:
-        hk[i], hl[i] = hk[size], hl[size]
-        pos[hl[i]] = i
-        _sift(hk, hl, pos, i, size)
-    return size
-
-
-@numba.njit(cache=True)
-def _pop_level(hk, hl, pos, size, cap, F, W, live, level, rtol, batch):
+def pop_level(hk, hl, pos, size, cap, F, W, live, level, rtol, batch):
     """One step of progressive filling: pop from the heap of link levels every link that
     saturates within ``rtol`` of the smallest level ``(cap − F)/W`` into ``batch``.
 
@@ -211,12 +150,12 @@ def _pop_level(hk, hl, pos, size, cap, F, W, live, level, rtol, batch):
         lk = hl[0]
         if live[lk] == 0 or W[lk] <= 0.0:
             W[lk] = 0.0
-            size = _heap_remove(hk, hl, pos, size, lk)
+            size = heap_remove(hk, hl, pos, size, lk)
             continue
         t = max((cap[lk] - F[lk]) / W[lk], level)
         if t > hk[0] * (1.0 + 1e-12):
             hk[0] = t
-            _sift(hk, hl, pos, 0, size)
+            sift(hk, hl, pos, 0, size)
             continue
         if n_batch == 0:
             level = t
@@ -224,12 +163,12 @@ def _pop_level(hk, hl, pos, size, cap, F, W, live, level, rtol, batch):
             break
         batch[n_batch] = lk
         n_batch += 1
-        size = _heap_remove(hk, hl, pos, size, lk)
+        size = heap_remove(hk, hl, pos, size, lk)
     return size, n_batch, level
 
 
 @numba.njit(cache=True)
-def _fill(cap, sg, sw, active, g_off, g_ptr, g_link, g_coef, mptr, members, rtol):
+def progressive_fill(cap, sg, sw, active, g_off, g_ptr, g_link, g_coef, mptr, members, rtol):
     """Progressive filling over a min-heap of link saturation levels.
 
     A link's level ``(c − F)/W`` only rises as flows through it freeze, so the heap keeps a
@@ -286,7 +225,7 @@ def _fill(cap, sg, sw, active, g_off, g_ptr, g_link, g_coef, mptr, members, rtol
     size = 0
     for lk in range(n_links):
         if live[lk] > 0 and W[lk] > 0.0:
-            size = _heap_set(hk, hl, pos, size, lk, cap[lk] / W[lk])
+            size = heap_set(hk, hl, pos, size, lk, cap[lk] / W[lk])
     rate = np.zeros(sg.shape[0])
     d_w = np.zeros(n_spread)
     d_f = np.zeros(n_spread)
@@ -296,7 +235,7 @@ def _fill(cap, sg, sw, active, g_off, g_ptr, g_link, g_coef, mptr, members, rtol
     remaining = active.size
     level = 0.0
     while remaining > 0 and size > 0:
-        size, n_batch, level = _pop_level(hk, hl, pos, size, cap, F, W, live, level, rtol, batch)
+        size, n_batch, level = pop_level(hk, hl, pos, size, cap, F, W, live, level, rtol, batch)
         n_dirty = 0
         for b in range(n_batch):
             lk = batch[b]
@@ -343,3 +282,51 @@ def _fill(cap, sg, sw, active, g_off, g_ptr, g_link, g_coef, mptr, members, rtol
             d_f[s] = 0.0
             dirty[s] = False
     return rate, F, remaining
+
+
+@numba.njit(cache=True)
+def rebuild_base(act, m, rid, sg, sw, lost, n_groups, bsg, bsw, bpos):
+    """Copy the slots of the active flows with ``lost < 1`` into ``bsg``/``bsw`` (the solver's
+    base, rows in activation order; ``bpos[f]`` = row of flow ``f``) and build their group
+    -> row incidence. Returns ``(rows, mptr, members)``."""
+    K = sg.shape[1]
+    nb = 0
+    for i in range(m):
+        f = act[i]
+        if lost[f] < 1.0:
+            r = rid[f]
+            for k in range(K):
+                bsg[nb, k] = sg[r, k]
+                bsw[nb, k] = sw[r, k]
+            bpos[f] = nb
+            nb += 1
+    mptr, members = group_members(bsg[:nb], bsw[:nb], n_groups)
+    return nb, mptr, members
+
+
+@numba.njit(cache=True)
+def solve_active(
+    act, m, lost, cap, g_off, g_ptr, g_link, g_coef, bsg, bsw, nb, bpos, mptr, members, rtol
+):
+    """Max-min rates of the active flows ``act[:m]`` (0 for those with ``lost >= 1``) on the
+    base built by :func:`rebuild_base` (which must hold every active flow: it is rebuilt after
+    releases and reused while flows only complete, as the Python loop reuses its
+    incidence); the count of unconstrained flows."""
+    local = np.empty(m, np.int64)
+    ok = np.empty(m, np.int64)
+    mo = 0
+    for i in range(m):
+        f = act[i]
+        if lost[f] < 1.0:
+            local[mo] = bpos[f]
+            ok[mo] = i
+            mo += 1
+    rate = np.zeros(m)
+    if mo == 0:
+        return rate, 0
+    r, _load, bad = progressive_fill(
+        cap, bsg[:nb], bsw[:nb], local[:mo], g_off, g_ptr, g_link, g_coef, mptr, members, rtol
+    )
+    for j in range(mo):
+        rate[ok[j]] = r[local[j]]
+    return rate, bad

@@ -8,7 +8,7 @@ import pytest
 
 from trainfabric.errors import ConfigError
 from trainfabric.fabric import topology as T
-from trainfabric.fabric.engine import LinkEvents
+from trainfabric.fabric.events import LinkEvents
 from trainfabric.fabric.flows import FlowTable
 from trainfabric.fabric.packet import PacketConfig, simulate_packets
 

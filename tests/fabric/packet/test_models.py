@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from trainfabric.fabric import topology as T
-from trainfabric.fabric.engine import LinkEvents
+from trainfabric.fabric.events import LinkEvents
 from trainfabric.fabric.flows import FlowTable
 from trainfabric.fabric.packet import PacketConfig, simulate_packets
 from trainfabric.fabric.routing import MODES
@@ -246,7 +246,7 @@ def test_pinning_migrates_after_a_host_link_failure():
 def test_flow_and_packet_engines_agree_on_a_permutation_of_large_flows(planes):
     """8 MB flows of a random permutation (64 hosts), sprayed: the packet engine's makespan
     is the fluid one plus start-up (first RTT, headers are in both), within 6% above it."""
-    from trainfabric.fabric.engine import simulate
+    from trainfabric.fabric.flow.engine import simulate
     from trainfabric.fabric.routing import Router
 
     topo = T.multiplane(64, planes=planes, switch_radix=16, nic_rate_bps=planes * RATE)

@@ -23,7 +23,7 @@ import multiprocessing as mp
 import shutil
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -31,30 +31,12 @@ from trainfabric.diloco.train import checkpoint, corpus, netns
 from trainfabric.diloco.train.config import TrainConfig
 from trainfabric.diloco.train.controller import FixedH, Progress
 from trainfabric.diloco.train.learner import STATUS_WIDTH, WorkerSpec, main
+from trainfabric.diloco.train.report import TrainResult, finish
 from trainfabric.errors import ConfigError
 
 
 class Controller(Protocol):
     def decide(self, progress: Progress) -> bool: ...
-
-
-@dataclass
-class TrainResult:
-    run_dir: str
-    learners: int
-    params: int
-    steps: int
-    tokens: int
-    syncs: int
-    final_loss: float  # rank 0's training loss EWMA at the end (nats/byte)
-    eval_loss: float  # held-out loss at the end (nats/byte)
-    mean_sync_s: float | None
-    sync_s: list[float]
-    mean_step_s: float
-    wall_s: float
-    checkpoint_s: float  # cumulative seconds writing checkpoints (slowest learner)
-    restarts: list[dict] = field(default_factory=list)
-    shaping: dict | None = None
 
 
 @dataclass
@@ -146,8 +128,6 @@ class TrainingRun:
             raise TimeoutError("training still running")
         if self.error is not None:
             raise self.error
-        from trainfabric.diloco.train.report import finish
-
         return finish(self)
 
     def _master(self, attempt: int) -> tuple[str, list[str | None], list[str | None]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import platform
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +15,27 @@ import torch
 from trainfabric.diloco.train.config import TrainConfig
 from trainfabric.diloco.train.model import GPT, n_params
 from trainfabric.io import write_json, write_parquet
+
+
+@dataclass
+class TrainResult:
+    """What one training run produced (``result.json``): counts, losses (nats/byte), seconds."""
+
+    run_dir: str
+    learners: int
+    params: int
+    steps: int
+    tokens: int
+    syncs: int
+    final_loss: float  # rank 0's training loss EWMA at the end (nats/byte)
+    eval_loss: float  # held-out loss at the end (nats/byte)
+    mean_sync_s: float | None
+    sync_s: list[float]
+    mean_step_s: float
+    wall_s: float
+    checkpoint_s: float  # cumulative seconds writing checkpoints (slowest learner)
+    restarts: list[dict] = field(default_factory=list)
+    shaping: dict | None = None
 
 
 def _jsonl(path: Path) -> pd.DataFrame:
@@ -40,9 +61,9 @@ def mean_step_s(steps: pd.DataFrame, syncs: pd.DataFrame) -> float:
     return float(np.median(dt[clean])) if clean.any() else float("nan")
 
 
-def finish(run) -> object:
-    from trainfabric.diloco.train.launch import TrainResult
-
+def finish(run) -> TrainResult:
+    """Write the tables, manifest and ``result.json`` of a finished run; its
+    :class:`TrainResult`."""
     cfg: TrainConfig = run.cfg
     d = run.run_dir
     steps = steps_table(d, cfg.learners)

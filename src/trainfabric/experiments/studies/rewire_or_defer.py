@@ -9,19 +9,21 @@ one fleet window (``window_s`` = 1 s).
 
 **The two layers alone.**
 
-* *OCS*: the lazy threshold policy at ``θ*`` (:func:`trainfabric.ocs.online.evaluate`, switch
+* *OCS*: the lazy threshold policy at ``θ*`` (:func:`trainfabric.ocs.online.threshold.evaluate`,
+switch
   cost ``C = c_rel ·`` the first slot's optimal cost) reconfigures at slots ``R``; its cost is
   the OCS pillar's own, ``Σ_t f_t(w_t) + C·|R|`` seconds (``f_t``: the slot's max link
-  utilisation time, :mod:`trainfabric.ocs.online`). A reconfiguration that moves at least one
+  utilisation time, :mod:`trainfabric.ocs.online.threshold`). A reconfiguration that moves at least
+  one
   circuit darkens **every** circuit of the switches for ``delta_ms`` from the start of its
-  slot (the convention of :mod:`trainfabric.ocs.schedule`: the switch is dark for the
+  slot (the convention of :mod:`trainfabric.ocs.schedule.model`: the switch is dark for the
   reconfiguration delay; conservative, as a churn-aware split may leave some switches
   untouched). A trigger that moves no circuit (the optimum is the deployed wiring) is
   charged ``C`` by the OCS pillar's accounting but darkens nothing, and is never deferred.
 * *DiLoCo*: each policy of ``fleet`` starts syncs in windows ``S`` (the fleet simulator), each
   of nominal duration ``D`` = the ring all-reduce of ``P·bytes_per_param`` over the ``M`` pods
   at ``ring_circuits`` circuits per ring pair (the hard critical path of the sync DAG of
-  :mod:`.sync_over_ocs`, by :class:`trainfabric.ocs.cost.PathCost`).
+  :mod:`.sync_over_ocs`, by :class:`trainfabric.ocs.wiring.cost.PathCost`).
 
 **Collision.** While dark, the ring's pairs run at the fallback rate ``B0`` only, so a sync
 progresses at ``ρ = B0 / (B·ring_circuits + B0)`` of its rate (:func:`stretched_end`). A
@@ -42,7 +44,8 @@ window, then the fleet):
   (one sync, one reconfiguration to the optimum of that slot's traffic).
 
 Every co-schedule is then evaluated by the pillars themselves: the OCS cost of its
-reconfiguration slots by :func:`trainfabric.ocs.online.run_policies` (a ``mask`` policy), the
+reconfiguration slots by :func:`trainfabric.ocs.online.threshold.run_policies` (a ``mask`` policy),
+the
 SLO and losses by the fleet simulator replaying its sync windows and durations
 (:class:`trainfabric.diloco.policies.Schedule`).
 
@@ -79,10 +82,10 @@ from trainfabric.experiments.studies.common import (
     tidy,
 )
 from trainfabric.experiments.studies.sync_over_ocs import rings, sync_dag
-from trainfabric.ocs import online
 from trainfabric.ocs import traffic as tr
-from trainfabric.ocs.cost import PathCost
 from trainfabric.ocs.model import OcsModel
+from trainfabric.ocs.online import threshold as online
+from trainfabric.ocs.wiring.cost import PathCost
 from trainfabric.runs.registry import register
 
 MODES = ("independent", "ocs_defers", "sync_defers", "joint")

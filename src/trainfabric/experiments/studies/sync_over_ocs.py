@@ -18,19 +18,20 @@ runs (:mod:`trainfabric.diloco.fleet`), so the sync follows the iteration, and t
 wiring must serve both: the circuits given to the islands' traffic are not there for the
 ring, and the reverse. Its hard critical path is ``iteration_s + sync_s`` exactly (the tests
 check it), where ``iteration_s`` and ``sync_s`` are the hard critical paths of the islands'
-part and of the sync part alone on the same wiring (:class:`trainfabric.ocs.cost.PathCost`,
+part and of the sync part alone on the same wiring (:class:`trainfabric.ocs.wiring.cost.PathCost`,
 the planner's one critical-path function). One iteration against one sync weighs them equally
 in the planner's objective; a DiLoCo round runs ``H`` iterations per sync, so this is the
 sync-friendly end of the trade-off (stated, not tuned).
 
 **Wirings** on ``M·k`` pods, ``ports`` ports each over ``ocs`` OCSes
 (:class:`trainfabric.ocs.model.OcsModel`): ``uniform`` (the traffic-oblivious mesh,
-:func:`trainfabric.ocs.baselines.uniform_mesh`), ``near_uniform`` (the best of a few
+:func:`trainfabric.ocs.wiring.baselines.uniform_mesh`), ``near_uniform`` (the best of a few
 near-uniform meshes on the combined DAG, the planner's own uniform reference,
-:func:`trainfabric.ocs.baselines.best_near_uniform`), ``traffic_only`` (the same planner on the
-aggregated traffic matrix, :func:`trainfabric.ocs.planner.plan_traffic_only`), ``demand``
-(circuits proportional to pair bytes, :func:`trainfabric.ocs.baselines.demand_proportional`)
-and ``dag_aware`` (:func:`trainfabric.ocs.planner.plan` on the combined DAG). For a pure ring
+:func:`trainfabric.ocs.wiring.baselines.best_near_uniform`), ``traffic_only`` (the same planner on
+the
+aggregated traffic matrix, :func:`trainfabric.ocs.wiring.planner.plan_traffic_only`), ``demand``
+(circuits proportional to pair bytes, :func:`trainfabric.ocs.wiring.baselines.demand_proportional`)
+and ``dag_aware`` (:func:`trainfabric.ocs.wiring.planner.plan` on the combined DAG). For a pure ring
 all-reduce the first two coincide; here the islands' traffic competes with the ring for ports.
 
 **Into the fleet.** ``sync_s`` (seconds per sync, one value per wiring: the ring's steps are
@@ -62,10 +63,10 @@ from pydantic import Field, field_validator
 from trainfabric.config import Config
 from trainfabric.diloco.learners import ProgressModel, SyncModel
 from trainfabric.experiments.studies.common import FleetSettings, fleet_runs, summarise
-from trainfabric.ocs import baselines
-from trainfabric.ocs.cost import PathCost
 from trainfabric.ocs.model import OcsModel
-from trainfabric.ocs.planner import plan, plan_traffic_only
+from trainfabric.ocs.wiring import baselines
+from trainfabric.ocs.wiring.cost import PathCost
+from trainfabric.ocs.wiring.planner import plan, plan_traffic_only
 from trainfabric.runs.registry import register
 from trainfabric.workloads import build_dag, get_preset
 from trainfabric.workloads.collectives import ring_all_reduce

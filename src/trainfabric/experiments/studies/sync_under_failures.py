@@ -4,13 +4,13 @@ the fabric degrades, and does a workload-aware sync policy still matter then?
 **The sync on the fabric.** ``M`` islands (``fleet.islands``) of ``k`` hosts each
 (``island_hosts``, one NIC per host) sit on a multiplane fabric (``topology``,
 :func:`trainfabric.fabric.scenarios.build_topology`); the ``M·k`` hosts are placed by
-:func:`trainfabric.fabric.collectives.place` (``placement``, seeded) and island ``i`` holds
+:func:`trainfabric.fabric.flow.collectives.place` (``placement``, seeded) and island ``i`` holds
 hosts ``i·k .. i·k + k − 1`` of that placement. Every host of an island holds ``1/k`` of the
 pseudo-gradient (``S = P · bytes_per_param`` bytes, ``P = fleet.params``), so the DiLoCo outer
 sync is ``k`` concurrent ring all-reduces, ring ``r`` joining host ``r`` of every island
 (:func:`trainfabric.workloads.collectives.ring_all_reduce`: ``2(M−1)`` steps of
 ``S/(k·M)`` bytes per host); step ``j`` of every ring is one step of one collective
-(:func:`sync_steps`). The flows (:func:`trainfabric.fabric.collectives.collective_flows`) use
+(:func:`sync_steps`). The flows (:func:`trainfabric.fabric.flow.collectives.collective_flows`) use
 ``channels`` persistent connections per host pair and ``sync = "rank"`` (a host sends step
 ``j+1`` once its step-``j`` flows are done, plus ``step_latency_s``: NCCL's ring, so a stall
 propagates and every step is simulated, no ring shortcut). The sync duration fed to DiLoCo is
@@ -28,7 +28,7 @@ draws for every mode: common random numbers):
   that failure set) for a duration drawn from ``flap_durations_s``, then comes back. The
   cable is uniform among the cables of side ``nic`` (a host's port on one plane) or
   ``fabric`` (leaf-spine) that carry the sync's bytes in that mode's flap-free run
-  (:func:`trainfabric.fabric.iteration_faults.cable_candidates`). Each mode learns the down and
+  (:func:`trainfabric.fabric.iteration.faults.cable_candidates`). Each mode learns the down and
   up events through its own mechanisms (hardware 5 us, host software 5 ms, routing 1 s);
   until then its traffic into the dead cable is lost or stuck. The flap's cost is measured as
   the extra time of the whole collective, never as the configured reaction time.
@@ -71,11 +71,11 @@ from trainfabric.diloco.learners import SyncModel
 from trainfabric.errors import ConfigError, InfeasibleError
 from trainfabric.experiments.studies.common import FleetSettings, fleet_runs, summarise
 from trainfabric.fabric import topology as T
-from trainfabric.fabric.collectives import collective_flows, place
-from trainfabric.fabric.engine import LinkEvents
-from trainfabric.fabric.iteration_faults import cable_candidates, cable_links
+from trainfabric.fabric.config import ALL_MODES, LBMode, TopologyConfig, build_topology
+from trainfabric.fabric.events import LinkEvents
+from trainfabric.fabric.flow.collectives import collective_flows, place
+from trainfabric.fabric.iteration.faults import cable_candidates, cable_links
 from trainfabric.fabric.packet.config import PacketConfig
-from trainfabric.fabric.scenarios import ALL_MODES, LBMode, TopologyConfig, build_topology
 from trainfabric.runs.registry import register
 from trainfabric.runs.report import FIGURES
 from trainfabric.runs.report_figures import legend_outside, line_style, new_figure
@@ -144,7 +144,7 @@ def sync_steps(islands: int, k: int, shard_bytes: float) -> list[Step]:
 
 
 def sync_hosts(config: SyncUnderFailuresConfig, topo, seed: int) -> np.ndarray:
-    """Hosts of ranks ``0..M·k−1`` (:func:`~trainfabric.fabric.collectives.place`)."""
+    """Hosts of ranks ``0..M·k−1`` (:func:`~trainfabric.fabric.flow.collectives.place`)."""
     n = config.fleet.islands * config.island_hosts
     if n > topo.n_hosts:
         raise ConfigError(
@@ -170,7 +170,7 @@ def run_sync(config: SyncUnderFailuresConfig, topo, flows, mode: str, seed: int,
     """One sync on the configured engine (``faults``: ``link_up``, ``events``); refuses a run
     whose flows never finish (``InfeasibleError``)."""
     if config.engine == "flow":
-        from trainfabric.fabric.engine import simulate
+        from trainfabric.fabric.flow.engine import simulate
         from trainfabric.fabric.routing import Router
 
         res = simulate(topo, flows, Router(topo, mode, seed=seed), **faults)

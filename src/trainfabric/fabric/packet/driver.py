@@ -9,7 +9,7 @@ import numpy as np
 
 from trainfabric.errors import ConfigError
 from trainfabric.fabric import topology as T
-from trainfabric.fabric.engine import LinkEvents
+from trainfabric.fabric.events import LinkEvents
 from trainfabric.fabric.flows import FlowTable
 from trainfabric.fabric.packet import kernel as K
 from trainfabric.fabric.packet.config import PacketConfig, auto_window, check_size

@@ -1,0 +1,189 @@
+"""Traffic-oblivious and traffic-matrix baselines for the OCS wiring (spec §1.3, §3.2 E1/E3/E11).
+
+* :func:`uniform_mesh` — the Fat-Tree analogue [A5]: ``round_to_degrees(M·q)`` with ``q`` the
+  KL-projected gravity prior (``q_e = 1/|P|`` for equal degrees).
+* :func:`demand_proportional` — circuits proportional to the bytes of each pod pair
+  (TopoOpt-like, DAG structure ignored), scaled up by progressive filling until the port
+  budgets bind, then rounded with exact degrees.
+* :class:`TrafficMatrixCost` — the TM-only objective of ablation E11: the maximum over pairs
+  of the aggregated traffic time ``8·β_e / (B·x_e + B0)`` (max pair utilisation), smoothed by
+  log-sum-exp, with the :class:`~trainfabric.ocs.wiring.cost.PathCost` interface so that the same
+  solver (:func:`trainfabric.ocs.wiring.solver.solve`) optimises it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from trainfabric.errors import ConfigError
+from trainfabric.ocs.model import OcsModel
+from trainfabric.ocs.wiring.cost import check_b2
+from trainfabric.ocs.wiring.prior import uniform_prior
+from trainfabric.ocs.wiring.rounding import round_to_degrees
+from trainfabric.workloads.dag import TaskDAG
+
+
+def _check(dag: TaskDAG, model: OcsModel) -> None:
+    if dag.n_pods != model.n:
+        raise ConfigError("pods", f"the DAG has {dag.n_pods} pods, the OCS model {model.n}")
+
+
+def directed_pair_bytes(dag: TaskDAG, model: OcsModel) -> tuple[np.ndarray, np.ndarray]:
+    """Bytes of one iteration per pair and direction: ``(low → high, high → low)``, each [P]."""
+    _check(dag, model)
+    comm = dag.comm_nodes
+    src, dst = dag.pod[comm], dag.dst[comm]
+    pair = model.pair_index(src, dst)
+    up = src < dst
+    p = model.n_pairs
+    return (
+        np.bincount(pair[up], dag.bytes[comm][up], p),
+        np.bincount(pair[~up], dag.bytes[comm][~up], p),
+    )
+
+
+def uniform_mesh(model: OcsModel) -> np.ndarray:
+    """Integer uniform mesh: ``round_to_degrees(model, M·q)``, ``q = uniform_prior(model)``.
+
+    For equal degrees every pair gets ``floor(M/|P|)`` or ``ceil(M/|P|)`` circuits. Int64 [P].
+    """
+    return round_to_degrees(model, model.total_circuits * uniform_prior(model))
+
+
+def best_near_uniform(
+    cost, model: OcsModel, samples: int = 4, seed: int = 0, uniform: np.ndarray | None = None
+) -> np.ndarray:
+    """The best integer near-uniform wiring found among ``samples + 1`` candidates (Int64 [P]).
+
+    Every candidate is ``round_to_degrees(model, M·q, score)``: each pair within one circuit
+    of the fractional mesh ``M·q`` (``floor`` or ``ceil``), degrees exact where realisable.
+    Scores decide which pairs take the spare ports: the default of :func:`uniform_mesh`, the
+    pairs' total bytes (spare ports to the busiest pairs), then ``samples`` seeded uniform
+    random scores. The candidate with
+    the least hard critical path ``cost.hard`` wins (ties: the first). This is the honest
+    baseline of ``improvement_vs_uniform``: when ``d < n − 1`` half the pairs of
+    any integer mesh have no circuit, and which half matters. ``uniform``: the caller's
+    :func:`uniform_mesh` (the first candidate), so that it is not rounded twice.
+    """
+    mesh = model.total_circuits * uniform_prior(model)
+    up, down = directed_pair_bytes(cost.dag, model)
+    rng = np.random.default_rng(seed)
+    scores = [None, up + down, *(rng.random(model.n_pairs) for _ in range(samples))]
+    best, best_cp = None, np.inf
+    for i, score in enumerate(scores):
+        x = uniform if i == 0 and uniform is not None else round_to_degrees(model, mesh, score)
+        cp = cost.hard(x)
+        if cp < best_cp:
+            best, best_cp = x, cp
+    return best
+
+
+def proportional_fill(model: OcsModel, demand: np.ndarray) -> np.ndarray:
+    """Fractional circuits ``x_e = t_e·demand_e`` by progressive filling (all in circuits).
+
+    Every pair with demand grows at rate ``demand_e`` (a common scale ``t``); when a pod's ports
+    are used up its pairs stop (``t_e`` freezes). Ends when every growing pair touches a full
+    pod. So ``x ∝ demand`` wherever no port budget binds, ``Σ_u x_uv ≤ d_v``, and ports stay
+    free only at pods that have no demand towards a pod with free ports. At most ``n`` rounds.
+    """
+    demand = np.asarray(demand, dtype=float)
+    iu, iv = model.pairs
+    free = model.degrees.astype(float)
+    x = np.zeros(model.n_pairs)
+    grow = demand > 0
+    while grow.any():
+        load = np.bincount(iu[grow], demand[grow], model.n) + np.bincount(
+            iv[grow], demand[grow], model.n
+        )
+        busy = load > 0
+        step = np.min(free[busy] / load[busy])
+        x[grow] += step * demand[grow]
+        free = np.where(busy, free - step * load, free)
+        full = busy & (free <= 1e-12 * model.degrees)
+        free[full] = 0.0
+        grow &= ~(full[iu] | full[iv])
+    return x
+
+
+def demand_proportional(dag: TaskDAG, model: OcsModel) -> np.ndarray:
+    """Circuits proportional to the total bytes of each pair (both directions summed).
+
+    ``x_frac = proportional_fill(model, bytes)`` (scaled up until the port budgets bind), then
+    ``round_to_degrees(model, x_frac)`` (floor + largest-fraction b-matching of the residual).
+    Pairs without traffic get circuits only where the degrees force it: the residual program
+    of :func:`round_to_degrees` first minimises the circuits placed beyond ``ceil(x_frac)``
+    (``ceil(0) = 0`` for those pairs). A DAG without inter-pod bytes gets the uniform mesh.
+    Int64 [P] with exact degrees.
+    """
+    up, down = directed_pair_bytes(dag, model)
+    total = up + down
+    if not total.any():
+        return uniform_mesh(model)
+    return round_to_degrees(model, proportional_fill(model, total / total.max()))
+
+
+class TrafficMatrixCost:
+    """TM-only objective of E11 as a function of pair circuits ``x`` [P].
+
+    ``β_e = max(bytes u→v, bytes v→u)`` summed over the iteration (duplex circuits: each
+    direction gets the full pair rate, so the busier direction sets the pair's time);
+    ``τ_e(x) = 8·β_e / (B·x_e + B0)`` seconds for the pairs with traffic (``A``, latency and
+    DAG order ignored). ``hard(x) = max_{e∈A} τ_e`` (the max pair utilisation, in seconds of
+    transfer); ``smoothed(x, b2) = (1/b2)·log Σ_{e∈A} exp(b2·τ_e)``, so
+    ``hard ≤ smoothed ≤ hard + log|A|/b2``; gradient
+    ``∂U/∂x_e = −softmax(b2·τ)_e · 8·β_e·B / (B·x_e + B0)²`` (zero off ``A``). ``log_paths``
+    returns ``log|A|`` (the number of LSE terms), so
+    :func:`~trainfabric.ocs.wiring.cost.temperatures`
+    applies unchanged. Convex in ``x``, like the DAG cost.
+    """
+
+    def __init__(self, dag: TaskDAG, model: OcsModel):
+        up, down = directed_pair_bytes(dag, model)
+        self.model = model
+        self.pair_bytes = np.maximum(up, down)
+        self.active = np.flatnonzero(self.pair_bytes > 0)
+        if self.active.size == 0:
+            raise ConfigError("workload", "the DAG has no inter-pod traffic")
+        self._bits = 8.0 * self.pair_bytes[self.active]
+
+    def _check_x(self, x) -> np.ndarray:
+        x = np.asarray(x, dtype=float)
+        if x.shape != (self.model.n_pairs,):
+            raise ConfigError("x", f"has shape {x.shape}, expected ({self.model.n_pairs},)")
+        return x
+
+    def pair_times(self, x) -> np.ndarray:
+        """``τ_e(x)`` (s) on the active pairs ``self.active``."""
+        rate = self.model.pair_rate_bps(self._check_x(x)[self.active])
+        return self._bits / rate
+
+    def hard(self, x) -> float:
+        """``max_e τ_e(x)`` (s)."""
+        return float(self.pair_times(x).max())
+
+    def smoothed(self, x, b2: float) -> float:
+        """``(1/b2)·LSE(b2·τ(x))`` (s); ``b2`` in 1/s."""
+        b2 = check_b2(b2)
+        return _logsumexp(b2 * self.pair_times(x)) / b2
+
+    def value_and_grad(self, x, b2: float) -> tuple[float, np.ndarray]:
+        """Smoothed value (s) and its exact gradient ``∂U/∂x`` [P] (s per circuit)."""
+        b2 = check_b2(b2)
+        x = self._check_x(x)
+        rate = self.model.pair_rate_bps(x[self.active])
+        tau = self._bits / rate
+        grad = np.zeros(self.model.n_pairs)
+        z = b2 * tau
+        weights = np.exp(z - z.max())
+        grad[self.active] = -(weights / weights.sum()) * self._bits * self.model.rate_bps / rate**2
+        return _logsumexp(z) / b2, grad
+
+    def log_paths(self) -> float:
+        """``log|A|``: log of the number of pairs with traffic (terms of the LSE)."""
+        return float(np.log(self.active.size))
+
+
+def _logsumexp(z: np.ndarray) -> float:
+    """``log Σ exp z``, shifted by the maximum so that it never overflows."""
+    top = float(z.max())
+    return top + float(np.log(np.exp(z - top).sum()))

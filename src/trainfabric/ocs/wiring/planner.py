@@ -1,0 +1,503 @@
+"""End-to-end wiring plan: solve (entropic proximal gradient) -> round -> split onto the OCSes.
+
+:func:`plan` is what ``trainfabric ocs plan`` runs; :func:`compare` adds the baselines (MILP,
+uniform mesh, demand-proportional, traffic-matrix-only objective) on the same instance, every
+wiring scored by the same hard critical-path function (CLARIFICATIONS: one function for all).
+Temperatures are dimensionless knobs scaled by the uniform mesh's critical path ``CP0``:
+``b2 = b2_rel · log|Π| / CP0`` and ``b1 = b1_rel / CP0`` (absolute values are reported).
+
+Warm start (``plan(..., warm_start=previous)``, for re-planning after the traffic drifted,
+e.g. by :func:`.drift.drift_traffic`): from a previous :class:`Plan` the solver resumes at its
+fractional wiring ``w = x_frac / M``, projection duals and step size; from a bare integer
+wiring ``x`` it starts at ``(1 − WARM_MIX)·x / M + WARM_MIX·q`` (positive everywhere, so
+``KL(w||q)`` is finite and the multiplicative steps can reach every pair). Either way only the
+final ``b2`` stage runs (no annealing; measured on moe/hybrid presets after a 10% drift, the
+final stage converges at the same linear rate from the old optimum as from the annealed path,
+so the saving is the four earlier stages' budget, and ``F`` agrees to ~1e-6). The previous
+integer wiring (``Plan.x`` or the wiring given) is then a candidate next to the new rounding:
+the plan keeps whichever has the shorter hard critical path on the new DAG.
+
+A plan is never worse than a baseline it computes: the best near-uniform and the
+demand-proportional wiring are candidates next to the rounding's result (and the warm start's
+wiring); the shortest hard critical path wins, then it is split onto the OCSes.
+
+Every plan carries a certified lower bound on the integer optimum (:func:`.bound.certify`,
+seeded with the fractional and the integer wiring) and ``certified_gap = CP / bound − 1``;
+``improvement_vs_uniform`` compares with the best near-uniform integer wiring.
+
+The relaxation allows dark ports (``Σ_u w_uv ≤ r_v``, ``solver.solve(inequality=True)``).
+
+Exact one-hop fast path (``plan(..., exact_one_hop=True)``, the default; :func:`one_hop_wiring`):
+when every comm node of the DAG has the same predecessors and the same successors (one phase,
+all its transfers concurrent, e.g. :func:`.onehop.to_dag`), every path meets at most one comm
+node and ``CP(x) = max(P_without, H + max_m t_m(x) + T)`` with ``H``/``T`` the longest path into
+the common predecessors / out of the common successors: CP is non-decreasing in the bundle time
+``max_m t_m(x)``, so the integer wiring minimising it (:func:`.onehop.least_bottleneck`, exact)
+minimises the critical path over every wiring with ``Σ_u x_uv ≤ d_v`` — the same feasible set
+as the relaxation, the rounding and the MILP. Then ``lower_bound_s = CP`` (gap 0, tolerance 0),
+no solver runs (``x_frac`` = the exact wiring, ``iterations = 0``) and ``method =
+"exact-one-hop"``. Not taken with a warm start, nor when its ``n_comm × (max d + 1)`` time
+tables would exceed the memory limit (:func:`one_hop_table_bytes`), nor when the wiring cannot
+be split onto the OCSes (possible only with an odd ``p_v``, :mod:`.decompose`): the general
+path runs then.
+
+Size guard: :func:`plan` and :func:`compare` first check :func:`plan_memory_bytes` (the
+model's pair structures plus ``NODE_BYTES`` per DAG node for the path cost's sweeps) against
+:func:`trainfabric.limits.check_memory`, refusing with a ConfigError naming ``pods``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from trainfabric.errors import ConfigError, InfeasibleError
+from trainfabric.io import write_json, write_parquet
+from trainfabric.limits import check_memory, memory_limit_bytes
+from trainfabric.ocs.model import OcsModel
+from trainfabric.ocs.wiring import baselines, decompose, rounding, solver
+from trainfabric.ocs.wiring.bound import certify
+from trainfabric.ocs.wiring.cost import PathCost, temperatures
+from trainfabric.ocs.wiring.onehop import least_bottleneck
+from trainfabric.ocs.wiring.prior import kl, uniform_prior
+from trainfabric.workloads.dag import COMM, Phase, TaskDAG
+from trainfabric.workloads.traffic import PhaseTraffic, dag_from_traffic, traffic_from_dag
+
+
+@dataclass
+class Plan:
+    """An integer wiring with its per-OCS split and the figures a user asks for (SI units).
+
+    ``uniform_critical_path_s``: the best near-uniform integer wiring's critical path
+    (:func:`.baselines.best_near_uniform`), the reference of ``improvement_vs_uniform``;
+    ``lower_bound_s`` ≤ every integer wiring's critical path and ``certificate_tolerance``
+    (:class:`.bound.Certificate`)."""
+
+    x: np.ndarray
+    x_frac: np.ndarray
+    decomposition: Any
+    tables: list
+    hard_critical_path_s: float
+    fractional_critical_path_s: float
+    smoothed_cost_s: float
+    kl_to_prior: float
+    circuits_moved_vs_prior: int
+    uniform_critical_path_s: float
+    b1: float
+    b2: float
+    iterations: int
+    timings_s: dict[str, float] = field(default_factory=dict)
+    duals: np.ndarray | None = field(default=None, repr=False)
+    eta: float | None = None
+    lower_bound_s: float = float("nan")
+    certificate_tolerance: float = float("nan")
+    method: str = "general"
+
+    @property
+    def certified_gap(self) -> float:
+        """``CP / lower_bound − 1``: at most this far above the integer optimum."""
+        return self.hard_critical_path_s / self.lower_bound_s - 1.0
+
+    @property
+    def solve_time_s(self) -> float:
+        return sum(self.timings_s.values())
+
+    def summary(self, model: OcsModel) -> dict[str, Any]:
+        """JSON-able figures plus the per-OCS cross-connect tables."""
+        return {
+            "pods": model.n,
+            "method": self.method,
+            "ports": model.degrees.tolist(),
+            "ocs": model.ocs,
+            "rate_bps": model.rate_bps,
+            "fallback_bps": model.fallback_bps,
+            "hard_critical_path_s": self.hard_critical_path_s,
+            "fractional_critical_path_s": self.fractional_critical_path_s,
+            "uniform_critical_path_s": self.uniform_critical_path_s,
+            "improvement_vs_uniform": 1 - self.hard_critical_path_s / self.uniform_critical_path_s,
+            "lower_bound_s": self.lower_bound_s,
+            "certified_gap": self.certified_gap,
+            "certificate_tolerance": self.certificate_tolerance,
+            "smoothed_cost_s": self.smoothed_cost_s,
+            "kl_to_prior": self.kl_to_prior,
+            "circuits_moved_vs_prior": self.circuits_moved_vs_prior,
+            "b1": self.b1,
+            "b2": self.b2,
+            "iterations": self.iterations,
+            "solve_time_s": self.solve_time_s,
+            "timings_s": self.timings_s,
+            "split_feasible": bool(self.decomposition.feasible),
+            "unrealised_circuits": list(self.decomposition.unrealised),
+            "ocs_configs": [[list(map(int, c)) for c in t] for t in self.tables],
+        }
+
+
+# Share of the prior mixed into a warm start from a bare integer wiring (module doc).
+WARM_MIX = 0.05
+
+
+def warm_point(warm_start, model: OcsModel, q: np.ndarray):
+    """``(w0, duals0, eta0)`` for :func:`solver.solve` from a previous :class:`Plan` or an
+    integer wiring [P] (module doc); ConfigError naming ``warm_start`` otherwise."""
+    if isinstance(warm_start, Plan):
+        x = np.asarray(warm_start.x_frac, dtype=float)
+        if x.shape != (model.n_pairs,):
+            raise ConfigError("warm_start", f"plan for {x.size} pairs, model has {model.n_pairs}")
+        # w underflows only where log w < -745: such a pair restarts at the smallest float
+        w0 = np.maximum(x / model.total_circuits, np.finfo(float).tiny)
+        return w0, warm_start.duals, warm_start.eta
+    x = np.asarray(warm_start, dtype=float)
+    if x.shape != (model.n_pairs,) or not (np.isfinite(x).all() and (x >= 0).all()):
+        raise ConfigError("warm_start", f"needs a Plan or {model.n_pairs} circuit counts >= 0")
+    return (1.0 - WARM_MIX) * x / model.total_circuits + WARM_MIX * q, None, None
+
+
+def _warm_wiring(model: OcsModel, warm_start) -> np.ndarray | None:
+    """The warm start's integer wiring (``Plan.x`` or the wiring given), or None when it is
+    not an integer ``≤ d`` wiring of ``model``."""
+    prev = np.asarray(warm_start.x if isinstance(warm_start, Plan) else warm_start)
+    try:
+        model.check_wiring(prev)
+    except InfeasibleError:
+        return None
+    return prev.astype(np.int64)
+
+
+def _best_wiring(cost: PathCost, ours: list, baselines_: list) -> np.ndarray:
+    """The wiring with the shortest hard critical path among ``ours`` (the rounding's result,
+    then the warm start's wiring; None entries skipped) and the ``baselines_`` (best
+    near-uniform, demand-proportional): a plan is never worse than a baseline it computed.
+    Ties keep the earlier one, so the rounding wins them."""
+    cands = [np.asarray(x, dtype=np.int64) for x in [*ours, *baselines_] if x is not None]
+    cps = [cost.hard(x) for x in cands]
+    return cands[int(np.argmin(cps))]
+
+
+# Planner memory per DAG node (durations, α/μ sweeps, predecessor CSR, comm-pair maps),
+# fitted with tracemalloc: 250-260 B per node on moe/dp-ring at 32-256 pods.
+NODE_BYTES = 250
+
+
+def plan_memory_bytes(dag: TaskDAG, model: OcsModel) -> float:
+    """Peak bytes of :func:`plan`: ``NODE_BYTES`` per DAG node plus the model's pair part."""
+    return NODE_BYTES * float(dag.n_nodes) + model.memory_bytes()
+
+
+def check_plan_size(dag: TaskDAG, model: OcsModel) -> None:
+    """ConfigError naming ``pods`` when planning ``dag`` on ``model`` exceeds the limit."""
+    check_memory(
+        "pods",
+        plan_memory_bytes(dag, model),
+        f"planning a {dag.n_nodes:,}-node task DAG on {model.n:,} pods",
+    )
+
+
+def plan(
+    dag: TaskDAG,
+    model: OcsModel,
+    b1_rel: float = 1.0,
+    b2_rel: float = 50.0,
+    seed: int = 0,
+    anneal: bool = True,
+    max_iter: int = 300,
+    round_max_moves: int = rounding.DEFAULT_MAX_MOVES,
+    warm_start=None,
+    bound_rounds: int | None = None,
+    exact_one_hop: bool = True,
+) -> Plan:
+    """Plan the wiring of ``dag`` on ``model`` (see module doc); timings per stage in seconds.
+
+    ``max_iter`` bounds the solver's iterations per annealing stage; ``round_max_moves`` bounds
+    the rounding's search in work units per reference size (:func:`.rounding.round_wiring`;
+    work, not seconds: small instances reach a local optimum long before it).
+    ``warm_start``: a previous :class:`Plan` or integer wiring [P] to resume from (module doc;
+    no annealing then). ``bound_rounds``: work budget of the certified lower bound
+    (:func:`.bound.certify`; default by size). ``exact_one_hop``: take the exact fast path
+    on single-bundle DAGs (module doc); False forces the general path. Refuses an instance
+    over the memory limit first (:func:`check_plan_size`, field ``pods``).
+    """
+    check_plan_size(dag, model)
+    if exact_one_hop and warm_start is None and single_bundle(dag):
+        fast = _plan_one_hop(dag, model, b1_rel, b2_rel, seed)
+        if fast is not None:
+            return fast
+    t0 = time.perf_counter()
+    cost = PathCost(dag, model)
+    b1, b2, _ = temperatures(cost, model, b1_rel, b2_rel)
+    q = uniform_prior(model)
+    t1 = time.perf_counter()
+    w0 = duals0 = eta0 = None
+    if warm_start is not None:
+        w0, duals0, eta0 = warm_point(warm_start, model, q)
+        anneal = False
+    res = solver.solve(
+        cost,
+        model,
+        b1,
+        b2,
+        prior=q,
+        anneal=anneal,
+        max_iter=max_iter,
+        w0=w0,
+        duals0=duals0,
+        eta0=eta0,
+        inequality=True,
+    )
+    t2 = time.perf_counter()
+    rounded = rounding.round_wiring(cost, model, res.x, b2=b2, seed=seed, max_moves=round_max_moves)
+    t3 = time.perf_counter()
+    uniform = baselines.uniform_mesh(model)
+    near_uniform = baselines.best_near_uniform(cost, model, seed=seed, uniform=uniform)
+    x = _best_wiring(
+        cost,
+        [rounded.x, *([] if warm_start is None else [_warm_wiring(model, warm_start)])],
+        [near_uniform, baselines.demand_proportional(dag, model)],
+    )
+    t4 = time.perf_counter()
+    dec = decompose.decompose(model, x)
+    tables = decompose.cross_connects(model, dec)
+    t5 = time.perf_counter()
+    cert = certify(cost, model, [res.x, x], b2, rounds=bound_rounds)
+    t6 = time.perf_counter()
+    return Plan(
+        x=x,
+        x_frac=res.x,
+        decomposition=dec,
+        tables=tables,
+        hard_critical_path_s=cost.hard(x),
+        fractional_critical_path_s=cost.hard(res.x),
+        smoothed_cost_s=cost.smoothed(x, b2),
+        kl_to_prior=kl(x / model.total_circuits, q),
+        circuits_moved_vs_prior=int(np.abs(x - uniform).sum() // 2),
+        uniform_critical_path_s=cost.hard(near_uniform),
+        b1=b1,
+        b2=b2,
+        iterations=res.iterations,
+        timings_s={
+            "setup": t1 - t0,
+            "solve": t2 - t1,
+            "round": t3 - t2,
+            "baselines": t4 - t3,
+            "decompose": t5 - t4,
+            "bound": t6 - t5,
+        },
+        duals=res.duals,
+        eta=res.eta,
+        lower_bound_s=cert.lower_bound_s,
+        certificate_tolerance=cert.tolerance,
+    )
+
+
+def single_bundle(dag: TaskDAG) -> bool:
+    """True when the DAG has comm nodes and all of them share one predecessor set and one
+    successor set (module doc: the critical path is monotone in their slowest one). Comm
+    nodes of more than one phase answer False at once (O(N), no adjacency built: 0.35 s at
+    1,024 pods otherwise); such a DAG is then planned by the general path, which is safe."""
+    comm = np.flatnonzero(dag.kind == COMM)
+    if comm.size == 0:
+        return False
+    phase = dag.phase[comm]
+    if phase.min() != phase.max():
+        return False
+    n = dag.n_nodes
+    adj = sp.csr_matrix(
+        (np.ones(dag.indices.size), dag.indices.astype(np.int64), dag.indptr.astype(np.int64)),
+        shape=(n, n),
+    )
+    return all(_same_rows(m[comm]) for m in (adj, adj.T.tocsr()))
+
+
+def _same_rows(m: sp.csr_matrix) -> bool:
+    """True when every row of ``m`` has the same set of non-zero columns."""
+    m = m.tocsr()
+    m.sum_duplicates()
+    m.sort_indices()
+    nnz = np.diff(m.indptr)
+    if (nnz != nnz[0]).any():
+        return False
+    cols = m.indices.reshape(nnz.size, nnz[0])
+    return bool((cols == cols[:1]).all())
+
+
+def one_hop_wiring(cost: PathCost, model: OcsModel) -> np.ndarray:
+    """The integer wiring minimising ``max_m t_m(x)`` over ``Σ_u x_uv ≤ d_v`` (exact):
+    per loaded pair ``e`` the table ``t_e(k) = max_{m on e} (a_m + 8 b_m / (B k + B0))``,
+    ``k = 0..min(d_u, d_v)``, in the same floating-point expression as :meth:`PathCost.hard`,
+    then :func:`.onehop.least_bottleneck`."""
+    order = np.argsort(cost.comm_pair, kind="stable")
+    pair = cost.comm_pair[order]
+    loaded, starts = np.unique(pair, return_index=True)
+    iu, iv = model.pairs
+    u, v = iu[loaded], iv[loaded]
+    kmax = np.minimum(model.degrees[u], model.degrees[v])
+    k = np.arange(int(kmax.max()) + 1, dtype=float)
+    rate = float(model.rate_bps) * k[None, :] + float(model.fallback_bps)
+    nodes = cost.comm_nodes[order]
+    lat, bits = cost.dag.latency_s[nodes].astype(float), 8.0 * cost.dag.bytes[nodes]
+    node_t = lat[:, None] + bits[:, None] / rate
+    table = np.maximum.reduceat(node_t, starts, axis=0)
+    best, _ = least_bottleneck(table, kmax, (u, v), model.degrees)
+    x = np.zeros(model.n_pairs, dtype=np.int64)
+    x[loaded] = best
+    return x
+
+
+def one_hop_table_bytes(dag: TaskDAG, model: OcsModel) -> float:
+    """Peak bytes of :func:`one_hop_wiring`'s tables: three float64/bool arrays of
+    ``n_comm × (max d + 1)`` (node times, pair table, feasibility mask), counted as 24 B each."""
+    return 24.0 * float(np.count_nonzero(dag.kind == COMM)) * float(model.degrees.max() + 1)
+
+
+def _plan_one_hop(
+    dag: TaskDAG, model: OcsModel, b1_rel: float, b2_rel: float, seed: int
+) -> Plan | None:
+    """The exact one-hop plan (module doc), or None when its time tables would exceed the
+    memory limit or its wiring cannot be split."""
+    if one_hop_table_bytes(dag, model) > memory_limit_bytes():
+        return None
+    t0 = time.perf_counter()
+    cost = PathCost(dag, model)
+    b1, b2, _ = temperatures(cost, model, b1_rel, b2_rel)
+    t1 = time.perf_counter()
+    x = one_hop_wiring(cost, model)
+    t2 = time.perf_counter()
+    uniform = baselines.uniform_mesh(model)
+    near_uniform = baselines.best_near_uniform(cost, model, seed=seed, uniform=uniform)
+    t3 = time.perf_counter()
+    dec = decompose.decompose(model, x)
+    if not dec.feasible:
+        return None
+    tables = decompose.cross_connects(model, dec)
+    t4 = time.perf_counter()
+    cp = cost.hard(x)
+    return Plan(
+        x=x,
+        x_frac=x.astype(float),
+        decomposition=dec,
+        tables=tables,
+        hard_critical_path_s=cp,
+        fractional_critical_path_s=cp,
+        smoothed_cost_s=cost.smoothed(x, b2),
+        kl_to_prior=kl(x / model.total_circuits, uniform_prior(model)),
+        circuits_moved_vs_prior=int(np.abs(x - uniform).sum() // 2),
+        uniform_critical_path_s=cost.hard(near_uniform),
+        b1=b1,
+        b2=b2,
+        iterations=0,
+        timings_s={"setup": t1 - t0, "exact": t2 - t1, "baselines": t3 - t2, "decompose": t4 - t3},
+        lower_bound_s=cp,
+        certificate_tolerance=0.0,
+        method="exact-one-hop",
+    )
+
+
+def port_owner(model: OcsModel) -> np.ndarray:
+    """Pod owning each per-OCS port: pod ``v`` owns ports ``offset_v .. offset_v + p_v - 1``."""
+    return np.repeat(np.arange(model.n), model.ports_per_ocs)
+
+
+def cross_connect_table(model: OcsModel, tables: list) -> dict[str, np.ndarray]:
+    """One row per cross-connect, as columns ``ocs, a_port, a_pod, b_port, b_pod``."""
+    owner = port_owner(model)
+    ocs = np.repeat(np.arange(len(tables)), [len(t) for t in tables]).astype(np.int64)
+    ends = np.array([pair for t in tables for pair in t], dtype=np.int64).reshape(-1, 2)
+    a, b = ends[:, 0], ends[:, 1]
+    return {"ocs": ocs, "a_port": a, "a_pod": owner[a], "b_port": b, "b_pod": owner[b]}
+
+
+def write_plan(out_dir, model: OcsModel, result: Plan, summary: dict[str, Any]) -> Path:
+    """Write ``cross_connects.parquet``, ``wiring.parquet`` and ``plan.json`` (atomically)."""
+    out_dir = Path(out_dir)
+    iu, iv = model.pairs
+    keep = result.x > 0
+    write_parquet(
+        out_dir / "wiring.parquet",
+        {"u": iu[keep], "v": iv[keep], "circuits": result.x[keep].astype(np.int64)},
+    )
+    header = {
+        k: getattr(result, k)
+        for k in ("hard_critical_path_s", "lower_bound_s", "certified_gap", "certificate_tolerance")
+    }
+    path = write_parquet(
+        out_dir / "cross_connects.parquet", cross_connect_table(model, result.tables), header
+    )
+    write_json(out_dir / "plan.json", {k: v for k, v in summary.items() if k != "ocs_configs"})
+    return path
+
+
+def aggregated_dag(dag: TaskDAG) -> TaskDAG:
+    """One phase carrying the iteration's aggregated traffic matrix (directed pod pairs).
+
+    Its hard critical path is the max over pairs of ``8 · bytes_uv / (B x_e + B0)``: the max
+    pair utilisation objective of traffic-matrix planners, as a DAG."""
+    tot = traffic_from_dag(dag).total()
+    src, dst = np.nonzero(tot)
+    one = PhaseTraffic(
+        dag.n_pods,
+        (Phase("aggregate", "aggregate"),),
+        np.array([0, src.size]),
+        src,
+        dst,
+        tot[src, dst],
+    )
+    return dag_from_traffic(one, latency_s=0.0)
+
+
+def plan_traffic_only(
+    dag: TaskDAG, model: OcsModel, b2_rel: float = 50.0, b1_rel: float = 1.0, seed: int = 0
+) -> np.ndarray:
+    """Ablation E11: the same solver, rounding and polishing on :func:`aggregated_dag` (the
+    traffic matrix alone) instead of the job's DAG; returns the integer wiring."""
+    return plan(aggregated_dag(dag), model, b1_rel, b2_rel, seed).x
+
+
+def compare(
+    dag: TaskDAG,
+    model: OcsModel,
+    b1_rel: float = 1.0,
+    b2_rel: float = 50.0,
+    seed: int = 0,
+    milp_time_limit_s: float = 60.0,
+    methods: tuple[str, ...] = ("entropic", "milp", "uniform", "demand", "traffic-only"),
+) -> list[dict[str, Any]]:
+    """Every method's integer wiring on one instance, scored by the same hard critical path
+    (size guard first: :func:`check_plan_size`, field ``pods``)."""
+    check_plan_size(dag, model)
+    cost = PathCost(dag, model)
+    rows = []
+    for method in methods:
+        t0 = time.perf_counter()
+        status = "ok"
+        extra: dict[str, Any] = {}
+        if method == "entropic":
+            x = plan(dag, model, b1_rel, b2_rel, seed).x
+        elif method == "milp":
+            from trainfabric.ocs.wiring.milp import solve_milp
+
+            m = solve_milp(dag, model, time_limit_s=milp_time_limit_s)
+            x, status = m.x, m.status
+            extra = {"best_bound_s": m.best_bound_s, "mip_gap": m.gap, "solver": m.solver}
+        elif method == "uniform":
+            x = baselines.uniform_mesh(model)
+        elif method == "demand":
+            x = baselines.demand_proportional(dag, model)
+        elif method == "traffic-only":
+            x = plan_traffic_only(dag, model, b2_rel, b1_rel, seed)
+        else:
+            raise ConfigError("methods", f"unknown method '{method}'")
+        wall = time.perf_counter() - t0
+        rows.append(
+            {
+                "method": method,
+                "hard_critical_path_s": cost.hard(x),
+                "wall_s": wall,
+                "status": status,
+                **extra,
+            }
+        )
+    return rows
