@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 export MPLBACKEND := Agg
 
-.PHONY: demo test test-all bench lint install browser-deps clean .venv-serve
+.PHONY: demo test test-all bench lint install browser-deps clean clean-numba .venv-serve
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -58,5 +58,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
 
-clean:
+# numba caches a compiled function keyed on its own file: after editing a shared kernel
+# (fabric/heap.py, fabric/maxmin.py) drop the cache so that the loops calling it recompile.
+clean-numba:
+	find src -name '*.nbi' -delete -o -name '*.nbc' -delete
+
+clean: clean-numba
 	rm -rf $(VENV) runs .pytest_cache .hypothesis

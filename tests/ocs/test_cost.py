@@ -1,4 +1,4 @@
-"""Smoothed critical path (spec §1.5, tests T1-T3) against brute force and closed forms.
+"""Smoothed critical path (docs/ocs.md §1.5, tests T1-T3) against brute force and closed forms.
 
 Brute force enumerates every root-to-leaf path with networkx (``all_simple_paths`` from a super
 source to a super sink) on DAGs of at most 18 nodes: the path count, the exact log-sum-exp, the

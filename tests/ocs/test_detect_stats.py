@@ -5,7 +5,7 @@
   threshold shows with a few hundred streams); the same check rejects a deliberately too-low
   threshold (log(2/delta) without the dimension and union-bound terms), so it can fail;
 - detection delay after a planted change of known KL: mean delay within [0.5, 1.5] x the
-  Lorden-type bound h / (n KL) of spec §1.11, h being the threshold at the alarm (it holds
+  Lorden-type bound h / (n KL) of docs/ocs.md §1.11, h being the threshold at the alarm (it holds
   log(1/delta) plus the (K-1) log N and union-bound terms; the spec's log(1/delta) / (n KL) is
   that bound without them). A detector that never alarms fails the same check.
 """

@@ -1,4 +1,4 @@
-"""Multi-job power-mean fairness (spec §1.12): closed forms, gradients, byte-share splitting,
+"""Multi-job power-mean fairness (docs/ocs.md §1.12): closed forms, gradients, byte-share splitting,
 the α-fair equivalence, the J = 1 reduction and the fractional trade-off along p."""
 
 import math

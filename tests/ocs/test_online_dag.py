@@ -7,6 +7,7 @@ from trainfabric.errors import ConfigError
 from trainfabric.ocs import traffic as tr
 from trainfabric.ocs.online.dag import evaluate_dag, slot_dag
 from trainfabric.ocs.online.drift import traffic_matrix
+from trainfabric.ocs.online.threshold import OnlineResult, PolicyRun
 from trainfabric.ocs.wiring.cost import PathCost
 from trainfabric.ocs.wiring.families import family
 
@@ -51,3 +52,10 @@ def test_regret_is_bracketed_and_below_the_bound_with_the_certified_gap(job, kin
     assert res.runs["always"].regret_lower_s == pytest.approx(0.3 * 4, rel=1e-9)
     never = res.runs["never"]
     assert never.switches == 0 and never.switching_cost_s == 0
+    # the one-hop result classes, with the bracket and the certified bound on top
+    assert isinstance(thr, PolicyRun) and isinstance(res, OnlineResult)
+    assert thr.moved_circuits == thr.moved.sum() and thr.switches == thr.switched.sum()
+    assert res.summary("threshold")["regret_bound_s"] == thr.bound_s == res.bound_s
+    assert res.summary("threshold")["regret_s"] == thr.regret_lower_s
+    assert res.optimum_s == res.oracle_cp.sum()
+    assert res.success and thr.success and "planner" in thr.message

@@ -1,4 +1,4 @@
-"""KL projection onto the degree slice and the uniform prior (spec §1.3, §1.7, test T4).
+"""KL projection onto the degree slice and the uniform prior (docs/ocs.md §1.3, §1.7, test T4).
 
 References: the optimality structure of the projection (``log(w/y)`` is an additive pod
 function ``−λ_u − λ_v``, fitted by least squares on the pair incidence matrix, independently of

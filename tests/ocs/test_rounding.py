@@ -1,4 +1,4 @@
-"""Rounding to exact degrees (spec §1.8 R, T8) and cost-aware rounding of a fractional wiring
+"""Rounding to exact degrees (docs/ocs.md §1.8 R, T8) and cost-aware rounding of a fractional wiring
 with dark ports (degrees ``<= d``), searched on the hard critical path with a work budget."""
 
 from __future__ import annotations

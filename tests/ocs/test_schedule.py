@@ -1,5 +1,5 @@
 """Circuit schedules with reconfiguration delay: checker, lower bounds, exact optimum,
-decompositions and every scheduler (spec §1.9 B, issue 13 item 5)."""
+decompositions and every scheduler (docs/ocs.md §1.9 B, issue 13 item 5)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Entropic proximal gradient on the free energy (spec §1.6-1.7, tests T5-T7, convergence).
+"""Entropic proximal gradient on the free energy (docs/ocs.md §1.6-1.7, tests T5-T7, convergence).
 
 References: scipy's SLSQP on a separable convex cost (exact optimum with the degree
 constraints), the first-order optimality structure (``∇F(w*)`` in the degree span ``c_u + c_v``,

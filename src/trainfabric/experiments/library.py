@@ -1,4 +1,5 @@
-"""Built-in experiments. Importing this module registers them (see :mod:`.registry`).
+"""Built-in experiments. Importing this module registers them (see
+:mod:`trainfabric.runs.registry`).
 
 Pillars add their experiments here, or in modules imported from here, so that worker
 processes that import only the registry find every experiment by name.

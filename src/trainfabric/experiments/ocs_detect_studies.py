@@ -1,4 +1,4 @@
-"""OCS experiment E8 (spec §3.2): the multinomial GLR-CUSUM change detectors.
+"""OCS experiment E8 (docs/ocs.md §3.2): the multinomial GLR-CUSUM change detectors.
 
 ``ocs-e8`` returns one table with three kinds of rows (column ``part``):
 

@@ -1,4 +1,4 @@
-"""OCS experiment E9 (spec §1.12, §3.2): several jobs on one wiring, fairness along p.
+"""OCS experiment E9 (docs/ocs.md §1.12, §3.2): several jobs on one wiring, fairness along p.
 
 ``ocs-e9``: for every job count ``J`` in ``jobs``, ``J`` jobs cycling through ``mix``
 (pipeline = PP, dp-ring = DP, moe = MoE by default), each re-mapped onto ``job_pods`` pods and

@@ -1,4 +1,4 @@
-"""OCS experiment E5 (spec §1.9 B, §3.2): circuit scheduling with reconfiguration delay.
+"""OCS experiment E5 (docs/ocs.md §1.9 B, §3.2): circuit scheduling with reconfiguration delay.
 
 ``ocs-e5``: every scheduler (BvN+LPT, Solstice+LPT, Eclipse+LPT, Spectra-like, ours) on the
 GPT, pipeline, MoE and sparse-skewed random demand families, for every pod count, OCS count

@@ -4,9 +4,11 @@ Layout, bottom to top (each layer imports only the ones below it; an import-lint
 ``pyproject.toml`` keeps it so):
 
 - :mod:`.topology` (fabrics as arrays), :mod:`.flows` (the flow table, every engine's input),
-  :mod:`.events` (links going down and up), :mod:`.mcf` (max-concurrent-flow LP, HiGHS);
-- :mod:`.routing` (the load-balancing modes), then :mod:`.maxmin` (progressive filling, and
-  the compiled heaps the engines share) and :mod:`.latency` (a per-packet latency estimate);
+  :mod:`.result` (what every engine's result answers), :mod:`.events` (links going down and
+  up), :mod:`.mcf` (max-concurrent-flow LP, HiGHS);
+- :mod:`.routing` (the load-balancing modes) and :mod:`.heap` (the compiled heaps the engines
+  share), then :mod:`.maxmin` (progressive filling) and :mod:`.latency` (a per-packet latency
+  estimate);
 - :mod:`.config` (what every scenario file shares: ``[topology]``, ``[faults]``, the modes);
 - the engines, independent of each other: :mod:`.flow` (fluid, max-min), :mod:`.tasks` (a
   DAG of compute and communication on the fluid model) and :mod:`.packet` (packet level);
@@ -33,6 +35,7 @@ _EXPORTS = {
     "fat_tree": "topology",
     "fail_links": "topology",
     "FlowTable": "flows",
+    "EngineResult": "result",
     "LinkEvents": "events",
     "Router": "routing",
     "max_min_rates": "maxmin",

@@ -46,6 +46,33 @@ def flow_memory_bytes(n_flows: float, planes: int, split: bool) -> float:
     return float(n_flows) * per_flow
 
 
+def coerce_arrays(table, dtypes: dict[str, type], *, length: str, optional: str) -> None:
+    """Give the frozen array dataclass ``table`` the arrays the engines read, in place: its
+    ``n`` is the size of field ``length``; field ``optional``, when ``None``, becomes ``n``
+    zeros; then every field named in ``dtypes`` becomes a C-contiguous array of its dtype
+    (copied only where the input's dtype or layout differs)."""
+    n = np.asarray(getattr(table, length)).size
+    if getattr(table, optional) is None:
+        object.__setattr__(table, optional, np.zeros(n, dtypes[optional]))
+    for name, dtype in dtypes.items():
+        object.__setattr__(table, name, np.ascontiguousarray(getattr(table, name), dtype))
+    object.__setattr__(table, "n", n)
+
+
+_FLOW_DTYPES = {
+    "src": np.int64,
+    "dst": np.int64,
+    "bytes": np.float64,
+    "entropy": np.uint64,
+    "job": np.int32,
+    "deps_ptr": np.int64,
+    "deps": np.int64,
+    "release_s": np.float64,
+    "delay_s": np.float64,
+    "channel": np.int64,
+}
+
+
 @dataclass(frozen=True, eq=False)
 class FlowTable:
     """Flows as arrays of length ``n`` (see the module doc for the start rule)."""
@@ -63,24 +90,7 @@ class FlowTable:
     n: int = field(init=False)
 
     def __post_init__(self):
-        n = np.asarray(self.src).size
-        cast = {
-            "src": np.int64,
-            "dst": np.int64,
-            "bytes": np.float64,
-            "entropy": np.uint64,
-            "job": np.int32,
-            "deps_ptr": np.int64,
-            "deps": np.int64,
-            "release_s": np.float64,
-            "delay_s": np.float64,
-            "channel": np.int64,
-        }
-        if self.channel is None:
-            object.__setattr__(self, "channel", np.zeros(n, np.int64))
-        for name, dtype in cast.items():
-            object.__setattr__(self, name, np.ascontiguousarray(getattr(self, name), dtype))
-        object.__setattr__(self, "n", n)
+        coerce_arrays(self, _FLOW_DTYPES, length="src", optional="channel")
         self._check()
 
     def _check(self) -> None:

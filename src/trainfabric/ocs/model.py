@@ -1,4 +1,4 @@
-"""Physical model of s parallel optical circuit switches between pods (spec §1.1-1.2).
+"""Physical model of s parallel optical circuit switches between pods (docs/ocs.md §1.1-1.2).
 
 * Pods ``v = 0..n-1`` with ``d_v`` uplink ports; ``s`` OCSes with uniform striping (pod ``v``
   has ``p_v = d_v / s`` ports on every OCS, [A1]).

@@ -257,6 +257,42 @@ class TaskDAG:
         split = np.searchsorted(self.phase[comm][order], np.arange(1, len(self.phases)))
         return np.split(comm[order], split)
 
+    def relabel(self, perm, n_pods: int | None = None) -> TaskDAG:
+        """The same DAG on ``n_pods`` pods (default ``self.n_pods``) with pod ``v`` renamed
+        ``perm[v]``: compute pods, comm sources and destinations (barriers keep ``-1``).
+
+        ``perm`` [self.n_pods]: distinct integers in ``0..n_pods-1`` (a permutation when
+        ``n_pods`` is the DAG's own), else a ConfigError naming ``perm``. Durations, bytes,
+        latencies, phases, names and GPU transfers (GPU indices within a pod) are unchanged;
+        the nodes are renumbered topologically by :func:`from_arrays`."""
+        n = self.n_pods if n_pods is None else int(n_pods)
+        perm = np.asarray(perm, dtype=np.int64)
+        distinct = np.unique(perm).size == perm.size
+        if perm.shape != (self.n_pods,) or not distinct or ((perm < 0) | (perm >= n)).any():
+            raise ConfigError(
+                "perm", f"must map the {self.n_pods} pods to distinct pods in 0..{n - 1}"
+            )
+        pod, dst = (
+            np.where(a >= 0, perm[np.maximum(a, 0)], a).astype(np.int32)
+            for a in (self.pod, self.dst)
+        )
+        edges = self.edges.astype(np.int64)
+        return from_arrays(
+            n,
+            kind=self.kind,
+            pod=pod,
+            dst=dst,
+            duration_s=self.duration_s,
+            nbytes=self.bytes,
+            latency_s=self.latency_s,
+            phase=self.phase,
+            edge_src=edges[:, 0],
+            edge_dst=edges[:, 1],
+            phases=self.phases,
+            names=self.names,
+            gpu=self.gpu,
+        )
+
     def to_networkx(self) -> nx.DiGraph:
         """The DAG as a networkx DiGraph with node attributes (for inspection and tests)."""
         import networkx as nx  # here, not at module level: it costs start-up time

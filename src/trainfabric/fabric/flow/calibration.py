@@ -62,6 +62,7 @@ import numpy as np
 
 from trainfabric.errors import ConfigError
 from trainfabric.fabric.flows import FlowTable
+from trainfabric.fabric.result import EngineResult
 
 MAX_RETX = 0.2  # predicted retransmitted fraction beyond which the fluid model is not trusted
 
@@ -134,31 +135,17 @@ def fluid_valid(flows: FlowTable, cal: Calibration = FITTED) -> bool:
 
 
 @dataclass(frozen=True)
-class CalibratedResult:
+class CalibratedResult(EngineResult):
     """The flow engine's result on the calibrated flows, with ``start_s`` moved back to the
-    instant each message was posted (so ``finish_s - start_s`` includes its start-up)."""
+    instant each message was posted (so ``finish_s - start_s`` includes its start-up).
+    ``finish_s`` is the raw result's, so ``makespan_s`` and ``unfinished``
+    (:class:`~trainfabric.fabric.result.EngineResult`) are its too."""
 
     start_s: np.ndarray
     finish_s: np.ndarray
     raw: object
 
-    @property
-    def makespan_s(self) -> float:
-        return self.raw.makespan_s
-
-    @property
-    def unfinished(self) -> int:
-        return self.raw.unfinished
-
-    @property
-    def n_events(self) -> int:
-        return self.raw.n_events
-
-    @property
-    def wall_s(self) -> float:
-        return self.raw.wall_s
-
-    def __getattr__(self, name):  # stalls(), impaired(), timelines: the engine's own
+    def __getattr__(self, name):  # n_events, wall_s, stalls(), timelines: the engine's own
         return getattr(self.raw, name)
 
 

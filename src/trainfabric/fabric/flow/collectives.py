@@ -60,7 +60,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainfabric.errors import ConfigError, InfeasibleError
+from trainfabric.fabric.flow.calibration import Calibration, simulate_calibrated
 from trainfabric.fabric.flows import FlowTable, flow_memory_bytes, mix64
+from trainfabric.fabric.result import EngineResult
 from trainfabric.limits import check_memory
 from trainfabric.workloads import collectives as wc
 
@@ -398,10 +400,13 @@ def identical_steps(steps: list) -> bool:
 # -- running ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class CollectiveRun:
-    """Completion of a collective simulated on a fabric.
+    """Completion of a collective simulated on a fabric: on the flow engine
+    (:func:`run_collective`, calibrated or not) or on the packet engine (the scenarios').
 
-    ``time_s``: from release to the last byte's arrival (incl. propagation). When the ring
-    shortcut applied, ``steps_simulated = 1`` and ``time_s = n_steps x`` the one step's time.
+    ``time_s``: from release to the last byte's arrival (incl. propagation), seconds. When the
+    ring shortcut applied, ``steps_simulated = 1`` and ``time_s = n_steps x`` the one step's
+    time. ``result``: the engine's result of the steps simulated
+    (:class:`~trainfabric.fabric.result.EngineResult`).
     """
 
     time_s: float
@@ -410,11 +415,38 @@ class CollectiveRun:
     n_flows: int
     n_events: int
     wall_s: float
-    result: object
+    result: EngineResult
+
+    @classmethod
+    def of(
+        cls, result: EngineResult, n_steps: int, shortcut: bool, release_s: float = 0.0
+    ) -> CollectiveRun:
+        """The collective of ``n_steps`` steps whose simulated flows (one step under the ring
+        ``shortcut``, else every step) gave ``result``: ``time_s = (makespan_s - release_s) x
+        n_steps`` under the shortcut, ``makespan_s - release_s`` else (seconds); ``n_flows =
+        result.finish_s.size``. InfeasibleError if a flow never finished."""
+        if result.unfinished:
+            raise InfeasibleError(f"{result.unfinished} flows of the collective never finished")
+        one = result.makespan_s - float(release_s)
+        return cls(
+            time_s=one * (n_steps if shortcut else 1),
+            n_steps=n_steps,
+            steps_simulated=1 if shortcut else n_steps,
+            n_flows=result.finish_s.size,
+            n_events=int(result.n_events),
+            wall_s=float(result.wall_s),
+            result=result,
+        )
 
     @property
     def shortcut(self) -> bool:
         return self.steps_simulated < self.n_steps
+
+    @property
+    def packet(self) -> dict:
+        """The packet engine's figures of the run (its result's ``packet_metrics()``);
+        ``{}`` on the flow engine."""
+        return self.result.packet_metrics()
 
 
 def run_collective(
@@ -426,10 +458,13 @@ def run_collective(
     shortcut: bool = True,
     link_up=None,
     batch_rtol: float = 0.0,
+    calibration: Calibration | None = None,
     **flow_options,
 ) -> CollectiveRun:
     """Simulate ``steps`` on ``hosts`` (see :func:`collective_flows` for ``flow_options``;
-    ``link_up``: links down from the start; ``batch_rtol``: see the engine).
+    ``link_up``: links down from the start; ``batch_rtol``: see the engine) on the flow
+    engine, calibrated by ``calibration`` when given
+    (:func:`~trainfabric.fabric.flow.calibration.simulate_calibrated`).
 
     The ring shortcut (module doc) applies when ``shortcut``, ``sync == "step"``, every step
     is identical, the mode is not ``flowlet`` (whose re-hashes depend on each step's idle
@@ -446,16 +481,9 @@ def run_collective(
         and identical_steps(steps)
     )
     cf = collective_flows(steps[:1] if use else steps, hosts, **flow_options)
-    res = simulate(topo, cf.flows, router, link_up=link_up, batch_rtol=batch_rtol)
-    if res.unfinished:
-        raise InfeasibleError(f"{res.unfinished} flows of the collective never finished")
-    one = res.makespan_s - float(flow_options.get("release_s", 0.0))
-    return CollectiveRun(
-        time_s=one * (len(steps) if use else 1),
-        n_steps=len(steps),
-        steps_simulated=1 if use else len(steps),
-        n_flows=cf.flows.src.size,
-        n_events=int(res.n_events),
-        wall_s=float(res.wall_s),
-        result=res,
-    )
+    options = dict(link_up=link_up, batch_rtol=batch_rtol)
+    if calibration is None:
+        res = simulate(topo, cf.flows, router, **options)
+    else:
+        res = simulate_calibrated(topo, cf.flows, router, calibration, **options)
+    return CollectiveRun.of(res, len(steps), use, flow_options.get("release_s", 0.0))

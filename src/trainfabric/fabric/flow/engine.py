@@ -50,13 +50,15 @@ from trainfabric.errors import ConfigError
 from trainfabric.fabric.events import LinkEvents
 from trainfabric.fabric.flows import DONE_RTOL, HEADER_BYTES, MTU_BYTES, FlowTable
 from trainfabric.fabric.maxmin import build_incidence, link_load, max_min_rates
+from trainfabric.fabric.result import EngineResult
 from trainfabric.fabric.routing import MECHANISMS, Router
 from trainfabric.fabric.topology import Topology
 
 
 @dataclass(frozen=True)
-class SimResult:
-    """What one simulation produced (seconds, bits/s; ``nan`` for flows never finished)."""
+class SimResult(EngineResult):
+    """What one simulation produced (seconds, bits/s; ``nan`` for flows never finished);
+    ``makespan_s``, ``unfinished``: :class:`~trainfabric.fabric.result.EngineResult`."""
 
     start_s: np.ndarray
     finish_s: np.ndarray
@@ -70,14 +72,6 @@ class SimResult:
     n_rate_solves: int
     wall_s: float
     end_s: float
-
-    @property
-    def unfinished(self) -> int:
-        return int(np.isnan(self.finish_s).sum())
-
-    @property
-    def makespan_s(self) -> float:
-        return float(np.nanmax(self.finish_s)) if self.finish_s.size else 0.0
 
     def job_goodput_timeline(self) -> tuple[np.ndarray, np.ndarray]:
         """Segment boundaries ``t[S+1]`` and goodput ``[jobs, S]`` (bits/s) per segment."""

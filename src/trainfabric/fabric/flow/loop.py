@@ -9,7 +9,8 @@ compiled call. It is the Python loop of :mod:`trainfabric.fabric.flow.engine` st
 statement — same next-event rule, same completion test, same release rule, same batched
 completions — with three changes of bookkeeping, none of the model:
 
-* the max-min solve (:func:`trainfabric.fabric.maxmin.fill`, the same progressive filling)
+* the max-min solve (:func:`trainfabric.fabric.maxmin.progressive_fill`, the same progressive
+filling)
   runs on a compact copy of the active flows' slots and its group -> flow incidence,
   rebuilt after releases and reused while flows only complete (as the Python loop reuses
   its incidence);

@@ -15,6 +15,7 @@ from trainfabric.fabric.packet import kernel as K
 from trainfabric.fabric.packet.config import PacketConfig, auto_window, check_size
 from trainfabric.fabric.packet.lb import mode_views, n_paths
 from trainfabric.fabric.packet.result import PacketResult
+from trainfabric.fabric.packet.state import PacketState
 from trainfabric.fabric.routing import SPLIT_MODES, check_mode
 
 MODE_IDS = {
@@ -137,30 +138,30 @@ def _run_once(topo, flows, mode, cfg, ev, up, seed, until_s, nbytes, npk, pool, 
     ret_until = np.zeros((n if spray else 0, K.N_RETIRE))
     hq = np.zeros((H, K.N_HI), np.int64)
     hq[:, [K.H_PQH, K.H_PQT]] = -1
-    st = (
-        fi,
-        ff,
-        np.zeros(total, np.uint8),
-        np.zeros(total),
-        np.full(total, -1, np.int64),
-        np.full(total, -1, np.int64),
-        li,
-        lf,
-        pi,
-        pf,
-        _aligned_rows(n_heap + K.HEAP_OFF + 1),
-        view,
-        ret_path,
-        ret_until,
-        np.full(n_conn, -np.inf),
-        np.zeros(n_conn, np.int64),
-        topo.link_tier.astype(np.int64),
-        topo.host_up.astype(np.int64),
-        topo.host_down.astype(np.int64),
-        hq,
-        np.zeros((H, K.N_HF)),
-        np.zeros(total, np.uint8),
-        np.full((3 * n * topo.planes, 3), -1, np.int64),
+    st = PacketState(
+        fi=fi,
+        ff=ff,
+        sst=np.zeros(total, np.uint8),
+        stime=np.zeros(total),
+        rqn=np.full(total, -1, np.int64),
+        spath=np.full(total, -1, np.int64),
+        li=li,
+        lf=lf,
+        pi=pi,
+        pf=pf,
+        hp=_aligned_rows(n_heap + K.HEAP_OFF + 1),
+        views=view,
+        ret_path=ret_path,
+        ret_until=ret_until,
+        conn_last=np.full(n_conn, -np.inf),
+        conn_fl=np.zeros(n_conn, np.int64),
+        link_tier=topo.link_tier.astype(np.int64),
+        host_up=topo.host_up.astype(np.int64),
+        host_down=topo.host_down.astype(np.int64),
+        hq=hq,
+        hfq=np.zeros((H, K.N_HF)),
+        got=np.zeros(total, np.uint8),
+        sq=np.full((3 * n * topo.planes, 3), -1, np.int64),
     )
     tp = _topo_tuple(topo)
     fp, ip = _params(topo, cfg, mode, until_s, windows)

@@ -1,8 +1,10 @@
-"""The packet engine's event loop, compiled with numba (every ``@njit`` of the engine lives in
-this one module: numba's on-disk cache does not notice edits to a callee in another module).
+"""The packet engine's event loop, compiled with numba. Every ``@njit`` of the engine lives in
+this one module: it shares no kernel with the other engines (DESIGN.md, "Compiled code").
 
-State is plain arrays sized up front (:func:`trainfabric.fabric.packet.engine.simulate_packets`
-builds them): per flow ``fi[f, FI_*]`` / ``ff[f, FF_*]``, per directed link ``li`` / ``lf``,
+State is plain arrays sized up front, by name in a
+:class:`~trainfabric.fabric.packet.state.PacketState` (``st.fi``, ``st.pi``, ...; built by
+:func:`trainfabric.fabric.packet.driver.simulate_packets`): per flow ``fi[f, FI_*]`` /
+``ff[f, FF_*]``, per directed link ``li`` / ``lf``,
 per packet in flight a pool record ``pi[k, P_*]`` / ``pf[k, PF_*]`` (free list through
 ``P_NEXT``), per data packet of every flow (global sequence ``g = off[f] + s``) the receiver
 bit ``got``, the sender state ``sst`` and send time ``stime``. Events are a 4-ary min-heap
@@ -920,10 +922,11 @@ def pin_check(f, now, fi, ff, fl, fp, ip, ctr, view, host_up, host_down, congest
 @hot
 def send_data(f, s, now, st, fl, fle, ctr, fp, ip, rng):
     """Packet ``s`` of flow ``f`` goes to the source NIC (plane and entropy by mode)."""
-    fi, ff, sst, stime, rqn, spath = st[0], st[1], st[2], st[3], st[4], st[5]
-    li, lf, pi, pf, hp = st[6], st[7], st[8], st[9], st[10]
-    view, ret_path, ret_until, conn_last, conn_fl = st[11], st[12], st[13], st[14], st[15]
-    link_tier, host_up, host_down = st[16], st[17], st[18]
+    fi, ff, sst, stime, rqn, spath = st.fi, st.ff, st.sst, st.stime, st.rqn, st.spath
+    li, lf, pi, pf, hp = st.li, st.lf, st.pi, st.pf, st.hp
+    view, ret_path, ret_until = st.views, st.ret_path, st.ret_until
+    conn_last, conn_fl = st.conn_last, st.conn_fl
+    link_tier, host_up, host_down = st.link_tier, st.host_up, st.host_down
     src, dst, npk, off, conn = fl[f, 0], fl[f, 1], fl[f, 2], fl[f, 4], fl[f, 5]
     g = off + s
     payload = fl[f, FL_LAST] if s == npk - 1 else ip[I_MTU]
@@ -982,17 +985,15 @@ def send_data(f, s, now, st, fl, fle, ctr, fp, ip, rng):
     else:
         pi[k, P_PLANE] = plane
         pf[k, PF_SENT] = now
-        enqueue(
-            host_up[plane, src], k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier, rng, st[22]
-        )
+        enqueue(host_up[plane, src], k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier, rng, st.sq)
     arm_rto(f, now, fi, ff, fp, ctr, hp)
 
 
 @hot
 def try_send(f, now, st, fl, fle, ctr, fp, ip, rng):
     """Send while the transport allows (NDP credits, or the DCTCP window)."""
-    fi, ff, sst, rqn, view = st[0], st[1], st[2], st[4], st[11]
-    pin_check(f, now, fi, ff, fl, fp, ip, ctr, view, st[17], st[18], False)
+    fi, ff, sst, rqn, view = st.fi, st.ff, st.sst, st.rqn, st.views
+    pin_check(f, now, fi, ff, fl, fp, ip, ctr, view, st.host_up, st.host_down, False)
     while ctr[C_STATUS] == ST_OK:
         s = sendable(f, fi, ff, fl, ip, sst, rqn)
         if s < 0:
@@ -1063,23 +1064,23 @@ def ack_one(f, g, fi, ff, fp, ip, sst, spath, marked):
 def loss_signal(f, g, now, st, fl, fp, ip, ctr):
     """Packet ``g`` is known lost or trimmed: queue it, retire its path (spray), DCTCP
     halves the window once per window, pinning may migrate."""
-    fi, ff, sst, rqn, spath = st[0], st[1], st[2], st[4], st[5]
+    fi, ff, sst, rqn, spath = st.fi, st.ff, st.sst, st.rqn, st.spath
     if sst[g] != 1:
         return
     resolve(f, g, fi, ip, spath)
     queue_rtx(f, g, fi, sst, rqn)
     if ip[I_MODE] == M_SPRAY:
-        retire(f, spath[g], now, fp, st[12], st[13])
+        retire(f, spath[g], now, fp, st.ret_path, st.ret_until)
     if ip[I_TR] == TR_DCTCP and g - fl[f, FL_OFF] >= fi[f, FI_CUTG]:
         ff[f, FF_CWND] = max(float(ip[I_MTU]), ff[f, FF_CWND] / 2.0)
         fi[f, FI_CUTG] = fi[f, FI_SNDNXT]
-    pin_check(f, now, fi, ff, fl, fp, ip, ctr, st[11], st[17], st[18], True)
+    pin_check(f, now, fi, ff, fl, fp, ip, ctr, st.views, st.host_up, st.host_down, True)
 
 
 @once
 def sender_ctrl(k, now, st, fl, fle, ctr, fp, ip, rng):
     """An ACK, NACK or PULL reached the flow's source."""
-    fi, ff, sst, spath, pi = st[0], st[1], st[2], st[5], st[8]
+    fi, ff, sst, spath, pi = st.fi, st.ff, st.sst, st.spath, st.pi
     f = pi[k, P_FLOW]
     off = fl[f, FL_OFF]
     typ = pi[k, P_TYPE]
@@ -1115,8 +1116,8 @@ def sender_ctrl(k, now, st, fl, fle, ctr, fp, ip, rng):
 def rto_fire(f, now, st, fl, fle, ctr, fp, ip, rng):
     """The retransmission timer: packets outstanding for ``rto_s`` without any ACK progress
     are declared lost and resent (NDP: with a credit each; DCTCP: window to one MTU)."""
-    fi, ff, sst, stime = st[0], st[1], st[2], st[3]
-    hp = st[10]
+    fi, ff, sst, stime = st.fi, st.ff, st.sst, st.stime
+    hp = st.hp
     fi[f, FI_RTOPEND] = 0
     if fi[f, FI_SDONE] == 1 or fi[f, FI_INFL] <= 0:
         return
@@ -1148,13 +1149,13 @@ def ctrl_send(k, now, st, fl, fle, fp, ip, ctr, rng):
     """Control packet ``k`` leaves host ``pi[k, P_DST]``'s peer: plane and entropy by mode
     (spray and adaptive: a random path; the others hash the connection for the reverse
     direction)."""
-    fi, li, lf, pi, pf = st[0], st[6], st[7], st[8], st[9]
+    fi, li, lf, pi, pf = st.fi, st.li, st.lf, st.pi, st.pf
     hp, view, link_tier, host_up, host_down = (
-        st[10],
-        st[11],
-        st[16],
-        st[17],
-        st[18],
+        st.hp,
+        st.views,
+        st.link_tier,
+        st.host_up,
+        st.host_down,
     )
     f = pi[k, P_FLOW]
     src = fl[f, FL_DST]
@@ -1178,7 +1179,7 @@ def ctrl_send(k, now, st, fl, fle, fp, ip, ctr, rng):
         return
     pi[k, P_EV] = np.int64(ev)
     pi[k, P_PLANE] = plane
-    enqueue(host_up[plane, src], k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier, rng, st[22])
+    enqueue(host_up[plane, src], k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier, rng, st.sq)
 
 
 @once
@@ -1186,7 +1187,7 @@ def issue_pull(f, now, st, fl, fp, ip, ctr):
     """NDP receiver: one pull per arrival. Carried by the ACK/NACK itself when the host's
     pacer is idle and its last pull left ``pace`` ago (returns the pull number), else a
     PULL packet waits in the pacer, served round-robin over flows (returns -1)."""
-    fi, pi, pf, hp, hq, hfq = st[0], st[8], st[9], st[10], st[19], st[20]
+    fi, pi, pf, hp, hq, hfq = st.fi, st.pi, st.pf, st.hp, st.hq, st.hfq
     h = fl[f, FL_DST]
     if hq[h, H_PQH] < 0 and now >= hfq[h, HF_NEXT]:
         fi[f, FI_PULLNO] += 1
@@ -1195,7 +1196,7 @@ def issue_pull(f, now, st, fl, fp, ip, ctr):
     k = alloc(pi, pf, ctr, f, -1, T_PULL, ip[I_HDR], fl[f, FL_SRC])
     if k < 0:
         return -1
-    rr_push(st[22], hq, h, H_PQH, H_PQT, sq_key(pi, k, ip), k, pi)
+    rr_push(st.sq, hq, h, H_PQH, H_PQT, sq_key(pi, k, ip), k, pi)
     if hq[h, H_ARMED] == 0:
         hq[h, H_ARMED] = 1
         push(hp, ctr, max(now, hfq[h, HF_NEXT]), K_PACE, h)
@@ -1206,10 +1207,10 @@ def issue_pull(f, now, st, fl, fp, ip, ctr):
 def pace(h, now, st, fl, fle, fp, ip, ctr, rng):
     """Host ``h``'s pull pacer releases the next pull (pulls of flows already complete at
     this receiver are dropped without using a slot)."""
-    fi, pi, hp, hq, hfq = st[0], st[8], st[10], st[19], st[20]
+    fi, pi, hp, hq, hfq = st.fi, st.pi, st.hp, st.hq, st.hfq
     hq[h, H_ARMED] = 0
     while hq[h, H_PQH] >= 0:
-        k = rr_pop(st[22], hq, h, H_PQH, H_PQT, pi)
+        k = rr_pop(st.sq, hq, h, H_PQH, H_PQT, pi)
         f = pi[k, P_FLOW]
         if fi[f, FI_RDONE] == 1:
             free(pi, ctr, k)
@@ -1229,7 +1230,7 @@ def respond(f, s, typ, marked, pull, now, st, fl, fle, fp, ip, ctr, rng):
     """The receiver answers: an ACK (selective ``s``, cumulative ``rcv_next``, ECN echo) or a
     NACK of ``s``; with ``pull`` (NDP, one per arrival) it carries a pull when the pacer
     allows, else a separate PULL waits in the pacer."""
-    fi, pi, pf = st[0], st[8], st[9]
+    fi, pi, pf = st.fi, st.pi, st.pf
     aux = issue_pull(f, now, st, fl, fp, ip, ctr) if pull else -1
     k = alloc(pi, pf, ctr, f, s, typ, ip[I_HDR], fl[f, FL_SRC])
     if k < 0:
@@ -1256,7 +1257,7 @@ def receive(k, now, st, fl, fle, fp, ip, ctr, rng, lat):
     """A data packet or a trimmed header reached its receiver; returns the payload bytes
     delivered in order by this arrival (reordering buffer: ``rcv_next`` is the first
     missing sequence, packets above it wait; the buffer depth is their count)."""
-    fi, pi, pf, got = st[0], st[8], st[9], st[21]
+    fi, pi, pf, got = st.fi, st.pi, st.pf, st.got
     f = pi[k, P_FLOW]
     s = pi[k, P_SEQ]
     off, npk = fl[f, FL_OFF], fl[f, FL_NPK]
@@ -1311,7 +1312,7 @@ def receive(k, now, st, fl, fle, fp, ip, ctr, rng, lat):
 def start_flow(f, now, st, fl, fle, ctr, fp, ip, rng):
     """Flow ``f`` starts: NDP credits / DCTCP window = the initial window; pinning picks the
     plane ``(hash(src, dst) + channel)``-th among the planes usable in the software view."""
-    fi, ff, view, host_up, host_down = st[0], st[1], st[11], st[17], st[18]
+    fi, ff, view, host_up, host_down = st.fi, st.ff, st.views, st.host_up, st.host_down
     ff[f, FF_START] = now
     iw = ip[I_IW]
     fi[f, FI_CRED] = iw
@@ -1360,7 +1361,7 @@ def record(tl, res, job, t, x):
 def link_event(i, now, st, ev_link, ev_up, fp, ctr):
     """Link ``ev_link[i]`` changes state in truth (a down link drops what is sent onto it
     and what is in flight on it); every mechanism learns it after its reaction time."""
-    li, hp = st[6], st[10]
+    li, hp = st.li, st.hp
     lk = ev_link[i]
     up = 1 if ev_up[i] else 0
     if li[lk, L_TRUTH] != up:
@@ -1373,7 +1374,7 @@ def link_event(i, now, st, ev_link, ev_up, fp, ctr):
 
 @once
 def view_event(ident, st, ev_link, ev_up, ctr):
-    view = st[11]
+    view = st.views
     i, m = ident // 3, ident % 3
     lk = ev_link[i]
     up = 1 if ev_up[i] else 0
@@ -1387,20 +1388,20 @@ def arrive(k, now, st, fl, fle, fp, ip, ctr, rng, lat, tp, link_dst):
     """Packet ``k`` reached the far end of its link. Returns the flow whose receiver got
     payload in order (for the timeline) as ``(flow, bytes, sender_done)``."""
     li, lf, pi, pf, hp, view, link_tier = (
-        st[6],
-        st[7],
-        st[8],
-        st[9],
-        st[10],
-        st[11],
-        st[16],
+        st.li,
+        st.lf,
+        st.pi,
+        st.pf,
+        st.hp,
+        st.views,
+        st.link_tier,
     )
     lk = pi[k, P_LINK]
     f = pi[k, P_FLOW]
     if li[lk, L_TRUTH] == 0 or pi[k, P_EPOCH] != li[lk, L_EPOCH]:
         ctr[C_DROP] += 1
         if pi[k, P_TYPE] == T_DATA:  # payload lost on a dead link
-            st[1][f, FF_LOST] += pi[k, P_SIZE] - ip[I_HDR]
+            st.ff[f, FF_LOST] += pi[k, P_SIZE] - ip[I_HDR]
         free(pi, ctr, k)
         return f, 0.0, False
     node = link_dst[lk]
@@ -1422,12 +1423,12 @@ def arrive(k, now, st, fl, fle, fp, ip, ctr, rng, lat, tp, link_dst):
         ctr[C_NOROUTE] += 1
         ctr[C_DROP] += 1
         if pi[k, P_TYPE] == T_DATA:
-            st[1][f, FF_LOST] += size - ip[I_HDR]
+            st.ff[f, FF_LOST] += size - ip[I_HDR]
         if lossless:
             lf[lk, LF_ING] -= size
         free(pi, ctr, k)
         return f, 0.0, False
-    enqueue(out, k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier, rng, st[22])
+    enqueue(out, k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier, rng, st.sq)
     return f, 0.0, False
 
 
@@ -1452,7 +1453,7 @@ def run(
     tl,
 ):
     """The event loop (module doc). Returns ``(end time, timeline resolution)``."""
-    fi, ff, li, lf, hp = st[0], st[1], st[6], st[7], st[10]
+    fi, ff, li, lf, hp = st.fi, st.ff, st.li, st.lf, st.hp
     n = fl.shape[0]
     res = fp[F_TLRES]
     ackrel = ip[I_ACKREL] == 1
@@ -1489,7 +1490,7 @@ def run(
             if sdone and ackrel:
                 release_successors(f, now, fi, ff, flf, succ_ptr, succ, ctr, hp)
         elif kind == K_WAKE:
-            wake(ident, now, li, lf, st[8], st[9], fp, ip, ctr, hp, st[16], st[22])
+            wake(ident, now, li, lf, st.pi, st.pf, fp, ip, ctr, hp, st.link_tier, st.sq)
         elif kind == K_PACE:
             pace(ident, now, st, fl, fle, fp, ip, ctr, rng)
         elif kind == K_RELEASE:

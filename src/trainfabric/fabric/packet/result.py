@@ -36,6 +36,22 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainfabric.errors import ConfigError
+from trainfabric.fabric.result import EngineResult
+
+# The per-run figures of :meth:`PacketResult.summary` that scenarios report beside the flow
+# engine's columns (:meth:`PacketResult.packet_metrics`).
+PACKET_KEYS = (
+    "p50_latency_us",
+    "p99_latency_us",
+    "p999_latency_us",
+    "jitter_us",
+    "retransmit_fraction",
+    "dropped",
+    "trimmed",
+    "timeouts",
+    "reorder_max",
+    "queue_max_bytes",
+)
 
 
 def _pct(x: np.ndarray, q: float) -> float:
@@ -43,8 +59,10 @@ def _pct(x: np.ndarray, q: float) -> float:
 
 
 @dataclass(frozen=True)
-class PacketResult:
-    """Per-flow, per-link and global outputs of :func:`simulate_packets` (seconds, bytes)."""
+class PacketResult(EngineResult):
+    """Per-flow, per-link and global outputs of :func:`simulate_packets` (seconds, bytes);
+    ``makespan_s``, ``unfinished``, :meth:`packet_metrics`:
+    :class:`~trainfabric.fabric.result.EngineResult`."""
 
     start_s: np.ndarray
     finish_s: np.ndarray
@@ -83,13 +101,9 @@ class PacketResult:
     heap_peak: int
     events_by_kind: dict
 
-    @property
-    def unfinished(self) -> int:
-        return int(np.isnan(self.finish_s).sum())
-
-    @property
-    def makespan_s(self) -> float:
-        return float(np.nanmax(self.finish_s)) if np.isfinite(self.finish_s).any() else 0.0
+    def _has_makespan(self) -> bool:
+        """Only when some flow finished: a run in which none did has ``makespan_s = 0.0``."""
+        return bool(np.isfinite(self.finish_s).any())
 
     @property
     def fct_s(self) -> np.ndarray:
@@ -147,3 +161,8 @@ class PacketResult:
             "wall_s": self.wall_s,
             "events_per_s": self.events_per_s,
         }
+
+    def packet_metrics(self) -> dict:
+        """:data:`PACKET_KEYS` of :meth:`summary`: the figures a scenario reports per run."""
+        summary = self.summary()
+        return {k: summary[k] for k in PACKET_KEYS}

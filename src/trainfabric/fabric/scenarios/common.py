@@ -4,21 +4,19 @@ guards, and one collective run on either engine (flow, calibrated flow, packet).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from trainfabric.errors import ConfigError, InfeasibleError
+from trainfabric.errors import ConfigError
 from trainfabric.fabric.flow.calibration import FITTED, simulate_calibrated
 from trainfabric.fabric.flow.collectives import (
+    CollectiveRun,
     collective_flows,
     collective_memory_bytes,
     collective_steps,
-    identical_steps,
     place,
     run_collective,
-    shortcut_applies,
 )
 from trainfabric.fabric.flow.engine import simulate
 from trainfabric.fabric.packet import simulate_packets
+from trainfabric.fabric.packet.result import PACKET_KEYS as PACKET_KEYS
 from trainfabric.fabric.routing import Router
 from trainfabric.fabric.scenarios.config import CollectiveConfig
 from trainfabric.limits import check_memory
@@ -97,34 +95,19 @@ def kind_label(c: CollectiveConfig) -> str:
 
 
 # -- engines ---------------------------------------------------------------------------------------
-PACKET_KEYS = (
-    "p50_latency_us",
-    "p99_latency_us",
-    "p999_latency_us",
-    "jitter_us",
-    "retransmit_fraction",
-    "dropped",
-    "trimmed",
-    "timeouts",
-    "reorder_max",
-    "queue_max_bytes",
-)
-
-
 def packet_metrics(res) -> dict:
     """The packet engine's per-run figures (:data:`PACKET_KEYS` of its summary); ``{}`` for
-    a flow-engine result."""
-    if not hasattr(res, "summary"):
-        return {}
-    summary = res.summary()
-    return {k: summary[k] for k in PACKET_KEYS}
+    a flow-engine result (every result's ``packet_metrics()``,
+    :class:`~trainfabric.fabric.result.EngineResult`)."""
+    return res.packet_metrics()
 
 
 def simulate_flows(sc, topo, flows, mode: str, seed: int, field: str, *, link_up=None, events=None):
-    """``flows`` on the scenario's engine (``sc.engine``); both results have ``start_s``,
-    ``finish_s``, ``makespan_s``, ``unfinished``, ``n_events`` and ``wall_s``. The packet
-    engine's size refusal (``flows.bytes``) is re-labelled ``field`` (the scenario input
-    that sets the bytes)."""
+    """``flows`` on the scenario's engine (``sc.engine``); every result is an
+    :class:`~trainfabric.fabric.result.EngineResult` (``start_s``, ``finish_s``,
+    ``makespan_s``, ``unfinished``, ``n_events``, ``wall_s``, ``packet_metrics()``). The packet
+    engine's size refusal (``flows.bytes``) is re-labelled ``field`` (the scenario input that
+    sets the bytes)."""
     if sc.engine == "flow":
         router = scenario_router(topo, mode, seed)
         if sc.calibration:
@@ -141,58 +124,29 @@ def simulate_flows(sc, topo, flows, mode: str, seed: int, field: str, *, link_up
         raise ConfigError(field, exc.message) from None
 
 
-@dataclass(frozen=True)
-class _Run:
-    """A collective on the scenario's engine: ``time_s`` from release to the last byte,
-    steps simulated, flows, events, wall time, and the packet engine's figures."""
-
-    time_s: float
-    n_steps: int
-    steps_simulated: int
-    n_flows: int
-    n_events: int
-    wall_s: float
-    packet: dict
-
-    @property
-    def shortcut(self) -> bool:
-        return self.steps_simulated < self.n_steps
-
-
-def run_steps(sc, topo, mode, steps, hosts, c, seed, field, link_up=None) -> _Run:
-    """``steps`` of collective ``c`` on ``hosts``: the flow engine with the ring shortcut
+def run_steps(sc, topo, mode, steps, hosts, c, seed, field, link_up=None) -> CollectiveRun:
+    """``steps`` of collective ``c`` on ``hosts``: the flow engine (calibrated when
+    ``sc.calibration``) with the ring shortcut
     (:func:`~trainfabric.fabric.flow.collectives.run_collective`), or every step on the packet
     engine."""
 
-    if sc.engine == "flow" and sc.calibration:
-        return calibrated_steps(sc, topo, mode, steps, hosts, c, seed, link_up)
     if sc.engine == "flow":
-        router = scenario_router(topo, mode, seed)
-        run = run_collective(topo, router, steps, hosts, link_up=link_up, **flow_options(c, seed))
-        return _Run(
-            run.time_s, run.n_steps, run.steps_simulated, run.n_flows, run.n_events, run.wall_s, {}
-        )
+        calibration = FITTED if sc.calibration else None
+        return _flow_steps(topo, mode, steps, hosts, c, seed, link_up, calibration)
     cf = collective_flows(steps, hosts, **flow_options(c, seed))
     res = simulate_flows(sc, topo, cf.flows, mode, seed, field, link_up=link_up)
-    if res.unfinished:
-        raise InfeasibleError(f"{res.unfinished} flows of the collective never finished")
-    n = len(steps)
-    return _Run(res.makespan_s, n, n, cf.flows.n, res.n_events, res.wall_s, packet_metrics(res))
+    return CollectiveRun.of(res, len(steps), shortcut=False)
 
 
-def calibrated_steps(sc, topo, mode, steps, hosts, c, seed, link_up) -> _Run:
+def calibrated_steps(sc, topo, mode, steps, hosts, c, seed, link_up) -> CollectiveRun:
     """The flow engine with the calibration (:mod:`trainfabric.fabric.flow.calibration`), with the
     ring shortcut where it applies (every step then pays the same start-up)."""
+    return _flow_steps(topo, mode, steps, hosts, c, seed, link_up, FITTED)
 
-    use = (
-        shortcut_applies(c.sync, mode, c.connections) and len(steps) > 1 and identical_steps(steps)
-    )
-    cf = collective_flows(steps[:1] if use else steps, hosts, **flow_options(c, seed))
+
+def _flow_steps(topo, mode, steps, hosts, c, seed, link_up, cal) -> CollectiveRun:
+    """:func:`~trainfabric.fabric.flow.collectives.run_collective` of ``c``'s options under the
+    scenario's router for ``mode``, calibrated by ``cal`` when given."""
     router = scenario_router(topo, mode, seed)
-    res = simulate_calibrated(topo, cf.flows, router, FITTED, link_up=link_up)
-    if res.unfinished:
-        raise InfeasibleError(f"{res.unfinished} flows of the collective never finished")
-    n = len(steps)
-    steps_run = 1 if use else n
-    time_s = res.makespan_s * (n if use else 1)
-    return _Run(time_s, n, steps_run, cf.flows.n, res.n_events, res.wall_s, {})
+    opts = flow_options(c, seed)
+    return run_collective(topo, router, steps, hosts, link_up=link_up, calibration=cal, **opts)

@@ -86,9 +86,20 @@ from trainfabric.errors import ConfigError
 from trainfabric.fabric.events import LinkEvents
 from trainfabric.fabric.flows import DONE_RTOL, HEADER_BYTES, MTU_BYTES
 from trainfabric.fabric.maxmin import link_load
+from trainfabric.fabric.result import EngineResult
 from trainfabric.fabric.routing import MECHANISMS, Router
 from trainfabric.fabric.tasks import loop as L
 from trainfabric.fabric.tasks.graph import COMM, TaskGraph
+from trainfabric.fabric.tasks.state import (
+    Connections,
+    EventHeap,
+    GraphArrays,
+    LinkGroups,
+    LoopParams,
+    ReplaySegments,
+    Routes,
+    TaskState,
+)
 from trainfabric.fabric.topology import TIER_NAMES, Topology
 
 DEFAULT_BIN_S = 1e-3
@@ -96,8 +107,9 @@ MEMO_BYTES = 1 << 30  # solved flow sets kept for reuse (oldest dropped first)
 
 
 @dataclass(frozen=True)
-class TaskResult:
-    """What one run produced (seconds, bits, bytes; ``nan`` / ``-1`` for tasks never run)."""
+class TaskResult(EngineResult):
+    """What one run produced (seconds, bits, bytes; ``nan`` / ``-1`` for tasks never run);
+    ``makespan_s``, ``unfinished`` (tasks): :class:`~trainfabric.fabric.result.EngineResult`."""
 
     start_s: np.ndarray
     finish_s: np.ndarray
@@ -119,14 +131,6 @@ class TaskResult:
     memo_hits: int
     memo_misses: int
     wall_s: float
-
-    @property
-    def unfinished(self) -> int:
-        return int(np.isnan(self.finish_s).sum())
-
-    @property
-    def makespan_s(self) -> float:
-        return float(np.nanmax(self.finish_s)) if self.finish_s.size else 0.0
 
     def critical_path(self, task: int | None = None) -> np.ndarray:
         """Tasks from a root to ``task`` (default: the last to finish) following
@@ -169,7 +173,7 @@ class Snapshot:
         sl = st["sl"]
         act = sl[L.ACT][: st["ic"][L.M]]
         rows = sl[L.ROW][act]
-        return sl[L.TASK][act], sl[L.CONN][act], st["routes"][0][rows], st["routes"][1][rows]
+        return sl[L.TASK][act], sl[L.CONN][act], st["routes"].group[rows], st["routes"].weight[rows]
 
     def links_in_flight(self) -> np.ndarray:
         """Mask of the links that carry some flow in flight."""
@@ -296,15 +300,15 @@ class TaskSim:
         return s
 
     @staticmethod
-    def _empty_routes(K: int, W: int, R: int = 16) -> tuple:
-        return (
-            np.full((R, K), -1, np.int64),
-            np.zeros((R, K)),
-            np.ones(R),
-            np.zeros(R, np.int64),
-            np.full((R, W), -1, np.int64),
-            np.zeros((R, W)),
-            np.zeros(R),
+    def _empty_routes(K: int, W: int, R: int = 16) -> Routes:
+        return Routes(
+            group=np.full((R, K), -1, np.int64),
+            weight=np.zeros((R, K)),
+            lost=np.ones(R),
+            hops=np.zeros(R, np.int64),
+            cls=np.full((R, W), -1, np.int64),
+            clw=np.zeros((R, W)),
+            bits=np.zeros(R),
         )
 
     @property
@@ -361,10 +365,10 @@ class TaskSim:
             rows = self._route(conn[first], fl[first] if self._flowlet else None)
             r = rows[inv.ravel()]
             sl = s["sl"]
-            sl[0][act] = r
+            sl[L.ROW][act] = r
             routes = s["routes"]
-            sl[7][act] = routes[2][r]
-            sl[8][act] = routes[3][r]
+            sl[L.LOST][act] = routes.lost[r]
+            sl[L.HOPS][act] = routes.hops[r]
             cur = fl[first] == s["flowlet"][conn[first]]
             s["conn_row"][conn[first][cur]] = rows[cur]
 
@@ -376,9 +380,9 @@ class TaskSim:
         """Unfinished wire bits per connection: in flight plus comm tasks not started."""
         g, s = self.graph, self.s
         sl = s["sl"]
-        act = sl[10][: s["ic"][L.M]]
+        act = sl[L.ACT][: s["ic"][L.M]]
         d = np.zeros(g.n_conns)
-        np.add.at(d, sl[2][act], sl[3][act])
+        np.add.at(d, sl[L.CONN][act], sl[L.REM][act])
         todo = (g.kind == COMM) & np.isnan(s["tstart"])
         if todo.any():
             per_set = np.bincount(g.flow_set[todo], minlength=g.set_ptr.size - 1)
@@ -390,7 +394,7 @@ class TaskSim:
         s = self.s
         R = s["R"]
         if R:
-            rsg, rsw, rbits = s["routes"][0], s["routes"][1], s["routes"][6]
+            rsg, rsw, rbits = s["routes"].group, s["routes"].weight, s["routes"].bits
             s["link_bits"] += link_load(
                 rsg[:R], rsw[:R], self.router.groups, self.topo.n_links, rbits[:R]
             )
@@ -405,22 +409,22 @@ class TaskSim:
         cls, clw = self._class_rows(r.group, r.weight)
         routes, R, k = s["routes"], s["R"], conns.size
         K, W = r.group.shape[1], cls.shape[1]
-        if R == 0 and (routes[0].shape[1] != K):
+        if R == 0 and (routes.group.shape[1] != K):
             routes = self._empty_routes(K, W, max(16, k))
-        if routes[4].shape[1] < W:
-            routes = routes[:4] + (_widen(routes[4], W, -1), _widen(routes[5], W, 0.0)) + routes[6:]
-        if R + k > routes[0].shape[0]:
-            size = max(2 * routes[0].shape[0], R + k)
-            routes = tuple(_grow_rows(a, size) for a in routes)
-        Wr = routes[4].shape[1]
-        routes[0][R : R + k] = r.group
-        routes[1][R : R + k] = r.weight
-        routes[2][R : R + k] = r.lost
-        routes[3][R : R + k] = r.hops
-        routes[4][R : R + k, :W] = cls
-        routes[4][R : R + k, W:Wr] = -1
-        routes[5][R : R + k, :W] = clw
-        routes[6][R : R + k] = 0.0
+        if routes.cls.shape[1] < W:
+            routes = routes._replace(cls=_widen(routes.cls, W, -1), clw=_widen(routes.clw, W, 0.0))
+        if R + k > routes.group.shape[0]:
+            size = max(2 * routes.group.shape[0], R + k)
+            routes = Routes(*(_grow_rows(a, size) for a in routes))
+        Wr = routes.cls.shape[1]
+        routes.group[R : R + k] = r.group
+        routes.weight[R : R + k] = r.weight
+        routes.lost[R : R + k] = r.lost
+        routes.hops[R : R + k] = r.hops
+        routes.cls[R : R + k, :W] = cls
+        routes.cls[R : R + k, W:Wr] = -1
+        routes.clw[R : R + k, :W] = clw
+        routes.bits[R : R + k] = 0.0
         s["routes"], s["R"] = routes, R + k
         return np.arange(R, R + k, dtype=np.int64)
 
@@ -452,9 +456,9 @@ class TaskSim:
         h = hashlib.blake2b(digest_size=32)
         for a in (sl[L.CONN][act[order]], sl[L.WIRE][act[order]], sl[L.LOST][act[order]]):
             h.update(np.ascontiguousarray(a).tobytes())
-        rsg = s["routes"][0][rows]
+        rsg = s["routes"].group[rows]
         h.update(np.ascontiguousarray(rsg).tobytes())
-        h.update(np.ascontiguousarray(s["routes"][1][rows]).tobytes())
+        h.update(np.ascontiguousarray(s["routes"].weight[rows]).tobytes())
         static = getattr(self.router, "static", None)  # duck-typed routers: single links
         if static is not None and rsg.max(initial=-1) >= static.offset + static.n:
             g = self.router.groups
@@ -464,23 +468,17 @@ class TaskSim:
         return h.digest()
 
     def _evolve(self, rows, wire, lost, tau: float):
-        routes, groups = self.s["routes"], self.router.groups
+        routes = self.s["routes"]
         out = L.evolve(
             rows,
             wire,
             lost,
-            routes[0],
-            routes[1],
-            routes[4],
-            routes[5],
+            routes.group,
+            routes.weight,
+            routes.cls,
+            routes.clw,
             self.class_capacity.size,
-            (
-                np.ascontiguousarray(self.topo.capacity_bps, np.float64),
-                int(groups.offset),
-                groups.ptr,
-                groups.link,
-                groups.coef,
-            ),
+            self._link_groups(),
             self.batch_rtol,
             DONE_RTOL,
             1e-9,
@@ -542,7 +540,7 @@ class TaskSim:
         sl[L.DELIV][f] = out[2][k]
         sl[L.TL][f] = self.time_s  # settled now; the loop solves their rates again
         sl[L.RATE][f] = -1.0
-        np.add.at(s["routes"][6], sl[L.ROW][f], out[3][k])
+        np.add.at(s["routes"].bits, sl[L.ROW][f], out[3][k])
         sl[L.RP_IDX][f] = -1
         ic[L.RP], ic[L.RP_LEFT] = 0, 0
         s["rp_set"] = None
@@ -550,60 +548,44 @@ class TaskSim:
     # -- running ------------------------------------------------------------------------------
     def _loop(self, until_s: float, advance: bool) -> int:
         s, g, topo = self.s, self.graph, self.topo
-        groups = self.router.groups
-        routes = s["routes"]
+        routes, gap = s["routes"], self.router.flowlet_gap_s
         need = np.empty(max(g.n_conns, 1), np.int64)
         status, sl, bins = L.run_loop(
-            (
-                g.kind,
-                g.duration_s,
-                g.latency_s,
-                g.succ_ptr,
-                g.succ,
-                g.flow_set,
-                g.set_ptr,
-                g.flow_conn,
-                self.flow_wire,
+            GraphArrays(
+                kind=g.kind,
+                duration_s=g.duration_s,
+                latency_s=g.latency_s,
+                succ_ptr=g.succ_ptr,
+                succ=g.succ,
+                flow_set=g.flow_set,
+                set_ptr=g.set_ptr,
+                flow_conn=g.flow_conn,
+                flow_wire=self.flow_wire,
             ),
-            (
-                s["pending"],
-                s["ready"],
-                s["rel_by"],
-                s["tstart"],
-                s["tfinish"],
-                s["left"],
-                s["arrive"],
-                s["tbits"],
-            ),
-            (s["ht"], s["hs"], s["hf"]),
-            (s["conn_row"], s["idle"], s["flowlet"]),
+            TaskState(*(s[k] for k in TaskState._fields)),
+            EventHeap(time=s["ht"], seq=s["hs"], item=s["hf"]),
+            Connections(row=s["conn_row"], idle=s["idle"], flowlet=s["flowlet"]),
             routes,
             s["sl"],
             s["bins"],
             s["ic"],
             s["fc"],
             need,
-            (
-                np.ascontiguousarray(topo.capacity_bps, np.float64),
-                int(groups.offset),
-                groups.ptr,
-                groups.link,
-                groups.coef,
+            self._link_groups(),
+            LoopParams(
+                hop_s=float(topo.hop_latency_s),
+                until_s=float(until_s),
+                advance=bool(advance),
+                batch_rtol=self.batch_rtol,
+                done_rtol=DONE_RTOL,
+                rtol=1e-9,
+                flowlet_gap_s=-1.0 if gap is None else float(gap),
+                bin_s=self.bin_s,
+                memo=self.reuse,
+                local=self._single_links(),
+                widen=self.widen_flows,
             ),
-            (
-                float(topo.hop_latency_s),
-                float(until_s),
-                bool(advance),
-                self.batch_rtol,
-                DONE_RTOL,
-                1e-9,
-                -1.0 if self.router.flowlet_gap_s is None else float(self.router.flowlet_gap_s),
-                self.bin_s,
-                self.reuse,
-                self._single_links(),
-                self.widen_flows,
-            ),
-            (s["rp_seg_t"], s["rp_seg_b"]),
+            ReplaySegments(seg_t=s["rp_seg_t"], seg_b=s["rp_seg_b"]),
             s["ldirty"],
         )
         s["sl"], s["bins"] = sl, bins
@@ -619,11 +601,22 @@ class TaskSim:
             raise ValueError("a flow in flight crosses no link")
         return int(status)
 
+    def _link_groups(self) -> LinkGroups:
+        """Link capacities (bits/s) and the router's link groups, as the loop reads them."""
+        groups = self.router.groups
+        return LinkGroups(
+            capacity_bps=np.ascontiguousarray(self.topo.capacity_bps, np.float64),
+            offset=int(groups.offset),
+            ptr=groups.ptr,
+            link=groups.link,
+            coef=groups.coef,
+        )
+
     def _single_links(self) -> bool:
         """Every route slot is one link (single-path modes): rates can be re-solved per
         connected component of the flows in flight."""
         R = self.s["R"]
-        return bool(R == 0 or self.s["routes"][0][:R].max() < self.router.groups.offset)
+        return bool(R == 0 or self.s["routes"].group[:R].max() < self.router.groups.offset)
 
     def _drive(self, until_s: float, advance: bool) -> None:
         wall0 = time.perf_counter()
@@ -724,8 +717,9 @@ def run_tasks(topo: Topology, graph: TaskGraph, router: Router, **options) -> Ta
 def _copy(v):
     if isinstance(v, np.ndarray):
         return v.copy()
-    if isinstance(v, tuple):
-        return tuple(_copy(a) for a in v)
+    if isinstance(v, tuple):  # the slot arrays, or a named tuple of arrays (Routes)
+        copied = [_copy(a) for a in v]
+        return type(v)(*copied) if hasattr(v, "_fields") else tuple(copied)
     return v
 
 

@@ -34,10 +34,26 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainfabric.errors import ConfigError
-from trainfabric.fabric.flows import FlowTable
+from trainfabric.fabric.flows import FlowTable, coerce_arrays
 
 TIMER, COMM, BARRIER = 0, 1, 2  # the numbering of workloads.dag's COMPUTE / COMM / BARRIER
 KIND_NAMES = ("timer", "comm", "barrier")
+_TASK_DTYPES = {
+    "kind": np.int8,
+    "duration_s": np.float64,
+    "latency_s": np.float64,
+    "succ_ptr": np.int64,
+    "succ": np.int64,
+    "flow_set": np.int64,
+    "set_ptr": np.int64,
+    "flow_conn": np.int64,
+    "flow_bytes": np.float64,
+    "conn_src": np.int64,
+    "conn_dst": np.int64,
+    "conn_key": np.uint64,
+    "conn_channel": np.int64,
+    "job": np.int64,
+}
 
 
 @dataclass(frozen=True, eq=False)
@@ -61,28 +77,7 @@ class TaskGraph:
     n: int = field(init=False)
 
     def __post_init__(self):
-        cast = {
-            "kind": np.int8,
-            "duration_s": np.float64,
-            "latency_s": np.float64,
-            "succ_ptr": np.int64,
-            "succ": np.int64,
-            "flow_set": np.int64,
-            "set_ptr": np.int64,
-            "flow_conn": np.int64,
-            "flow_bytes": np.float64,
-            "conn_src": np.int64,
-            "conn_dst": np.int64,
-            "conn_key": np.uint64,
-            "conn_channel": np.int64,
-            "job": np.int64,
-        }
-        n = np.asarray(self.kind).size
-        if self.job is None:
-            object.__setattr__(self, "job", np.zeros(n, np.int64))
-        for name, dtype in cast.items():
-            object.__setattr__(self, name, np.ascontiguousarray(getattr(self, name), dtype))
-        object.__setattr__(self, "n", n)
+        coerce_arrays(self, _TASK_DTYPES, length="kind", optional="job")
         self._check()
 
     @property

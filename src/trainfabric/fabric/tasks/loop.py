@@ -180,7 +180,7 @@ def _ensure_bins(bins, bin_s, t_end):
 @numba.njit(cache=True, inline="always")
 def _finish_task(i, tf, succ_ptr, succ, pending, ready, rel_by, lat, tfinish, heap, ic):
     """Task ``i`` finished at ``tf``: count down its successors (module doc)."""
-    ht, hs, hf = heap
+    ht, hs, hf = heap.time, heap.seq, heap.item
     tfinish[i] = tf
     for e in range(succ_ptr[i], succ_ptr[i + 1]):
         s = succ[e]
@@ -268,7 +268,7 @@ def _start_comm(
 @numba.njit(cache=True, inline="always")
 def _complete(f, sent_t, deliv, hop_s, gap, sl, idle, left, arrive, tbits, heap, ic, n):
     """Flow ``f`` sent its last bit at ``sent_t``; its task finishes with its last arrival."""
-    ht, hs, hf = heap
+    ht, hs, hf = heap.time, heap.seq, heap.item
     i = sl[TASK][f]
     arrive[i] = max(arrive[i], sent_t + sl[HOPS][f] * hop_s)
     tbits[i] += deliv
@@ -554,7 +554,7 @@ def _due_conns(t, kind, flow_set, set_ptr, flow_conn, conn_row, heap, ic, need, 
     """Add to ``need`` the unrouted connections of every comm task whose start is due at
     ``t`` (one return to the driver routes them all; without flowlets a connection's route
     does not depend on when in the epoch it is computed)."""
-    ht, hs, hf = heap
+    ht, hf = heap.time, heap.item
     n = kind.size
     due = np.empty(ic[HSIZE], np.int64)
     nd = heap_le(ht, hf, ic[HSIZE], t, due)
@@ -575,19 +575,49 @@ def _due_conns(t, kind, flow_set, set_ptr, flow_conn, conn_row, heap, ic, need, 
 def run_loop(
     graph, tstate, heap, conn, routes, sl, bins, ic, fc, need, groups, params, replay, ldirty
 ):
-    """Run until done / ``until_s`` / routes needed / a fresh flow set (``memo``) / a flow
-    joining a replay (module doc). Returns ``(status, slots, bins)``: the slot arrays and
+    """Run the graph (``graph``, ``tstate``, ``heap``, ``conn``, ``routes``, ``groups``,
+    ``params``, ``replay``: the named tuples of :mod:`.state`) until done / ``until_s`` /
+    routes needed / a fresh flow set (``memo``) / a flow joining a replay (module doc).
+    Returns ``(status, slots, bins)``: the slot arrays and
     bins may have been reallocated. Flows are settled lazily (only when their rate changes,
     they complete, or the call stops at ``until_s`` with ``advance``); ``ldirty`` marks the
     links whose flows' rates must be solved again (kept across calls)."""
-    kind, dur, lat, succ_ptr, succ, flow_set, set_ptr, flow_conn, flow_wire = graph
-    pending, ready, rel_by, tstart, tfinish, left, arrive, tbits = tstate
-    ht, hs, hf = heap
-    conn_row, idle, flowlet = conn
-    rsg, rsw, rlost, rhops, rcls, rclw, rbits = routes
-    cap, g_off, g_ptr, g_link, g_coef = groups
-    hop_s, until_s, advance, batch_rtol, done_rtol, rtol, gap, bin_s, memo, local, widen = params
-    rp_seg_t, rp_seg_b = replay
+    kind, dur, lat = graph.kind, graph.duration_s, graph.latency_s
+    succ_ptr, succ, flow_conn, flow_wire = (
+        graph.succ_ptr,
+        graph.succ,
+        graph.flow_conn,
+        graph.flow_wire,
+    )
+    flow_set, set_ptr = graph.flow_set, graph.set_ptr
+    pending, ready, rel_by = tstate.pending, tstate.ready, tstate.rel_by
+    tstart, tfinish, left, arrive, tbits = (
+        tstate.tstart,
+        tstate.tfinish,
+        tstate.left,
+        tstate.arrive,
+        tstate.tbits,
+    )
+    ht, hs, hf = heap.time, heap.seq, heap.item
+    conn_row, idle, flowlet = conn.row, conn.idle, conn.flowlet
+    rsg, rsw, rlost, rhops = routes.group, routes.weight, routes.lost, routes.hops
+    rcls, rclw, rbits = routes.cls, routes.clw, routes.bits
+    cap, g_off, g_ptr, g_link, g_coef = (
+        groups.capacity_bps,
+        groups.offset,
+        groups.ptr,
+        groups.link,
+        groups.coef,
+    )
+    hop_s, until_s, advance, gap = (
+        params.hop_s,
+        params.until_s,
+        params.advance,
+        params.flowlet_gap_s,
+    )
+    batch_rtol, done_rtol, rtol = params.batch_rtol, params.done_rtol, params.rtol
+    bin_s, memo, local, widen = params.bin_s, params.memo, params.local, params.widen
+    rp_seg_t, rp_seg_b = replay.seg_t, replay.seg_b
     n = kind.size
     K = rsg.shape[1]
     n_groups = g_off + g_ptr.size - 1
@@ -1018,7 +1048,8 @@ def evolve(
     seg_t, seg_bits[S, C], events, solves, bad)``: per flow the offset of the event that
     completed it and of its last bit, its delivered and sent wire bits and remaining bits
     (at ``tau``), and the piecewise-constant class loads (bits per segment)."""
-    cap, g_off, g_ptr, g_link, g_coef = groups
+    cap, g_off, g_ptr, g_link = groups.capacity_bps, groups.offset, groups.ptr, groups.link
+    g_coef = groups.coef
     m0 = rows.size
     K = rsg.shape[1]
     W = rcls.shape[1]
@@ -1222,7 +1253,7 @@ def components(act, m, row, rsg, rsw, parent, owner, comp):
 def fill_local(fl, nf, fg, fw, lost, cap, lmap, rtol, rate, fz, lhead, lnext, state, bott):
     """Max-min rates (into ``rate[f]``) of the flows ``fl[:nf]`` whose slots are all single
     links (``fg``/``fw``: per slot its links, -1 after the last, and weights): the
-    progressive filling of :func:`trainfabric.fabric.maxmin.fill` on the links they use
+    progressive filling of :func:`trainfabric.fabric.maxmin.progressive_fill` on the links they use
     only (renumbered through the scratch ``lmap`` of -1, restored), each link's capacity
     less ``fz[link]`` (bits/s of flows held at fixed rates; reset to 0 here). A saturated
     link freezes the flows of ``fl`` in its member list (``lhead``/``lnext``, entries

@@ -1,4 +1,5 @@
-"""``trainfabric ocs fairness``: several jobs on one wiring, one wiring per power p (spec §1.12).
+"""``trainfabric ocs fairness``: several jobs on one wiring, one wiring per power p
+(docs/ocs.md §1.12).
 
 For every ``p`` in ``--p`` the planner minimises the weighted power mean ``Φ_p`` of the jobs'
 smoothed critical paths (``p = inf``: the slowest job), rounds it on the hard ``Φ_p`` and

@@ -1,5 +1,5 @@
 """``trainfabric ocs schedule``: one demand matrix over ``s`` parallel OCSes with a
-reconfiguration delay (spec §1.9 B, the Spectra problem).
+reconfiguration delay (docs/ocs.md §1.9 B, the Spectra problem).
 
 Runs every scheduler of :mod:`trainfabric.ocs.schedule.schedulers` (BvN+LPT, Solstice+LPT,
 Eclipse+LPT, the Spectra-like reconstruction and ours), verifies each schedule with

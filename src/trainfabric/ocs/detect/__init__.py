@@ -1,4 +1,4 @@
-"""Change detection over per-slot count vectors (spec §1.11): GLR-CUSUM and GLR detectors.
+"""Change detection over per-slot count vectors (docs/ocs.md §1.11): GLR-CUSUM and GLR detectors.
 
 Modules: :mod:`.detectors` (the detectors, their thresholds and the statistic's paths) and
 :mod:`.streams` (count streams, planted changes, the reduced statistics for many pods).

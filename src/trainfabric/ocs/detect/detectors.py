@@ -1,4 +1,4 @@
-"""Multinomial change detection over per-slot count vectors (spec §1.11).
+"""Multinomial change detection over per-slot count vectors (docs/ocs.md §1.11).
 
 Model. Slot ``t = 1, 2, ...`` brings a count vector ``c_t`` in ``N^K`` (flows, or bytes in
 chunks, per category); given the slot totals ``n_t = sum c_t``, ``c_t ~ Mult(n_t, p)`` with
@@ -41,7 +41,7 @@ whatever the totals are (fixed or Poisson).
   With ``base = 2(K-1) log(N_{1:n}+1) + log|C_n| + 2 log n + log(2/delta)`` (``|C_n|`` counting
   the splits ``s >= 1`` only) the threshold is the fixed point ``beta = base + log(1+beta)``
   and the same union bound gives ``<= 0.83 delta``.
-  With all splits (``|C_n| = n - 1``) this is at most the spec's
+  With all splits (``|C_n| = n - 1``) this is at most the bound of docs/ocs.md §1.11,
   ``2(K-1) log(N+1) + 3 log n + log(2/delta) + log(1+beta)``; fewer candidates only lower it.
 
 The bound is a union bound, so the true false-alarm probability is usually far below ``delta``;

@@ -1,4 +1,5 @@
-"""Several jobs on one wiring: weighted power-mean fairness (spec §1.12, issue 13 item 4, E9).
+"""Several jobs on one wiring: weighted power-mean fairness
+(docs/ocs.md §1.12, issue 13 item 4, E9).
 
 Modules: :mod:`.jobs` (placement, byte shares), :mod:`.means` (power means), :mod:`.cost`
 (``Φ_p``), :mod:`.rounding` (local search on the hard ``Φ_p``), :mod:`.plan` (one wiring per

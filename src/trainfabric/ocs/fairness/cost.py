@@ -21,7 +21,8 @@ from trainfabric.ocs.wiring.prior import uniform_prior
 class FairnessCost:
     """``Φ_p`` of the jobs' smoothed critical paths on one wiring (module doc).
 
-    Implements what :func:`~trainfabric.ocs.wiring.solver.solve`, :func:`.cost.temperatures` and the
+    Implements what :func:`~trainfabric.ocs.wiring.solver.solve`,
+    :func:`trainfabric.ocs.wiring.cost.temperatures` and the
     baselines need: ``value_and_grad(x, b2)``, ``hard(x)`` (``Φ_p`` of the per-job hard
     critical paths; ``p = ∞``: their max), ``log_paths()`` (``log Σ_j |Π_j|``, the paths of all
     jobs side by side), ``dag`` (all jobs side by side, unshared bytes: the demand the

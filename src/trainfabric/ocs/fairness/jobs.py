@@ -15,7 +15,7 @@ from trainfabric.errors import ConfigError
 from trainfabric.ocs.model import OcsModel
 from trainfabric.ocs.wiring.families import combine
 from trainfabric.workloads import load_workload
-from trainfabric.workloads.dag import TaskDAG, from_arrays
+from trainfabric.workloads.dag import TaskDAG
 from trainfabric.workloads.workload import is_file_spec
 
 
@@ -31,29 +31,14 @@ class FairJob:
 
 
 def embed(dag: TaskDAG, pods, n: int) -> TaskDAG:
-    """``dag`` (on ``k`` pods) on ``n ≥ k`` pods, its pod ``i`` renamed ``pods[i]`` (distinct)."""
+    """``dag`` (on ``k`` pods) on ``n ≥ k`` pods, its pod ``i`` renamed ``pods[i]`` (distinct;
+    :meth:`TaskDAG.relabel`); ConfigError naming ``pods`` otherwise."""
     pods = np.asarray(pods, dtype=np.int64)
     if pods.size != dag.n_pods or np.unique(pods).size != pods.size:
         raise ConfigError("pods", f"a {dag.n_pods}-pod job needs {dag.n_pods} distinct pods")
     if pods.min() < 0 or pods.max() >= n:
         raise ConfigError("pods", f"job pods must lie in 0..{n - 1}")
-    pod = np.where(dag.pod >= 0, pods[np.maximum(dag.pod, 0)], -1).astype(np.int32)
-    dst = np.where(dag.dst >= 0, pods[np.maximum(dag.dst, 0)], -1).astype(np.int32)
-    edges = dag.edges.astype(np.int64)
-    return from_arrays(
-        n,
-        kind=dag.kind,
-        pod=pod,
-        dst=dst,
-        duration_s=dag.duration_s,
-        nbytes=dag.bytes,
-        latency_s=dag.latency_s,
-        phase=dag.phase,
-        edge_src=edges[:, 0],
-        edge_dst=edges[:, 1],
-        phases=dag.phases,
-        names=dag.names,
-    )
+    return dag.relabel(pods, n)
 
 
 def place_jobs(

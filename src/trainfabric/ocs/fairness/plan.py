@@ -33,7 +33,8 @@ class FairPlan:
     fractional optimum ``x_frac``; ``phi`` hard ``Φ_p`` of the integer wiring; ``mean``
     (weighted), ``max`` and ``jain`` of its values; ``b1``, ``b2`` (1/s), solver
     ``iterations`` and ``converged``; ``source`` the start the rounding kept;
-    ``evaluations`` of the search.
+    ``evaluations`` of the search. ``success`` is ``converged`` (the fractional solve met its
+    stopping test); ``message`` says so, with the start kept.
     """
 
     p: float
@@ -53,12 +54,24 @@ class FairPlan:
     source: str
     evaluations: int
 
+    @property
+    def success(self) -> bool:
+        return self.converged
+
+    @property
+    def message(self) -> str:
+        return (
+            f"solver {'converged' if self.converged else 'stopped before its stopping test'} "
+            f"after {self.iterations} iterations; rounding from {self.source}"
+        )
+
 
 def temperatures_for(
     cost: FairnessCost, b1_rel: float = 1.0, b2_rel: float = 50.0
 ) -> tuple[float, float]:
     """``(b1, b2)`` from the dimensionless knobs, the same for every ``p`` (so the plans of a
-    study differ only by ``p``), as :func:`.cost.temperatures` does for one job:
+    study differ only by ``p``), as :func:`trainfabric.ocs.wiring.cost.temperatures` does for one
+    job:
     ``b2 = b2_rel·max(log Σ_j |Π_j|, 1) / CP0`` (1/s) with ``CP0`` the weighted mean of the
     jobs' hard critical paths (s) on the fractional uniform mesh ``M q`` (so every job's
     smoothing excess ``U_j − CP_j ≤ CP0 / b2_rel``), and ``b1 = b1_rel / Φ0`` (per objective

@@ -104,12 +104,21 @@ def local_search(
 @dataclass
 class FairRound:
     """Outcome of :func:`round_fair`: the wiring ``x``, its ``key`` (hard ``Φ_p``, weighted
-    mean), the start it came from (``source``) and the evaluations spent."""
+    mean), the start it came from (``source``) and the evaluations spent. ``success``: the
+    key is finite; ``message``: ``Φ_p`` and the start."""
 
     x: np.ndarray
     key: tuple[float, float]
     source: str
     evaluations: int
+
+    @property
+    def success(self) -> bool:
+        return bool(np.isfinite(self.key).all())
+
+    @property
+    def message(self) -> str:
+        return f"hard Φ_p {self.key[0]:.6g} from the {self.source} start"
 
 
 def round_fair(

@@ -1,4 +1,5 @@
-"""Online rewiring under drifting traffic (spec §1.10): the lazy threshold policy and its regret.
+"""Online rewiring under drifting traffic: the lazy threshold policy and its regret
+(docs/ocs.md §1.10).
 
 Modules: :mod:`.threshold` (the one-hop cost, the policies, the regret bound and the
 evaluation), :mod:`.dag` (the same on a job's task DAG, regret bounded from both sides),

@@ -1,12 +1,13 @@
-"""Churn of the online policy's reconfigurations on the OCSes (spec E10, §1.8 minimal churn).
+"""Churn of the online policy's reconfigurations on the OCSes (docs/ocs.md E10, §1.8 minimal churn).
 
-:func:`replay` rebuilds the wirings a policy run of :mod:`.online` deployed (the same exact
+:func:`replay` rebuilds the wirings a policy run of :mod:`.threshold` deployed (the same exact
 optimum and completion at the same slots). :func:`churn` splits every deployed wiring onto
 the ``s`` OCSes two ways, both from the same deployed tables (those of the churn-aware
 deployment, which starts from a fresh split of the first wiring):
 
-* **naive**: a fresh :func:`.decompose.decompose` of the new wiring;
-* **churn-aware**: :func:`.decompose.decompose_churn_aware` from the deployed split (keeps
+* **naive**: a fresh :func:`trainfabric.ocs.wiring.decompose.decompose` of the new wiring;
+* **churn-aware**: :func:`trainfabric.ocs.wiring.decompose.decompose_churn_aware` from the deployed
+split (keeps
   every surviving circuit on its OCS and ports, places only the rest). When its local repair
   fails it falls back to a fresh split that keeps old ports only by chance, which can add
   more than the naive split (measured: 1 of 14 reconfigurations of a 16-pod MoE rotation);
@@ -14,9 +15,11 @@ deployment, which starts from a fresh split of the first wiring):
   (``aware``; ``aware_raw`` is the churn-aware split alone).
 
 The churn of a reconfiguration is the number of cross-connects added, over all OCSes, by the
-idempotent diff (:func:`.decompose.diff`) from the deployed tables to the new ones (a moved
+idempotent diff (:func:`trainfabric.ocs.wiring.decompose.diff`) from the deployed tables to the new
+ones (a moved
 circuit is one delete plus one add). ``wiring_moves = Σ_e max(x_new − x_old, 0)`` is the
-least any split can add. The Jeffreys prediction ``M b1 Δ / 2`` of spec E10 concerns the
+least any split can add. The Jeffreys prediction ``M b1 Δ / 2`` of E10 (docs/ocs.md §3.2) concerns
+the
 entropic solver's fractional optimum; the one-hop policy re-solves exactly (no ``b1``), so it
 is not compared here.
 """

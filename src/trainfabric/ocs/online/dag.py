@@ -2,10 +2,11 @@
 
 **Cost.** A task DAG (:mod:`trainfabric.workloads`) with base pod traffic ``T0``
 (:func:`.drift.traffic_matrix`, bytes per iteration). Slot ``t``'s traffic ``D_t`` must live on
-the support of ``T0`` (generate it with ``base=T0``, :func:`.traffic.generate`); the slot's DAG
+the support of ``T0`` (generate it with ``base=T0``, :func:`trainfabric.ocs.traffic.generate`); the
+slot's DAG
 has every comm node ``u → v`` scaled by ``D_t,uv / T0_uv`` (as :func:`.drift.drift_traffic`
 scales bytes), so its pod traffic is exactly ``D_t``. ``f_t(x)`` is the hard critical path
-(:meth:`.cost.PathCost.hard`) of the integer wiring ``x`` on slot ``t``'s DAG.
+(:meth:`trainfabric.ocs.wiring.cost.PathCost.hard`) of the integer wiring ``x`` on slot ``t``'s DAG.
 
 *Lipschitz constant.* A comm node lasts ``latency + 8 b / (B x_e + B0)``; a path visits each
 node at most once, and the comm nodes of ``u → v`` carry ``D_t,uv`` bytes together, so a
@@ -13,7 +14,8 @@ path's length moves by at most ``(8/B0) Σ_uv |D_t,uv − D_s,uv|`` and so does 
 paths: ``Γ = 8 / B0`` seconds per byte, as in the one-hop model.
 
 **The per-slot optimum is not proven.** The switching-free oracle is the planner
-(:func:`.planner.plan`, warm-started from the previous slot's plan); every plan carries a
+(:func:`trainfabric.ocs.wiring.planner.plan`, warm-started from the previous slot's plan); every
+plan carries a
 certified lower bound ``LB_t ≤ OPT_t ≤ CP_t`` (its wiring's critical path). So the regret
 ``R = Σ f_t(w_t) + switching − Σ OPT_t`` is bracketed by
 
@@ -21,7 +23,7 @@ certified lower bound ``LB_t ≤ OPT_t ≤ CP_t`` (its wiring's critical path). 
 
 The threshold policy re-plans at a reconfiguration ``s_k`` (warm-started from its own last
 plan) and its wiring ``w_k`` is optimal only within its certified gap
-``g_k = CP_{s_k}(w_k) − LB_{s_k}``; step (b) of spec §1.10 becomes
+``g_k = CP_{s_k}(w_k) − LB_{s_k}``; step (b) of docs/ocs.md §1.10 becomes
 ``f_t(w_k) ≤ f_t(w_t*) + 2Γθ + g_k``, and the bound gains ``Σ_t g_{k(t)}``:
 
     R ≤ C_eff (V1/θ + 1) + 2ΓθT + Σ_t g_{k(t)}.
@@ -34,14 +36,23 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
 from trainfabric.errors import ConfigError
 from trainfabric.ocs.model import OcsModel
 from trainfabric.ocs.online.drift import traffic_matrix
-from trainfabric.ocs.online.threshold import CHARGES, regret_bound, theta_star
+from trainfabric.ocs.online.threshold import (
+    OneHopCost,
+    OnlineResult,
+    PolicyRun,
+    effective_switch_cost,
+    regret_bound,
+    resolve_theta,
+    theta_star,
+)
 from trainfabric.ocs.traffic import TrafficSequence
 from trainfabric.ocs.wiring.cost import PathCost
 from trainfabric.ocs.wiring.planner import Plan, plan
@@ -63,33 +74,46 @@ def slot_dag(dag: TaskDAG, base: np.ndarray, matrix: np.ndarray) -> TaskDAG:
 
 
 @dataclass
-class DagPolicyRun:
-    """One policy on the DAG model (seconds, counts; per-slot arrays)."""
+class DagPolicyRun(PolicyRun):
+    """A :class:`.threshold.PolicyRun` on the DAG model, whose oracle is the planner: its
+    ``regret_s`` (= ``regret_lower_s``) is measured against the plans' critical paths
+    ``Σ_t CP_t``, ``regret_upper_s`` against their certified lower bounds ``certified_s =
+    Σ_t LB_t`` (s); ``bound_s`` is the regret bound with the certified gaps (module doc; nan
+    for always- and never-switch). ``success`` also needs a finite ``regret_upper_s``."""
 
-    name: str
-    theta: float
-    switches: int
-    moved_circuits: int
-    slot_cost_s: float
-    switching_cost_s: float
-    regret_lower_s: float
-    regret_upper_s: float
+    oracle: ClassVar[str] = "the planner's plans, bracketed by their certified lower bounds"
+
+    certified_s: float
     bound_s: float
-    cost: np.ndarray = field(repr=False)
-    switched: np.ndarray = field(repr=False)
+
+    @property
+    def regret_lower_s(self) -> float:
+        """``Σ f_t(w_t) + switching − Σ CP_t`` (s): at most the regret."""
+        return self.regret_s
+
+    @property
+    def regret_upper_s(self) -> float:
+        """``Σ f_t(w_t) + switching − Σ LB_t`` (s): at least the regret."""
+        return self.slot_cost_s + self.switching_cost_s - self.certified_s
+
+    @property
+    def success(self) -> bool:
+        return super().success and math.isfinite(self.regret_upper_s)
 
 
 @dataclass
-class DagOnlineResult:
-    """Oracle per slot (``oracle_cp`` planner's critical path, ``oracle_lb`` certified
-    bound), measured ``v1``, ``gamma``, ``theta_star`` and the ``runs``."""
+class DagOnlineResult(OnlineResult):
+    """An :class:`.threshold.OnlineResult` on the DAG model: the oracle per slot
+    (``oracle_cp`` [T] the planner's critical paths, ``oracle_lb`` [T] their certified lower
+    bounds, s; ``optimum_s = Σ oracle_cp``), ``runs`` of :class:`DagPolicyRun` and ``bound_s``
+    the threshold run's bound with the certified gaps."""
 
-    v1: float
-    gamma: float
-    theta_star: float
     oracle_cp: np.ndarray
     oracle_lb: np.ndarray
-    runs: dict[str, DagPolicyRun]
+
+    def run_bound(self, run: DagPolicyRun) -> float:
+        """The run's own bound, certified gaps included (s; nan without a finite ``θ``)."""
+        return run.bound_s
 
 
 def _moved(x_new, x_old) -> int:
@@ -109,21 +133,16 @@ def evaluate_dag(
     with the planner as the oracle and the regret bracketed (module doc)."""
     from trainfabric.ocs.traffic import variation
 
-    if charge not in CHARGES:
-        raise ConfigError("charge", f"must be one of {', '.join(CHARGES)}, got {charge!r}")
-    if not (math.isfinite(switch_cost_s) and switch_cost_s >= 0):
-        raise ConfigError("switch_cost_s", f"must be finite and >= 0, got {switch_cost_s}")
+    one_hop = OneHopCost(model)  # for Γ = 8 / B0 and C_eff, the same as the one-hop model's
+    c_eff = effective_switch_cost(one_hop, switch_cost_s, charge)
     base = traffic_matrix(dag)
     d = seq.array()
     dags = [slot_dag(dag, base, d[t]) for t in range(seq.slots)]
     costs = [PathCost(g, model) for g in dags]
-    gamma = 8.0 / model.fallback_bps
+    gamma = one_hop.gamma
     v1 = variation(d)
-    c_eff = switch_cost_s * (1 if charge == "reconfiguration" else model.max_circuits)
     star = theta_star(c_eff, v1, gamma, seq.slots)
-    theta = star if theta is None else float(theta)
-    if not theta >= 0:
-        raise ConfigError("theta", f"must be >= 0, got {theta}")
+    theta = resolve_theta(theta, star)
     oracle: list[Plan] = []
     for t, g in enumerate(dags):
         oracle.append(plan(g, model, seed=seed, warm_start=oracle[-1] if t else None))
@@ -135,26 +154,27 @@ def evaluate_dag(
         gap = cur.hard_critical_path_s - lb[0]
         per = np.empty(seq.slots)
         switched = np.zeros(seq.slots, dtype=bool)
-        moved, gaps = 0, 0.0
+        moved = np.zeros(seq.slots, dtype=np.int64)
+        gaps = 0.0
         for t in range(seq.slots):
             if np.abs(d[t] - ref).sum() > th:
                 new = oracle[t] if th < 0 else plan(dags[t], model, seed=seed, warm_start=cur)
-                moved += _moved(new.x, cur.x)
+                moved[t] = _moved(new.x, cur.x)
                 cur, ref, switched[t] = new, d[t], True
                 gap = new.hard_critical_path_s - max(lb[t], new.lower_bound_s)
             per[t] = costs[t].hard(cur.x)
             gaps += gap
-        n_sw = int(switched.sum())
-        sw = switch_cost_s * (n_sw if charge == "reconfiguration" else moved)
-        total = float(per.sum())
         bound = (
             regret_bound(c_eff, v1, th, gamma, seq.slots) + gaps if 0 <= th < math.inf else math.nan
         )
-        return DagPolicyRun(
-            name, th, n_sw, moved, total, sw,
-            total + sw - float(cp.sum()), total + sw - float(lb.sum()), bound, per, switched,
+        return DagPolicyRun.measure(
+            name, th, (per, switched, moved), switch_cost_s, charge, float(cp.sum()),
+            certified_s=float(lb.sum()), bound_s=bound,
         )  # fmt: skip
 
     runs = {r.name: r for r in (run("threshold", theta), run("always", -1.0))}
     runs["never"] = run("never", math.inf)
-    return DagOnlineResult(v1, gamma, star, cp, lb, runs)
+    return DagOnlineResult(
+        seq.slots, v1, gamma, switch_cost_s, charge, c_eff, star, runs["threshold"].bound_s,
+        float(cp.sum()), runs, cp, lb,
+    )  # fmt: skip

@@ -1,11 +1,13 @@
 """GLR-triggered reconfiguration: the comparator of the threshold policy that watches counts.
 
-The threshold policy of :mod:`.online` sees the exact byte matrices. A deployed controller
+The threshold policy of :mod:`.threshold` sees the exact byte matrices. A deployed controller
 sees samples: per slot, the flows (or fixed-size chunks) between pods, modelled as
 ``c_t,uv ~ Poisson(D_t,uv / chunk)`` (seeded). :func:`glr_mask` feeds them, reduced to the
 ``top`` heaviest pairs of the traffic at the last reconfiguration plus "everything else"
-(:func:`.detect.reduce_counts` mode ``topr``, ``K = top + 1`` categories), to the two-segment
-GLR detector of :mod:`.detect` (unknown pre-change law, false-alarm probability at most
+(:func:`trainfabric.ocs.detect.streams.reduce_counts` mode ``topr``, ``K = top + 1`` categories),
+to the two-segment
+GLR detector of :mod:`trainfabric.ocs.detect` (unknown pre-change law, false-alarm probability at
+most
 ``delta`` per segment). An alarm at slot ``t`` triggers a reconfiguration at ``t`` (the
 policy then re-solves for ``D_t``, as the threshold policy does); the detector restarts
 itself and the ``top`` pairs are re-chosen from ``D_t``. The detector reacts to a change of the

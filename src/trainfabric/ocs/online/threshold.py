@@ -1,8 +1,10 @@
-"""Online rewiring under drifting traffic: the lazy threshold policy and its regret (spec §1.10).
+"""Online rewiring under drifting traffic: the lazy threshold policy and its regret
+(docs/ocs.md §1.10).
 
 **Per-slot cost (one-hop model).** Pods with ``d_v`` ports, duplex circuits of rate ``B``
 (bits/s) and a fallback ``B0 > 0`` per pair. Slot ``t`` carries the directed traffic ``D_t``
-[n, n] (bytes, :mod:`.traffic`); a pair's load is ``L_t,e = 8 max(D_t,uv, D_t,vu)`` bits (a
+[n, n] (bytes, :mod:`trainfabric.ocs.traffic`); a pair's load is ``L_t,e = 8 max(D_t,uv, D_t,vu)``
+bits (a
 circuit serves both directions) and the cost of an integer wiring ``x`` [P] is the slot's
 maximum link utilisation time
 
@@ -12,7 +14,8 @@ maximum link utilisation time
 ``k_e(u) = min{k ≥ 0 : L_e / (B k + B0) ≤ u}`` fit (``k_e ≤ min(d_u, d_v)``,
 ``Σ_u k_uv ≤ d_v``); achievability is monotone in ``u`` and some pair is tight at the
 optimum, so ``u* ∈ {L_e / (B k + B0) : 0 ≤ k ≤ min(d_u, d_v)}`` and a binary search over
-these sorted candidates finds it exactly (the method of :mod:`.onehop`, here with the
+these sorted candidates finds it exactly (the method of :mod:`trainfabric.ocs.wiring.onehop`, here
+with the
 fallback ``B0``; ``k = 0`` is a candidate, so ``u*`` is always finite). The search is a numba
 kernel; the oracle's per-slot costs ``f_t(w_t*) = u*_t`` are exact, hence so is the regret.
 
@@ -38,7 +41,7 @@ time; more circuits never raise ``f``):
 * Switching cost ``C`` (seconds) per reconfiguration (``charge="reconfiguration"``) or per
   moved circuit (``"circuit"``: ``C`` times the circuits added, ``Σ_e max(x_new − x_old, 0)``,
   the least any split onto the OCSes must add; the cross-connects a real split adds are
-  measured by :mod:`.online_churn`, E10).
+  measured by :mod:`.churn`, E10).
 
 **Regret and bound.** ``Regret = Σ_t f_t(w_t) + switching − Σ_t f_t(w_t*)``. With ``N`` the
 reconfigurations of the threshold policy: (a) each needs a drift ``> θ`` accumulated over
@@ -59,6 +62,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar, Self
 
 import numba
 import numpy as np
@@ -294,6 +298,15 @@ def regret_bound(c_eff: float, v1: float, theta: float, gamma: float, slots: int
     return c_eff * (v1 / theta + 1.0) + 2.0 * gamma * theta * slots
 
 
+def resolve_theta(theta: float | None, star: float) -> float:
+    """The threshold ``θ`` (bytes): ``theta``, or ``θ*`` when None; ConfigError naming
+    ``theta`` unless ``≥ 0``."""
+    theta = star if theta is None else float(theta)
+    if not theta >= 0:
+        raise ConfigError("theta", f"must be >= 0, got {theta}")
+    return theta
+
+
 def effective_switch_cost(cost: OneHopCost, switch_cost_s: float, charge: str) -> float:
     """``C`` per reconfiguration, or ``C · M`` with ``M`` the most circuits of a wiring."""
     if not (math.isfinite(switch_cost_s) and switch_cost_s >= 0):
@@ -314,7 +327,20 @@ class Policy:
 
 @dataclass
 class PolicyRun:
-    """Measured totals of one policy (seconds, counts); ``cost`` and ``switched`` per slot."""
+    """Measured totals of one policy over ``T`` slots, built by :meth:`measure`.
+
+    Per slot (arrays [T]): ``cost`` ``f_t(w_t)`` (s), ``switched`` (a reconfiguration at
+    ``t``) and ``moved`` (circuits added, ``Σ_e max(x_new − x_old, 0)``). Totals:
+    ``switches``, ``moved_circuits``, ``slot_cost_s = Σ_t f_t(w_t)``, ``switching_cost_s``
+    (``C`` per reconfiguration or per added circuit, by the charge) and ``regret_s =
+    slot_cost_s + switching_cost_s − Σ_t`` of the oracle's per-slot costs (s): the exact
+    optima in the one-hop model, so the regret itself; the planner's plans on the DAG model
+    (:class:`.dag.DagPolicyRun`), the lower end of the regret's bracket. ``theta`` (bytes;
+    ``−1`` for always-switch, ``inf`` for never-switch and the masks). ``success``: the regret
+    is finite; ``message`` says so and against what it was measured (``oracle``).
+    """
+
+    oracle: ClassVar[str] = "the exact per-slot optima"
 
     name: str
     theta: float
@@ -326,6 +352,38 @@ class PolicyRun:
     cost: np.ndarray = field(repr=False)
     switched: np.ndarray = field(repr=False)
     moved: np.ndarray = field(repr=False)
+
+    @classmethod
+    def measure(
+        cls,
+        name: str,
+        theta: float,
+        per_slot: tuple[np.ndarray, np.ndarray, np.ndarray],
+        switch_cost_s: float,
+        charge: str,
+        oracle_s: float,
+        **extra,
+    ) -> Self:
+        """The run with per-slot ``(cost, switched, moved)`` and the totals of the class doc:
+        ``switching_cost_s = C · switches`` (``charge="reconfiguration"``) or ``C ·
+        moved_circuits`` (``"circuit"``), ``regret_s = slot_cost_s + switching_cost_s −
+        oracle_s`` (s); ``extra``: the fields a subclass adds."""
+        cost, switched, moved = per_slot
+        switches, circuits = int(switched.sum()), int(moved.sum())
+        switching = switch_cost_s * (switches if charge == "reconfiguration" else circuits)
+        total = float(cost.sum())
+        regret = total + switching - oracle_s
+        return cls(
+            name, float(theta), switches, circuits, total, switching, regret, *per_slot, **extra
+        )
+
+    @property
+    def success(self) -> bool:
+        return math.isfinite(self.regret_s)
+
+    @property
+    def message(self) -> str:
+        return f"regret {'measured' if self.success else 'not finite'} against {self.oracle}"
 
 
 def standard_policies(theta: float, grid: Sequence[float] = ()) -> list[Policy]:
@@ -368,25 +426,12 @@ def run_policies(
             _run_block(
                 flat, loads, float(p.theta), mask, use_mask, ref, x, *args, buf, c[sl], s[sl], m[sl]
             )
-    runs = {}
-    for p in policies:
-        c, s, m = out[p.name]
-        n_sw, n_mv = int(s.sum()), int(m.sum())
-        sw_cost = switch_cost_s * (n_sw if charge == "reconfiguration" else n_mv)
-        total = float(c.sum())
-        runs[p.name] = PolicyRun(
-            p.name,
-            float(p.theta),
-            n_sw,
-            n_mv,
-            total,
-            sw_cost,
-            total + sw_cost - float(optima.sum()),
-            c,
-            s,
-            m,
+    return {
+        p.name: PolicyRun.measure(
+            p.name, p.theta, out[p.name], switch_cost_s, charge, float(optima.sum())
         )
-    return runs
+        for p in policies
+    }
 
 
 # Multiples of θ* the oracle-tuned θ chooses from: θ* · 2^{k/2}, k = −6..14 (θ* is
@@ -396,8 +441,14 @@ ORACLE_GRID = 2.0 ** (np.arange(-6, 15) / 2.0)
 
 @dataclass
 class OnlineResult:
-    """One sequence, one switching cost: ``runs`` per policy, the exact optima, ``v1``
-    (measured), ``gamma``, ``c_eff``, ``theta_star`` and the bound at ``θ*``."""
+    """One sequence of ``slots`` slots, one switching cost ``switch_cost_s`` (s) charged per
+    ``charge``: ``runs`` per policy, the measured ``v1 = Σ_t ||D_t − D_{t−1}||_1`` (bytes),
+    ``gamma`` ``Γ`` (s/byte), ``c_eff`` (s), ``theta_star`` ``θ*`` (bytes), ``bound_s`` the
+    regret bound of the threshold policy at its ``θ`` and ``optimum_s`` the oracle's
+    ``Σ_t`` cost (s; the exact optima here, the planner's plans in :class:`.dag.DagOnlineResult`).
+    ``success``: every run succeeded (:attr:`PolicyRun.success`); ``message`` names any that
+    did not.
+    """
 
     slots: int
     v1: float
@@ -409,6 +460,22 @@ class OnlineResult:
     bound_s: float
     optimum_s: float
     runs: dict[str, PolicyRun]
+
+    @property
+    def success(self) -> bool:
+        return all(r.success for r in self.runs.values())
+
+    @property
+    def message(self) -> str:
+        failed = [k for k, r in self.runs.items() if not r.success]
+        return f"regret not finite: {', '.join(failed)}" if failed else "every regret is finite"
+
+    def run_bound(self, run: PolicyRun) -> float:
+        """The regret bound ``C_eff (V1/θ + 1) + 2ΓθT`` (s) at the run's ``θ``; nan for the
+        always- and never-switch runs and the masks."""
+        if run.theta >= 0 and math.isfinite(run.theta):
+            return regret_bound(self.c_eff, self.v1, run.theta, self.gamma, self.slots)
+        return math.nan
 
     def oracle_theta(self) -> PolicyRun:
         """The grid policy with the least regret in hindsight (the oracle-tuned θ)."""
@@ -425,9 +492,7 @@ class OnlineResult:
             "policy": name,
             "theta": r.theta,
             "regret_s": r.regret_s,
-            "regret_bound_s": regret_bound(self.c_eff, self.v1, r.theta, self.gamma, self.slots)
-            if r.theta >= 0 and math.isfinite(r.theta)
-            else math.nan,
+            "regret_bound_s": self.run_bound(r),
             "normalised_regret": r.regret_s / norm if norm > 0 else math.nan,
             "switches": r.switches,
             "switches_bound": self.v1 / r.theta + 1 if 0 < r.theta < math.inf else math.nan,
@@ -456,9 +521,7 @@ def evaluate(
     v1 = variation(seq)
     c_eff = effective_switch_cost(cost, switch_cost_s, charge)
     star = theta_star(c_eff, v1, cost.gamma, seq.slots)
-    theta = star if theta is None else float(theta)
-    if not theta >= 0:
-        raise ConfigError("theta", f"must be >= 0, got {theta}")
+    theta = resolve_theta(theta, star)
     pol = [Policy("threshold", theta)]
     pol += [p for p in standard_policies(theta)[1:] if p.name in extra]
     pol += [Policy(f"theta={g * star:.6g}", g * star) for g in (grid if grid is not None else ())]

@@ -1,4 +1,4 @@
-"""Circuit scheduling with reconfiguration delay (spec §1.9 B, the Spectra problem, E5).
+"""Circuit scheduling with reconfiguration delay (docs/ocs.md §1.9 B, the Spectra problem, E5).
 
 Modules: :mod:`.model` (schedules, slots and their check), :mod:`.decompositions` (BvN,
 Solstice, Eclipse: matrices into weighted matchings), :mod:`.schedulers` (the schedulers over

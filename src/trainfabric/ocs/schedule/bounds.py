@@ -15,8 +15,8 @@ switch ``k`` holding ``c_k ≥ 1`` of them with durations summing to ``l_k``. Th
 Averaging over the ``m`` switches, ``T ≥ (max(Δ_v, m) δ + L_v/B) / m``; and the switch with
 the most useful configurations has ``c_k ≥ ⌈max(Δ_v, m) / m⌉``, so ``T ≥ ⌈max(Δ_v, m)/m⌉ δ``.
 Since ``m ∈ {1, …, s}`` is unknown, ``T ≥ min_m max(those two)``. At ``m = s`` the first term
-is at least the spec's ``(δ Δ_v + L_v / B) / s``, and every ``m < s`` gives a larger value,
-so this bound dominates the spec's closed form.
+is at least the ``(δ Δ_v + L_v / B) / s``, and every ``m < s`` gives a larger value,
+so this bound dominates the closed form of docs/ocs.md §1.9 B.
 
 **Entry bound.** The largest entry ``D_uv`` is served on at most ``s`` switches; the one
 serving the largest share serves ``≥ D_uv / s`` bytes after at least one δ:
@@ -51,7 +51,7 @@ def port_bound(loads_s: np.ndarray, degrees: np.ndarray, s: int, delay_s: float)
 def lower_bound_parts(
     demand: np.ndarray, s: int, delay_s: float, rate_Bps: float
 ) -> dict[str, float]:
-    """The port bound, the entry bound and the spec's closed form (all seconds)."""
+    """The port bound, the entry bound and the closed form of docs/ocs.md §1.9 B (all seconds)."""
     d = np.asarray(demand, dtype=float)
     nz = d > 0
     loads = np.concatenate([d.sum(axis=1), d.sum(axis=0)]) / rate_Bps

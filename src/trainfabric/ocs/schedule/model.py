@@ -1,4 +1,4 @@
-"""Circuit schedules with reconfiguration delay (spec §1.9 B, the Spectra problem).
+"""Circuit schedules with reconfiguration delay (docs/ocs.md §1.9 B, the Spectra problem).
 
 Problem. One demand matrix ``D`` (bytes, ``n x n``, directed, zero diagonal) must be carried by
 ``s`` parallel optical circuit switches. Each switch is a crossbar: in one *configuration*

@@ -83,7 +83,9 @@ class Pools:
 
 @dataclass(frozen=True)
 class Result:
-    """A scheduler's schedule with its makespan, configuration count and wall time (s)."""
+    """A scheduler's schedule with its makespan, configuration count and wall time (s).
+    ``success``: the makespan is finite (every scheduler returns a complete schedule);
+    ``message``: the makespan and configurations."""
 
     name: str
     schedule: Schedule
@@ -91,6 +93,14 @@ class Result:
     configurations: int
     wall_s: float
     detail: str = ""
+
+    @property
+    def success(self) -> bool:
+        return bool(np.isfinite(self.makespan_s))
+
+    @property
+    def message(self) -> str:
+        return f"makespan {self.makespan_s:.6g} s with {self.configurations} configurations"
 
 
 def decompose_fixed(demand: np.ndarray, rate_Bps: float) -> Pools:

@@ -1,4 +1,4 @@
-"""The E5 sweep (spec §3.2): every scheduler on every demand family, size, switch count and
+"""The E5 sweep (docs/ocs.md §3.2): every scheduler on every demand family, size, switch count and
 delay, one row per (family, pods, s, rho, scheduler).
 
 δ is ``rho`` × the ideal makespan ``max_v L_v / (s B)`` of that instance

@@ -1,4 +1,4 @@
-"""The static wiring problem (spec §1.3-1.9): how many circuits each pod pair gets.
+"""The static wiring problem (docs/ocs.md §1.3-1.9): how many circuits each pod pair gets.
 
 The planner (:mod:`.planner`) solves the entropic relaxation and rounds it:
 

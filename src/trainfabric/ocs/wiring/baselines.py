@@ -1,4 +1,5 @@
-"""Traffic-oblivious and traffic-matrix baselines for the OCS wiring (spec §1.3, §3.2 E1/E3/E11).
+"""Traffic-oblivious and traffic-matrix baselines for the OCS wiring
+(docs/ocs.md §1.3, §3.2 E1/E3/E11).
 
 * :func:`uniform_mesh` — the Fat-Tree analogue [A5]: ``round_to_degrees(M·q)`` with ``q`` the
   KL-projected gravity prior (``q_e = 1/|P|`` for equal degrees).

@@ -1,4 +1,5 @@
-"""A certified lower bound on the integer optimum of the hard critical path (spec §1.5, §1.9 A).
+"""A certified lower bound on the integer optimum of the hard critical path
+(docs/ocs.md §1.5, §1.9 A).
 
 The integer problem: minimise ``CP(x) = max_π Σ_{i∈π} t_i(x)`` over integer wirings with
 ``Σ_u x_uv ≤ d_v`` (dark ports allowed) and ``0 ≤ x_e ≤ K_e = min(d_u, d_v)``, where a comm
@@ -69,12 +70,25 @@ class Certificate:
     ``lower_bound_s`` ≤ every integer wiring's critical path; ``relaxation_upper_s`` ≥ the
     relaxation's optimum (the critical path under ``φ`` of a feasible fractional wiring);
     ``tolerance = relaxation_upper_s / lower_bound_s − 1``; ``rounds``: LP rounds after the starts.
+    ``success``: the bound is positive and finite (so that :meth:`gap` is finite);
+    ``message``: the bound and its tolerance.
     """
 
     lower_bound_s: float
     relaxation_upper_s: float
     tolerance: float
     rounds: int
+
+    @property
+    def success(self) -> bool:
+        return bool(0 < self.lower_bound_s < np.inf)
+
+    @property
+    def message(self) -> str:
+        return (
+            f"lower bound {self.lower_bound_s:.6g} s, tolerance {self.tolerance:.3g} "
+            f"after {self.rounds} rounds"
+        )
 
     def gap(self, critical_path_s: float) -> float:
         """``CP / lower_bound − 1``: how far a wiring of critical path ``CP`` can be from the

@@ -1,4 +1,4 @@
-"""Exact compression of a task DAG for the path-cost sweeps (spec §1.5, "LSE node").
+"""Exact compression of a task DAG for the path-cost sweeps (docs/ocs.md §1.5, "LSE node").
 
 A *plain* comm node has exactly one predecessor and one successor. The plain comm nodes that
 share both (the parallel branches of one phase) form a *bundle*; every other comm node is a

@@ -1,4 +1,5 @@
-"""Smoothed and hard critical path of a task DAG as functions of the pair circuits (spec §1.5).
+"""Smoothed and hard critical path of a task DAG as functions of the pair circuits
+(docs/ocs.md §1.5).
 
 Node durations (seconds) under the wiring ``x`` (circuits per unordered pod pair ``e``)::
 

@@ -1,4 +1,4 @@
-"""Integer wiring -> per-OCS configurations -> cross-connect tables (spec §1.8 step S, §6.2).
+"""Integer wiring -> per-OCS configurations -> cross-connect tables (docs/ocs.md §1.8 step S, §6.2).
 
 A wiring ``X`` (circuits per pod pair, at most ``d_v`` ports of pod ``v`` used) is split into
 ``s`` symmetric configurations ``X^(k)``, one per OCS, with ``Σ_k X^(k) = X`` and row sums at
@@ -57,6 +57,7 @@ class Decomposition:
     ``method``: ``"euler"``, ``"ip"`` or ``"churn"``; ``tables``: the port assignment when it
     is fixed by an earlier one (churn-aware), else None (canonical, see
     :func:`cross_connects`); ``kept``: circuits kept on their OCS and ports (churn-aware).
+    ``success`` is ``feasible``; ``message`` counts the circuits left unrealised.
     """
 
     configs: list[np.ndarray]
@@ -65,6 +66,15 @@ class Decomposition:
     method: str = "euler"
     tables: list[Table] | None = field(default=None, repr=False)
     kept: int = 0
+
+    @property
+    def success(self) -> bool:
+        return bool(self.feasible)
+
+    @property
+    def message(self) -> str:
+        left = sum(k for _, _, k in self.unrealised)
+        return f"{'split' if self.feasible else 'infeasible'}: {left} circuits unrealised"
 
 
 def _check(model: OcsModel, x) -> np.ndarray:

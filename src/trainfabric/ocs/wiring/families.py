@@ -89,27 +89,9 @@ def _deepseek(layers: int, dense: int = 0) -> dict:
 # -- composing DAGs -----------------------------------------------------------------------------
 def relabel_pods(dag: TaskDAG, perm: np.ndarray) -> TaskDAG:
     """The same DAG with pod ``v`` renamed ``perm[v]`` (compute pods, comm sources and
-    destinations; ``perm`` a permutation of ``0..n-1``)."""
-    perm = np.asarray(perm, dtype=np.int32)
-    if np.sort(perm).tolist() != list(range(dag.n_pods)):
-        raise ConfigError("perm", f"must be a permutation of 0..{dag.n_pods - 1}")
-    pod = np.where(dag.pod >= 0, perm[np.maximum(dag.pod, 0)], dag.pod).astype(np.int32)
-    dst = np.where(dag.dst >= 0, perm[np.maximum(dag.dst, 0)], dag.dst).astype(np.int32)
-    edges = dag.edges
-    return from_arrays(
-        dag.n_pods,
-        kind=dag.kind,
-        pod=pod,
-        dst=dst,
-        duration_s=dag.duration_s,
-        nbytes=dag.bytes,
-        latency_s=dag.latency_s,
-        phase=dag.phase,
-        edge_src=edges[:, 0].astype(np.int64),
-        edge_dst=edges[:, 1].astype(np.int64),
-        phases=dag.phases,
-        names=dag.names,
-    )
+    destinations; ``perm`` a permutation of ``0..n-1``, else a ConfigError naming ``perm``):
+    :meth:`TaskDAG.relabel`."""
+    return dag.relabel(perm)
 
 
 def combine(first: TaskDAG, second: TaskDAG, series: bool, tags=("a:", "b:")) -> TaskDAG:

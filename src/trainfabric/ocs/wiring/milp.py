@@ -1,4 +1,4 @@
-"""Exact MILP baseline for the static wiring of a task DAG (spec §1.9 A), solved with HiGHS.
+"""Exact MILP baseline for the static wiring of a task DAG (docs/ocs.md §1.9 A), solved with HiGHS.
 
 Model (times in seconds, ``X`` in circuits)::
 
@@ -92,7 +92,8 @@ class MilpResult:
     ~1e-6 relative: HiGHS accepts ``X_e`` within its integrality tolerance of an integer, where
     the steep first secant is slightly lower than ``f``). ``wall_s``: build + solve;
     ``highs_s``: HiGHS run time alone. ``reductions``: sizes before and after the reductions
-    of the module doc.
+    of the module doc. ``success``: HiGHS proved optimality (``status == "optimal"``, within
+    ``mip_rel_gap``); ``message``: the status with the gap, or that no solution was found.
     """
 
     status: str
@@ -111,6 +112,14 @@ class MilpResult:
     highs_s: float = 0.0
     relaxed: bool = False
     reductions: dict = field(default_factory=dict)
+
+    @property
+    def success(self) -> bool:
+        return self.status == "optimal"
+
+    @property
+    def message(self) -> str:
+        return f"{self.status}: " + ("no solution" if self.x is None else f"gap {self.gap:.3g}")
 
 
 @dataclass
@@ -485,7 +494,7 @@ def solve_milp(
     relax: bool = False,
     reduce: bool = True,
 ) -> MilpResult:
-    """Minimum hard critical path over integer wirings (spec §1.9 A) with HiGHS (highspy).
+    """Minimum hard critical path over integer wirings (docs/ocs.md §1.9 A) with HiGHS (highspy).
 
     Parameters: ``time_limit_s`` (HiGHS wall-clock limit, s), ``mip_rel_gap`` (relative gap at
     which HiGHS stops), ``threads``, ``seed`` (HiGHS ``random_seed``), ``x_start`` (integer

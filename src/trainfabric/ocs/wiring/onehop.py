@@ -105,11 +105,22 @@ class OneHopInstance:
 class OneHopResult:
     """``mlu`` (dimensionless; ``inf`` if no wiring serves every loaded pair), an optimal
     wiring ``x`` [P] (None when ``mlu`` is ``inf``) and ``checks``, the feasibility tests the
-    binary search made."""
+    binary search made. ``success``: a wiring exists (``x`` is not None); ``message`` says
+    so."""
 
     mlu: float
     x: np.ndarray | None
     checks: int
+
+    @property
+    def success(self) -> bool:
+        return self.x is not None
+
+    @property
+    def message(self) -> str:
+        if self.success:
+            return f"optimal: MLU {self.mlu:.6g} after {self.checks} checks"
+        return "infeasible: no wiring gives every loaded pair a circuit"
 
 
 def mlu(inst: OneHopInstance, x) -> float:
@@ -149,32 +160,55 @@ def one_hop_optimum(inst: OneHopInstance) -> OneHopResult:
     kmax = inst.pair_cap()[on]
     if (kmax < 1).any():
         return OneHopResult(float("inf"), None, 0)
-    c = inst.capacity
-    cand = np.unique(np.repeat(load[on], kmax) / (_ranks(kmax) * c))  # ascending
-    checks = 0
-
-    def fits(u: float) -> np.ndarray | None:
-        nonlocal checks
-        checks += 1
-        k = _circuits_for(load[on], c, u)
-        if (k > kmax).any():
-            return None
-        deg = np.bincount(iu[on], k, inst.n) + np.bincount(iv[on], k, inst.n)
-        return k if (deg <= inst.ports).all() else None
-
-    best = fits(cand[-1])  # one circuit per loaded pair: the least demanding wiring
+    c, loaded = inst.capacity, load[on]
+    cand = np.unique(np.repeat(loaded, kmax) / (_ranks(kmax) * c))  # ascending
+    # cand[-1] needs one circuit per loaded pair: the least demanding wiring
+    best, checks = _least_feasible(
+        cand, lambda u: _circuits_for(loaded, c, u), kmax, (iu[on], iv[on]), inst.ports
+    )
     if best is None:
         return OneHopResult(float("inf"), None, checks)
+    x[on] = best.astype(np.int64)
+    return OneHopResult(mlu(inst, x), x, checks)
+
+
+def _least_feasible(
+    cand: np.ndarray,
+    circuits: Callable[[float], np.ndarray],
+    kmax: np.ndarray,
+    ends: tuple[np.ndarray, np.ndarray],
+    ports: np.ndarray,
+) -> tuple[np.ndarray | None, int]:
+    """Binary search for the least feasible target among the ascending ``cand``.
+
+    ``circuits(t)`` [L] is the fewest circuits per pair that meet the target ``t`` (non-
+    increasing in ``t``); ``t`` is feasible when ``k = circuits(t)`` has ``k_e ≤ kmax[e]`` and
+    ``Σ_{e ∋ v} k_e ≤ ports[v]`` with ``ends = (u, v)`` [L] the pairs' pods, so the feasible
+    targets are an upper set and one check of ``cand[-1]`` decides whether any is. Returns
+    ``(circuits(t*), checks)``, or ``(None, 1)`` when ``cand[-1]`` is infeasible."""
+    u, v = ends
+    n = ports.size
+
+    def fits(t: float) -> np.ndarray | None:
+        k = circuits(t)
+        if (k > kmax).any():
+            return None
+        deg = np.bincount(u, k, n) + np.bincount(v, k, n)
+        return k if (deg <= ports).all() else None
+
+    best, checks = fits(cand[-1]), 1
+    if best is None:
+        return None, checks
     lo, hi = 0, cand.size - 1  # cand[hi] feasible; find the first feasible index
     while lo < hi:
         mid = (lo + hi) // 2
         k = fits(cand[mid])
+        checks += 1
         if k is None:
             lo = mid + 1
         else:
             hi, best = mid, k
-    x[on] = best.astype(np.int64)
-    return OneHopResult(mlu(inst, x), x, checks)
+    return best, checks
 
 
 def _ranks(counts: np.ndarray) -> np.ndarray:
@@ -279,27 +313,8 @@ def least_bottleneck(
     Returns the least wiring ``k(t*)`` [L] and the number of feasibility checks."""
     table = np.asarray(table, dtype=float)
     valid = np.arange(table.shape[1])[None, :] <= np.asarray(kmax)[:, None]
-    cand = np.unique(table[valid])
-    u, v = ends
-    n = ports.size
-    checks = 0
-
-    def fits(t: float) -> np.ndarray | None:
-        nonlocal checks
-        checks += 1
-        k = ((table > t) & valid).sum(axis=1)
-        if (k > kmax).any():
-            return None
-        deg = np.bincount(u, k, n) + np.bincount(v, k, n)
-        return k if (deg <= ports).all() else None
-
-    lo, hi = 0, cand.size - 1  # cand[hi] = max_e table[e, 0]: x = 0 meets it
-    best = fits(cand[hi])
-    while lo < hi:
-        mid = (lo + hi) // 2
-        k = fits(cand[mid])
-        if k is None:
-            lo = mid + 1
-        else:
-            hi, best = mid, k
+    cand = np.unique(table[valid])  # cand[-1] = max_e table[e, 0]: x = 0 meets it
+    best, checks = _least_feasible(
+        cand, lambda t: ((table > t) & valid).sum(axis=1), kmax, ends, ports
+    )
     return best.astype(np.int64), checks

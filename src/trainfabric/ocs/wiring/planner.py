@@ -7,7 +7,8 @@ Temperatures are dimensionless knobs scaled by the uniform mesh's critical path 
 ``b2 = b2_rel · log|Π| / CP0`` and ``b1 = b1_rel / CP0`` (absolute values are reported).
 
 Warm start (``plan(..., warm_start=previous)``, for re-planning after the traffic drifted,
-e.g. by :func:`.drift.drift_traffic`): from a previous :class:`Plan` the solver resumes at its
+e.g. by :func:`trainfabric.ocs.online.drift.drift_traffic`): from a previous :class:`Plan` the
+solver resumes at its
 fractional wiring ``w = x_frac / M``, projection duals and step size; from a bare integer
 wiring ``x`` it starts at ``(1 − WARM_MIX)·x / M + WARM_MIX·q`` (positive everywhere, so
 ``KL(w||q)`` is finite and the multiplicative steps can reach every pair). Either way only the
@@ -76,7 +77,9 @@ class Plan:
     ``uniform_critical_path_s``: the best near-uniform integer wiring's critical path
     (:func:`.baselines.best_near_uniform`), the reference of ``improvement_vs_uniform``;
     ``lower_bound_s`` ≤ every integer wiring's critical path and ``certificate_tolerance``
-    (:class:`.bound.Certificate`)."""
+    (:class:`.bound.Certificate`). ``success``: the wiring splits onto the OCSes (every
+    circuit realised, ``split_feasible`` of :meth:`summary`); ``message``: the certified gap,
+    or the circuits left unrealised."""
 
     x: np.ndarray
     x_frac: np.ndarray
@@ -102,6 +105,17 @@ class Plan:
     def certified_gap(self) -> float:
         """``CP / lower_bound − 1``: at most this far above the integer optimum."""
         return self.hard_critical_path_s / self.lower_bound_s - 1.0
+
+    @property
+    def success(self) -> bool:
+        return bool(self.decomposition.feasible)
+
+    @property
+    def message(self) -> str:
+        if not self.success:
+            left = sum(k for _, _, k in self.decomposition.unrealised)
+            return f"{left} circuits not realised on the OCSes"
+        return f"certified within {self.certified_gap:.3g} of the integer optimum"
 
     @property
     def solve_time_s(self) -> float:

@@ -1,4 +1,5 @@
-"""The symmetric (Fat-Tree) prior ``q`` and the KL divergence on the degree slice (spec §1.3).
+"""The symmetric (Fat-Tree) prior ``q`` and the KL divergence on the degree slice
+(docs/ocs.md §1.3).
 
 A Fat-Tree gives every pod pair the same share independently of traffic; its direct-connect
 analogue is the uniform mesh [A5]: ``q_uv ∝ d_u d_v`` (gravity form), KL-projected onto

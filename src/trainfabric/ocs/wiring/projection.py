@@ -1,4 +1,4 @@
-"""KL projection of a positive pair vector onto the degree slice ``W`` (spec §1.7).
+"""KL projection of a positive pair vector onto the degree slice ``W`` (docs/ocs.md §1.7).
 
 Problem, for ``y > 0`` over the unordered pairs ``e = (u < v)`` (``triu_indices`` order) and
 ``r_v = d_v / M``::
@@ -91,7 +91,8 @@ class ProjectionResult:
     returned ``w`` (with ``inequality``, the relative projected-gradient residual of the
     module doc); ``method``: ``"sinkhorn"``, ``"newton"`` or ``"sinkhorn+newton"`` (auto after
     switching); ``converged``: ``residual ≤ tol``; ``inequality``: projected onto ``W≤``
-    (duals ``≥ 0``).
+    (duals ``≥ 0``). ``success`` is ``converged`` (``max_iter`` ran out otherwise) and
+    ``message`` says which, with the residual.
     """
 
     w: np.ndarray
@@ -102,6 +103,17 @@ class ProjectionResult:
     method: str
     converged: bool
     inequality: bool = False
+
+    @property
+    def success(self) -> bool:
+        return self.converged
+
+    @property
+    def message(self) -> str:
+        outcome = "converged" if self.converged else "iteration limit reached"
+        return (
+            f"{outcome}: residual {self.residual:.3g}, {self.iterations} iterations ({self.method})"
+        )
 
     @property
     def scaling(self) -> np.ndarray:
@@ -381,11 +393,24 @@ def _newton_cost_in_sweeps(n: int) -> float:
     return 4.0 * (3.0 + min(n / 25.0, 40.0))
 
 
+def _stalled(history: list[float], tol: float, newton_cost: float) -> bool:
+    """The stall rule of ``"auto"``: with ``ρ = (res_k / res_{k−3})^{1/3}`` the mean contraction
+    of the residual over the last three sweeps (``history`` ends with ``res_k``), True when
+    ``ρ ≥ 1`` or the sweeps still needed, ``log(res_k / tol) / −log ρ``, exceed
+    ``newton_cost`` (a Newton finish priced in sweeps, :func:`_newton_cost_in_sweeps`)."""
+    if len(history) <= _STALL_WINDOW:
+        return False
+    res = history[-1]
+    rate = (res / history[-1 - _STALL_WINDOW]) ** (1.0 / _STALL_WINDOW)
+    return rate >= 1.0 or np.log(res / tol) > -np.log(rate) * newton_cost
+
+
 def _sinkhorn(k: _Kernel, lam, tol, max_iter, stall: bool):
     """Symmetric Sinkhorn sweeps. Returns ``(λ, sweeps, stalled)``.
 
     With ``stall``, stops early (``stalled``) once the contraction of the residual over the
-    last three sweeps predicts more remaining sweeps than a Newton finish costs.
+    last three sweeps predicts more remaining sweeps than a Newton finish costs
+    (:func:`_stalled`).
     """
     fast_ok = True
     history: list[float] = []
@@ -401,10 +426,8 @@ def _sinkhorn(k: _Kernel, lam, tol, max_iter, stall: bool):
         if res <= tol:
             return lam, it, False
         history.append(res)
-        if stall and len(history) > _STALL_WINDOW:
-            rate = (res / history[-1 - _STALL_WINDOW]) ** (1.0 / _STALL_WINDOW)
-            if rate >= 1.0 or np.log(res / tol) > -np.log(rate) * newton_cost:
-                return lam, it, True
+        if stall and _stalled(history, tol, newton_cost):
+            return lam, it, True
         log_s = k.log_rowsums(s, lam)
         if fast_ok and res <= _FAST_SINKHORN_BELOW:
             prev = (lam.copy(), s, res)
@@ -468,10 +491,8 @@ def _sinkhorn_box(k: _Kernel, lam, tol, max_iter, stall: bool):
         if res <= tol:
             return lam, it, False
         history.append(res)
-        if stall and len(history) > _STALL_WINDOW:
-            rate = (res / history[-1 - _STALL_WINDOW]) ** (1.0 / _STALL_WINDOW)
-            if rate >= 1.0 or np.log(res / tol) > -np.log(rate) * newton_cost:
-                return lam, it, True
+        if stall and _stalled(history, tol, newton_cost):
+            return lam, it, True
         lam = _clipped_sweep(k, s, lam)
     return lam, max_iter, False
 
@@ -576,9 +597,7 @@ def project(
             lam[j] = max(0.0, logy[0] - float(np.log(model.r[j])))
         else:
             lam = np.full(2, 0.5 * logy[0])
-        k = _Kernel(logy, model, lam)
-        res = k.finish(lam, inequality)
-        return ProjectionResult(k.w, k.log_w, lam, 0, res, method, res <= tol, inequality)
+        return _result(_Kernel(logy, model, lam), lam, 0, method, tol, inequality)
     if warm is None:
         lam = np.full(model.n, 0.5 * _lse(logy))
     else:
@@ -586,39 +605,41 @@ def project(
         if lam.shape != (model.n,) or not np.isfinite(lam).all():
             raise ConfigError("warm", f"must be finite duals of shape ({model.n},)")
     if inequality:
-        return _project_box(logy, model, method, lam, tol, max_iter)
-    k = _Kernel(logy, model, lam)
-    # The sweeps' row sums (product form) and those of the materialised w differ by rounding:
-    # aim at half the tolerance so that the returned w meets it.
-    target = 0.5 * tol
-    if method == "newton":
-        lam, it = _newton(k, lam, target, max_iter)
-        used = "newton"
-    else:
-        lam, it, stalled = _sinkhorn(k, lam, target, max_iter, stall=method == "auto")
-        used = "sinkhorn"
-        if stalled:
-            lam, it_newton = _newton(k, lam, target, _DEFAULT_MAX_ITER["newton"])
-            it += it_newton
-            used = "sinkhorn+newton"
-    res = k.finish(lam)
-    return ProjectionResult(k.w, k.log_w, lam, it, res, used, res <= tol)
+        lam = np.maximum(lam, 0.0)
+    k = _Kernel(logy, model, lam)  # shifts an overflowing start up in place: still λ ≥ 0
+    return _solve(k, lam, method, tol, max_iter, inequality)
 
 
-def _project_box(logy, model: OcsModel, method: str, lam, tol, max_iter) -> ProjectionResult:
-    """:func:`project` onto ``W≤`` from the start duals ``lam`` (clipped to ``≥ 0``)."""
-    lam = np.maximum(lam, 0.0)
-    k = _Kernel(logy, model, lam)  # an overflowing start is shifted up: still λ ≥ 0
+def _solve(
+    k: _Kernel, lam, method: str, tol: float, max_iter: int, inequality: bool
+) -> ProjectionResult:
+    """:func:`project` from the start duals ``lam`` on the kernel ``k``: ``"newton"``, or
+    Sinkhorn that hands over to Newton (warm-started at its duals, at most
+    ``_DEFAULT_MAX_ITER["newton"]`` steps) when ``"auto"`` and :func:`_stalled`; the clipped
+    variants (:func:`_sinkhorn_box`, :func:`_newton_box`) with ``inequality``.
+
+    The sweeps' row sums (product form) and those of the materialised ``w`` differ by
+    rounding, so the solvers aim at ``tol / 2`` and the returned ``w`` meets ``tol``."""
+    sinkhorn, newton = (_sinkhorn_box, _newton_box) if inequality else (_sinkhorn, _newton)
     target = 0.5 * tol
     if method == "newton":
-        lam, it = _newton_box(k, lam, target, max_iter)
+        lam, it = newton(k, lam, target, max_iter)
         used = "newton"
     else:
-        lam, it, stalled = _sinkhorn_box(k, lam, target, max_iter, stall=method == "auto")
+        lam, it, stalled = sinkhorn(k, lam, target, max_iter, stall=method == "auto")
         used = "sinkhorn"
         if stalled:
-            lam, it_newton = _newton_box(k, lam, target, _DEFAULT_MAX_ITER["newton"])
+            lam, it_newton = newton(k, lam, target, _DEFAULT_MAX_ITER["newton"])
             it += it_newton
             used = "sinkhorn+newton"
-    res = k.finish(lam, inequality=True)
-    return ProjectionResult(k.w, k.log_w, lam, it, res, used, res <= tol, True)
+    return _result(k, lam, it, used, tol, inequality)
+
+
+def _result(
+    k: _Kernel, lam, iterations: int, method: str, tol: float, inequality: bool
+) -> ProjectionResult:
+    """The projection at the duals ``lam``: ``w`` and ``log w`` materialised on ``k`` and
+    converged when their residual (relative degree residual, or with ``inequality`` the KKT
+    residual of the module doc) is ``≤ tol``."""
+    res = k.finish(lam, inequality)
+    return ProjectionResult(k.w, k.log_w, lam, iterations, res, method, res <= tol, inequality)

@@ -1,4 +1,5 @@
-"""Fractional wiring -> integer wiring (spec §1.8, step R; dark ports allowed: ``Σ_u x_uv ≤ d_v``).
+"""Fractional wiring -> integer wiring
+(docs/ocs.md §1.8, step R; dark ports allowed: ``Σ_u x_uv ≤ d_v``).
 
 * :func:`round_to_degrees` — exact degrees where the model allows them (else the fewest dark
   ports): ``x = floor(x_frac) + y`` where the residual ``y`` is a maximum-weight
@@ -147,7 +148,8 @@ def _solve_residual_ip(
 
     ``w ∈ [0, 1]`` (rescaled weights) and ``Q = Σρ/2 + 1`` exceeds the weight of any
     b-matching, so the circuits beyond ``ceil`` (``Σ t``) are minimised first and the weight
-    second (lexicographic). HiGHS (:func:`.highs.integer_program`); if the time limit passes before
+    second (lexicographic). HiGHS (:func:`trainfabric.ocs.highs.integer_program`); if the time
+    limit passes before
     it has a point, the greedy one is used. Returns ``[z, t]`` on ``cand``.
     """
     iu, iv = model.pairs
@@ -367,7 +369,9 @@ class RoundResult:
     nothing); ``hard_cp_s``: its hard critical path; ``initial_cp_s``: the best hard critical
     path among the roundings before the search; ``swaps``: accepted moves; ``evaluations``:
     candidate moves evaluated; ``work``: work units spent (the budget's unit, see
-    :func:`round_wiring`); ``starts``: roundings searched from; ``wall_s``.
+    :func:`round_wiring`); ``starts``: roundings searched from; ``wall_s``. ``success``: the
+    wiring's critical path is finite (always, the fallback rate serving unwired pairs);
+    ``message``: the critical path before and after the search.
     """
 
     x: np.ndarray
@@ -378,6 +382,17 @@ class RoundResult:
     work: int
     starts: int
     wall_s: float
+
+    @property
+    def success(self) -> bool:
+        return bool(np.isfinite(self.hard_cp_s))
+
+    @property
+    def message(self) -> str:
+        return (
+            f"hard critical path {self.initial_cp_s:.6g} s -> {self.hard_cp_s:.6g} s "
+            f"({self.swaps} moves, {self.evaluations} evaluations)"
+        )
 
 
 def _fill(model: OcsModel, x0: np.ndarray, weight: np.ndarray) -> np.ndarray:
@@ -408,7 +423,7 @@ _ROUNDS_MAX = 6  # marginal re-evaluations of the iterative rounding
 
 
 def _iterative_rounding(red: _Reduced, model: OcsModel, x0: np.ndarray, b2: float) -> np.ndarray:
-    """Rounding by the marginals of the *integer* wiring being built (spec §1.8: "iterative
+    """Rounding by the marginals of the *integer* wiring being built (docs/ocs.md §1.8: "iterative
     rounding with re-solves on the remaining degrees").
 
     From ``x0`` (≤ d), each round computes the Gibbs marginals ``μ_c`` of every comm node at

@@ -1,4 +1,4 @@
-"""Improvement search on the hard critical path (spec §1.8 step R.3): the reduced DAG and the
+"""Improvement search on the hard critical path (docs/ocs.md §1.8 step R.3): the reduced DAG and the
 compiled kernels that evaluate wiring moves exactly.
 
 * :class:`_Reduced` — the task DAG with the parallel comm nodes of every phase merged into one
@@ -379,6 +379,28 @@ def _closer(free, perm, n, lone, spent):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True)
+def _changed_comms(
+    ch, dx, x, rate, fallback, pair_ptr, pair_comm, lat, bits, cbuf, dbuf
+):  # pragma: no cover - compiled
+    """The comm nodes ``c`` on the pairs ``ch`` that a move changes (−1: an absent slot;
+    pair ``ch[k]`` goes to ``x + dx[k]`` circuits) into ``cbuf``, pair by pair, and their
+    durations after the move, ``t_c = a_c + β_c / (B (x_q + dx_k) + B0)`` (s; ``β_c`` bits,
+    ``B``, ``B0`` bit/s), into ``dbuf``. Returns how many (the work of walking them)."""
+    m = 0
+    for k in range(4):
+        q = ch[k]
+        if q < 0:
+            continue
+        rq = rate * (x[q] + dx[k]) + fallback
+        for idx in range(pair_ptr[q], pair_ptr[q + 1]):
+            c = pair_comm[idx]
+            cbuf[m] = c
+            dbuf[m] = lat[c] + bits[c] / rq
+            m += 1
+    return m
+
+
+@numba.njit(cache=True)
 def _resort(g, g_ptr, g_sorted, dur, pair, ch, buf):  # pragma: no cover - compiled
     """Restore decreasing-duration order of group ``g`` after its members on the pairs ``ch``
     changed: merge the (re-sorted) moved members into the unmoved ones, O(group size)."""
@@ -449,6 +471,9 @@ def _polish(
     buf = np.empty(max(1, np.diff(g_ptr).max() if n_groups else 1), dtype=np.int64)
     ch = np.empty(4, dtype=np.int64)
     dx = np.array([1, 1, -1, -1])
+    max_comms = np.diff(pair_ptr).max() if n_pairs else 0
+    cbuf = np.empty(max(1, 4 * max_comms), dtype=np.int64)  # comm nodes of a candidate's pairs
+    dbuf = np.empty(cbuf.size)  # and their durations after the move
     targets = np.empty(n_pairs, dtype=np.int64)
     gains = np.empty(n_pairs)
     pen = np.empty(n_pairs)
@@ -546,25 +571,22 @@ def _polish(
                     evals += 1
                     work += 1
                     # new maxima of the groups holding the four changed pairs
+                    n_ch = _changed_comms(
+                        ch, dx, x, rate, fallback, pair_ptr, pair_comm, lat, bits, cbuf, dbuf
+                    )
+                    work += n_ch
                     stamp += 1
                     n_aff = 0
-                    for k in range(4):
-                        q = ch[k]
-                        if q < 0:
-                            continue
-                        rq = rate * (x[q] + dx[k]) + fallback
-                        work += pair_ptr[q + 1] - pair_ptr[q]
-                        for idx in range(pair_ptr[q], pair_ptr[q + 1]):
-                            c = pair_comm[idx]
-                            g = comm_group[c]
-                            d = lat[c] + bits[c] / rq
-                            if gstamp[g] != stamp:
-                                gstamp[g] = stamp
-                                gnew[g] = d
-                                aff[n_aff] = g
-                                n_aff += 1
-                            elif d > gnew[g]:
-                                gnew[g] = d
+                    for i in range(n_ch):
+                        g = comm_group[cbuf[i]]
+                        d = dbuf[i]
+                        if gstamp[g] != stamp:
+                            gstamp[g] = stamp
+                            gnew[g] = d
+                            aff[n_aff] = g
+                            n_aff += 1
+                        elif d > gnew[g]:
+                            gnew[g] = d
                     rmin = n_r
                     drop = 0.0
                     rise = -np.inf
@@ -617,17 +639,12 @@ def _polish(
                     for j in range(n_aff):
                         gold[aff[j]] = 0.0
                         gadd[aff[j]] = 0.0
-                    for k in range(4):
-                        q = ch[k]
-                        if q < 0:
-                            continue
-                        rq = rate * (x[q] + dx[k]) + fallback
-                        work += pair_ptr[q + 1] - pair_ptr[q]
-                        for idx in range(pair_ptr[q], pair_ptr[q + 1]):
-                            c = pair_comm[idx]
-                            g = comm_group[c]
-                            gold[g] += np.exp(b2 * (dur[c] - gval[g]))
-                            gadd[g] += np.exp(b2 * (lat[c] + bits[c] / rq - gnew[g]))
+                    work += n_ch
+                    for i in range(n_ch):
+                        c = cbuf[i]
+                        g = comm_group[c]
+                        gold[g] += np.exp(b2 * (dur[c] - gval[g]))
+                        gadd[g] += np.exp(b2 * (dbuf[i] - gnew[g]))
                     lin = 0.0
                     for j in range(n_aff):
                         g = aff[j]

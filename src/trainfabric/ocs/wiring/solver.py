@@ -95,6 +95,7 @@ class SolveResult:
     ``U``, ``kl``, ``step_kl``, ``eta``, ``theta``, ``backtracks``, ``projection_iterations``,
     ``projection_method``, ``residual``); ``wall_s`` wall time; ``duals`` [n] the last
     projection's duals (pass back as ``duals0`` with ``w0 = w`` and ``eta0 = eta`` to resume).
+    ``success`` is ``converged``; ``message`` says why the solver stopped.
     """
 
     w: np.ndarray
@@ -111,6 +112,16 @@ class SolveResult:
     history: list[dict] = field(repr=False)
     wall_s: float
     duals: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def success(self) -> bool:
+        return self.converged
+
+    @property
+    def message(self) -> str:
+        if self.converged:
+            return f"stopping test met after {self.iterations} iterations"
+        return f"stopped after {self.iterations} iterations: max_iter or no step size passed"
 
 
 @numba.njit(cache=True)
