@@ -583,40 +583,22 @@ def run_loop(
     they complete, or the call stops at ``until_s`` with ``advance``); ``ldirty`` marks the
     links whose flows' rates must be solved again (kept across calls)."""
     kind, dur, lat = graph.kind, graph.duration_s, graph.latency_s
-    succ_ptr, succ, flow_conn, flow_wire = (
-        graph.succ_ptr,
-        graph.succ,
-        graph.flow_conn,
-        graph.flow_wire,
-    )
+    succ_ptr, succ = graph.succ_ptr, graph.succ
     flow_set, set_ptr = graph.flow_set, graph.set_ptr
+    flow_conn, flow_wire = graph.flow_conn, graph.flow_wire
     pending, ready, rel_by = tstate.pending, tstate.ready, tstate.rel_by
-    tstart, tfinish, left, arrive, tbits = (
-        tstate.tstart,
-        tstate.tfinish,
-        tstate.left,
-        tstate.arrive,
-        tstate.tbits,
-    )
+    tstart, tfinish = tstate.tstart, tstate.tfinish
+    left, arrive, tbits = tstate.left, tstate.arrive, tstate.tbits
     ht, hs, hf = heap.time, heap.seq, heap.item
     conn_row, idle, flowlet = conn.row, conn.idle, conn.flowlet
     rsg, rsw, rlost, rhops = routes.group, routes.weight, routes.lost, routes.hops
     rcls, rclw, rbits = routes.cls, routes.clw, routes.bits
-    cap, g_off, g_ptr, g_link, g_coef = (
-        groups.capacity_bps,
-        groups.offset,
-        groups.ptr,
-        groups.link,
-        groups.coef,
-    )
-    hop_s, until_s, advance, gap = (
-        params.hop_s,
-        params.until_s,
-        params.advance,
-        params.flowlet_gap_s,
-    )
+    cap, g_off = groups.capacity_bps, groups.offset
+    g_ptr, g_link, g_coef = groups.ptr, groups.link, groups.coef
+    hop_s, until_s, advance = params.hop_s, params.until_s, params.advance
     batch_rtol, done_rtol, rtol = params.batch_rtol, params.done_rtol, params.rtol
-    bin_s, memo, local, widen = params.bin_s, params.memo, params.local, params.widen
+    gap, bin_s, memo = params.flowlet_gap_s, params.bin_s, params.memo
+    local, widen = params.local, params.widen
     rp_seg_t, rp_seg_b = replay.seg_t, replay.seg_b
     n = kind.size
     K = rsg.shape[1]
