@@ -5,8 +5,7 @@ Fabric: the CLI's (``trainfabric fabric job``): 4 planes of 2-tier leaf-spine, 2
 200 Gb/s per switch per plane, 800 Gb/s NICs (one per GPU), no oversubscription; servers of 8
 GPUs placed at random (seed 0), 4 channels (connections) per GPU pair, the DAG engine of
 :mod:`trainfabric.fabric.tasks.engine` through :mod:`trainfabric.fabric.iteration.run`. Each case
-runs in
-its own subprocess (its own peak RSS), under a wall-clock limit; a case over it or one that
+runs in its own subprocess (its own peak RSS), under a wall-clock limit; a case over it or one that
 crashed is reported as ``null`` and ``not_finished`` says why. ``--cache FILE`` records each
 case's outcome and reuses recorded ones (a run resumed after an interruption says so in
 ``resumed_cases``). The timed cases (``wall_s_*``) run alone, one after the

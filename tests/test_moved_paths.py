@@ -22,8 +22,7 @@ for path, names in old.items():
         module = importlib.import_module(path)
     report[path] = {
         "warned": [str(w.message) for w in caught if w.category is DeprecationWarning],
-        "module": module.__name__,
-        "missing": [n for n in names if not hasattr(module, n)],
+        "module": module.__name__, "missing": [n for n in names if not hasattr(module, n)],
     }
 print(json.dumps(report))
 """

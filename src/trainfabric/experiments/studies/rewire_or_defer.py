@@ -14,8 +14,7 @@ switch
   cost ``C = c_rel ·`` the first slot's optimal cost) reconfigures at slots ``R``; its cost is
   the OCS pillar's own, ``Σ_t f_t(w_t) + C·|R|`` seconds (``f_t``: the slot's max link
   utilisation time, :mod:`trainfabric.ocs.online.threshold`). A reconfiguration that moves at least
-  one
-  circuit darkens **every** circuit of the switches for ``delta_ms`` from the start of its
+  one circuit darkens **every** circuit of the switches for ``delta_ms`` from the start of its
   slot (the convention of :mod:`trainfabric.ocs.schedule.model`: the switch is dark for the
   reconfiguration delay; conservative, as a churn-aware split may leave some switches
   untouched). A trigger that moves no circuit (the optimum is the deployed wiring) is
@@ -45,8 +44,7 @@ window, then the fleet):
 
 Every co-schedule is then evaluated by the pillars themselves: the OCS cost of its
 reconfiguration slots by :func:`trainfabric.ocs.online.threshold.run_policies` (a ``mask`` policy),
-the
-SLO and losses by the fleet simulator replaying its sync windows and durations
+the SLO and losses by the fleet simulator replaying its sync windows and durations
 (:class:`trainfabric.diloco.policies.Schedule`).
 
 **Regret against each layer optimised alone** (per policy and fleet seed, then means with

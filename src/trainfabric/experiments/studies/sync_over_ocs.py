@@ -28,8 +28,7 @@ sync-friendly end of the trade-off (stated, not tuned).
 :func:`trainfabric.ocs.wiring.baselines.uniform_mesh`), ``near_uniform`` (the best of a few
 near-uniform meshes on the combined DAG, the planner's own uniform reference,
 :func:`trainfabric.ocs.wiring.baselines.best_near_uniform`), ``traffic_only`` (the same planner on
-the
-aggregated traffic matrix, :func:`trainfabric.ocs.wiring.planner.plan_traffic_only`), ``demand``
+the aggregated traffic matrix, :func:`trainfabric.ocs.wiring.planner.plan_traffic_only`), ``demand``
 (circuits proportional to pair bytes, :func:`trainfabric.ocs.wiring.baselines.demand_proportional`)
 and ``dag_aware`` (:func:`trainfabric.ocs.wiring.planner.plan` on the combined DAG). For a pure ring
 all-reduce the first two coincide; here the islands' traffic competes with the ring for ports.

@@ -5,8 +5,7 @@ The traffic is a generator (``--traffic random-walk|jumps|moe-phases|job-arrival
 (``--traffic PATH``, ``.npy`` ``[T, n, n]`` or CSV ``slot,src,dst,bytes``; read by
 :func:`trainfabric.ocs.traffic.read_sequence`). The one-hop cost, the policies and the bound
 are those of :mod:`trainfabric.ocs.online.threshold`; the regret is measured against the exact
-per-slot
-optimum. ``--switch-cost-s`` defaults to the optimal cost of slot 0 (one slot's time).
+per-slot optimum. ``--switch-cost-s`` defaults to the optimal cost of slot 0 (one slot's time).
 
 ``--charge per-circuit`` charges ``C`` per circuit added to the wiring (the least any split
 onto the OCSes must add). ``--churn`` also splits every reconfiguration onto the OCSes

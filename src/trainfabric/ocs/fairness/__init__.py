@@ -78,8 +78,7 @@ case ``u_p < b`` is symmetric (subgradients at a kink of ``f``). The regularised
 (``KL/b1``) and integer wirings need not follow it.
 
 **Rounding** (:func:`round_fair`): :func:`~trainfabric.ocs.wiring.rounding.round_wiring` searches
-the
-hard critical path of *one* PathCost, so it cannot take ``Φ_p``. Here: starts from
+the hard critical path of *one* PathCost, so it cannot take ``Φ_p``. Here: starts from
 ``round_to_degrees`` of the fractional optimum (by fractional parts and by the smoothed
 gradient), from ``round_wiring`` on all jobs' shared DAGs side by side (the hard max over
 jobs), then a first-improvement local search on the hard ``Φ_p`` of the per-job hard

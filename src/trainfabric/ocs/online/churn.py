@@ -19,8 +19,7 @@ idempotent diff (:func:`trainfabric.ocs.wiring.decompose.diff`) from the deploye
 ones (a moved
 circuit is one delete plus one add). ``wiring_moves = Σ_e max(x_new − x_old, 0)`` is the
 least any split can add. The Jeffreys prediction ``M b1 Δ / 2`` of E10 (docs/ocs.md §3.2) concerns
-the
-entropic solver's fractional optimum; the one-hop policy re-solves exactly (no ``b1``), so it
+the entropic solver's fractional optimum; the one-hop policy re-solves exactly (no ``b1``), so it
 is not compared here.
 """
 

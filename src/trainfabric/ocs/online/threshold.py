@@ -4,8 +4,7 @@
 **Per-slot cost (one-hop model).** Pods with ``d_v`` ports, duplex circuits of rate ``B``
 (bits/s) and a fallback ``B0 > 0`` per pair. Slot ``t`` carries the directed traffic ``D_t``
 [n, n] (bytes, :mod:`trainfabric.ocs.traffic`); a pair's load is ``L_t,e = 8 max(D_t,uv, D_t,vu)``
-bits (a
-circuit serves both directions) and the cost of an integer wiring ``x`` [P] is the slot's
+bits (a circuit serves both directions) and the cost of an integer wiring ``x`` [P] is the slot's
 maximum link utilisation time
 
     f_t(x) = max_e  L_t,e / (B x_e + B0)        seconds.

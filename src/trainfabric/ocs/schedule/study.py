@@ -3,8 +3,7 @@ delay, one row per (family, pods, s, rho, scheduler).
 
 δ is ``rho`` × the ideal makespan ``max_v L_v / (s B)`` of that instance
 (:func:`trainfabric.ocs.schedule.demand.delay_for`), so for every ``s`` the delay is the same
-fraction
-of what a delay-free, perfectly balanced schedule would take. Every schedule is verified by
+fraction of what a delay-free, perfectly balanced schedule would take. Every schedule is verified by
 :func:`~trainfabric.ocs.schedule.model.check_schedule` before its makespan is recorded. The
 δ-independent decompositions (BvN, Solstice, colouring) are computed once per (family, pods)
 and their wall time is charged to every row that uses them.

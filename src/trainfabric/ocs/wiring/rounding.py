@@ -149,8 +149,7 @@ def _solve_residual_ip(
     ``w ∈ [0, 1]`` (rescaled weights) and ``Q = Σρ/2 + 1`` exceeds the weight of any
     b-matching, so the circuits beyond ``ceil`` (``Σ t``) are minimised first and the weight
     second (lexicographic). HiGHS (:func:`trainfabric.ocs.highs.integer_program`); if the time
-    limit passes before
-    it has a point, the greedy one is used. Returns ``[z, t]`` on ``cand``.
+    limit passes before it has a point, the greedy one is used. Returns ``[z, t]`` on ``cand``.
     """
     iu, iv = model.pairs
     n_c = cand.size
