@@ -3,6 +3,6 @@
 Public API: :func:`~trainfabric.diloco.train.launch.start` / ``train`` with a
 :class:`~trainfabric.diloco.train.config.TrainConfig` and an optional controller (an object
 with ``decide(Progress) -> bool``, :mod:`~trainfabric.diloco.train.controller`), returning a
-:class:`~trainfabric.diloco.train.launch.TrainResult`. See ``config`` for the recipe's
+:class:`~trainfabric.diloco.train.report.TrainResult`. See ``config`` for the recipe's
 defaults, ``netns`` for the shaped links, ``learner`` for the loop.
 """
