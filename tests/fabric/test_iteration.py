@@ -393,7 +393,7 @@ def test_iteration_scenario_runs_into_a_run_directory(tmp_path):
 
 
 def test_iteration_scenario_with_faults(tmp_path):
-    """[faults] runs iteration_faults' static failures and flaps per mode into the tables."""
+    """[faults] runs iteration.faults' static failures and flaps per mode into the tables."""
     from trainfabric.fabric import scenarios as S
     from trainfabric.fabric.iteration import faults as IF
 

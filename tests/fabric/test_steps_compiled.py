@@ -1,4 +1,4 @@
-"""The compiled event loop (engine_loop) against the Python loop (the reference): same start
+"""The compiled event loop (fabric.flow.loop) against the Python loop (the reference): same start
 and finish times (1e-9 relative), same segments, goodput timelines and link bits, on random
 dependent workloads, every static-route mode, static failures, batching and ``until_s``."""
 

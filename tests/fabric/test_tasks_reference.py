@@ -306,7 +306,7 @@ def _reset(st_) -> bool:
 @given(st.integers(0, 10_000), st.sampled_from(["fastest", "slowest", "random"]), st.integers(1, 4))
 def test_resolving_flows_at_or_above_the_departed_rate_equals_a_full_solve(seed, which, k):
     """Flows leave; only those at or above the smallest departed rate that the search reaches
-    are re-solved, the others held (``tasks_loop._dirty_flows`` + ``fill_local``): the rates
+    are re-solved, the others held (``tasks.loop._dirty_flows`` + ``fill_local``): the rates
     equal ``max_min_rates`` of the flows left, solved from scratch."""
     s, gone, left, dl, want = _departures(seed, which, k)
     fl = _search(s, np.empty(0, np.int64), dl, s["rate"][gone].min() * (1 - 1e-6))
@@ -319,7 +319,7 @@ def test_resolving_flows_at_or_above_the_departed_rate_equals_a_full_solve(seed,
 
 @given(st.integers(0, 10_000), st.sampled_from(["fastest", "slowest", "random"]), st.integers(1, 4))
 def test_widening_by_violators_after_departures_equals_a_full_solve(seed, which, k):
-    """Flows leave; the held flows that fail the bottleneck test (``tasks_loop._violators``)
+    """Flows leave; the held flows that fail the bottleneck test (``tasks.loop._violators``)
     are re-solved with the flows solved so far, round after round, the others held, as the
     loop does before it falls back to the rule above: the rates equal ``max_min_rates`` of
     the flows left, solved from scratch."""

@@ -1,4 +1,4 @@
-"""Reduced statistics and count streams (ocs.detect_streams), against hand sums and closed
+"""Reduced statistics and count streams (ocs.detect.streams), against hand sums and closed
 forms."""
 
 import numpy as np
