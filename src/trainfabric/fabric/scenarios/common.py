@@ -26,12 +26,13 @@ HEADER_BOUND = 4096 / 4160  # payload share of the wire with 64 B headers per 40
 
 
 def scenario_router(topo, mode: str, seed: int):
-
+    """The load-balancing ``mode``'s router on ``topo`` (its hashes seeded by ``seed``)."""
     return Router(topo, mode, seed=seed)
 
 
 def place_ranks(topo, c: CollectiveConfig, seed: int, available=None, field: str = "collective"):
-
+    """Hosts of ``c``'s ranks (all ``available`` hosts when ``ranks`` is not given), placed by
+    ``c.placement``; ConfigError naming ``<field>.ranks`` when there are too few."""
     pool = topo.n_hosts if available is None else len(available)
     n = c.ranks or pool
     if n > pool:
@@ -40,7 +41,7 @@ def place_ranks(topo, c: CollectiveConfig, seed: int, available=None, field: str
 
 
 def steps_for(c: CollectiveConfig, n: int, size_bytes: float, seed: int, field: str = "collective"):
-
+    """The steps of ``c`` over ``n`` ranks of ``size_bytes`` each; errors named ``<field>.*``."""
     try:
         return collective_steps(c.kind, n, size_bytes, c.algorithm, seed)
     except ConfigError as exc:
@@ -55,7 +56,6 @@ def size_field(c: CollectiveConfig, prefix: str) -> str:
 def check_flows(field: str, topo, modes, parts: list[tuple]) -> None:
     """Refuse (ConfigError naming ``field``) flows over the memory limit. ``parts``: tuples
     ``(kind, ranks, algorithm, sync, channels, repeats, connections)`` simulated together."""
-
     total, flows, labels = 0.0, 0, []
     for kind, n, algorithm, sync, channels, repeats, connections in parts:
         nbytes, f = collective_memory_bytes(
@@ -75,10 +75,12 @@ def check_flows(field: str, topo, modes, parts: list[tuple]) -> None:
 
 
 def collective_part(c: CollectiveConfig, n: int, repeats: int = 1, sync: str | None = None):
+    """``c`` over ``n`` ranks, ``repeats`` times, as a part of :func:`check_flows`."""
     return (c.kind, n, c.algorithm, sync or c.sync, c.channels, repeats, c.connections)
 
 
 def flow_options(c: CollectiveConfig, seed: int, job: int = 0) -> dict:
+    """The keyword options of ``collective_flows`` / ``run_collective`` that ``c`` sets."""
     return dict(
         job=job,
         step_latency_s=c.step_latency_s,
@@ -90,6 +92,7 @@ def flow_options(c: CollectiveConfig, seed: int, job: int = 0) -> dict:
 
 
 def kind_label(c: CollectiveConfig) -> str:
+    """``kind/algorithm`` for the collectives that have an algorithm, else ``kind``."""
     ring = c.kind in ("all_reduce", "reduce_scatter", "all_gather")
     return f"{c.kind}/{c.algorithm}" if ring else c.kind
 
@@ -129,7 +132,6 @@ def run_steps(sc, topo, mode, steps, hosts, c, seed, field, link_up=None) -> Col
     ``sc.calibration``) with the ring shortcut
     (:func:`~trainfabric.fabric.flow.collectives.run_collective`), or every step on the packet
     engine."""
-
     if sc.engine == "flow":
         calibration = FITTED if sc.calibration else None
         return _flow_steps(topo, mode, steps, hosts, c, seed, link_up, calibration)

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pandas as pd
 
-from trainfabric.fabric.iteration.config import IterationScenario
 from trainfabric.fabric.iteration.scenario import scenario_summary, scenario_tables
 from trainfabric.fabric.scenarios.config import Scenario
 from trainfabric.fabric.scenarios.failures import FAILURE_FIGURES, failures_summary, run_failures
@@ -42,18 +41,8 @@ def _keyed(summary, key: str):
     return keyed
 
 
-def _iteration_tables(sc: IterationScenario) -> dict[str, pd.DataFrame]:
-
-    return scenario_tables(sc)
-
-
-def _iteration_summary(tables: dict[str, pd.DataFrame]) -> dict[str, dict[str, float]]:
-
-    return scenario_summary(tables)
-
-
 RUNNERS = {
-    "iteration": (_iteration_tables, _iteration_summary),
+    "iteration": (scenario_tables, scenario_summary),
     "line_rate": (run_line_rate, line_rate_summary),
     "isolation": (run_isolation, _keyed(isolation_summary, "isolation_ratio")),
     "failures": (run_failures, failures_summary),
@@ -86,7 +75,6 @@ def summarize(kind: str, tables: dict[str, pd.DataFrame]) -> dict[str, dict[str,
 
 
 def write_tables(run_dir: Path, tables: dict[str, pd.DataFrame]) -> None:
-
     for stem, table in tables.items():
         write_parquet(run_dir / f"{stem}.parquet", table)
 
@@ -99,7 +87,6 @@ def write_manifest(
 
 
 def render_run(run_dir: Path) -> Path:
-
     return render_report(run_dir)
 
 
