@@ -1,6 +1,7 @@
 """DESIGN.md's layering as import-linter contracts (pyproject.toml): a climbing import fails,
 and so does any import cycle between modules, function-local imports included."""
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -44,3 +45,27 @@ def test_the_cycle_check_sees_function_local_imports():
     # iteration.faults imports the task engine inside functions only (start-up cost)
     graph = module_graph()
     assert graph.has_edge("trainfabric.fabric.iteration.faults", "trainfabric.fabric.tasks.engine")
+
+
+# DESIGN.md, "Compiled code": each engine's loop imports compiled code only from the shared
+# kernels, by public name; the packet kernel imports nothing of the project.
+LOOP_IMPORTS = {
+    "trainfabric.fabric.flow.loop": {"trainfabric.fabric.heap", "trainfabric.fabric.maxmin"},
+    "trainfabric.fabric.tasks.loop": {"trainfabric.fabric.heap", "trainfabric.fabric.maxmin"},
+    "trainfabric.fabric.packet.kernel": set(),
+}
+
+
+def test_engine_loops_import_only_the_shared_kernels_by_public_name():
+    graph = module_graph()
+    for loop, allowed in LOOP_IMPORTS.items():
+        assert set(graph.successors(loop)) == allowed, loop
+        path = ROOT / "src" / Path(*loop.split(".")).with_suffix(".py")
+        private = [
+            alias.name
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("trainfabric")
+            for alias in node.names
+            if alias.name.startswith("_")
+        ]
+        assert private == [], loop
