@@ -16,7 +16,6 @@ from trainfabric.fabric.flow.collectives import (
 )
 from trainfabric.fabric.flow.engine import simulate
 from trainfabric.fabric.packet import simulate_packets
-from trainfabric.fabric.packet.result import PACKET_KEYS as PACKET_KEYS
 from trainfabric.fabric.routing import Router
 from trainfabric.fabric.scenarios.config import CollectiveConfig
 from trainfabric.limits import check_memory
@@ -98,13 +97,6 @@ def kind_label(c: CollectiveConfig) -> str:
 
 
 # -- engines ---------------------------------------------------------------------------------------
-def packet_metrics(res) -> dict:
-    """The packet engine's per-run figures (:data:`PACKET_KEYS` of its summary); ``{}`` for
-    a flow-engine result (every result's ``packet_metrics()``,
-    :class:`~trainfabric.fabric.result.EngineResult`)."""
-    return res.packet_metrics()
-
-
 def simulate_flows(sc, topo, flows, mode: str, seed: int, field: str, *, link_up=None, events=None):
     """``flows`` on the scenario's engine (``sc.engine``); every result is an
     :class:`~trainfabric.fabric.result.EngineResult` (``start_s``, ``finish_s``,
@@ -138,12 +130,6 @@ def run_steps(sc, topo, mode, steps, hosts, c, seed, field, link_up=None) -> Col
     cf = collective_flows(steps, hosts, **flow_options(c, seed))
     res = simulate_flows(sc, topo, cf.flows, mode, seed, field, link_up=link_up)
     return CollectiveRun.of(res, len(steps), shortcut=False)
-
-
-def calibrated_steps(sc, topo, mode, steps, hosts, c, seed, link_up) -> CollectiveRun:
-    """The flow engine with the calibration (:mod:`trainfabric.fabric.flow.calibration`), with the
-    ring shortcut where it applies (every step then pays the same start-up)."""
-    return _flow_steps(topo, mode, steps, hosts, c, seed, link_up, FITTED)
 
 
 def _flow_steps(topo, mode, steps, hosts, c, seed, link_up, cal) -> CollectiveRun:

@@ -21,7 +21,6 @@ from trainfabric.fabric.scenarios.common import (
     check_flows,
     collective_part,
     kind_label,
-    packet_metrics,
     place_ranks,
     run_steps,
     scenario_router,
@@ -160,7 +159,7 @@ def _permutation_figures(sc, topo, mode, seed, flows, cut, link_up) -> dict:
         res = simulate_flows(sc, topo, fl, mode, seed, "topology.gpus", link_up=link_up)
         out[key] = measured_goodput(res, fl, topo, wire) if not res.unfinished else 0.0
         if key == "mean_permutation_goodput":
-            m = packet_metrics(res)
+            m = res.packet_metrics()
             out |= {"latency_p50_us": m["p50_latency_us"], "latency_p99_us": m["p99_latency_us"]}
             out |= {"jitter_us": m["jitter_us"], "retransmit_fraction": m["retransmit_fraction"]}
     return out

@@ -17,7 +17,6 @@ from trainfabric.fabric.scenarios.common import (
     collective_part,
     flow_options,
     kind_label,
-    packet_metrics,
     place_ranks,
     simulate_flows,
     size_field,
@@ -84,7 +83,7 @@ def run_isolation(sc: IsolationScenario, seed: int | None = None) -> pd.DataFram
                     "n_events": int(shared.n_events),
                     "sim_wall_s": float(solo.wall_s + shared.wall_s),
                     "engine": sc.engine,
-                    **packet_metrics(shared),
+                    **shared.packet_metrics(),
                 }
             )
     return pd.DataFrame(rows)
