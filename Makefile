@@ -5,16 +5,25 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-dev
 export MPLBACKEND := Agg
 
-.PHONY: demo test test-all bench lint install browser-deps clean clean-numba .venv-serve
+.PHONY: demo test test-all bench lint install warmup browser-deps clean clean-numba .venv-serve
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
+# After installing, fill numba's cache for the default commands' kernels (trainfabric.warmup),
+# so the first `ocs plan` or `fabric job` does not wait for the compiler. `make warmup` redoes
+# it after editing a kernel.
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev,distributed,train,serve]'
 	@$(MAKE) --no-print-directory browser-deps
+	@$(MAKE) --no-print-directory warmup
 	touch $(STAMP)
+
+warmup: | $(BIN)/python
+	@echo "compiling the kernels of the default commands (numba cache, once per install)"
+	@$(BIN)/python -m trainfabric.warmup || echo "warning: warm-up incomplete; those" \
+	  "kernels compile on first use" >&2
 
 # Debian's chromium for the report's browser test (Playwright drives it; its own browser
 # download is not used). Installed only when absent; never fails the build: without it the

@@ -12,7 +12,15 @@ requests and policies (the simulated twin): ``sim_vs_real_effect_ratio`` = the s
 ``SLO(wa_forecast) − SLO(matched random)`` over the live one (null when the live effect is
 exactly 0; ``effect_transfer.real_effect_significant`` says whether it is distinguishable
 from 0 at all). With 2 seeds no test can go below p = 0.5 (``min_attainable_p``): --quick
-measures, it does not decide.
+measures, it does not decide (the output's ``design.warnings`` says so).
+
+Statistics (:class:`trainfabric.diloco.stats.Design`): the primary comparison, named before
+the runs, is ``wa_forecast`` vs its matched random on SLO violations (sign-flip test, alone at
+0.05); the losses at equal tokens, at equal wall-clock and at the end form one Holm family,
+each with the tokens both arms trained beside it. ``power`` states the seeds a power of 0.8
+needs, from ``--pilot FILE`` (a previous result on other segments, e.g. the ``--quick`` one)
+or, without it, post hoc from this run. ``--reanalyse FILE`` judges a stored result by these
+rules from the data it holds (no run; printed, nothing written).
 """
 
 from __future__ import annotations
@@ -28,13 +36,28 @@ def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--server", default="vllm", choices=("vllm", "emulator"))
     p.add_argument("--run-dir", type=Path, default=Path("runs/bench-diloco-live"))
+    p.add_argument("--pilot", type=Path, help="a previous result on other segments (power)")
+    p.add_argument("--reanalyse", type=Path, help="judge this stored result; run nothing")
     args = p.parse_args()
     from rich.console import Console
 
-    from trainfabric.diloco.live import LiveConfig, quick_config, run_to_dir
-    from trainfabric.io import prepare_dir
+    from trainfabric.diloco.live import (
+        LiveConfig,
+        pilot_effects_from,
+        quick_config,
+        reanalyse,
+        run_to_dir,
+    )
+    from trainfabric.io import dumps, loads, prepare_dir
 
+    pilot = loads(args.pilot.read_text()) if args.pilot else None
+    if args.reanalyse:
+        print(dumps(reanalyse(loads(args.reanalyse.read_text()), pilot), indent=1))
+        return
     cfg = quick_config(server=args.server) if args.quick else LiveConfig(server=args.server)
+    if pilot is not None:
+        effects = pilot_effects_from(pilot, cfg.policies[0])
+        cfg = cfg.model_copy(update={"pilot_effects": effects, "pilot_source": str(args.pilot)})
     res = run_to_dir(cfg, prepare_dir(args.run_dir), console=Console(stderr=True))
     lead = res["policies"][res["policy"]]
     emit(
@@ -54,6 +77,8 @@ def main() -> None:
             "effect_transfer": res["effect_transfer"],
             "policies": {name: {k: row[k] for k in KEYS} for name, row in res["policies"].items()},
             "latency_inside_vs_outside_syncs": lead["latency_inside_vs_outside_syncs"],
+            "design": res["design"],
+            "power": res["power"],
             "comparison": res["comparisons"].get(res["policy"]),
             "min_attainable_p": res["min_attainable_p"],
             "sync_time_regression": res["sync_time_regression"],

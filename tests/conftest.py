@@ -129,6 +129,25 @@ def step_experiment(monkeypatch):
 
 
 @pytest.fixture
+def allocates_at_most():
+    """``with allocates_at_most(mb): ...``: fails unless the block's peak allocation (by
+    tracemalloc) stays under ``mb`` megabytes. Guards that refuse "before any work" are held
+    to this rather than to a wall-clock bound, which a loaded machine breaks."""
+
+    @contextlib.contextmanager
+    def bound(mb: float):
+        tracemalloc.start()
+        try:
+            yield
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak <= mb * 1e6, f"allocated {peak / 1e6:.1f} MB, more than {mb} MB"
+
+    return bound
+
+
+@pytest.fixture
 def traced():
     """``traced(fn, *args)``: ``(fn(*args), peak bytes allocated while it ran)``, by
     tracemalloc (the size-guard tests check their estimates against it)."""

@@ -17,7 +17,11 @@ def test_sigint_exits_130_with_one_line(tmp_path):
         text=True,
         preexec_fn=sigint_default,
     )
-    time.sleep(10.0)  # imports and kernel loading done, the first scenario running (of minutes)
+    lock = tmp_path / "eval" / ".lock"  # taken by the command itself, after the imports
+    deadline = time.monotonic() + 60
+    while not lock.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1.0)  # into the first scenario (of minutes)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err

@@ -1,8 +1,6 @@
 """Size guards of the DiLoCo simulator and protocol: absurd horizons refused by the schema,
 memory estimated before any request is drawn, too few windows for the protocol refused."""
 
-import time
-
 import numpy as np
 import pytest
 
@@ -31,11 +29,9 @@ def test_a_trillion_windows_refused_by_the_schema():
     assert "at most 100,000,000" in exc.value.message
 
 
-def test_huge_horizon_refused_before_drawing_requests():
-    t0 = time.perf_counter()
-    with memory_limit(1.0), pytest.raises(ConfigError) as exc:
+def test_huge_horizon_refused_before_drawing_requests(allocates_at_most):
+    with allocates_at_most(1), memory_limit(1.0), pytest.raises(ConfigError) as exc:
         _run(100_000_000, "steady", 4)
-    assert time.perf_counter() - t0 < 1.0
     assert exc.value.field == "windows"
     assert "4 runs x 100,000,000 windows" in exc.value.message
     assert "needs about 80 GB" in exc.value.message and "limit of 1 GB" in exc.value.message
@@ -65,12 +61,10 @@ def test_estimate_within_a_factor_of_the_measured_peak(traced, regime, windows, 
 
 
 @pytest.mark.parametrize("windows", [10, 1000])
-def test_protocol_refuses_too_few_windows_with_the_minimum(windows):
+def test_protocol_refuses_too_few_windows_with_the_minimum(allocates_at_most, windows):
     cfg = ProtocolConfig(regimes=["bursty"], fleet=FleetConfig(windows=windows))
-    t0 = time.perf_counter()
-    with pytest.raises(ConfigError) as exc:
+    with allocates_at_most(1), pytest.raises(ConfigError) as exc:
         run_protocol(cfg)
-    assert time.perf_counter() - t0 < 1.0
     assert exc.value.field == "windows"
     assert "needs at least 1,154 windows on regime bursty" in exc.value.message
     assert f"got {windows:,}" in exc.value.message
@@ -86,11 +80,9 @@ def test_protocol_minimum_is_lo_plus_hi_of_the_guards():
         check_protocol_size(at_min, REGIMES["bursty"])
 
 
-def test_protocol_refuses_its_largest_simulation_over_the_limit():
+def test_protocol_refuses_its_largest_simulation_over_the_limit(allocates_at_most):
     cfg = ProtocolConfig(regimes=["steady"], seeds=10_000, envelope_draws=1000)
-    t0 = time.perf_counter()
-    with memory_limit(1.0), pytest.raises(ConfigError) as exc:
+    with allocates_at_most(1), memory_limit(1.0), pytest.raises(ConfigError) as exc:
         run_protocol(cfg)
-    assert time.perf_counter() - t0 < 1.0
     assert exc.value.field == "windows"
     assert "80,000,000 runs x 10,000 windows" in exc.value.message

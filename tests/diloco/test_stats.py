@@ -44,12 +44,14 @@ def test_seed_artifact_floor():
     assert S.sign_test(np.r_[np.ones(8), -np.ones(2)]) == pytest.approx(2 * 56 / 1024)
 
 
-@given(pairs)
-def test_wilcoxon_is_scipys(d):
-    if np.all(d == 0):
-        assert S.wilcoxon(d) == 1.0
-    else:
-        assert S.wilcoxon(d) == stats.wilcoxon(d).pvalue
+def test_wilcoxon_exact_closed_forms():
+    """Exact null of the signed-rank sum over n = 5 untied ranks (2^5 equally likely signs):
+    all positive is the most extreme of 32, two-sided p = 2/32; W+ = 13 of 15 leaves
+    P(W+ >= 13) = 3/32 (W+ in {13, 14, 15}), two-sided 6/32. Zeros are dropped first."""
+    assert S.wilcoxon([1.0, 2, 3, 4, 5]) == pytest.approx(2 / 32)
+    assert S.wilcoxon([-2.0, 1, 3, 4, 5]) == pytest.approx(6 / 32)
+    assert S.wilcoxon([0.0, 0, -2, 1, 3, 4, 5]) == pytest.approx(6 / 32)
+    assert S.wilcoxon([0.0, 0.0, 0.0]) == 1.0
 
 
 def test_bootstrap_ci_agrees_with_scipy():
@@ -69,7 +71,7 @@ def test_effect_size_and_power():
     d = np.array([1.0, 2.0, 3.0])
     assert S.effect_size(d) == pytest.approx(2.0 / 1.0)
     z = stats.norm.ppf(0.975) + stats.norm.ppf(0.8)
-    assert S.seeds_for_power(0.5, 1.0) == math.ceil((z * 2) ** 2 * math.pi / 3)
+    assert S.seeds_for_power(0.5, 1.0, test="wilcoxon") == math.ceil((z * 2) ** 2 * math.pi / 3)
 
 
 def _old_exact_sign_flip(d):

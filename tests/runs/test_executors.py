@@ -217,7 +217,9 @@ def test_local_ray_dies_with_a_killed_driver():
         driver.kill()
         driver.wait(timeout=10)
     assert len(procs) >= 4  # watchdog, GCS server, raylet, agents
-    time.sleep(5)
+    deadline = time.monotonic() + 10
+    while alive(procs) and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert alive(procs) == set()
 
 

@@ -3,7 +3,6 @@ building, and a memory estimate checked against the builder's measured peak."""
 
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -23,11 +22,9 @@ def _job_data(**model) -> dict:
     }
 
 
-def test_absurd_layers_refused_by_the_schema_in_no_time():
-    t0 = time.perf_counter()
-    with pytest.raises(ConfigError) as exc:
+def test_absurd_layers_refused_by_the_schema_in_no_time(allocates_at_most):
+    with allocates_at_most(1), pytest.raises(ConfigError) as exc:
         validate(Job, _job_data(layers=1_000_000_000))
-    assert time.perf_counter() - t0 < 1.0
     assert exc.value.field == "model.layers"
     assert "at most 10,000" in exc.value.message
 
@@ -69,25 +66,21 @@ def test_node_count_before_building_matches_the_built_dag(name):
         assert counted == built
 
 
-def test_huge_pod_count_refused_quickly_naming_pods_and_estimate():
+def test_huge_pod_count_refused_before_building_naming_pods_and_estimate(allocates_at_most):
     job = get_preset("moe", 65_536)
-    t0 = time.perf_counter()
-    with memory_limit(1.0), pytest.raises(ConfigError) as exc:
+    with allocates_at_most(20), memory_limit(1.0), pytest.raises(ConfigError) as exc:
         build_dag(job)
-    assert time.perf_counter() - t0 < 1.0
     assert exc.value.field == "pods"
     assert "task DAG of ~8,892,187,672 nodes" in exc.value.message
     assert "3.57e+03 GB" in exc.value.message and "limit of 1 GB" in exc.value.message
 
 
-def test_compute_heavy_job_names_layers():
+def test_compute_heavy_job_names_layers(allocates_at_most):
     """10,000 MoE layers without EP: compute nodes outnumber the (one-barrier) phases."""
     data = _job_data(layers=10_000, moe_experts=2, moe_top_k=1)
     data["parallelism"]["micro_batches"] = 4_096
-    t0 = time.perf_counter()
-    with memory_limit(1.0), pytest.raises(ConfigError) as exc:
+    with allocates_at_most(1), memory_limit(1.0), pytest.raises(ConfigError) as exc:
         build_dag(validate(Job, data))
-    assert time.perf_counter() - t0 < 1.0
     assert exc.value.field == "layers"
     assert "327,696,384 compute" in exc.value.message
 

@@ -40,6 +40,9 @@ _EXPORTS = {
     "sign_flip_test": "stats",
     "wilcoxon": "stats",
     "holm": "stats",
+    "Design": "stats",
+    "seeds_for_power": "stats",
+    "power_plan": "stats",
     "TrainConfig": "train.config",
 }
 __all__ = sorted(_EXPORTS)

@@ -33,7 +33,6 @@ from trainfabric.diloco.train.command import train_cmd
 from trainfabric.io import prepare_dir
 
 app = typer.Typer(help="Workload-aware DiLoCo sync policies.", no_args_is_help=True)
-SUMMARY = ("slo_violation_rate", "syncs", "vs_matched_random", "p_value", "effect_size")
 POLICIES = (
     "fixed_h, adaptive_tokens, adaptive_load, pressure_gate, random_deferral, wa_diloco, "
     "wa_forecast, wa_calibrated"
@@ -71,6 +70,8 @@ NAMES = {
     "seeds": "--seeds",
     "trace": "--trace",
     "rate": "--rate-scale",
+    "pilot_seeds": "--pilot-seeds",
+    "max_seeds": "--max-seeds",
 }
 
 
@@ -149,6 +150,18 @@ def protocol_cmd(
             "segment length, trace duration / seeds].",
         ),
     ] = None,
+    pilot_seeds: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=1000,
+            help="Run a pilot of this many held-out seeds per regime first and evaluate on the "
+            "seeds its power calculation asks for (at most --max-seeds) [0: no pilot].",
+        ),
+    ] = 0,
+    max_seeds: Annotated[
+        int, typer.Option(min=3, max=10_000, help="The most seeds a pilot may choose.")
+    ] = 50,
     trace: TraceOpt = None,
     rate_scale: RateScaleOpt = 1.0,
     allow_overlap: OverlapOpt = False,
@@ -163,14 +176,22 @@ def protocol_cmd(
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Every policy vs matched random over paired seeds and regimes; verdicts and a report."""
-    from trainfabric.diloco.protocol import ProtocolConfig, quick_config, run_to_dir
+    """Every policy vs matched random over paired seeds and regimes; verdicts and a report.
+
+    Per regime the primary comparison (wa_forecast vs its matched random on SLO violations,
+    sign-flip test) is tested alone; every other comparison is one Holm family."""
+    import warnings
+
+    from trainfabric.diloco.protocol import ProtocolConfig, check_design, quick_config, run_to_dir
+    from trainfabric.diloco.stats import DesignWarning
     from trainfabric.runs.store import RunDir
 
     cfg = quick_config() if quick else ProtocolConfig()
     update = {}
     if seeds is not None:
         update["seeds"] = seeds
+    if pilot_seeds or max_seeds != 50:
+        update |= {"pilot_seeds": pilot_seeds, "max_seeds": max_seeds}
     if windows is not None:
         update["fleet"] = cfg.fleet.model_dump() | {"windows": windows}
         update["segment_horizon"] = False
@@ -183,20 +204,49 @@ def protocol_cmd(
 
         with options(**NAMES):
             cfg = validate(ProtocolConfig, cfg.model_dump() | update)
+    with options(**NAMES):
+        check_design(cfg)
+        if not (cfg.pilot_seeds and cfg.seeds_from_pilot):
+            cfg.design().require(cfg.seeds)  # a primary that cannot be found: exit 2
     out_dir = prepare_dir(out_dir or Path("runs/diloco-protocol" + ("-quick" if quick else "")))
     with (
         RunDir(out_dir).single_run("diloco-protocol"),
         progress(json_out, "diloco protocol", show_progress) as bar,
         options(**NAMES),
+        warnings.catch_warnings(),  # printed below, once, with the power calculation
     ):
+        warnings.simplefilter("ignore", DesignWarning)
         res = run_to_dir(cfg, out_dir, console=None if bar.disable else bar.console, progress=bar)
+    for regime, plan in res["power"].items():
+        err.print(f"{regime}: {_power_line(plan)}")
+        for text in res["warnings"][regime]:
+            err.print(f"[bold red]{regime}: {text}[/]")
     if json_out:
         return emit_json(res)
-    t = Table("regime", "policy", *SUMMARY, title="DiLoCo protocol: policy vs matched random")
     for regime, rows in res["regimes"].items():
+        t = Table(
+            "policy",
+            "role",
+            "SLO vs matched random",
+            "final loss vs matched random",
+            "tokens: policy / control",
+            "vs matched random",
+            title=f"DiLoCo protocol, {regime} ({res['seeds_by_regime'][regime]} seeds): policy "
+            "vs matched random",
+        )
         for policy, row in rows.items():
-            t.add_row(regime, policy, *(_fmt(row[k]) for k in SUMMARY))
-    out.print(t)
+            t.add_row(
+                policy,
+                row["role"],
+                f"{row['effect_size']:+.4g} pp (p {_p(row, 'p_value', 'p_slo')}): "
+                f"{row['slo_verdict']}",
+                f"{row['loss_diff']:+.4g} (p {_p(row, 'p_loss_adjusted', 'p_loss')}): "
+                f"{row['loss_verdict']}",
+                f"{row['tokens_policy']:.4g} / {row['tokens_control']:.4g} "
+                f"({_fmt(row['tokens_ratio'])}x)",
+                row["vs_matched_random"],
+            )
+        out.print(t)
     for regime, rows in res["regimes"].items():
         row = next(iter(rows.values()))
         if row.get("segments") is not None:
@@ -216,6 +266,27 @@ def _regime(name: str, trace: Path | None, rate_scale: float, allow_overlap: boo
     if trace is not None:
         reg = trace_regime(input_file(trace, "--trace"), rate_scale, reg)
     return reg.model_copy(update={"overlap": True}) if allow_overlap else reg
+
+
+def _power_line(plan: dict) -> str:
+    """The power calculation of one regime in one line."""
+    need = plan["n_required"]
+    said = f"needs {need} seeds" if need is not None else f"no finite seed count ({plan['note']})"
+    ok = "" if plan["sufficient"] is None else (" (enough)" if plan["sufficient"] else " (TOO FEW)")
+    sd = plan["pilot_sd"]
+    return (
+        f"power {plan['power']:g} at alpha {plan['alpha']:g} ({plan['test']} test): effect "
+        f"{plan['pilot_effect']:.4g}, sd {'n/a' if sd is None else f'{sd:.4g}'} over "
+        f"{plan['pilot_seeds']} seeds ({plan['source'].split(':')[0]}) {said}; ran "
+        f"{plan['seeds_used']}{ok}"
+    )
+
+
+def _p(row: dict, adjusted: str, raw: str) -> str:
+    """``p`` as the verdict used it: the primary's own, a secondary's Holm-adjusted (raw)."""
+    if row["role"] == "primary" and raw == "p_slo":
+        return f"{row[raw]:.3g}, alone"
+    return f"{row[adjusted]:.3g} Holm, {row[raw]:.3g} raw"
 
 
 def _fmt(v) -> str:

@@ -31,10 +31,24 @@ converted to windows with the inner steps per window and the sync duration the r
 measured; one draw per seed, an envelope being unaffordable live; a scheduled window that
 falls inside a running sync is taken at the next consultation); the **no-sync** run (the same
 learners and offered load, never syncing: the SLO floor). Per policy: paired differences vs
-matched random over seeds of the SLO violation rate, of the eval loss at equal tokens and at
-equal wall-clock (:mod:`~.live_analysis`), Wilcoxon (primary) / sign / sign-flip p-values,
-Holm over the policies, the minimum attainable p for the seed count, and the share of the
-SLO effect explained by the sync-time fraction.
+matched random over seeds of the SLO violation rate, of the eval loss at equal tokens, at
+equal wall-clock and at the end (:mod:`~.live_analysis`), each loss with the tokens both arms
+had trained at the point compared (mean per arm and their ratio), sign-flip / Wilcoxon / sign
+p-values, the minimum attainable p for the seed count, and the share of the SLO effect
+explained by the sync-time fraction.
+
+**The design** (:meth:`LiveConfig.design`, :class:`~.stats.Design`), fixed before the runs:
+the primary comparison is the headline policy (the first) vs its matched random on the SLO
+violation rate, sign-flip test, alone at ``alpha``; its three loss comparisons and every other
+policy's four comparisons form one Holm family. ``better`` / ``worse`` only below ``alpha``
+(adjusted for a secondary), else ``no difference detected``. A seed count that cannot find
+the primary or any secondary is said before the runs and in the summary's
+``design.warnings`` (``--quick``'s 2 seeds: 2/2^2 = 0.5; it measures, it does not decide).
+**Power** (:func:`power_statement`): from ``pilot_effects`` (a pilot's per-seed SLO
+differences on other segments, ``--pilot FILE``), the seeds a power of ``power`` needs and
+whether this run had them; without a pilot the same calculation on this run's own
+differences, labelled post hoc. :func:`reanalyse` judges a stored result by these rules
+from the data it holds.
 
 **Effect-size transfer** (:func:`simulate_seeds`): the simulator runs the same configuration —
 the same policies and seeds, each seed's own request segment, one replica with the serving
@@ -62,6 +76,7 @@ from pydantic import Field
 from trainfabric.config import Config
 from trainfabric.diloco import live_analysis as LA
 from trainfabric.diloco import requests as R
+from trainfabric.diloco import stats
 from trainfabric.diloco.fleet import Regime
 from trainfabric.diloco.policies import POLICY_NAMES, Policy, make_policy, matched_schedule
 from trainfabric.diloco.telemetry import PressureModel, Telemetry, link_utilisation
@@ -89,6 +104,19 @@ class LiveConfig(Config):
     no_sync: bool = Field(True, description="run the no-sync load match")
     sim_draws: int = Field(20, ge=1, le=1000, description="matched-random draws per seed in sim")
     warmup_s: float = Field(30.0, ge=0, le=3600, description="server warm-up replay (s)")
+    alpha: float = Field(0.05, gt=0, lt=1, description="level of every verdict")
+    power: float = Field(0.8, gt=0, lt=1, description="target power of the primary test")
+    pilot_effects: list[float] | None = Field(
+        None,
+        description="a pilot's per-seed SLO differences (headline policy − matched random, "
+        "fractions) on other segments: the power calculation's input",
+    )
+    pilot_source: str | None = Field(None, description="where pilot_effects come from")
+
+    def design(self) -> stats.Design:
+        """The experiment's design (module doc): the headline policy vs its matched random on
+        SLO violations, alone; its losses and every other policy's comparisons, one family."""
+        return stats.Design.for_policies(self.policies, self.policies[0], alpha=self.alpha)
 
 
 def quick_config(**update) -> LiveConfig:
@@ -539,6 +567,8 @@ def run_experiment(cfg: LiveConfig, out_dir: Path, console=None) -> dict:
     from trainfabric.diloco.serve.server import serve
 
     check_config(cfg)
+    for text in cfg.design().check(cfg.seeds):  # before an hour of runs, not after
+        _say(console, f"[bold red]{text}[/]")
     records: list[RunRecord] = []
     started = time.time()
     with serve(kind=cfg.server, log_path=out_dir / "server.log") as srv:
@@ -618,7 +648,8 @@ def _say(console, text: str) -> None:
 # -- analysis -------------------------------------------------------------------------------------
 def analyse(cfg: LiveConfig, records: list[RunRecord]) -> dict:
     """Per run summaries, per policy paired comparisons (SLO, loss at equal tokens and equal
-    wall-clock, explained share), the sync-time regression and the simulated twin."""
+    wall-clock, final loss, each loss with the tokens trained beside it, explained share)
+    judged by the design (:meth:`LiveConfig.design`), the sync-time regression."""
     runs = pd.DataFrame([r.summary(cfg) for r in records])
     splits = {
         r.label: LA.latency_split(
@@ -630,15 +661,38 @@ def analyse(cfg: LiveConfig, records: list[RunRecord]) -> dict:
     comparisons = {}
     for name in cfg.policies:
         comparisons[name] = _compare(cfg, records, name, regression["slope"])
-    ps = [c["slo"]["p_wilcoxon"] for c in comparisons.values()]
-    for c, p in zip(comparisons.values(), LA.stats.holm(ps), strict=True):
-        c["slo"]["p_holm"] = float(p)
     return {
         "runs": runs,
         "latency_split": splits,
-        "comparisons": comparisons,
+        "comparisons": judge(cfg.design(), comparisons),
         "sync_time_regression": regression,
     }
+
+
+def judge(design: stats.Design, comparisons: dict) -> dict:
+    """``comparisons`` (by policy, :func:`_compare`) with each metric's block extended by the
+    design's verdict (:meth:`~.stats.Design.evaluate` on the per-seed differences): ``role``,
+    ``test``, ``p``, ``p_adjusted``, ``family_size``, ``alpha``, ``verdict``."""
+    diffs = {
+        stats.Comparison(policy, metric).name: comp.get("per_seed", {}).get(metric)
+        for policy, comp in comparisons.items()
+        for metric in METRICS
+    }
+    decided = design.evaluate({k: _finite(v) for k, v in diffs.items()})
+    for policy, comp in comparisons.items():
+        for metric in METRICS:
+            row = decided.get(stats.Comparison(policy, metric).name)
+            if row is not None and comp.get(KEY[metric]) is not None:
+                comp[KEY[metric]] |= row
+    return comparisons
+
+
+METRICS = ("slo_violation_rate", *stats.LOSS_METRICS)
+KEY = {"slo_violation_rate": "slo"} | {m: m for m in stats.LOSS_METRICS}
+
+
+def _finite(v):
+    return None if v is None else [x for x in v if x is not None and np.isfinite(x)]
 
 
 def _by_seed(records, policy):
@@ -651,38 +705,93 @@ def _eval_curve(r: RunRecord, x: str):
     return r.evals[x].to_numpy(float), r.evals["eval_loss"].to_numpy(float)
 
 
+def _tokens_at(r: RunRecord, wall_s: float) -> float:
+    """Tokens a run had trained at ``wall_s`` (its eval curve, interpolated)."""
+    return LA.loss_at(r.evals["wall_s"], r.evals["tokens"], wall_s)
+
+
+def _final_tokens(r: RunRecord) -> float:
+    """Tokens a run had trained at its final eval (the final loss's point)."""
+    t = r.evals["tokens"].to_numpy(float)
+    t = t[np.isfinite(t)]
+    return float(t.max()) if t.size else np.nan
+
+
 def _compare(cfg, records, name: str, slope) -> dict:
-    """``name`` vs its matched random over the seeds both ran (paired)."""
+    """``name`` vs its matched random over the seeds both ran (paired). Every loss
+    comparison carries the tokens each side had trained at the point compared (``at``: the
+    common tokens, or seconds, read; the mean over seeds): ``tokens_policy``,
+    ``tokens_control``, ``tokens_ratio``; ``per_seed`` keeps every metric's differences."""
     pol, ctl = _by_seed(records, name), _by_seed(records, f"matched_random[{name}]")
     seeds = sorted(set(pol) & set(ctl))
-    d_slo, d_frac, d_tok, d_wall, d_final = [], [], [], [], []
+    d = {m: [] for m in METRICS}
+    tokens = {m: ([], []) for m in stats.LOSS_METRICS}
+    at = {m: [] for m in stats.LOSS_METRICS}
+    d_frac, run_tokens = [], ([], [])
     same_count = 0
     for s in seeds:
         a, b = pol[s].summary(cfg), ctl[s].summary(cfg)
         same_count += a["syncs"] == b["syncs"]
-        d_slo.append(a["slo_violation_rate"] - b["slo_violation_rate"])
+        run_tokens[0].append(a["tokens"])
+        run_tokens[1].append(b["tokens"])
+        d["slo_violation_rate"].append(a["slo_violation_rate"] - b["slo_violation_rate"])
         d_frac.append(a["sync_time_fraction"] - b["sync_time_fraction"])
-        d_final.append((a["final_loss"] or np.nan) - (b["final_loss"] or np.nan))
-        for key, out in (("tokens", d_tok), ("wall_s", d_wall)):
+        d["final_loss"].append((a["final_loss"] or np.nan) - (b["final_loss"] or np.nan))
+        tokens["final_loss"][0].append(_final_tokens(pol[s]))
+        tokens["final_loss"][1].append(_final_tokens(ctl[s]))
+        for key, metric in (("tokens", "loss_equal_tokens"), ("wall_s", "loss_equal_wall")):
             curves = [_eval_curve(pol[s], key), _eval_curve(ctl[s], key)]
             try:
                 x0 = LA.common_point(curves)
-                out.append(LA.loss_at(*curves[0], x0) - LA.loss_at(*curves[1], x0))
+                diff = LA.loss_at(*curves[0], x0) - LA.loss_at(*curves[1], x0)
+                tk = (x0, x0) if key == "tokens" else (_tokens_at(pol[s], x0),
+                                                       _tokens_at(ctl[s], x0))  # fmt: skip
             except ConfigError:  # a curve starting after the other's end
-                out.append(np.nan)
+                x0, diff, tk = np.nan, np.nan, (np.nan, np.nan)
+            d[metric].append(diff)
+            at[metric].append(x0)
+            tokens[metric][0].append(tk[0])
+            tokens[metric][1].append(tk[1])
     if not seeds:
         return {"seeds": 0}
     finite = lambda v: [x for x in v if np.isfinite(x)]  # noqa: E731
-    return {
+    out = {
         "seeds": len(seeds),
         "seeds_with_equal_sync_count": int(same_count),
-        "slo": LA.paired(d_slo),
-        "loss_equal_tokens": LA.paired(finite(d_tok)) if finite(d_tok) else None,
-        "loss_equal_wall": LA.paired(finite(d_wall)) if finite(d_wall) else None,
-        "final_loss": LA.paired(finite(d_final)) if finite(d_final) else None,
+        "tokens_trained": _token_block(*run_tokens),
+        "slo": LA.paired(d["slo_violation_rate"]),
+    }
+    for metric in stats.LOSS_METRICS:
+        ok = finite(d[metric])
+        out[metric] = None
+        if ok:
+            keep = np.isfinite(d[metric])
+            pt, ct = (np.asarray(t, float)[keep] for t in tokens[metric])
+            out[metric] = LA.paired(ok) | _token_block(pt, ct)
+            if metric == "final_loss":
+                out[metric] |= {"at": None, "at_unit": "each run's last eval"}
+            else:
+                out[metric]["at"] = float(np.mean(np.asarray(at[metric], float)[keep]))
+                out[metric]["at_unit"] = "s" if metric == "loss_equal_wall" else "tokens"
+    out |= {
         "sync_time_fraction_diff": float(np.mean(d_frac)),
-        "explained_by_sync_time": LA.explained_share(slope, d_frac, d_slo),
-        "slo_effect_per_seed": d_slo,
+        "explained_by_sync_time": LA.explained_share(slope, d_frac, d["slo_violation_rate"]),
+        "slo_effect_per_seed": d["slo_violation_rate"],
+        "per_seed": {
+            m: [None if not np.isfinite(x) else float(x) for x in v] for m, v in d.items()
+        },  # fmt: skip
+    }
+    return out
+
+
+def _token_block(policy_tokens, control_tokens) -> dict:
+    """Mean tokens per arm over the seeds and their ratio (policy / control)."""
+    p = float(np.nanmean(policy_tokens)) if len(policy_tokens) else np.nan
+    c = float(np.nanmean(control_tokens)) if len(control_tokens) else np.nan
+    return {
+        "tokens_policy": p,
+        "tokens_control": c,
+        "tokens_ratio": p / c if np.isfinite(p) and np.isfinite(c) and c > 0 else None,
     }
 
 
@@ -794,6 +903,40 @@ def run_to_dir(cfg: LiveConfig, out_dir: Path, console=None) -> dict:
     return summary
 
 
+def power_statement(cfg: LiveConfig, effects) -> dict:
+    """The power calculation the summary states (:func:`~.stats.power_plan`): from
+    ``cfg.pilot_effects`` when given (a pilot on other segments), else from this run's own
+    primary differences ``effects``, labelled post hoc (a design for the next run)."""
+    if cfg.pilot_effects:
+        pilot, source = cfg.pilot_effects, cfg.pilot_source or "pilot"
+    else:
+        pilot, source = effects, POST_HOC
+    if len(pilot) == 0:
+        return {"source": source, "n_required": None, "note": "no paired seeds"}
+    return stats.power_plan(pilot, cfg.alpha, cfg.power, seeds_used=cfg.seeds, source=source)
+
+
+POST_HOC = (
+    "post hoc: this run's own primary differences (no pilot given); the seeds a next run "
+    "needs, not evidence for this one"
+)
+
+
+def pilot_effects_from(doc: dict, policy: str | None = None) -> list[float]:
+    """A pilot's per-seed SLO differences from a previous live summary (``summary.json``:
+    ``comparisons[policy]``) or a ``diloco_live`` benchmark result (``comparison``);
+    ``policy`` defaults to the document's headline. A ConfigError naming ``pilot`` when the
+    document holds none."""
+    policy = policy or doc.get("policy")
+    comp = (doc.get("comparisons") or {}).get(policy) or (
+        doc.get("comparison") if doc.get("policy") == policy else None
+    )
+    effects = (comp or {}).get("slo_effect_per_seed")
+    if not effects:
+        raise ConfigError("pilot", f"no per-seed SLO differences of {policy!r} in the pilot file")
+    return [float(x) for x in effects]
+
+
 def _pooled_split(records: list[RunRecord]) -> dict:
     """Inside/outside-sync serving over several runs: each run's clock is shifted past the
     previous run's end so its requests only meet its own syncs."""
@@ -841,6 +984,8 @@ def headline(cfg: LiveConfig, res: dict, records: list[RunRecord], twin: dict, c
         "server": res["server"],
         "seeds": cfg.seeds,
         "duration_s": cfg.duration_s,
+        "design": cfg.design().to_dict() | {"warnings": cfg.design().check(cfg.seeds)},
+        "power": power_statement(cfg, real),
         **{k: per_policy[lead][k] for k in ("slo_violation_rate", "syncs", "final_loss", "tokens")},
         "sim_vs_real_effect_ratio": ratio["sim_vs_real_effect_ratio"],
         "effect_transfer": ratio,
@@ -852,4 +997,94 @@ def headline(cfg: LiveConfig, res: dict, records: list[RunRecord], twin: dict, c
         "calibration": {k: v for k, v in calib.items() if k != "sync_duration_samples_s"},
         "shaping": next((r.extra["shaping"] for r in records if r.extra.get("shaping")), None),
         "wall_s": res["wall_s"],
+    }
+
+
+# -- re-analysis of a stored result ---------------------------------------------------------------
+def reanalyse(result: dict, pilot: dict | None = None, alpha: float = 0.05, power=0.8) -> dict:
+    """Judge a stored live result by the design, from the data it holds, running nothing.
+
+    ``result``: a ``diloco_live`` benchmark result (its headline policy's ``comparison``) or a
+    run's ``summary.json`` (every policy's ``comparisons``). A comparison's p-value of the
+    design's test is recomputed from its per-seed differences where the file holds them (the
+    SLO's ``slo_effect_per_seed`` always; every metric's ``per_seed`` in files written since
+    the design), else the stored one is used (``p_source`` says which). Beside each loss
+    comparison: the tokens each arm trained, at the point compared where the file holds it,
+    else over the replay (the per-policy means, ``tokens_at`` says which). ``before`` is the
+    verdict the old reading gave (uncorrected Wilcoxon below ``alpha``; the SLO's Holm over
+    policies), ``changed`` the comparisons whose verdict differs. With ``pilot`` (a document
+    :func:`pilot_effects_from` reads), the power calculation from its effects."""
+    lead = result["policy"]
+    comps = result.get("comparisons") or {lead: result.get("comparison") or {}}
+    policies = [lead, *[p for p in comps if p != lead]]
+    design = stats.Design.for_policies(policies, lead, alpha=alpha)
+    per_policy = result.get("policies") or {}
+    p, mean, rows = {}, {}, {}
+    for policy in policies:
+        comp = comps.get(policy) or {}
+        per_seed = comp.get("per_seed") or {"slo_violation_rate": comp.get("slo_effect_per_seed")}
+        arms = per_policy.get(policy, {}), per_policy.get(f"matched_random[{policy}]", {})
+        for metric in METRICS:
+            name = stats.Comparison(policy, metric).name
+            block = comp.get(KEY[metric]) or {}
+            d = _finite(per_seed.get(metric))
+            extra: dict = {"mean": block.get("mean"), "ci": block.get("ci")}
+            if d:
+                p[name], mean[name] = stats.paired_p(design.test, d), float(np.mean(d))
+                extra |= {"p_source": "recomputed from the per-seed differences"}
+                extra |= {"p_stored": block.get(f"p_{design.test}"), "mean": mean[name]}
+            elif block.get(f"p_{design.test}") is not None:
+                p[name], mean[name] = block[f"p_{design.test}"], block["mean"]
+                extra |= {"p_source": f"stored p_{design.test}"}
+            old_p = block.get("p_holm", block.get("p_wilcoxon"))
+            extra["before"] = (
+                None if old_p is None
+                else NO_CLAIM if old_p >= alpha
+                else stats.BETTER if block["mean"] < 0 else stats.WORSE
+            )  # fmt: skip
+            if metric in stats.LOSS_METRICS:
+                extra |= _stored_tokens(block, *arms)
+            rows[name] = extra
+    decided = design.decide(p, mean)
+    out_rows = {name: decided[name] | rows[name] for name in decided}
+    changed = [
+        name
+        for name, r in out_rows.items()
+        if r["before"] is not None and _claim(r["before"]) != _claim(r["verdict"])
+    ]
+    out = {
+        "policy": lead,
+        "seeds": result.get("seeds"),
+        "design": design.to_dict() | {"warnings": design.check(int(result.get("seeds") or 0))},
+        "comparisons": out_rows,
+        "changed": changed,
+    }
+    if pilot is not None:
+        effects = pilot_effects_from(pilot, lead)
+        source = f"pilot: {pilot.get('benchmark', 'live')} on seeds from {pilot.get('first_seed')}"
+        out["power"] = stats.power_plan(
+            effects, alpha, power, seeds_used=result.get("seeds"), source=source
+        )
+    return out
+
+
+NO_CLAIM = "no claim"
+
+
+def _claim(verdict: str) -> str:
+    return verdict if verdict in (stats.BETTER, stats.WORSE) else NO_CLAIM
+
+
+def _stored_tokens(block: dict, policy_arm: dict, control_arm: dict) -> dict:
+    """Tokens beside a stored loss comparison: at the point compared when the block has them,
+    else the arms' mean tokens over the replay."""
+    if block.get("tokens_policy") is not None:
+        keys = ("tokens_policy", "tokens_control", "tokens_ratio")
+        return {k: block[k] for k in keys} | {"tokens_at": "the point compared"}
+    pt, ct = policy_arm.get("tokens"), control_arm.get("tokens")
+    return {
+        "tokens_policy": pt,
+        "tokens_control": ct,
+        "tokens_ratio": pt / ct if pt is not None and ct else None,
+        "tokens_at": "mean over the replay (the file holds no per-point tokens)",
     }

@@ -22,9 +22,10 @@ the run's start, rates are fractions in [0, 1].
   (:func:`explained_share`) is ``b · mean(f_policy − f_control) / mean(slo_policy −
   slo_control)``: near 1, the policy differs from its control by how long it synced, not by
   when.
-* **Paired tests** (:func:`paired`): Wilcoxon (primary), sign and sign-flip tests with a
-  bootstrap CI of the mean difference (:mod:`~trainfabric.diloco.stats`); with ``n`` non-zero
-  pairs no exact two-sided test goes below :func:`min_attainable_p` ``= 2 / 2^n``.
+* **Paired tests** (:func:`paired`): the sign-flip test (the design's test, which gives
+  every verdict: :class:`~trainfabric.diloco.stats.Design`), Wilcoxon and the sign test
+  (reported only) with a bootstrap CI of the mean difference; with ``n`` non-zero pairs no
+  exact two-sided test goes below :func:`min_attainable_p` ``= 2 / 2^n``.
 * **Effect ratio** (:func:`effect_ratio`): ``sim_vs_real_effect_ratio = mean_seeds(SLO_sim(policy)
   − SLO_sim(matched random)) / mean_seeds(SLO_real(policy) − SLO_real(matched random))``. 1 means
   the simulator predicts the live effect; a ratio far from 1, or of the wrong sign, means it
@@ -42,6 +43,7 @@ from trainfabric.diloco import stats
 from trainfabric.errors import ConfigError
 
 BOOT_DRAWS = 2000
+min_attainable_p = stats.min_attainable_p
 COLUMNS = (("slo_violation_rate", "violated"), ("ttft_s", "ttft_s"), ("tpot_s", "tpot_s"))
 
 
@@ -178,11 +180,6 @@ def explained_share(slope, d_fraction, d_slo) -> float | None:
     if slope is None or d_slo == 0:
         return None
     return float(slope * np.mean(d_fraction) / d_slo)
-
-
-def min_attainable_p(n: int) -> float:
-    """Smallest two-sided p-value an exact paired test can give with ``n`` pairs."""
-    return 2.0 / 2.0**n
 
 
 def paired(d, seed: int = 0) -> dict:

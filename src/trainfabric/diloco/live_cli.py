@@ -26,6 +26,7 @@ NAMES = {
     "min_h": "--min-h",
     "max_h": "--max-h",
     "H": "--H",
+    "pilot": "--pilot",
 }
 ROW = ("slo_violation_rate", "syncs", "sync_time_fraction", "final_loss", "tokens")
 
@@ -62,9 +63,19 @@ def live_cmd(
     out_dir: Annotated[
         Path | None, typer.Option("--out", help="Run directory.", show_default="runs/diloco-live")
     ] = None,
+    pilot: Annotated[
+        Path | None,
+        typer.Option(
+            help="A pilot's summary.json (or diloco_live benchmark result) on other segments: "
+            "its per-seed SLO differences give the power calculation the summary states.",
+        ),
+    ] = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Real DiLoCo learners + a real server + trace replay; matched random, no-sync, sim twin."""
+    """Real DiLoCo learners + a real server + trace replay; matched random, no-sync, sim twin.
+
+    The headline policy vs its matched random on SLO violations is the primary comparison
+    (sign-flip test, alone); its losses and every other comparison form one Holm family."""
     from trainfabric.config import validate
     from trainfabric.diloco.live import LiveConfig, check_config, quick_config, run_to_dir
 
@@ -79,6 +90,19 @@ def live_cmd(
         update["seeds"] = seeds
     if duration_s is not None:
         update["duration_s"] = duration_s
+    if pilot is not None:
+        from trainfabric.diloco.live import pilot_effects_from
+        from trainfabric.errors import ConfigError
+        from trainfabric.io import loads, read_file
+
+        with options(**NAMES):
+            text = read_file(pilot, "--pilot", "JSON file", max_bytes=64 << 20)
+            try:
+                doc = loads(text)
+            except ValueError as exc:
+                raise ConfigError("pilot", f"{pilot} is not JSON: {exc}") from None
+            update["pilot_effects"] = pilot_effects_from(doc, (policy or base.policies)[0])
+            update["pilot_source"] = str(pilot)
     with options(**NAMES):
         cfg = validate(LiveConfig, base.model_dump() | update)
         check_config(cfg)
@@ -91,10 +115,50 @@ def live_cmd(
     for name, row in res["policies"].items():
         t.add_row(name, *(f"{row[k]:.4g}" for k in ROW))
     out.print(t)
+    out.print(comparison_table(res["comparisons"]))
+    for text in res["design"]["warnings"]:
+        err.print(f"[bold red]{text}[/]")
+    plan = res["power"]
+    if plan.get("n_required") is not None or plan.get("pilot_effect") is not None:
+        err.print(
+            f"power {plan['power']:g} at alpha {plan['alpha']:g}: effect "
+            f"{plan['pilot_effect']:.4g}, sd {plan['pilot_sd']}, over {plan['pilot_seeds']} "
+            f"seeds ({plan['source']}): needs {plan['n_required']} seeds, ran {cfg.seeds}"
+        )
     err.print(
         f"sim_vs_real_effect_ratio: {res['sim_vs_real_effect_ratio']} "
         f"({res['effect_transfer']['ratio_note']}); run directory: {res['run_dir']}"
     )
+
+
+def comparison_table(comparisons: dict) -> Table:
+    """Every comparison the design judged: the mean difference, the p-value its verdict
+    used (the primary's own, a secondary's Holm-adjusted), the verdict and, beside every
+    loss comparison, the tokens each side trained at the point compared."""
+    t = Table(
+        "comparison",
+        "role",
+        "mean (policy − control)",
+        "p (adjusted)",
+        "verdict",
+        "tokens: policy / control (ratio)",
+        title="vs matched random (sign-flip test; secondaries Holm-adjusted together)",
+    )
+    for comp in comparisons.values():
+        for key in ("slo", "loss_equal_tokens", "loss_equal_wall", "final_loss"):
+            row = comp.get(key)
+            if not row or "verdict" not in row:
+                continue
+            tokens = ""
+            if key != "slo":
+                ratio = row.get("tokens_ratio")
+                tokens = f"{row['tokens_policy']:,.0f} / {row['tokens_control']:,.0f} " + (
+                    f"({ratio:.3f})" if ratio is not None else ""
+                )
+            p = "" if row["p"] is None else f"{row['p_adjusted']:.3g} (raw {row['p']:.3g})"
+            t.add_row(row["comparison"], row["role"], f"{row['mean']:+.4g}", p, row["verdict"],
+                      tokens)  # fmt: skip
+    return t
 
 
 def calibrate_cmd(

@@ -19,8 +19,11 @@ Per regime:
 4. **No-sync load match**: the same offered load with every sync removed — the SLO floor that
    no sync policy can go below.
 5. Per policy: paired differences ``policy − matched random`` of the SLO violation rate
-   (percentage points) and of the final loss; Wilcoxon signed-rank (primary), sign and
-   sign-flip tests, Holm's correction over the policies of the regime, bootstrap CIs, ``d_z``.
+   (percentage points) and of the final loss, with the tokens each side trained beside it
+   (``tokens_policy``, ``tokens_control``, ``tokens_ratio``; matched random has the same sync
+   count, so they differ only by the sync durations and where the horizon cuts the last one);
+   the sign-flip test (the design's test), Wilcoxon and the sign test (reported only),
+   bootstrap CIs, ``d_z``.
 
 **Trace regimes** (``azure``, ``--trace``): every seed replays its own disjoint segment of
 the trace (:func:`~.fleet.check_segments`), so the paired tests see independent samples; the
@@ -30,11 +33,36 @@ trace holds are refused unless ``allow_overlap`` (random, overlapping offsets), 
 verdicts then say ``(overlapping seeds)``. Each verdict row reports ``segment_s``,
 ``segments`` and ``seeds_overlap``.
 
-Verdict (``alpha`` after Holm): **beats** when the SLO rate is significantly lower *and* the
-loss is not worse by more than ``loss_margin`` (upper bootstrap bound); **loses** when the SLO
-rate is significantly higher, or the loss is worse beyond the margin (lower bound above it);
-**ties** otherwise. Matched random has the same sync count, so both train the same tokens
-over the same wall-clock; the loss difference is the cost of *when* the syncs happen.
+**The design** (:class:`~.stats.Design`, per regime: each regime is its own experiment, the
+clarification's "correct within a regime"), named before anything runs: the **primary**
+comparison is ``primary_policy`` (``wa_forecast`` when it runs, else the first policy) vs its
+matched random on the SLO violation rate, tested alone at ``alpha``; the **secondary**
+comparisons — its final loss, and every other policy's SLO and final loss against its
+matched random — form one Holm family. In the simulator every run of a regime has the same
+horizon, so the final loss *is* the loss at equal wall-clock; the simulator keeps no loss
+curve, so there is no equal-tokens comparison here (the live protocol has both). Per row:
+``role``, ``p_slo`` (the sign-flip p), ``p_value`` (the primary's own p, a secondary's
+Holm-adjusted one), ``slo_verdict``; ``p_loss``, ``p_loss_adjusted``, ``loss_verdict``
+(``better`` / ``worse`` only below ``alpha`` after adjustment, else ``no difference
+detected``). A seed count that cannot find the primary (``2 / 2^n >= alpha``), or any
+secondary (``2 / 2^n >= alpha / m``), is named in ``warnings`` (and warned, a
+:class:`~.stats.DesignWarning`); ``diloco protocol`` prints them and refuses the first (exit 2).
+
+**Power**: with ``pilot_seeds > 0`` each synthetic regime first runs the primary policy and
+its matched random on held-out pilot seeds (from 20,000 on) and
+:func:`~.stats.power_plan` turns the pilot's effect and sd into the seeds needed for power
+``power`` at ``alpha``; with ``seeds_from_pilot`` the evaluation then runs that many seeds
+(at most ``max_seeds``, 50 by default), otherwise the configured ``seeds``, and the output
+says whether they suffice. Without a pilot (the default, to keep ``diloco protocol`` fast)
+the output states the same calculation on the run's own primary differences, labelled post
+hoc: a design for the next run, not evidence for this one. Trace regimes hold a fixed number
+of disjoint segments and take no pilot.
+
+Verdict ``vs_matched_random``: **beats** when ``slo_verdict`` is ``better`` *and* the loss
+is neither ``worse`` nor worse by more than ``loss_margin`` (upper bootstrap bound);
+**loses** when ``slo_verdict`` is ``worse``, or ``loss_verdict`` is ``worse`` and beyond the
+margin (lower bound above it); **ties** otherwise (no difference detected). The loss
+difference is the cost of *when* the syncs happen.
 
 The effect-size transfer check (:func:`transfer`) compares per-seed effects measured in
 simulation with those of a replay against a real server (the real-training issue supplies
@@ -46,6 +74,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -78,6 +107,7 @@ from trainfabric.errors import ConfigError, InfeasibleError
 from trainfabric.progress import track
 
 CALIBRATION_SEED0 = 10_000
+PILOT_SEED0 = 20_000
 CALIBRATION_GRID = {"threshold": (-0.2, 0.0, 0.2), "w_serve": (0.5, 1.0, 2.0)}
 
 
@@ -100,6 +130,27 @@ class ProtocolConfig(Config):
     segment_horizon: bool = Field(
         True, description="trace regimes: horizon = trace duration / seeds, not fleet.windows"
     )
+    primary_policy: str | None = Field(
+        None, description="the primary comparison's policy [wa_forecast if run, else the first]"
+    )
+    pilot_seeds: int = Field(
+        0, ge=0, le=1000, description="pilot seeds per synthetic regime (0: no pilot, or >= 2)"
+    )
+    seeds_from_pilot: bool = Field(
+        True, description="with a pilot: evaluate on the seeds its power calculation asks for"
+    )
+    max_seeds: int = Field(50, ge=3, le=10_000, description="the most seeds a pilot may choose")
+    power: float = Field(0.8, gt=0, lt=1, description="target power of the primary test")
+
+    def lead(self) -> str:
+        """The primary comparison's policy (module doc)."""
+        if self.primary_policy is not None:
+            return self.primary_policy
+        return "wa_forecast" if "wa_forecast" in self.policies else self.policies[0]
+
+    def design(self) -> stats.Design:
+        """The design of every regime's experiment (module doc)."""
+        return stats.Design.for_policies(self.policies, self.lead(), ("final_loss",), self.alpha)
 
     def regime(self, name: str) -> Regime:
         """The regime called ``name``; with ``trace``, its sync model replaying the trace;
@@ -220,7 +271,8 @@ def check_protocol_size(cfg: ProtocolConfig, regime, durations=None) -> None:
         )
     calibration = (1 + math.prod(map(len, CALIBRATION_GRID.values()))) * cfg.calibration_seeds
     runs = max(len(cfg.policies) * cfg.seeds * cfg.envelope_draws, calibration)
-    check_fleet_size(fleet, regime, runs, max(cfg.seeds, cfg.calibration_seeds))
+    runs = max(runs, cfg.pilot_seeds * cfg.envelope_draws)
+    check_fleet_size(fleet, regime, runs, max(cfg.seeds, cfg.calibration_seeds, cfg.pilot_seeds))
 
 
 def calibrate(regime, fleet: FleetConfig, seeds: np.ndarray, durations=None) -> dict:
@@ -242,12 +294,13 @@ def calibrate(regime, fleet: FleetConfig, seeds: np.ndarray, durations=None) -> 
 
 def run_regime(
     cfg: ProtocolConfig, name: str, durations: SyncDurations | None = None
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Runs and verdicts of one regime (``durations``: sync durations drawn from a
-    distribution instead of the regime's scalar)."""
+) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """Runs, verdicts and the design statement of one regime (``durations``: sync durations
+    drawn from a distribution instead of the regime's scalar). The statement has ``seeds``
+    (evaluated), ``design`` (:meth:`~.stats.Design.to_dict`), ``power``
+    (:func:`~.stats.power_plan`, from the pilot or post hoc) and ``warnings``."""
     regime = cfg.regime(name)
     fleet = cfg.fleet_for(regime)
-    seeds = np.arange(cfg.seeds)
     calibrated = (
         calibrate(regime, fleet, calibration_seeds(cfg, regime), durations)
         if "wa_calibrated" in cfg.policies
@@ -256,6 +309,18 @@ def run_regime(
     policies = [
         make_policy(n, **(calibrated if n == "wa_calibrated" else {})) for n in cfg.policies
     ]
+    design = cfg.design()
+    lead = policies[cfg.policies.index(cfg.lead())]
+    plan = None
+    if cfg.pilot_seeds:
+        seeds = PILOT_SEED0 + np.arange(cfg.pilot_seeds)
+        d = primary_differences(cfg, lead, seeds, regime, fleet, durations)
+        plan = stats.power_plan(d, cfg.alpha, cfg.power, source="pilot", max_seeds=cfg.max_seeds)
+        plan["pilot_first_seed"] = PILOT_SEED0
+        if cfg.seeds_from_pilot:
+            cfg = cfg.model_copy(update={"seeds": max(3, int(plan["n_chosen"]))})
+            check_protocol_size(cfg, regime, durations)
+    seeds = np.arange(cfg.seeds)
     main = simulate(fleet, regime, [Block(p, seeds) for p in policies], durations=durations).table
     budgets = main["syncs"].to_numpy().reshape(len(policies), cfg.seeds)
     blocks = matched_blocks(policies, budgets, seeds, cfg.envelope_draws, regime, fleet, durations)
@@ -263,8 +328,38 @@ def run_regime(
     floor = simulate(fleet, regime, [Block(make_policy("fixed_h"), seeds)], sync=False).table
     floor = floor.assign(policy="no_sync")
     runs = pd.concat([main, control, floor], ignore_index=True)
-    verdicts = _verdicts(cfg, name, policies, main, control, floor, calibrated)
-    return runs, verdicts.assign(**segment_info(cfg, regime))
+    verdicts, diffs = _verdicts(cfg, name, policies, main, control, floor, calibrated, design)
+    if plan is None:
+        plan = stats.power_plan(diffs[design.primary.name], cfg.alpha, cfg.power, source=POST_HOC)
+    plan |= {
+        "seeds_used": cfg.seeds,
+        "sufficient": None if plan["n_required"] is None else cfg.seeds >= plan["n_required"],
+    }
+    info = {
+        "regime": name,
+        "seeds": cfg.seeds,
+        "design": design.to_dict(),
+        "power": plan,
+        "warnings": design.check(cfg.seeds),
+    }
+    return runs, verdicts.assign(**segment_info(cfg, regime)), info
+
+
+POST_HOC = (
+    "post hoc: this run's own primary differences (no pilot); the seeds a next run needs, "
+    "not evidence for this one"
+)
+
+
+def primary_differences(cfg, policy: Policy, seeds, regime, fleet, durations=None) -> np.ndarray:
+    """Paired SLO differences (pp) of ``policy`` vs its matched random (the mean over
+    ``envelope_draws`` schedules per seed) on ``seeds``: the pilot's primary metric."""
+    main = simulate(fleet, regime, [Block(policy, seeds)], durations=durations).table
+    budgets = main["syncs"].to_numpy().reshape(1, len(seeds))
+    blocks = matched_blocks([policy], budgets, seeds, cfg.envelope_draws, regime, fleet, durations)
+    control = simulate(fleet, regime, blocks, durations=durations).table
+    env = control["slo_violation_rate"].to_numpy().reshape(len(seeds), cfg.envelope_draws)
+    return 100.0 * (main["slo_violation_rate"].to_numpy() - env.mean(axis=1))
 
 
 def segment_info(cfg: ProtocolConfig, regime: Regime) -> dict:
@@ -280,20 +375,25 @@ def segment_info(cfg: ProtocolConfig, regime: Regime) -> dict:
     }
 
 
-def _verdicts(cfg, regime, policies, main, control, floor, calibrated) -> pd.DataFrame:
+def _verdicts(cfg, regime, policies, main, control, floor, calibrated, design):
+    """The verdict table and the paired differences by comparison name."""
     S, D = cfg.seeds, cfg.envelope_draws
-    rows = []
+    rows, diffs = [], {}
     for p, policy in enumerate(policies):
         ours = main.iloc[p * S : (p + 1) * S]
         env = control.iloc[p * S * D : (p + 1) * S * D]
         env_slo = env["slo_violation_rate"].to_numpy().reshape(S, D)
         env_loss = env["final_loss"].to_numpy().reshape(S, D)
+        env_tokens = env["tokens_trained"].to_numpy().reshape(S, D).mean(axis=1)
         slo = ours["slo_violation_rate"].to_numpy()
         assert np.array_equal(env["syncs"].to_numpy().reshape(S, D)[:, 0], ours["syncs"].to_numpy())
         d = 100.0 * (slo - env_slo.mean(axis=1))  # percentage points
         dl = ours["final_loss"].to_numpy() - env_loss.mean(axis=1)
+        diffs[stats.Comparison(policy.name, "slo_violation_rate").name] = d
+        diffs[stats.Comparison(policy.name, "final_loss").name] = dl
         lo, hi = stats.bootstrap_ci(d, seed=p)
         llo, lhi = stats.bootstrap_ci(dl, seed=p + 1000)
+        tokens = float(ours["tokens_trained"].mean())
         rows.append(
             {
                 "regime": regime,
@@ -317,14 +417,28 @@ def _verdicts(cfg, regime, policies, main, control, floor, calibrated) -> pd.Dat
                 "loss_diff": float(dl.mean()),
                 "loss_diff_ci_low": llo,
                 "loss_diff_ci_high": lhi,
+                "tokens_policy": tokens,
+                "tokens_control": float(env_tokens.mean()),
+                "tokens_ratio": tokens / float(env_tokens.mean()) if env_tokens.mean() else None,
                 "envelope_percentile": float(np.mean((env_slo < slo[:, None]).mean(axis=1))),
                 "calibration": str(calibrated) if policy.name == "wa_calibrated" else "",
             }
         )
     table = pd.DataFrame(rows)
-    table["p_value"] = stats.holm(table["p_wilcoxon"].to_numpy())
+    decided = design.evaluate(diffs)
+    for col, metric in (("slo", "slo_violation_rate"), ("loss", "final_loss")):
+        res = [decided[stats.Comparison(n, metric).name] for n in table["policy"]]
+        if col == "slo":
+            table["role"] = [r["role"] for r in res]
+            table["family_size"] = [r["family_size"] for r in res]
+            table["p_slo"] = [r["p"] for r in res]
+            table["p_value"] = [r["p_adjusted"] for r in res]
+        else:
+            table["p_loss"] = [r["p"] for r in res]
+            table["p_loss_adjusted"] = [r["p_adjusted"] for r in res]
+        table[f"{col}_verdict"] = [r["verdict"] for r in res]
     table["vs_matched_random"] = [_verdict(r, cfg) for r in table.itertuples()]
-    return table
+    return table, diffs
 
 
 def _verdict(r, cfg: ProtocolConfig) -> str:
@@ -334,41 +448,72 @@ def _verdict(r, cfg: ProtocolConfig) -> str:
 
 
 def _plain_verdict(r, cfg: ProtocolConfig) -> str:
-    significant = r.p_value < cfg.alpha
-    if (significant and r.effect_size > 0) or r.loss_diff_ci_low > cfg.loss_margin:
+    loss_worse = r.loss_verdict == stats.WORSE and r.loss_diff_ci_low > cfg.loss_margin
+    if r.slo_verdict == stats.WORSE or loss_worse:
         return "loses"
-    if significant and r.effect_size < 0 and r.loss_diff_ci_high <= cfg.loss_margin:
+    if (
+        r.slo_verdict == stats.BETTER
+        and r.loss_verdict != stats.WORSE
+        and r.loss_diff_ci_high <= cfg.loss_margin
+    ):
         return "beats"
     return "ties"
+
+
+def check_design(cfg: ProtocolConfig) -> None:
+    """Refuse, before any simulation, a design that cannot run: an unknown primary policy,
+    a pilot of one seed, a pilot on a trace regime, or a pilot whose seed cap cannot find
+    the primary (ConfigErrors naming the field)."""
+    cfg.design()
+    if cfg.pilot_seeds == 1:
+        raise ConfigError("pilot_seeds", "a pilot needs at least 2 seeds (an sd), or 0")
+    if cfg.pilot_seeds:
+        for name in cfg.regimes:
+            if cfg.regime(name).is_trace:
+                raise ConfigError(
+                    "pilot_seeds",
+                    f"regime {name} replays a trace, which holds a fixed number of disjoint "
+                    "segments: no pilot there (run the pilot on a synthetic regime)",
+                )
+        if cfg.seeds_from_pilot:
+            cfg.design().require(cfg.max_seeds, "max_seeds")
 
 
 def run_protocol(
     cfg: ProtocolConfig, console=None, progress=None, durations: SyncDurations | None = None
 ) -> dict:
-    """Every regime; returns ``runs``/``verdicts`` tables, wall time and windows per second.
+    """Every regime; returns ``runs``/``verdicts`` tables, the per-regime ``design``
+    statements (:func:`run_regime`), wall time and windows per second.
 
     ``progress``: a rich Progress advanced once per regime (:func:`trainfabric.progress.track`).
-    Every regime's size is checked before the first simulation (:func:`check_protocol_size`).
+    Every regime's size and the design are checked before the first simulation
+    (:func:`check_protocol_size`, :func:`check_design`); what the seed count cannot find is
+    warned (:class:`~.stats.DesignWarning`) and listed in the statement's ``warnings``.
     ``durations``: sync durations from a distribution (:class:`~.fleet.SyncDurations`).
     """
     for n in cfg.policies:
         make_policy(n)
+    check_design(cfg)
     for n in cfg.regimes:
         check_protocol_size(cfg, cfg.regime(n), durations)
     t0 = time.perf_counter()
-    runs, verdicts = [], []
+    runs, verdicts, design = [], [], {}
     for name in track(cfg.regimes, "regimes", progress):
         if console is not None:
             console.print(f"diloco protocol: regime {name} ...")
-        r, v = run_regime(cfg, name, durations)
+        r, v, info = run_regime(cfg, name, durations)
+        for text in info["warnings"]:
+            warnings.warn(f"{name}: {text}", stats.DesignWarning, stacklevel=2)
         runs.append(r)
         verdicts.append(v)
+        design[name] = info
     wall = time.perf_counter() - t0
     runs_t = pd.concat(runs, ignore_index=True)
     windows = float(runs_t["windows"].sum())
     return {
         "runs": runs_t,
         "verdicts": pd.concat(verdicts, ignore_index=True),
+        "design": design,
         "wall_s": wall,
         "windows_simulated": windows,
         "windows_per_s": windows / wall,
@@ -398,6 +543,29 @@ def transfer(sim_effects, replay_effects, level: float = 0.95, seed: int = 0) ->
     }
 
 
+SUMMARY_KEYS = (
+    "slo_violation_rate",
+    "syncs",
+    "vs_matched_random",
+    "role",
+    "effect_size",
+    "p_slo",
+    "p_value",
+    "slo_verdict",
+    "no_sync_slo",
+    "matched_random_slo",
+    "loss_diff",
+    "p_loss",
+    "p_loss_adjusted",
+    "loss_verdict",
+    "tokens_policy",
+    "tokens_control",
+    "tokens_ratio",
+    "family_size",
+    "deployable",
+)
+
+
 def run_to_dir(cfg: ProtocolConfig, run_dir, console=None, progress=None) -> dict:
     """Run the protocol, write ``runs``/``verdicts`` tables, a manifest and ``report.html``;
     return the per-regime, per-policy summary (the ``--json`` output)."""
@@ -414,28 +582,26 @@ def run_to_dir(cfg: ProtocolConfig, run_dir, console=None, progress=None) -> dic
     write_parquet(run_dir / "diloco_verdicts.parquet", res["verdicts"])
     description = "trainfabric DiLoCo protocol: policies vs matched random"
     config = cfg.model_dump(mode="json")
-    write_run_manifest(
-        run_dir, "diloco-protocol", description, config, list(range(cfg.seeds)), started
-    )
-    keys = ("slo_violation_rate", "syncs", "vs_matched_random", "p_value", "effect_size")
+    seeds = max(info["seeds"] for info in res["design"].values())
+    write_run_manifest(run_dir, "diloco-protocol", description, config, list(range(seeds)), started)
     regimes: dict = {}
     for r in res["verdicts"].itertuples():
-        regimes.setdefault(r.regime, {})[r.policy] = {k: getattr(r, k) for k in keys} | {
-            "no_sync_slo": r.no_sync_slo,
-            "matched_random_slo": r.matched_random_slo,
-            "loss_diff": r.loss_diff,
-            "deployable": r.deployable,
+        regimes.setdefault(r.regime, {})[r.policy] = {k: getattr(r, k) for k in SUMMARY_KEYS} | {
             "segment_s": None if pd.isna(r.segment_s) else float(r.segment_s),
             "segments": None if pd.isna(r.segments) else int(r.segments),
             "seeds_overlap": bool(r.seeds_overlap),
         }
     result = {
         "run_dir": str(run_dir),
-        "seeds": cfg.seeds,
+        "seeds": seeds,
+        "seeds_by_regime": {name: info["seeds"] for name, info in res["design"].items()},
         "windows": cfg.fleet.windows,
         "wall_s": res["wall_s"],
         "windows_per_s": res["windows_per_s"],
         "regimes": regimes,
+        "design": {name: info["design"] for name, info in res["design"].items()},
+        "power": {name: info["power"] for name, info in res["design"].items()},
+        "warnings": {name: info["warnings"] for name, info in res["design"].items()},
     }
     write_json(run_dir / "summary.json", result)  # the report's headline
     return result | {"report": str(render_report(run_dir))}

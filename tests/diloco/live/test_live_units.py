@@ -9,6 +9,7 @@ import pytest
 
 from trainfabric.cli import main
 from trainfabric.diloco import live as L
+from trainfabric.diloco import stats as S
 from trainfabric.errors import ConfigError
 
 
@@ -112,7 +113,7 @@ def test_matched_schedule_has_the_reference_budget():
     assert L.matched_controller_schedule(25, ref, cfg, seed=1).sum() == 25
 
 
-def _record(policy, seed, slo, syncs, frac, losses):
+def _record(policy, seed, slo, syncs, frac, losses, tokens_end=1e5):
     T = 100.0
     n = 200
     rng = np.random.default_rng(seed)
@@ -124,7 +125,7 @@ def _record(policy, seed, slo, syncs, frac, losses):
     dur = frac * T / max(syncs, 1)
     sy = pd.DataFrame({"start_s": starts, "end_s": starts + dur, "steps": 20,
                        "bytes": 1.0})  # fmt: skip
-    tokens = np.linspace(1e4, 1e5, len(losses))
+    tokens = np.linspace(1e4, tokens_end, len(losses))
     ev = pd.DataFrame({"wall_s": np.linspace(10, 100, len(losses)), "tokens": tokens,
                        "syncs": np.arange(len(losses)), "eval_loss": losses})  # fmt: skip
     st = pd.DataFrame({"wall_s": [0.0, 100.0], "step": [0, 500], "tokens": [0.0, 1e5],
@@ -151,6 +152,122 @@ def test_analyse_pairs_policy_with_its_matched_random():
     assert comp["slo"]["min_attainable_p"] == pytest.approx(2 / 16)
     assert comp["seeds_with_equal_sync_count"] == 4
     assert runs[runs.policy == "wa_forecast"]["sync_time_fraction"].iloc[0] == pytest.approx(0.12)
+
+
+def test_analyse_judges_by_the_design_with_tokens_beside_every_loss():
+    """The policy's eval curve reaches 8e4 tokens by the time the control's reaches 1e5 (same
+    wall times). Equal tokens: both read at 8e4 (ratio 1); equal wall-clock (100 s): 8e4 vs
+    1e5 (0.8); final: 8e4 vs 1e5. The SLO is the primary (sign-flip p alone); the three
+    losses are one Holm family; 4 seeds can find nothing (2/16), and the verdicts say so."""
+    cfg = L.LiveConfig(policies=["wa_forecast"], seeds=4)
+    recs = []
+    for s in range(4):
+        recs.append(_record("wa_forecast", s, 0.10, 4, 0.12, [3.0, 2.5, 2.2], tokens_end=8e4))
+        recs.append(_record("matched_random[wa_forecast]", s, 0.20, 4, 0.12, [3.0, 2.6, 2.3]))
+    comp = L.analyse(cfg, recs)["comparisons"]["wa_forecast"]
+    tok, wall, final = comp["loss_equal_tokens"], comp["loss_equal_wall"], comp["final_loss"]
+    assert (tok["tokens_policy"], tok["tokens_control"], tok["tokens_ratio"]) == (8e4, 8e4, 1.0)
+    assert tok["at"] == 8e4 and tok["at_unit"] == "tokens"
+    assert wall["tokens_policy"] == pytest.approx(8e4) and wall["tokens_control"] == 1e5
+    assert wall["tokens_ratio"] == pytest.approx(0.8) and wall["at"] == 100.0
+    assert final["tokens_ratio"] == pytest.approx(0.8)
+    assert comp["tokens_trained"]["tokens_ratio"] == pytest.approx(1.0)  # steps tables equal
+    assert comp["slo"]["role"] == "primary" and comp["slo"]["family_size"] == 1
+    assert comp["slo"]["p"] == comp["slo"]["p_adjusted"] == comp["slo"]["p_sign_flip"]
+    raw = [tok["p"], wall["p"], final["p"]]
+    assert [tok["p_adjusted"], wall["p_adjusted"], final["p_adjusted"]] == pytest.approx(
+        S.holm(raw)
+    )
+    assert {tok["family_size"], wall["family_size"], final["family_size"]} == {3}
+    for block in (comp["slo"], tok, wall, final):
+        assert block["verdict"] == "no difference detected"  # p >= 2/16 > 0.05
+    # at 8e4 tokens: the policy's last eval (2.2) vs the control's curve between 5.5e4 (2.6)
+    # and 1e5 (2.3)
+    at_8e4 = 2.2 - (2.6 - 0.3 * 2.5e4 / 4.5e4)
+    assert comp["per_seed"]["loss_equal_tokens"] == pytest.approx([at_8e4] * 4)
+    assert tok["mean"] == pytest.approx(at_8e4)
+    summary = L.power_statement(cfg, comp["slo_effect_per_seed"])
+    assert summary["source"].startswith("post hoc") and summary["seeds_used"] == 4
+    (primary, family) = cfg.design().check(cfg.seeds)
+    assert "2/2^4 = 0.125" in primary and "Holm over 3" in family
+
+
+def test_headline_and_table_state_the_design_power_and_tokens(tmp_path, capsys):
+    """The summary names the design (and what 4 seeds cannot find) and the power calculation
+    (from a pilot when given); the CLI's comparison table shows every verdict with the
+    tokens beside each loss; a pilot file without SLO differences exits 2 naming --pilot."""
+    from rich.console import Console
+
+    from trainfabric.diloco.live_cli import comparison_table
+
+    pilot = [0.05, 0.02, 0.04]
+    cfg = L.LiveConfig(policies=["wa_forecast"], seeds=4, pilot_effects=pilot,
+                       pilot_source="a pilot", no_sync=False)  # fmt: skip
+    recs = []
+    for s in range(4):
+        recs.append(_record("wa_forecast", s, 0.10, 4, 0.12, [3.0, 2.5, 2.2], tokens_end=8e4))
+        recs.append(_record("matched_random[wa_forecast]", s, 0.20, 4, 0.12, [3.0, 2.6, 2.3]))
+    res = L.analyse(cfg, recs) | {"server": "emulator", "wall_s": 1.0}
+    head = L.headline(cfg, res, recs, {}, {})
+    assert head["design"]["primary"] == "wa_forecast vs matched random: SLO violation rate"
+    assert len(head["design"]["secondary"]) == 3 and len(head["design"]["warnings"]) == 2
+    plan = head["power"]
+    assert plan["source"] == "a pilot" and plan["pilot_effect"] == pytest.approx(np.mean(pilot))
+    assert plan["n_required"] == S.seeds_for_power(np.mean(pilot), np.std(pilot, ddof=1))
+    assert plan["seeds_used"] == 4
+    console = Console(width=200, record=True)
+    console.print(comparison_table(res["comparisons"]))
+    text = console.export_text()
+    assert text.count("no difference detected") == 4
+    assert "80,000 / 100,000 (0.800)" in text and "80,000 / 80,000 (1.000)" in text
+    bad = tmp_path / "pilot.json"
+    bad.write_text('{"policy": "wa_forecast", "comparisons": {}}')
+    for path in (bad, tmp_path / "missing.json"):
+        with pytest.raises(SystemExit) as exc:
+            main(["diloco", "live", "--pilot", str(path)])
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and "--pilot" in err, err
+
+
+FULL = {  # the stored full live result's statistics (benchmarks/results/diloco_live_full.json)
+    "benchmark": "diloco_live",
+    "policy": "wa_forecast",
+    "seeds": 10,
+    "first_seed": 22,
+    "comparison": {
+        "slo": {"mean": 0.00608, "p_holm": 0.6953125, "p_wilcoxon": 0.6953125,
+                "p_sign_flip": 0.66796875},
+        "loss_equal_tokens": {"mean": -0.2339, "p_wilcoxon": 0.02734375,
+                              "p_sign_flip": 0.03515625},
+        "loss_equal_wall": {"mean": -0.1131, "p_wilcoxon": 0.375, "p_sign_flip": 0.193359375},
+        "final_loss": {"mean": -0.1569, "p_wilcoxon": 0.083984375, "p_sign_flip": 0.06640625},
+        "slo_effect_per_seed": [0.00909, 0.03070, -0.01767, 0.03448, 0.03846, -0.0375,
+                                0.03731, -0.03210, 0.06944, -0.07143],
+    },
+    "policies": {
+        "wa_forecast": {"tokens": 591564.8},
+        "matched_random[wa_forecast]": {"tokens": 725913.6},
+    },
+}  # fmt: skip
+
+
+def test_reanalyse_the_stored_live_result():
+    """ "Loss: wa_forecast is better" rested on Wilcoxon p = 0.027 at equal tokens, one of
+    three loss comparisons, uncorrected. By the design: sign-flip p 0.035, Holm x 3 = 0.105,
+    no difference detected; the tokens beside it: 591,565 vs 725,914 (0.815, 19% fewer)."""
+    out = L.reanalyse(FULL)
+    tok = out["comparisons"]["loss_equal_tokens[wa_forecast]"]
+    assert tok["before"] == "better" and tok["verdict"] == "no difference detected"
+    assert tok["p_adjusted"] == pytest.approx(3 * 0.03515625)
+    assert tok["tokens_ratio"] == pytest.approx(591564.8 / 725913.6)
+    assert out["changed"] == ["loss_equal_tokens[wa_forecast]"]
+    slo = out["comparisons"]["slo_violation_rate[wa_forecast]"]
+    assert slo["p_source"].startswith("recomputed") and slo["role"] == "primary"
+    assert slo["p"] == pytest.approx(S.sign_flip_test(FULL["comparison"]["slo_effect_per_seed"]))
+    pilot = {"benchmark": "diloco_live", "policy": "wa_forecast", "first_seed": 10,
+             "comparison": {"slo_effect_per_seed": [0.11818181818181822, -0.064]}}  # fmt: skip
+    plan = L.reanalyse(FULL, pilot)["power"]
+    assert plan["n_required"] == 180 and plan["seeds_used"] == 10 and not plan["sufficient"]
 
 
 def test_twin_runs_the_simulator_on_the_live_segments():

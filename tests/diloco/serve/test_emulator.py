@@ -123,7 +123,7 @@ def test_batch_limit_queues_and_metrics_count():
         threads = [threading.Thread(target=go, args=(k,)) for k in range(2)]
         for th in threads:
             th.start()
-        for _ in range(100):  # until both are in the engine
+        for _ in range(2000):  # until both are in the engine (<= 10 s when busy)
             mid = _families_values(httpx.get(f"{emu.url}/metrics").text)
             if mid["vllm:num_requests_waiting"] + mid["vllm:num_requests_running"] == 2:
                 break
