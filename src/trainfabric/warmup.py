@@ -1,33 +1,43 @@
 """Fill numba's on-disk cache for the kernels the default commands run, so that the first
 command after an install does not wait for the compiler (``make install`` runs this).
 
-numba compiles a kernel once per argument types, not per input size, so each command below
-runs on a tiny input and compiles what the same command runs at full size. Every command goes
-through the real CLI in this process, with ``--json`` into a temporary directory; a failure
-is reported and the remaining commands still run (the cache then fills on first use).
+numba compiles a kernel once per argument types, not per input size, so each step below runs
+a command on a tiny input and compiles what the same command runs at full size. The CLI
+commands go through the real CLI in-process, with ``--json`` into a temporary directory; the
+fabric scenarios run through :func:`~trainfabric.fabric.scenarios.run_scenario` on both
+engines. A failing step is reported and the others still run (its kernels then compile on
+first use).
 
-``python -m trainfabric.warmup`` prints one line per command with its seconds.
+``python -m trainfabric.warmup`` runs the :data:`GROUPS` side by side, one process each (the
+compiler is single-threaded; the groups split the kernels roughly in half), and prints one
+line per step with its seconds; ``--group I`` runs group ``I`` alone in this process.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import os
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 OUT = "{out}"
 
-COMMANDS: list[list[str]] = [
+OCS_COMMANDS: list[list[str]] = [
     ["ocs", "plan", "--workload", "moe", "--pods", "8", "--ports", "4", "--ocs", "2"]
     + ["--out", OUT],
     ["ocs", "online", "--traffic", "jumps", "--slots", "200", "--pods", "6", "--ports", "4"]
     + ["--ocs", "2"],
     ["ocs", "schedule", "--demand", "moe", "--pods", "8", "--ocs", "2"],
     ["ocs", "detect", "--synthetic", "--pods", "6", "--slots", "60", "--change-at", "30"],
-    ["ocs", "fairness", "--jobs", "moe,pipeline", "--pods", "8", "--ports", "4", "--ocs", "2"],
+    ["ocs", "fairness", "--jobs", "moe,pipeline", "--pods", "8", "--ports", "4", "--ocs", "2"]
+    + ["--no-alpha-check"],  # the alpha check is a HiGHS solve, nothing to compile
+]
+JOB_COMMANDS: list[list[str]] = [
     ["fabric", "job", "--workload", "llama3-70b", "--pods", "4", "--layers", "1"],
     ["fabric", "job", "--workload", "llama3-70b", "--pods", "4", "--layers", "1"]
     + ["--mode", "adaptive", "--failures", "0.1", "--draws", "1"],
@@ -81,40 +91,65 @@ def run_scenarios() -> None:
             run_scenario(parse_scenario(data))
 
 
-def run(argv: list[str]) -> tuple[int, float]:
-    """Run one CLI command in-process with its output discarded: (exit code, seconds)."""
+def run(argv: list[str]) -> int:
+    """Run one CLI command in-process with its output discarded; its exit code."""
     from trainfabric.cli import main
 
-    t0 = time.perf_counter()
-    sink = io.StringIO()
-    with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(sink):
+    with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(io.StringIO()):
         args = [a.replace(OUT, str(Path(tmp) / "out")) for a in argv] + ["--json"]
         try:
             main(args)
-            code = 0
         except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 1
-    return code, time.perf_counter() - t0
+            return exc.code if isinstance(exc.code, int) else 1
+    return 0
 
 
-def main() -> int:
-    """Warm every command; prints ``seconds  command`` per line, 1 if any command failed."""
+def _command(argv: list[str]) -> tuple[str, Callable[[], int]]:
+    return "trainfabric " + " ".join(argv), lambda: run(argv)
+
+
+def _scenarios() -> int:
+    run_scenarios()
+    return 0
+
+
+#: Two groups of (label, step returning an exit code), each run by one process.
+GROUPS: list[list[tuple[str, Callable[[], int]]]] = [
+    [*map(_command, OCS_COMMANDS), ("fabric scenarios, flow and packet engines", _scenarios)],
+    list(map(_command, JOB_COMMANDS)),
+]
+
+
+def run_group(index: int) -> int:
+    """Run group ``index`` here; one stderr line per step; the number of failed steps."""
     failed = 0
-    for argv in COMMANDS:
-        code, seconds = run(argv)
-        failed += code != 0
-        status = "" if code == 0 else f"  (exit {code}: compiles on first use instead)"
-        print(f"{seconds:6.1f} s  trainfabric {' '.join(argv)}{status}", file=sys.stderr)
+    for label, step in GROUPS[index]:
+        t0 = time.perf_counter()
+        try:
+            code, status = step(), ""
+        except Exception as exc:  # reported, never fatal: these kernels compile on first use
+            code, status = 1, f" ({type(exc).__name__}: {exc})"
+        if code:
+            failed += 1
+            status = status or f" (exit {code})"
+        print(f"{time.perf_counter() - t0:6.1f} s  {label}{status}", file=sys.stderr)
+    return failed
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``--group I``: run that group here; otherwise every group in its own process at
+    once. Exit 1 when any step failed."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--group"]:
+        return int(run_group(int(argv[1])) > 0)
     t0 = time.perf_counter()
-    try:
-        run_scenarios()
-        status = ""
-    except Exception as exc:  # reported, never fatal: the kernels then compile on first use
-        failed += 1
-        status = f"  ({type(exc).__name__}: {exc})"
-    seconds = time.perf_counter() - t0
-    print(f"{seconds:6.1f} s  fabric scenarios, flow and packet engines{status}", file=sys.stderr)
-    return int(failed > 0)
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "trainfabric.warmup", "--group", str(i)])
+        for i in range(len(GROUPS))
+    ]
+    codes = [p.wait() for p in procs]
+    print(f"{time.perf_counter() - t0:6.1f} s  warm-up, {os.cpu_count()} cores", file=sys.stderr)
+    return int(any(codes))
 
 
 if __name__ == "__main__":
