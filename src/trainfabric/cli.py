@@ -5,7 +5,9 @@ Run commands: ``sweep`` (a grid x seeds into a resumable, locked run directory),
 ``experiments list|run``. Conventions (see :mod:`trainfabric.clikit`): ``--json`` prints
 exactly one strict JSON object on stdout; progress goes to stderr; ``--config FILE.toml``
 supplies option values by option name; a user error prints one line naming the option or
-field and exits 2; Ctrl-C exits 130, keeping every finished cell for a resume.
+field and exits 2; a write the machine refuses (a full disk, a read-only directory) prints
+one line naming the path and exits 1; Ctrl-C exits 130 and SIGTERM 143, each with one line,
+keeping every finished cell for a resume.
 """
 
 from __future__ import annotations
@@ -30,11 +32,18 @@ from trainfabric.clikit import (
     options,
     out,
     progress,
+    progress_shown,
 )
 from trainfabric.diloco import cli as diloco_cli
-from trainfabric.errors import ConfigError, TrainfabricError
+from trainfabric.errors import (
+    ConfigError,
+    Terminated,
+    TrainfabricError,
+    WriteError,
+    sigterm_terminates,
+)
 from trainfabric.fabric import cli as fabric_cli
-from trainfabric.io import prepare_dir
+from trainfabric.io import ENVIRONMENT_ERRNOS, os_reason, prepare_dir
 from trainfabric.ocs import cli as ocs_cli
 from trainfabric.workloads import cli as workloads_cli
 
@@ -128,7 +137,7 @@ def _emit_sweep(
     (``records``: ``rows`` holds the results table's rows, ``row_count`` their number)."""
     from trainfabric.runs import render_report, run_sweep
 
-    shown = (not json_out) if show_progress is None else show_progress
+    shown = progress_shown(json_out, show_progress)
     with options(**SWEEP_NAMES):
         res = run_sweep(
             spec, out_dir, executor=executor, workers=workers, address=address, progress=shown
@@ -289,22 +298,34 @@ def _quiet():
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: each invocation in its own context (limits); user errors are one line
-    on stderr and exit 2; Ctrl-C is one line and exit 130."""
-    contextvars.copy_context().run(_main, argv)
+    on stderr and exit 2; a write the machine refuses (full disk, read-only directory) is
+    one line naming the path and exit 1; Ctrl-C is one line and exit 130, SIGTERM one line
+    and exit 143 (128 + 15, the shell's code for a terminated process), both after the same
+    cleanup (worker pools and Ray stopped, temporary files removed)."""
+    with sigterm_terminates():
+        contextvars.copy_context().run(_main, argv)
 
 
 INTERRUPTED = (
     "interrupted: files already written are kept (a sweep run again resumes its finished cells)"
+)
+TERMINATED = (
+    "terminated (SIGTERM): files already written are kept "
+    "(a sweep run again resumes its finished cells)"
 )
 
 
 def _main(argv: list[str] | None) -> None:
     try:
         code = app(args=argv, standalone_mode=False)
+    except WriteError as exc:
+        _fail(f"error: {exc}", 1)
     except TrainfabricError as exc:
         _fail(f"error: {exc}", 2)
     except typer.Exit as exc:
         raise SystemExit(exc.exit_code) from None
+    except Terminated:
+        _fail(TERMINATED, 143)
     except (typer.Abort, KeyboardInterrupt):
         _fail(INTERRUPTED, 130)
     except typer.TyperException as exc:
@@ -314,9 +335,15 @@ def _main(argv: list[str] | None) -> None:
         _fail(f"error: {exc.format_message()}", 2)
     except MemoryError:
         _fail("error: out of memory; lower the input sizes or set --max-memory-gb", 2)
+    except OSError as exc:
+        if exc.errno not in ENVIRONMENT_ERRNOS:
+            raise
+        _fail(f"error: {_where(exc)}{os_reason(exc)}", 1)
     except SystemError as exc:
-        # Ctrl-C landing inside a Python callback of compiled code (numba's cache loader)
-        # surfaces as a SystemError whose context is the KeyboardInterrupt.
+        # Ctrl-C or SIGTERM landing inside a Python callback of compiled code (numba's cache
+        # loader) surfaces as a SystemError whose context is the interrupt.
+        if _caused_by(exc, Terminated):
+            _fail(TERMINATED, 143)
         if not _caused_by(exc, KeyboardInterrupt):
             raise
         _fail(INTERRUPTED, 130)
@@ -326,6 +353,12 @@ def _main(argv: list[str] | None) -> None:
         _fail(INTERRUPTED, 130)
     if isinstance(code, int) and code:
         raise SystemExit(code)
+
+
+def _where(exc: OSError) -> str:
+    """``"PATH: "`` for an OSError that names a file (writes outside
+    :func:`trainfabric.io.atomic_write`: a checkpoint, a cache), else nothing."""
+    return f"{exc.filename}: " if exc.filename is not None else ""
 
 
 def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:

@@ -7,10 +7,12 @@ these, so all commands share one contract:
   print them (``rate-gbps`` or ``rate_gbps`` for ``--rate-gbps``, ``out`` for ``--out``);
   an unknown key is a user error naming it.
 - Every option is validated before any work: numbers are finite and in range
-  (:func:`finite`, Typer's ``min``/``max`` for integers), and an error raised deeper with an
-  internal field name is renamed to the option the user typed (:func:`options`).
+  (:func:`finite`, Typer's ``min``/``max`` for integers: every integer has an upper bound),
+  and an error raised deeper with an internal field name is renamed to the option the user
+  typed (:func:`options`).
 - ``--json`` prints exactly one strict JSON object on stdout (:func:`emit_json`); progress
-  bars go to stderr and are silent under ``--json`` unless ``--progress`` (:func:`progress`).
+  bars go to stderr, only on a terminal and never under ``--json`` unless ``--progress``
+  (:func:`progress_shown`).
 - ``--max-memory-gb`` caps what the size guards of :mod:`trainfabric.limits` allow.
 """
 
@@ -27,7 +29,7 @@ import typer
 from rich.console import Console
 
 from trainfabric import io, limits
-from trainfabric.config import read_toml
+from trainfabric.config import MAX_SEED, read_toml
 from trainfabric.errors import ConfigError, FormatError
 
 out = Console()
@@ -136,7 +138,7 @@ MaxMemoryOpt = Annotated[
     ),
 ]
 SeedOpt = Annotated[
-    int, typer.Option("--seed", min=0, max=2**63 - 1, help="Seed (non-negative integer).")
+    int, typer.Option("--seed", min=0, max=MAX_SEED, help="Seed (non-negative integer).")
 ]
 
 
@@ -145,12 +147,22 @@ def emit_json(obj: Any) -> None:
     sys.stdout.write(io.dumps(obj) + "\n")
 
 
+def progress_shown(json_out: bool, show: bool | None) -> bool:
+    """Whether a command shows progress on stderr: as ``show`` says (``--progress`` /
+    ``--no-progress``), else when stderr is a terminal and ``--json`` is off. Off a terminal
+    (a pipe, a log file, CI) a failing command prints nothing before its one error line."""
+    if show is not None:
+        return show
+    return not json_out and Console(stderr=True).is_terminal
+
+
 @contextmanager
 def progress(json_out: bool, label: str, show: bool | None = None) -> Iterator[Any]:
     """A rich progress display on stderr for the running command (or a disabled one).
 
     ``show`` is the ``--progress/--no-progress`` flag (None when not given): by default shown
-    when stderr is a terminal and ``--json`` is off; ``--progress`` forces it. The command's
+    when stderr is a terminal and ``--json`` is off; ``--progress`` forces it
+    (:func:`progress_shown`). The command's
     own row pulses with the elapsed time; engines given the display as ``progress`` add
     their stages and cells below it (:func:`trainfabric.progress.track`) and print stage
     lines above it (``.console``).
@@ -164,14 +176,13 @@ def progress(json_out: bool, label: str, show: bool | None = None) -> Iterator[A
     )
 
     console = Console(stderr=True)
-    enabled = (not json_out and console.is_terminal) if show is None else show
     bar = Progress(
         TextColumn(f"[bold]{label}[/] {{task.description}}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         console=console,
-        disable=not enabled,
+        disable=not progress_shown(json_out, show),
         transient=True,  # gone when the command ends; stage lines printed above it stay
     )
     with bar:

@@ -20,6 +20,7 @@ from trainfabric.io import read_file
 
 C = TypeVar("C", bound=BaseModel)
 MAX_TOML_BYTES = 10_000_000
+MAX_SEED = 2**63 - 1  # seeds are hashed and drawn as 64-bit integers
 
 
 class Config(BaseModel):

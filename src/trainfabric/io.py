@@ -5,7 +5,10 @@ and then renamed onto the target; the directory is ``fsync``-ed before and after
 so the new name survives a crash too. An interrupted run therefore never leaves a
 half-written table, manifest or report behind. Written files get mode ``0o666 & ~umask``
 like any ``open()``; the umask is read once, at import (flipping it around each write would
-race with other threads).
+race with other threads). A write the machine refuses (no space left, a read-only file
+system, no permission, a quota, an I/O error) raises a
+:class:`~trainfabric.errors.WriteError` naming the target path (:func:`writing`), which the
+CLI prints as one line, exiting 1.
 
 :func:`dumps` is the one JSON encoder of the toolkit (``--json`` output, run manifests,
 benchmark results). Its output is strict JSON (RFC 8259): numpy scalars and arrays become
@@ -17,22 +20,29 @@ bare ``null``.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
 import stat
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainfabric import limits
-from trainfabric.errors import ConfigError
+from trainfabric.errors import ConfigError, WriteError
 
 if TYPE_CHECKING:
     import numpy as np
 
 NONFINITE_SUFFIX = "_nonfinite"
+# What the machine, not the user's choice of path, refuses: a full disk or quota, a read-only
+# file system, missing permission, a failing device, a file-size limit.
+ENVIRONMENT_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.EFBIG}
+)
 
 
 def _read_umask() -> int:
@@ -57,8 +67,27 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
     """Call ``write(tmp_path)``, fsync the temporary file and the directory (its entry is
     durable before it replaces anything), rename it onto ``path`` and fsync the directory
     again (the rename is durable). On any failure the temporary file is removed and ``path``
-    is left as it was. The parent directory is created when missing."""
+    is left as it was; an OSError (a full disk, a read-only directory, ...) becomes a
+    :class:`~trainfabric.errors.WriteError` naming ``path``. The parent directory is created
+    when missing."""
     path = Path(path)
+    with writing(path):
+        _replace(path, write)
+    return path
+
+
+@contextmanager
+def writing(path: str | Path) -> Iterator[None]:
+    """Within the block, an OSError becomes a :class:`~trainfabric.errors.WriteError` naming
+    ``path`` (as given) with the system's reason (``No space left on device``)."""
+    try:
+        yield
+    except OSError as exc:
+        raise WriteError(str(path), os_reason(exc)) from exc
+
+
+def _replace(path: Path, write: Callable[[Path], None]) -> None:
+    """The body of :func:`atomic_write`, OSErrors unchanged."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
@@ -73,7 +102,6 @@ def atomic_write(path: str | Path, write: Callable[[Path], None]) -> Path:
         tmp_path.unlink(missing_ok=True)
         raise
     _fsync(path.parent, directory=True)
-    return path
 
 
 def _fsync(path: Path, directory: bool = False) -> None:
@@ -219,7 +247,7 @@ def read_file(
     except FileNotFoundError:
         raise ConfigError(field, f"file not found: {path}") from None
     except OSError as exc:
-        raise ConfigError(field, f"cannot read {path}: {_os_reason(exc)}") from None
+        raise ConfigError(field, f"cannot read {path}: {os_reason(exc)}") from None
     if stat.S_ISDIR(info.st_mode):
         raise ConfigError(field, f"{path} is a directory; expected a {kind}")
     if not stat.S_ISREG(info.st_mode):
@@ -232,7 +260,7 @@ def read_file(
         with open(path, "rb") as handle:
             data = handle.read(info.st_size + 1)
     except OSError as exc:
-        raise ConfigError(field, f"cannot read {path}: {_os_reason(exc)}") from None
+        raise ConfigError(field, f"cannot read {path}: {os_reason(exc)}") from None
     if len(data) > info.st_size:
         raise ConfigError(field, f"{path} changed size while being read")
     return data
@@ -242,10 +270,12 @@ def prepare_dir(path: str | Path, field: str = "--out") -> Path:
     """Check, before any compute, that ``path`` can be used as an output directory, and
     create it (with its parents); return it.
 
-    Refused with a one-line ``ConfigError(field, ...)``: an existing path that is not a
-    directory, a directory that cannot be created (a parent is a file, a read-only file
-    system, no permission) and one that cannot be written (checked by creating and removing
-    a probe file, which also covers read-only mounts where permission bits say yes).
+    Refused with a one-line ``ConfigError(field, ...)`` when the path is the problem: an
+    existing path that is not a directory, a directory that cannot be created because a
+    parent is a file or does not exist. Refused with a :class:`~trainfabric.errors.WriteError`
+    naming ``path`` when the machine is (:data:`ENVIRONMENT_ERRNOS`: a read-only file system,
+    no permission, a full disk): the directory cannot be created, or a probe file cannot be
+    created in it (which also covers read-only mounts where permission bits say yes).
     """
     out = Path(path)
     if out.exists() and not out.is_dir():
@@ -253,16 +283,25 @@ def prepare_dir(path: str | Path, field: str = "--out") -> Path:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ConfigError(field, f"cannot create directory {out}: {_os_reason(exc)}") from None
+        raise _refusal(out, field, "cannot create directory", exc) from None
     try:
         fd, probe = tempfile.mkstemp(prefix=".write-probe.", dir=out)
     except OSError as exc:
-        raise ConfigError(field, f"cannot write in {out}: {_os_reason(exc)}") from None
+        raise _refusal(out, field, "cannot write in", exc) from None
     os.close(fd)
     os.unlink(probe)
     return out
 
 
-def _os_reason(exc: OSError) -> str:
-    """An OSError's reason on one line (``strerror``, else its text)."""
-    return (exc.strerror or str(exc)).replace("\n", " ")
+def _refusal(out: Path, field: str, what: str, exc: OSError) -> ConfigError | WriteError:
+    """A WriteError for what the machine refuses, else a ConfigError naming ``field``."""
+    if exc.errno in ENVIRONMENT_ERRNOS:
+        return WriteError(str(out), os_reason(exc))
+    return ConfigError(field, f"{what} {out}: {os_reason(exc)}")
+
+
+def os_reason(exc: OSError) -> str:
+    """An OSError's reason on one line: the system's text for its errno (``No space left on
+    device``), else its own text (pyarrow words its errors at length)."""
+    reason = os.strerror(exc.errno) if exc.errno else (exc.strerror or str(exc))
+    return reason.replace("\n", " ")

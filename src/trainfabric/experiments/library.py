@@ -14,13 +14,18 @@ from pydantic import Field, ValidationInfo, field_validator
 from trainfabric.config import Config
 from trainfabric.runs.registry import register
 from trainfabric.workloads import moe
+from trainfabric.workloads.job import MAX_EXPERTS
 
 
 class MoeSkewConfig(Config):
     """Expert-popularity skew of one MoE layer, spread over expert-parallel shards."""
 
-    experts: int = Field(256, ge=1, description="number of routed experts")
-    ep: int = Field(8, ge=1, description="expert-parallel degree (number of shards)")
+    experts: int = Field(
+        256, ge=1, le=MAX_EXPERTS, description="number of routed experts (<= 65,536)"
+    )
+    ep: int = Field(
+        8, ge=1, le=MAX_EXPERTS, description="expert-parallel degree (shards, <= 65,536)"
+    )
     gini: float = Field(0.2, ge=0, lt=1, description="target Gini coefficient of expert load")
 
     @field_validator("ep")

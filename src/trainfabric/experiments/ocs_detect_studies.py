@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import Annotated
 
 import numpy as np
 import pandas as pd
@@ -52,10 +53,18 @@ from trainfabric.runs.report_figures import legend_outside
 REDUCED = ("marginals", "topr", "gradient")
 
 
+MAX_PODS = 4096  # as `ocs detect --pods`
+MAX_PAIRS = MAX_PODS * (MAX_PODS - 1)
+Slots = Annotated[int, Field(ge=1, le=10_000_000)]  # as `ocs detect --slots`
+Streams = Annotated[int, Field(ge=1, le=1_000_000)]
+
+
 class OcsE8Config(Config):
     """E8 sweep; counts per slot are Poisson with mean ``n_per_slot``."""
 
-    pods: list[int] = Field([16, 64], description="pod counts n")
+    pods: list[Annotated[int, Field(le=MAX_PODS)]] = Field(
+        [16, 64], description="pod counts n (each <= 4,096)"
+    )
     detectors: list[str] = Field(["cusum", "glr"], description="cusum (known p0) and/or glr")
     statistics: list[str] = Field(
         ["marginals", "topr", "gradient", "pairs"], description="categories the detector sees"
@@ -65,20 +74,32 @@ class OcsE8Config(Config):
         description="planted changes: hot-pod, heavy-pairs, random-pairs (no-change: first)",
     )
     n_per_slot: float = Field(1000.0, gt=0, description="mean counts (flows) per slot")
-    top_r: int = Field(8, ge=1, description="r of the top-r + other statistic")
+    top_r: int = Field(
+        8, ge=1, le=MAX_PAIRS, description="r of the top-r + other statistic (<= 16,773,120)"
+    )
     density: int = Field(2, ge=0, le=8, description="candidate splits per octave = 2^density")
     fa_deltas: list[float] = Field([0.1, 0.01, 0.001], description="false-alarm deltas")
-    fa_streams: int = Field(400, ge=1)
-    fa_slots: int = Field(1000, ge=2, description="horizon of the no-change streams (slots)")
+    fa_streams: Streams = Field(400, description="no-change streams (<= 1,000,000)")
+    fa_slots: Slots = Field(
+        1000, ge=2, description="horizon of the no-change streams (slots, <= 10,000,000)"
+    )
     kls: list[float] = Field([0.001, 0.01, 0.1], description="planted KL(p1||p0) over pairs")
     delay_deltas: list[float] = Field([1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6])
-    delay_streams: int = Field(20, ge=1)
-    cusum_change_at: int = Field(50, ge=1, description="pre-change slots, known-p0 CUSUM")
-    glr_change_at: int = Field(2000, ge=1, description="pre-change slots, unknown-p0 GLR")
-    max_delay_slots: int = Field(4000, ge=1)
+    delay_streams: Streams = Field(20, description="streams per delay point (<= 1,000,000)")
+    cusum_change_at: Slots = Field(
+        50, description="pre-change slots, known-p0 CUSUM (<= 10,000,000)"
+    )
+    glr_change_at: Slots = Field(
+        2000, description="pre-change slots, unknown-p0 GLR (<= 10,000,000)"
+    )
+    max_delay_slots: Slots = Field(4000, description="longest delay waited for (<= 10,000,000)")
     ablation_kls: list[float] = Field([0.1], description="KLs at which K = n(n-1) is run")
-    pairs_streams: int = Field(4, ge=1, description="streams for the K = n(n-1) statistic")
-    glr_pairs_max_pods: int = Field(16, ge=3, description="largest n for the GLR on pairs")
+    pairs_streams: Streams = Field(
+        4, description="streams for the K = n(n-1) statistic (<= 1,000,000)"
+    )
+    glr_pairs_max_pods: int = Field(
+        16, ge=3, le=MAX_PODS, description="largest n for the GLR on pairs (<= 4,096)"
+    )
 
 
 QUICK = {

@@ -23,6 +23,7 @@ integer wirings (``mean_decreases``, ``max_increases``) and ``unreg_max_non_incr
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import numpy as np
 import pandas as pd
@@ -39,26 +40,38 @@ from trainfabric.runs.report_figures import legend_outside
 INF = math.inf
 
 
+MAX_PODS = 4096  # as `ocs fairness --pods`
+MAX_WORK = 1_000_000_000
+
+
 class OcsE9Config(Config):
     """E9 sweep: job counts, the job mix and the powers p (``slowest``: also ``p = inf``;
     kept out of ``ps`` because a run manifest is strict JSON, which has no infinity)."""
 
-    jobs: list[int] = Field([2, 4, 8], description="job counts J")
+    jobs: list[Annotated[int, Field(le=MAX_PODS)]] = Field(
+        [2, 4, 8], description="job counts J (each <= 4,096)"
+    )
     mix: list[str] = Field(
         ["pipeline", "dp-ring", "moe"], description="workloads the jobs cycle through"
     )
-    pods: int = Field(8, ge=2, description="pods of the shared fabric")
-    job_pods: int = Field(4, ge=2, description="pods per job (a random subset of pods)")
-    ports: int = Field(4, ge=1, description="OCS-facing ports per pod (d)")
-    ocs: int = Field(2, ge=1, description="parallel OCSes (s)")
+    pods: int = Field(8, ge=2, le=MAX_PODS, description="pods of the shared fabric (<= 4,096)")
+    job_pods: int = Field(
+        4, ge=2, le=MAX_PODS, description="pods per job (a random subset of pods, <= 4,096)"
+    )
+    ports: int = Field(4, ge=1, le=4096, description="OCS-facing ports per pod (d, <= 4,096)")
+    ocs: int = Field(2, ge=1, le=4096, description="parallel OCSes (s, <= 4,096)")
     ps: list[float] = Field([1.0, 2.0, 4.0, 8.0], description="finite powers p >= 1")
     slowest: bool = Field(True, description="also p = inf (minimise the slowest job)")
     normalise: bool = Field(True, description="fairness on slowdowns vs the uniform mesh")
     alpha_check: bool = Field(True, description="direct alpha-fair solve at alpha = p + 1")
     b1_rel: float = Field(1.0, gt=0)
     b2_rel: float = Field(50.0, gt=0)
-    max_evals: int = Field(DEFAULT_EVALS, ge=1, description="rounding search evaluations")
-    max_iter: int = Field(1000, ge=1, description="solver iterations per annealing stage")
+    max_evals: int = Field(
+        DEFAULT_EVALS, ge=1, le=MAX_WORK, description="rounding search evaluations (<= 10^9)"
+    )
+    max_iter: int = Field(
+        1000, ge=1, le=MAX_WORK, description="solver iterations per annealing stage (<= 10^9)"
+    )
 
     @field_validator("ps")
     @classmethod

@@ -75,7 +75,9 @@ Family = Literal["gravity", "sparse"]
 class OneHopConfig(Config):
     """E6 instances: Meta matrices and synthetic matrices per pod count and family."""
 
-    meta: int = Field(200, ge=0, description="Meta matrices (at most the file's count)")
+    meta: int = Field(
+        200, ge=0, le=1_000_000, description="Meta matrices (at most the file's count)"
+    )
     meta_path: str | None = Field(
         None, description="Meta instance file (default: the repository's tests/data copy)"
     )

@@ -28,6 +28,7 @@ circuit in place (``kept_all``).
 from __future__ import annotations
 
 import math
+from typing import Annotated
 
 import numpy as np
 import pandas as pd
@@ -48,23 +49,29 @@ from trainfabric.runs.report_figures import legend_outside, new_figure
 PAIR_BYTES = 1e8
 
 
+MAX_PODS = 4096  # as `ocs online --pods`
+Slots = Annotated[int, Field(ge=2, le=10_000_000)]  # as `ocs online --slots`
+
+
 class OnlineConfig(Config):
     """E7/E10 settings (module doc)."""
 
     generators: list[str] = Field(
         list(tr.GENERATORS), min_length=1, description="traffic generators"
     )
-    pods: int = Field(16, ge=2)
-    ports: int = Field(8, ge=1)
-    ocs: int = Field(4, ge=1)
-    slots: list[int] = Field(
-        [1_000, 3_000, 10_000, 30_000, 100_000], min_length=1, description="T values"
+    pods: int = Field(16, ge=2, le=MAX_PODS, description="pods (<= 4,096)")
+    ports: int = Field(8, ge=1, le=4096, description="OCS-facing ports per pod (<= 4,096)")
+    ocs: int = Field(4, ge=1, le=4096, description="parallel OCSes (<= 4,096)")
+    slots: list[Slots] = Field(
+        [1_000, 3_000, 10_000, 30_000, 100_000],
+        min_length=1,
+        description="T values (each <= 10,000,000)",
     )
     v1_share: float = Field(0.2, ge=0, description="V1 at the smallest T / one slot's bytes")
     v1_power: float = Field(0.0, ge=0, le=1, description="V1 ∝ T^v1_power")
     c_rel: float = Field(1.0, gt=0, description="C in units of one slot's optimal cost")
     charge: str = Field("reconfiguration", description="reconfiguration | circuit")
-    compare_slots: int = Field(10_000, ge=2)
+    compare_slots: Slots = Field(10_000, description="T of the comparison (<= 10,000,000)")
     compare_c_rel: list[float] = Field([0.1, 1.0, 10.0], min_length=1)
     glr_delta: float = Field(0.01, gt=0, lt=1)
 
@@ -171,10 +178,10 @@ class ChurnConfig(Config):
     """E10 settings: threshold policy at θ* on ``slots`` slots with a larger drift."""
 
     generators: list[str] = Field(list(tr.GENERATORS), min_length=1)
-    pods: int = Field(16, ge=2)
-    ports: int = Field(8, ge=1)
-    ocs: int = Field(4, ge=1)
-    slots: int = Field(2_000, ge=2)
+    pods: int = Field(16, ge=2, le=MAX_PODS, description="pods (<= 4,096)")
+    ports: int = Field(8, ge=1, le=4096, description="OCS-facing ports per pod (<= 4,096)")
+    ocs: int = Field(4, ge=1, le=4096, description="parallel OCSes (<= 4,096)")
+    slots: Slots = Field(2_000, description="slots T (<= 10,000,000)")
     v1_share: float = Field(2.0, ge=0, description="V1 / one slot's bytes")
     c_rel: float = Field(1.0, gt=0)
 

@@ -35,8 +35,8 @@ class OcsE5Config(Config):
     pods: list[Annotated[int, Field(ge=2, le=512)]] = Field(
         [16, 32, 64, 128], min_length=1, description="pod counts n (2..512, as ocs schedule)"
     )
-    ocs: list[Annotated[int, Field(ge=1)]] = Field(
-        [1, 2, 4, 8], min_length=1, description="parallel OCS counts s"
+    ocs: list[Annotated[int, Field(ge=1, le=4096)]] = Field(
+        [1, 2, 4, 8], min_length=1, description="parallel OCS counts s (1..4,096, as ocs schedule)"
     )
     rhos: list[Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
         [0.01, 0.1, 0.5],

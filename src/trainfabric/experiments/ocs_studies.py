@@ -19,15 +19,18 @@ from trainfabric.runs.registry import register
 from trainfabric.runs.report import FIGURES
 from trainfabric.runs.report_figures import legend_outside
 from trainfabric.workloads import load_workload
+from trainfabric.workloads.job import MAX_PODS
 
 
 class OcsPlanConfig(Config):
     """One planning instance; rates in Gb/s."""
 
     workload: str = Field("moe", description="preset name or a .json/.toml workload file")
-    pods: int | None = Field(None, ge=2, description="re-map the preset onto this many pods")
-    ports: int = Field(8, ge=1, description="OCS-facing ports per pod (d)")
-    ocs: int = Field(4, ge=1, description="parallel OCSes (s)")
+    pods: int | None = Field(
+        None, ge=2, le=MAX_PODS, description="re-map the preset onto this many pods (<= 65,536)"
+    )
+    ports: int = Field(8, ge=1, le=4096, description="OCS-facing ports per pod (d, <= 4,096)")
+    ocs: int = Field(4, ge=1, le=4096, description="parallel OCSes (s, <= 4,096)")
     b1_rel: float = Field(1.0, gt=0, description="prior weight, b1 = b1_rel / CP0")
     b2_rel: float = Field(50.0, gt=0, description="smoothing, b2 = b2_rel log|paths| / CP0")
     rate_gbps: float = Field(100.0, gt=0)

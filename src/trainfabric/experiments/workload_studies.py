@@ -19,6 +19,7 @@ from trainfabric.runs.registry import register
 from trainfabric.runs.report import FIGURES
 from trainfabric.runs.report_figures import legend_outside, line_style
 from trainfabric.workloads import build_dag, get_preset, load_workload
+from trainfabric.workloads.job import MAX_PODS
 from trainfabric.workloads.presets import PRESETS
 from trainfabric.workloads.workload import is_file_spec
 
@@ -27,7 +28,9 @@ class CriticalPathConfig(Config):
     """One workload at one uniform rate (Gb/s per pod pair, each direction)."""
 
     workload: str = Field("pipeline", description="preset name or a .json/.toml workload file")
-    pods: int | None = Field(None, ge=2, description="re-map the preset onto this many pods")
+    pods: int | None = Field(
+        None, ge=2, le=MAX_PODS, description="re-map the preset onto this many pods (<= 65,536)"
+    )
     rate_gbps: float = Field(100.0, gt=0, description="uniform pod-pair rate, Gb/s")
     moe_skew_gini: float = Field(0.2, ge=0, lt=1, description="per-expert load Gini (presets)")
 

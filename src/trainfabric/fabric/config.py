@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from trainfabric.config import Config
+from trainfabric.config import MAX_SEED, Config
 from trainfabric.errors import ConfigError
 from trainfabric.fabric import topology as T
 from trainfabric.fabric.packet.config import PacketConfig
@@ -32,16 +32,19 @@ Positive = Annotated[float, Field(gt=0)]
 
 
 MAX_GPUS = 1_048_576  # ten times the largest clusters built
+MAX_RADIX = 65_536  # a hundred times the largest switch ASICs (512 ports)
 
 
 class TopologyConfig(Config):
     """A fabric: ``multiplane`` (P planes of 2-tier leaf-spine), ``leaf_spine`` or ``fat_tree``
-    (``gpus`` <= 1,048,576, ``planes`` <= 64)."""
+    (``gpus`` <= 1,048,576, ``planes`` <= 64, ``switch_radix`` <= 65,536)."""
 
     kind: Literal["multiplane", "leaf_spine", "fat_tree"] = "multiplane"
     gpus: int = Field(64, ge=2, le=MAX_GPUS, description="hosts (one NIC per GPU)")
     planes: int = Field(4, ge=1, le=64, description="planes (multiplane only)")
-    switch_radix: int = Field(16, ge=4, description="ports per switch per plane")
+    switch_radix: int = Field(
+        16, ge=4, le=MAX_RADIX, description="ports per switch per plane (<= 65,536)"
+    )
     nic_rate_gbps: float = Field(800.0, gt=0, description="NIC total rate, all planes")
     oversubscription: float = Field(1.0, ge=1, description="leaf host ports : uplinks")
     rail: bool = Field(False, description="rail-optimised host placement")
@@ -50,7 +53,7 @@ class TopologyConfig(Config):
 
 class ScenarioConfig(Config):
     name: str = ""
-    seed: int = Field(0, ge=0)
+    seed: int = Field(0, ge=0, le=MAX_SEED, description="seed (<= 2^63 - 1)")
     modes: list[LBMode] = Field(default_factory=lambda: list(ALL_MODES), min_length=1)
     topology: TopologyConfig = TopologyConfig()
     engine: Literal["flow", "packet"] = Field(

@@ -19,7 +19,8 @@ Nothing outlives the sweep:
 - Ctrl-C (SIGINT) and SIGTERM: workers ignore SIGINT (a terminal sends it to the whole
   foreground group); the parent stops them (SIGTERM, then SIGKILL after
   :data:`STOP_GRACE_S`), shuts Ray down and re-raises: KeyboardInterrupt for SIGINT (the CLI
-  exits 130), ``SystemExit(143)`` for SIGTERM. Cells already handed to ``on_done`` are kept.
+  exits 130), :class:`~trainfabric.errors.Terminated` (a ``SystemExit(143)``) for SIGTERM
+  (the CLI exits 143). Cells already handed to ``on_done`` are kept.
 - SIGKILL of the parent: each local worker has ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` (Linux)
   and a daemon thread that exits the worker once its parent is gone (any POSIX). A local Ray
   started here runs beside a watchdog process (:mod:`trainfabric.runs.watchdog`) that kills
@@ -52,7 +53,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from trainfabric import limits
-from trainfabric.errors import ConfigError
+from trainfabric.errors import ConfigError, Terminated, sigterm_terminates
 
 if TYPE_CHECKING:
     from trainfabric.runs.sweep import Cell
@@ -123,7 +124,7 @@ def run_local(cells: Sequence[Cell], workers: int | None, on_done: OnDone) -> No
         initargs=(os.getpid(),),
     )
     try:
-        with _sigterm_as_exit(), limits.worker_share(size):
+        with sigterm_terminates(), limits.worker_share(size):
             _collect_local(pool, cells, on_done)
     except BaseException:
         workers_now = [p for p in multiprocessing.active_children() if p not in before]
@@ -261,17 +262,47 @@ def _ray_session(ray: ModuleType, address: str | None, num_cpus: int | None) -> 
     """A Ray session for the block: connected to ``address``, or a local one started with
     :func:`start_local_ray`; shut down (and its watchdog dismissed) however the block ends."""
     watchdog = None
-    if address is None:
-        with limits.worker_share(num_cpus or os.cpu_count() or 1):
-            watchdog = start_local_ray(ray, num_cpus)
-    else:
-        _connect_ray(ray, address)
+    with _sigterm_kept_through_init():
+        if address is None:
+            with limits.worker_share(num_cpus or os.cpu_count() or 1):
+                watchdog = start_local_ray(ray, num_cpus)
+        else:
+            _connect_ray(ray, address)
     try:
         yield
     finally:
         ray.shutdown()
         if watchdog is not None:
             stop_watchdog(watchdog)
+
+
+@contextmanager
+def _sigterm_kept_through_init() -> Iterator[None]:
+    """SIGTERM during ``ray.init`` ends like SIGTERM elsewhere (:class:`Terminated`, after
+    the caller's cleanup), and this process's SIGTERM handler survives ``ray.init``.
+
+    ``ray.init`` replaces the handler with ``sys.exit(15)``, and its core worker adds a
+    C-level one that aborts (exit 134, measured) unless Ray's constant
+    ``RAY_DISABLE_FAILURE_SIGNAL_HANDLER`` (read from the environment at import) is set.
+    The block sets that constant, turns ``SystemExit(15)`` into :class:`Terminated` and
+    restores the handler and the constant afterwards (the handler in the main thread only).
+    """
+    from ray._private import ray_constants
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main else None
+    saved = ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER
+    ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = True
+    try:
+        yield
+    except SystemExit as exc:
+        if exc.code != signal.SIGTERM:
+            raise
+        raise Terminated from None
+    finally:
+        ray_constants.RAY_DISABLE_FAILURE_SIGNAL_HANDLER = saved
+        if main:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 def start_local_ray(ray: ModuleType, num_cpus: int | None = None) -> subprocess.Popen[bytes]:
@@ -348,31 +379,13 @@ def stop_watchdog(watchdog: subprocess.Popen[bytes]) -> None:
 
 
 @contextmanager
-def _sigterm_as_exit() -> Iterator[None]:
-    """Within the block, SIGTERM raises ``SystemExit(143)`` (128 + 15) so that cleanup runs;
-    only in the main thread (elsewhere signal handlers cannot be set)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: object) -> None:
-        raise SystemExit(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-@contextmanager
 def _deferred_signals() -> Iterator[Callable[[], None]]:
     """Within the block, SIGINT and SIGTERM are recorded instead of raised; yields
-    ``check()``, which raises KeyboardInterrupt (SIGINT) or ``SystemExit(143)`` (SIGTERM)
-    once one has arrived. Ray needs this: an exception raised by a Python signal handler
-    inside ``ray.wait`` comes out as Ray's own ``SystemExit(1)``, and ``ray.init`` installs
-    a C-level SIGTERM handler that exits at once. Only in the main thread (elsewhere
-    ``check()`` never raises)."""
+    ``check()``, which raises KeyboardInterrupt (SIGINT) or
+    :class:`~trainfabric.errors.Terminated` (SIGTERM) once one has arrived. Ray needs this:
+    an exception raised by a Python signal handler inside ``ray.wait`` comes out as Ray's own
+    ``SystemExit(1)`` (``ray.init`` is covered by :func:`_sigterm_kept_through_init`). Only
+    in the main thread (elsewhere ``check()`` never raises)."""
     received: list[int] = []
     if threading.current_thread() is not threading.main_thread():
         yield lambda: None
@@ -385,7 +398,7 @@ def _deferred_signals() -> Iterator[Callable[[], None]]:
         if signal.SIGINT in received:
             raise KeyboardInterrupt
         if received:
-            raise SystemExit(128 + received[0])
+            raise Terminated
 
     previous = {sig: signal.signal(sig, record) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:

@@ -15,7 +15,8 @@ invocation at top level and the earlier ones under ``history``.
 Safety of outputs (every writer, sweeps and single runs alike):
 
 - :func:`trainfabric.io.prepare_dir` checks, before any compute, that an output directory
-  can be created and written to (a user error naming the option otherwise);
+  can be created and written to (a user error naming the option, or a one-line
+  :class:`~trainfabric.errors.WriteError` when the machine refuses, otherwise);
 - :func:`safe_child` turns a user-given run name into a directory inside a chosen root (no
   ``..``, no separators, no control characters);
 - :meth:`RunDir.lock` holds an exclusive ``fcntl.flock`` on ``RUNDIR/.lock`` while a process
@@ -101,12 +102,15 @@ class RunDir:
         ``RUNDIR/.lock`` and writes this process's PID into it. When another process holds
         the lock, raises at once ``ConfigError(field, "run directory X is locked by PID N
         (another run is writing it)")``. The lock is released at the end of the block, and
-        by the kernel if this process dies. The descriptor is close-on-exec, so a spawned
-        (fork + exec) worker never keeps the directory locked; a plainly *forked* child
-        would share the lock until it exits (the executors only spawn).
+        by the kernel if this process dies. A lock file the machine refuses to create or write
+        (a read-only or full file system) is a :class:`~trainfabric.errors.WriteError`
+        naming it. The descriptor is close-on-exec, so a spawned (fork + exec) worker never
+        keeps the directory locked; a plainly *forked* child would share the lock until it
+        exits (the executors only spawn).
         """
-        self.path.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
+        with io.writing(self.lock_path):
+            self.path.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o666)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -117,8 +121,9 @@ class RunDir:
                 "(another run is writing it)",
             ) from None
         try:
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+            with io.writing(self.lock_path):
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{os.getpid()}\n".encode("ascii"))
             yield self
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)

@@ -48,7 +48,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from trainfabric.config import Config, field_path, read_toml, validate
+from trainfabric.config import MAX_SEED, Config, field_path, read_toml, validate
 from trainfabric.errors import ConfigError
 from trainfabric.io import prepare_dir
 from trainfabric.limits import check_memory
@@ -64,10 +64,11 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 class SweepSpec(Config):
     """A sweep: ``experiment`` over the ``grid`` (cartesian product) x ``seeds``.
 
-    ``seeds`` is a count ``n`` (seeds ``0 .. n-1``) or an explicit list of distinct
-    non-negative seeds. ``base`` holds fixed config fields, ``grid`` maps a config field to
-    the values it takes (a grid value overrides a ``base`` value of the same field). ``name``
-    names the default run directory ``runs/<name>``.
+    ``seeds`` is a count ``n`` (seeds ``0 .. n-1``; the sweep's cells are capped, see
+    :func:`check_size`) or an explicit list of distinct seeds in ``0 .. 2^63 - 1``. ``base``
+    holds fixed config fields, ``grid`` maps a config field to the values it takes (a grid
+    value overrides a ``base`` value of the same field). ``name`` names the default run
+    directory ``runs/<name>``.
     """
 
     experiment: str
@@ -84,8 +85,10 @@ class SweepSpec(Config):
                 raise PydanticCustomError("seeds", "a seed count must be >= 1")
             return seeds
         if isinstance(seeds, list) and seeds:
-            if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds):
-                raise PydanticCustomError("seeds", "seeds must be non-negative integers")
+            if not all(_is_seed(s) for s in seeds):
+                raise PydanticCustomError(
+                    "seeds", f"seeds must be non-negative integers, at most {MAX_SEED:,}"
+                )
             if len(set(seeds)) != len(seeds):
                 raise PydanticCustomError("seeds", "seeds must be distinct")
             return seeds
@@ -116,6 +119,11 @@ class SweepSpec(Config):
     def point_count(self) -> int:
         """How many grid points (the product of the grid lists' lengths; 1 without a grid)."""
         return math.prod(len(values) for values in self.grid.values())
+
+
+def _is_seed(value: Any) -> bool:
+    """Whether ``value`` is an integer seed in ``0 ..`` :data:`~trainfabric.config.MAX_SEED`."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_SEED
 
 
 @dataclass(frozen=True)

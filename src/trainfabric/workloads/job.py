@@ -29,6 +29,14 @@ MAX_PODS = 65_536
 MAX_MICRO_BATCHES = 4_096
 MAX_EXPERTS = 65_536
 MAX_GPUS_PER_POD = 4_096
+MAX_GPUS = MAX_PODS * MAX_GPUS_PER_POD
+MAX_HIDDEN = 1_048_576  # 2^20
+MAX_FFN = 4_194_304  # 2^22
+MAX_SEQ_LEN = 67_108_864  # 2^26
+MAX_VOCAB = 16_777_216  # 2^24
+MAX_HEADS = 65_536
+MAX_MICRO_BATCH_SIZE = 1_048_576
+MAX_DTYPE_BYTES = 8
 
 
 def _at_most(limit: int, why: str):
@@ -53,31 +61,74 @@ Experts = Annotated[int, Field(ge=0), _at_most(MAX_EXPERTS, "each expert's load 
 GpusPerPod = Annotated[
     int, Field(ge=1), _at_most(MAX_GPUS_PER_POD, "the largest scale-up domains hold ~576 GPUs")
 ]
+Hidden = Annotated[
+    int, Field(ge=1), _at_most(MAX_HIDDEN, "the widest published models are ~20,000 wide")
+]
+Ffn = Annotated[int, Field(ge=1), _at_most(MAX_FFN, "the widest published FFNs have ~75,000 units")]
+SeqLen = Annotated[
+    int, Field(ge=1), _at_most(MAX_SEQ_LEN, "the longest trained contexts are ~10M tokens")
+]
+Vocab = Annotated[
+    int, Field(ge=1), _at_most(MAX_VOCAB, "the largest vocabularies hold ~260,000 tokens")
+]
+Heads = Annotated[
+    int, Field(ge=1), _at_most(MAX_HEADS, "the largest published models use ~128 heads")
+]
+DtypeBytes = Annotated[
+    int, Field(ge=1), _at_most(MAX_DTYPE_BYTES, "float64 is the widest element type")
+]
+ExpertCount = Annotated[int, Field(ge=0), _at_most(MAX_EXPERTS, "the cap on routed experts")]
+LayerCount = Annotated[int, Field(ge=0), _at_most(MAX_LAYERS, "the cap on layers")]
+Tp = Annotated[int, Field(ge=1), _at_most(MAX_GPUS_PER_POD, "a TP group stays inside a pod")]
+Pp = Annotated[int, Field(ge=1), _at_most(MAX_LAYERS, "a stage holds at least one layer")]
+Dp = Annotated[int, Field(ge=1), _at_most(MAX_GPUS, "the GPUs of 65,536 pods of 4,096")]
+Ep = Annotated[int, Field(ge=1), _at_most(MAX_EXPERTS, "an EP group shards the experts")]
+MicroBatchSize = Annotated[
+    int, Field(ge=1), _at_most(MAX_MICRO_BATCH_SIZE, "published runs use 1-16 sequences")
+]
 
 
 class ModelSpec(Config):
     """Transformer shape. Sizes are counts; ``dtype_bytes`` is bytes per activation element.
 
-    Validated caps (each refused with its reason, before any work): ``layers`` <= 10,000,
-    ``moe_experts`` <= 65,536.
+    Every size is capped, far above the largest published models, and refused with its
+    reason before any work: ``layers`` and ``first_dense_layers`` <= 10,000, ``hidden``
+    <= 1,048,576 (2^20), ``ffn_hidden`` and ``moe_ffn_hidden`` <= 4,194,304 (2^22),
+    ``seq_len`` <= 67,108,864 (2^26), ``vocab`` <= 16,777,216 (2^24), ``heads`` and
+    ``kv_heads`` <= 65,536, ``moe_experts``, ``moe_shared_experts`` and ``moe_top_k``
+    <= 65,536, ``dtype_bytes`` <= 8.
     """
 
     name: str = "model"
-    layers: Layers
-    hidden: int = Field(ge=1)
-    seq_len: int = Field(ge=1)
-    vocab: int = Field(ge=1)
-    heads: int = Field(default=1, ge=1)
-    kv_heads: int | None = Field(default=None, ge=1)
-    ffn_hidden: int | None = Field(default=None, ge=1)
+    layers: Layers = Field(description=f"transformer layers (at most {MAX_LAYERS:,})")
+    hidden: Hidden = Field(description=f"hidden size (at most {MAX_HIDDEN:,})")
+    seq_len: SeqLen = Field(description=f"tokens per sequence (at most {MAX_SEQ_LEN:,})")
+    vocab: Vocab = Field(description=f"vocabulary size (at most {MAX_VOCAB:,})")
+    heads: Heads = Field(1, description=f"attention heads (at most {MAX_HEADS:,})")
+    kv_heads: Heads | None = Field(
+        None, description=f"key/value heads, default heads (at most {MAX_HEADS:,})"
+    )
+    ffn_hidden: Ffn | None = Field(
+        None, description=f"FFN width, default 4 x hidden (at most {MAX_FFN:,})"
+    )
     gated_ffn: bool = False
     tied_embeddings: bool = True
-    moe_experts: Experts = 0
-    moe_shared_experts: int = Field(default=0, ge=0)
-    moe_top_k: int = Field(default=0, ge=0)
-    moe_ffn_hidden: int | None = Field(default=None, ge=1)
-    first_dense_layers: int = Field(default=0, ge=0)
-    dtype_bytes: int = Field(default=2, ge=1)
+    moe_experts: Experts = Field(0, description=f"routed experts (at most {MAX_EXPERTS:,})")
+    moe_shared_experts: ExpertCount = Field(
+        0, description=f"shared experts (at most {MAX_EXPERTS:,})"
+    )
+    moe_top_k: ExpertCount = Field(
+        0, description=f"routed experts per token (at most {MAX_EXPERTS:,})"
+    )
+    moe_ffn_hidden: Ffn | None = Field(
+        None, description=f"expert FFN width, default ffn_hidden (at most {MAX_FFN:,})"
+    )
+    first_dense_layers: LayerCount = Field(
+        0, description=f"leading dense layers of an MoE model (at most {MAX_LAYERS:,})"
+    )
+    dtype_bytes: DtypeBytes = Field(
+        2, description=f"bytes per activation element (at most {MAX_DTYPE_BYTES})"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
@@ -145,7 +196,9 @@ class ParallelismSpec(Config):
 
     EP groups are carved out of the DP dimension (Megatron's convention): ``ep`` must divide
     ``dp`` and the expert count. ``dp_collective`` picks the gradient all-reduce algorithm.
-    ``micro_batches`` <= 4,096.
+    Caps: ``tp`` <= 4,096 (a pod), ``pp`` <= 10,000 (the layers), ``dp`` <= 268,435,456
+    (the GPUs of the largest placement), ``ep`` <= 65,536 (the experts), ``micro_batches``
+    <= 4,096, ``micro_batch_size`` <= 1,048,576, ``grad_dtype_bytes`` <= 8.
 
     ``overlap``: ``"none"`` (DP gradient collectives after a stage's last backward) or
     ``"bucketed"`` (gradient buckets reduced while the last backward runs, see
@@ -154,16 +207,22 @@ class ParallelismSpec(Config):
     default, ``max(40e6, 1e6 x dp)`` gradient elements per GPU.
     """
 
-    tp: int = Field(default=1, ge=1)
-    pp: int = Field(default=1, ge=1)
-    dp: int = Field(default=1, ge=1)
-    ep: int = Field(default=1, ge=1)
-    micro_batches: MicroBatches = 4
-    micro_batch_size: int = Field(default=1, ge=1)
+    tp: Tp = Field(1, description=f"tensor-parallel degree (at most {MAX_GPUS_PER_POD:,})")
+    pp: Pp = Field(1, description=f"pipeline stages (at most {MAX_LAYERS:,})")
+    dp: Dp = Field(1, description=f"data-parallel degree (at most {MAX_GPUS:,})")
+    ep: Ep = Field(1, description=f"expert-parallel degree (at most {MAX_EXPERTS:,})")
+    micro_batches: MicroBatches = Field(
+        4, description=f"micro-batches per iteration (at most {MAX_MICRO_BATCHES:,})"
+    )
+    micro_batch_size: MicroBatchSize = Field(
+        1, description=f"sequences per micro-batch (at most {MAX_MICRO_BATCH_SIZE:,})"
+    )
     schedule: Literal["gpipe", "1f1b"] = "1f1b"
     dp_collective: Literal["ring", "halving_doubling"] = "ring"
     distributed_optimizer: bool = True
-    grad_dtype_bytes: int = Field(default=4, ge=1)
+    grad_dtype_bytes: DtypeBytes = Field(
+        4, description=f"bytes per gradient element (at most {MAX_DTYPE_BYTES})"
+    )
     overlap: Literal["none", "bucketed"] = "none"
     bucket_mb: float | None = Field(default=None, gt=0, le=1e9)
 

@@ -101,7 +101,7 @@ class RewireOrDeferConfig(Config):
     """OCS hardware and drift, the reconfiguration delay, the ring and the fleet."""
 
     ports: int = Field(4, ge=1, le=256, description="ports per pod for the drifting traffic")
-    ocs: int = Field(4, ge=1, description="parallel OCSes (s); divides ports")
+    ocs: int = Field(4, ge=1, le=256, description="parallel OCSes (s); divides ports (<= 256)")
     rate_gbps: float = Field(100.0, gt=0, description="circuit rate B")
     fallback_gbps: float = Field(5.0, gt=0, description="electrical fallback B0 per pair")
     traffic: str = Field("moe-phases", description="ocs.traffic generator")

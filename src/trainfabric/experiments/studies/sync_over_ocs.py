@@ -85,7 +85,7 @@ class SyncOverOcsConfig(Config):
     workload: str = Field("moe", description="each island's job: a preset re-mapped onto k pods")
     island_pods: int = Field(4, ge=1, le=64, description="pods per island (k)")
     ports: int = Field(8, ge=1, le=256, description="OCS-facing ports per pod (d)")
-    ocs: int = Field(4, ge=1, description="parallel OCSes (s); divides ports")
+    ocs: int = Field(4, ge=1, le=256, description="parallel OCSes (s); divides ports (<= 256)")
     rate_gbps: float = Field(100.0, gt=0, description="circuit rate B")
     fallback_gbps: float = Field(5.0, gt=0, description="electrical fallback B0 per pair")
     latency_us: float = Field(5.0, ge=0, description="per-transfer latency of a ring step")

@@ -19,7 +19,9 @@ class WorkloadConfig(Config):
     name: str = Field("llama3-70b", min_length=1, description="preset, job .toml or DAG .json")
     pods: int | None = Field(None, ge=2, le=65_536, description="servers (re-maps a preset)")
     gpus_per_pod: int = Field(8, ge=1, le=4096, description="GPUs per pod of a task-DAG JSON")
-    layers: int | None = Field(None, ge=1, description="cut the model to this many layers")
+    layers: int | None = Field(
+        None, ge=1, le=10_000, description="cut the model to this many layers (<= 10,000)"
+    )
     placement: Literal["packed", "scattered", "random"] = "random"
     channels: int = Field(4, ge=1, le=64, description="connections (QPs) per GPU pair")
     overlap: list[Literal["none", "bucketed"]] = Field(

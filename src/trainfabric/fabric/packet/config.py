@@ -65,7 +65,7 @@ class PacketConfig(Config):
     max_window_packets: int = Field(256, ge=1, le=1 << 20)
     dctcp_gain: float = Field(1.0 / 16.0, gt=0, le=1)
     rto_s: float = Field(1e-3, gt=0)
-    reorder_nack_packets: int = Field(64, ge=1)
+    reorder_nack_packets: int = Field(64, ge=1, le=1 << 20)
     spray_paths: int = Field(64, ge=1, le=1024)
     path_retire_s: float = Field(20e-6, ge=0)
     pinning_migrate: bool = True
@@ -78,7 +78,7 @@ class PacketConfig(Config):
     timeline_resolution_s: float = Field(1e-6, gt=0)
     pull_rate_fraction: float = Field(0.99, gt=0, le=1)
     release_on: Literal["delivered", "acked"] = "delivered"
-    max_packets: int = Field(50_000_000, ge=1)
+    max_packets: int = Field(50_000_000, ge=1, le=10**12)
     max_memory_bytes: float = Field(8e9, gt=0)
 
     @model_validator(mode="after")

@@ -11,7 +11,7 @@ from pydantic import Field
 
 from trainfabric.config import Config, read_toml, validate
 from trainfabric.errors import ConfigError
-from trainfabric.fabric.config import Fraction, MiB, Positive, ScenarioConfig
+from trainfabric.fabric.config import MAX_GPUS, Fraction, MiB, Positive, ScenarioConfig
 from trainfabric.fabric.iteration.config import IterationScenario
 
 
@@ -22,7 +22,9 @@ class CollectiveConfig(Config):
         "all_reduce"
     )
     algorithm: Literal["ring", "halving_doubling"] = "ring"
-    ranks: int | None = Field(None, ge=2, description="ranks (default: all available hosts)")
+    ranks: int | None = Field(
+        None, ge=2, le=MAX_GPUS, description="ranks (default: all hosts; <= 1,048,576)"
+    )
     size_bytes: float = Field(256 * MiB, gt=0, description="per-rank buffer S (NCCL-tests)")
     placement: Literal["packed", "scattered", "random"] = "random"
     step_latency_s: float = Field(2e-6, ge=0, description="software latency per step")
@@ -91,7 +93,9 @@ class FlapConfig(Config):
 
     link: Literal["host", "fabric"]
     at_s: float | None = Field(None, ge=0)
-    iteration: int = Field(2, ge=0, description="iteration hit when at_s is not given")
+    iteration: int = Field(
+        2, ge=0, le=10_000, description="iteration hit when at_s is not given (<= 10,000)"
+    )
     duration_s: float = Field(gt=0)
 
 

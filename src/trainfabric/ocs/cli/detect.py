@@ -67,13 +67,16 @@ def ocs_detect(
     density: Annotated[
         int, typer.Option(min=0, max=16, help="Candidate splits per octave = 2^density.")
     ] = 2,
-    top_r: Annotated[int, typer.Option(min=1, help="r of the topr statistic.")] = 8,
+    top_r: Annotated[
+        int, typer.Option(min=1, max=4096 * 4095, help="r of the topr statistic.")
+    ] = 8,
     gradient: Annotated[
         Path | None,
         typer.Option(help="Circuit gradient dF/dx, .npy [n, n] (default: reference proxy)."),
     ] = None,
     reference_slots: Annotated[
-        int, typer.Option(min=1, help="Reference window (slots) at the head of a file.")
+        int,
+        typer.Option(min=1, max=10**7, help="Reference window (slots) at the head of a file."),
     ] = 50,
     chunk_bytes: Annotated[
         float, typer.Option(help="Bytes per counted chunk (> 0).", callback=finite(gt=0))
@@ -81,7 +84,7 @@ def ocs_detect(
     pods: Annotated[int, typer.Option(min=3, max=4096, help="Synthetic: pods.")] = 16,
     slots: Annotated[int, typer.Option(min=2, max=10**7, help="Synthetic: slots.")] = 400,
     change_at: Annotated[
-        int, typer.Option(min=0, help="Synthetic: slots before the change.")
+        int, typer.Option(min=0, max=10**7, help="Synthetic: slots before the change.")
     ] = 200,
     kl: Annotated[
         float, typer.Option(help="Synthetic: KL(p1 || p0) over pairs (> 0).", callback=finite(gt=0))

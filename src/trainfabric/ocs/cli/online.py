@@ -131,7 +131,9 @@ def ocs_online(
     pods: Annotated[
         int | None, typer.Option(min=2, max=4096, help="Pods [default: 16, or the file's].")
     ] = None,
-    jumps: Annotated[int, typer.Option(min=1, help="Jumps of the 'jumps' generator.")] = 8,
+    jumps: Annotated[
+        int, typer.Option(min=1, max=10_000_000, help="Jumps of the 'jumps' generator.")
+    ] = 8,
     ports: PortsOpt = 8,
     ocs: OcsOpt = 4,
     rate_gbps: RateOpt = 100.0,
