@@ -81,14 +81,42 @@ SCENARIOS: list[dict] = [
 ]
 
 
+#: Complete scenarios besides: a training iteration with failed cables and link flaps (the
+#: task engine's link-state events, which ``fabric job`` reaches only when a failed cable
+#: carries traffic) and the 3-tier routes of a fat-tree.
+EXTRA: list[dict] = [
+    {
+        "kind": "iteration",
+        "modes": ["ecmp", "spray", "adaptive"],
+        "topology": {"gpus": 64, "switch_radix": 16},
+        "workload": {"name": "llama3-70b", "pods": 8, "layers": 1},
+        "faults": {
+            "failed_fractions": [0.2],
+            "failure_draws": 2,
+            "flap_durations_s": [1e-3],
+            "flap_draws": 2,
+        },
+    },
+    {
+        "kind": "line_rate",
+        "modes": _MODES,
+        "sizes_bytes": [1048576.0],
+        "topology": {"kind": "fat_tree", "gpus": 16, "switch_radix": 4},
+    },
+]
+
+
 def run_scenarios() -> None:
-    """Every scenario of :data:`SCENARIOS` on the flow and the packet engine."""
+    """Every scenario of :data:`SCENARIOS` on the flow and the packet engine, then
+    :data:`EXTRA`."""
     from trainfabric.fabric.scenarios import parse_scenario, run_scenario
 
     for engine in ("flow", "packet"):
         for sc in SCENARIOS:
             data = {**sc, "engine": engine, "modes": _MODES, "topology": _TOPOLOGY}
             run_scenario(parse_scenario(data))
+    for sc in EXTRA:
+        run_scenario(parse_scenario(sc))
 
 
 def run(argv: list[str]) -> int:
