@@ -373,3 +373,16 @@ def test_absurd_sweep_seed_refused(cli, tmp_path):
     assert _one_line(err) == (
         "error: seeds: seeds must be non-negative integers, at most 9,223,372,036,854,775,807"
     )
+
+
+@pytest.mark.parametrize("refused", ["job", "missing-file"])
+def test_ocs_plan_refused_workload_leaves_no_out_dir(cli, tmp_path, refused):
+    """The workload is validated before ``--out`` is created: nothing is left behind."""
+    job = _job_toml(tmp_path, "model", "hidden", HUGE)
+    workload = str(job) if refused == "job" else str(tmp_path / "absent.toml")
+    out_dir = tmp_path / "plans" / "absurd"
+    code, out, err = cli("ocs", "plan", "--workload", workload, "--out", str(out_dir))
+    assert code == 2 and out == ""
+    field = "model.hidden" if refused == "job" else "--workload"
+    assert _one_line(err).startswith(f"error: {field}: ")
+    assert not (tmp_path / "plans").exists()

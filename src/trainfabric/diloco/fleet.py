@@ -81,6 +81,7 @@ from trainfabric.diloco.serving import (
 )
 from trainfabric.diloco.telemetry import (
     ITL_BUCKETS,
+    MAX_SLO_S,
     TTFT_BUCKETS,
     PressureModel,
     Telemetry,
@@ -245,12 +246,12 @@ def _at_most_windows(value: int) -> int:
 
 class FleetConfig(Config):
     """One simulated fleet: horizon, window, serving, learners, EWMA forecast
-    (``windows`` in ``10..100,000,000``)."""
+    (``windows`` in ``10..100,000,000``, ``window_s`` <= 3,600)."""
 
     windows: Annotated[int, AfterValidator(_at_most_windows)] = Field(
         10_000, ge=10, description="control windows simulated"
     )
-    window_s: float = Field(1.0, gt=0)
+    window_s: float = Field(1.0, gt=0, le=MAX_SLO_S, description="control window (s)")
     serving: ServingModel = ServingModel()
     progress: ProgressModel = ProgressModel()
     forecast_alpha: float = Field(0.3, gt=0, le=1, description="EWMA weight of the newest window")

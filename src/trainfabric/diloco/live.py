@@ -79,12 +79,23 @@ from trainfabric.diloco import requests as R
 from trainfabric.diloco import stats
 from trainfabric.diloco.fleet import Regime
 from trainfabric.diloco.policies import POLICY_NAMES, Policy, make_policy, matched_schedule
-from trainfabric.diloco.telemetry import PressureModel, Telemetry, link_utilisation
+from trainfabric.diloco.telemetry import (
+    MAX_SLO_S,
+    PressureModel,
+    Telemetry,
+    link_utilisation,
+)
+from trainfabric.diloco.train.config import MAX_STEPS
 from trainfabric.errors import ConfigError, InfeasibleError
 
 
 class LiveConfig(Config):
-    """What ``diloco live`` runs (defaults: the full experiment; :func:`quick_config`)."""
+    """What ``diloco live`` runs (defaults: the full experiment; :func:`quick_config`).
+
+    Every size has an upper bound, refused naming the field: ``seeds`` <= 1,000, ``seed0``
+    <= 10,000, ``duration_s`` <= 86,400, ``learners`` <= 16, ``H``, ``min_h`` and ``max_h``
+    <= 10,000,000 inner steps (a training run's own cap), the SLOs <= 3,600 s,
+    ``sim_draws`` <= 1,000."""
 
     policies: list[str] = Field(default_factory=lambda: ["wa_forecast"], min_length=1)
     seeds: int = Field(10, ge=1, le=1000, description="paired seeds (>= 10 for a verdict)")
@@ -94,12 +105,14 @@ class LiveConfig(Config):
     rate_scale: float = Field(0.4, gt=0, le=100, description="x the trace's own request rate")
     learners: int = Field(2, ge=2, le=16)
     shaping_mbit: float = Field(10.0, gt=0, le=100_000, description="learner link rate")
-    H: int = Field(50, ge=1, description="fixed_h interval (inner steps)")
-    min_h: int = Field(20, ge=1, description="guards of the other policies (inner steps)")
-    max_h: int = Field(100, ge=1)
+    H: int = Field(50, ge=1, le=MAX_STEPS, description="fixed_h interval (inner steps)")
+    min_h: int = Field(
+        20, ge=1, le=MAX_STEPS, description="guards of the other policies (inner steps)"
+    )
+    max_h: int = Field(100, ge=1, le=MAX_STEPS)
     server: Literal["vllm", "emulator"] = "vllm"
-    ttft_slo_s: float = Field(0.5, gt=0)
-    tpot_slo_s: float = Field(0.05, gt=0)
+    ttft_slo_s: float = Field(0.5, gt=0, le=MAX_SLO_S)
+    tpot_slo_s: float = Field(0.05, gt=0, le=MAX_SLO_S)
     forecast_alpha: float = Field(0.3, gt=0, le=1)
     no_sync: bool = Field(True, description="run the no-sync load match")
     sim_draws: int = Field(20, ge=1, le=1000, description="matched-random draws per seed in sim")

@@ -48,7 +48,9 @@ def live_cmd(
     ] = False,
     duration_s: Annotated[
         float | None,
-        typer.Option(help="Replay seconds per run [120; quick 45].", callback=finite(ge=10)),
+        typer.Option(
+            help="Replay seconds per run [120; quick 45].", callback=finite(ge=10, le=86_400)
+        ),
     ] = None,
     rate_scale: Annotated[
         float | None,

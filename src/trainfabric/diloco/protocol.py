@@ -120,7 +120,9 @@ class ProtocolConfig(Config):
     envelope_draws: int = Field(20, ge=1, le=1000)
     calibration_seeds: int = Field(5, ge=1, le=100)
     alpha: float = Field(0.05, gt=0, lt=1)
-    loss_margin: float = Field(0.002, ge=0, description="tolerated loss increase (nats)")
+    loss_margin: float = Field(
+        0.002, ge=0, le=100, description="tolerated loss increase (nats, <= 100)"
+    )
     fleet: FleetConfig = FleetConfig()
     trace: str | None = Field(None, description="trace CSV replacing every regime's arrivals")
     rate_scale: float = Field(1.0, gt=0, le=1e6, description="x the trace's own mean rate")

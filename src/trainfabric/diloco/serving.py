@@ -45,21 +45,37 @@ import numpy as np
 from pydantic import Field
 
 from trainfabric.config import Config
-from trainfabric.diloco.telemetry import ITL_BUCKETS, TTFT_BUCKETS
+from trainfabric.diloco.telemetry import ITL_BUCKETS, MAX_SLO_S, TTFT_BUCKETS
+
+MAX_BATCH = 65_536  # sequences per replica: vLLM's default max_num_seqs is 256
+MAX_KV_TOKENS = 4_294_967_296  # 2^32 tokens per replica, far above any node's KV cache
+MAX_STEP_S = 60.0  # seconds per prompt token, decode iteration or running sequence
+MAX_INTERFERENCE = 1000.0  # a sync slowing every engine 1,000-fold
 
 
 class ServingModel(Config):
-    """Engine parameters (defaults: a ~1B-parameter model on one accelerator per replica)."""
+    """Engine parameters (defaults: a ~1B-parameter model on one accelerator per replica).
+
+    Every size has an upper bound, refused naming the field: ``replicas`` <= 64,
+    ``max_batch`` <= 65,536 (an engine keeps a slot array of this size per run),
+    ``kv_tokens`` <= 2^32, the per-token and per-iteration times <= 60 s, ``interference``
+    <= 1,000, the SLOs <= 3,600 s."""
 
     replicas: int = Field(2, ge=1, le=64)
-    max_batch: int = Field(32, ge=1)
-    kv_tokens: int = Field(131_072, ge=1, description="KV-cache capacity per replica (tokens)")
-    prefill_s_per_token: float = Field(4e-5, gt=0, description="25k prompt tokens/s")
-    decode_base_s: float = Field(0.012, gt=0, description="decode iteration, empty batch")
-    decode_per_seq_s: float = Field(0.0006, ge=0, description="per running sequence")
-    interference: float = Field(1.0, ge=0, description="extra time per second during a sync")
-    ttft_slo_s: float = Field(0.5, gt=0)
-    tpot_slo_s: float = Field(0.05, gt=0)
+    max_batch: int = Field(32, ge=1, le=MAX_BATCH, description="running sequences per replica")
+    kv_tokens: int = Field(
+        131_072, ge=1, le=MAX_KV_TOKENS, description="KV-cache capacity per replica (tokens)"
+    )
+    prefill_s_per_token: float = Field(4e-5, gt=0, le=MAX_STEP_S, description="25k prompt tokens/s")
+    decode_base_s: float = Field(
+        0.012, gt=0, le=MAX_STEP_S, description="decode iteration, empty batch"
+    )
+    decode_per_seq_s: float = Field(0.0006, ge=0, le=MAX_STEP_S, description="per running sequence")
+    interference: float = Field(
+        1.0, ge=0, le=MAX_INTERFERENCE, description="extra time per second during a sync"
+    )
+    ttft_slo_s: float = Field(0.5, gt=0, le=MAX_SLO_S)
+    tpot_slo_s: float = Field(0.05, gt=0, le=MAX_SLO_S)
 
     def params(self) -> np.ndarray:
         return np.array(

@@ -95,6 +95,11 @@ ITL_BUCKETS = (
 )  # fmt: skip
 
 
+# The cap on every latency SLO and control window (s): an hour, beyond vLLM's last TTFT bucket.
+MAX_SLO_S = 3600.0
+MAX_QUEUE_SCALE = 1e9  # waiting requests
+
+
 def cap(x) -> np.ndarray:
     return np.minimum(np.maximum(x, 0.0), 1.0)
 
@@ -279,12 +284,15 @@ def window(a: ServerSample, b: ServerSample, quantile: float = 0.9) -> Window:
 
 # -- pressures -------------------------------------------------------------------------------------
 class PressureModel(Config):
-    """How a window's server quantities become the ``inference`` pressure (module doc)."""
+    """How a window's server quantities become the ``inference`` pressure (module doc).
+    Bounds: the SLOs <= 3,600 s, ``queue_scale`` <= 1e9 requests."""
 
-    ttft_slo_s: float = Field(0.5, gt=0, description="TTFT SLO (s)")
-    tpot_slo_s: float = Field(0.05, gt=0, description="inter-token latency SLO (s)")
+    ttft_slo_s: float = Field(0.5, gt=0, le=MAX_SLO_S, description="TTFT SLO (s)")
+    tpot_slo_s: float = Field(0.05, gt=0, le=MAX_SLO_S, description="inter-token latency SLO (s)")
     tail: float = Field(0.1, gt=0, le=1, description="share over an SLO at which its term is 1")
-    queue_scale: float = Field(64.0, gt=0, description="waiting requests at which its term is 1")
+    queue_scale: float = Field(
+        64.0, gt=0, le=MAX_QUEUE_SCALE, description="waiting requests at which its term is 1"
+    )
 
     def inference(self, kv_usage, waiting, ttft_late, itl_late) -> np.ndarray:
         """``max(cap(kv), cap(waiting / queue_scale), cap(ttft_late / tail),

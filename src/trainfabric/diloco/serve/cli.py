@@ -16,7 +16,14 @@ from typing import Annotated
 import typer
 
 from trainfabric.clikit import ConfigOpt, JsonOpt, emit_json, err, finite, input_file, options, out
+from trainfabric.config import MAX_SEED
 from trainfabric.errors import ConfigError
+
+# ReplayConfig's bounds, repeated so that `trainfabric --help` imports no numpy (serve.replay
+# does); tests/diloco/test_bounds.py keeps them equal.
+MAX_CONTEXT = 67_108_864  # 2^26 tokens
+MAX_SLO_S = 3600.0
+SLO = finite(gt=0, le=MAX_SLO_S)
 
 HostOpt = Annotated[
     str,
@@ -183,18 +190,20 @@ def replay_cmd(
     ] = 1.0,
     max_requests: Annotated[int, typer.Option(min=1, max=10_000_000)] = 1000,
     max_seconds: Annotated[
-        float, typer.Option(help="Send only requests due before this.", callback=finite(gt=0))
+        float,
+        typer.Option(help="Send only requests due before this.", callback=finite(gt=0, le=1e7)),
     ] = 120.0,
     drain: Annotated[
-        float, typer.Option(help="Seconds to let requests finish.", callback=finite(ge=0))
+        float, typer.Option(help="Seconds to let requests finish.", callback=finite(ge=0, le=1e6))
     ] = 60.0,
     context: Annotated[
-        int | None, typer.Option(min=2, help="Context [default: the server's max_model_len].")
+        int | None,
+        typer.Option(min=2, max=MAX_CONTEXT, help="Context [default: the server's max_model_len]."),
     ] = None,
-    ttft_slo: Annotated[float, typer.Option(callback=finite(gt=0), help="TTFT SLO (s).")] = 0.5,
-    tpot_slo: Annotated[float, typer.Option(callback=finite(gt=0), help="TPOT SLO (s).")] = 0.05,
-    window: Annotated[float, typer.Option(callback=finite(gt=0), help="SLO window (s).")] = 1.0,
-    seed: Annotated[int, typer.Option(min=0, max=2**63 - 1, help="Prompt token seed.")] = 0,
+    ttft_slo: Annotated[float, typer.Option(callback=SLO, help="TTFT SLO (s).")] = 0.5,
+    tpot_slo: Annotated[float, typer.Option(callback=SLO, help="TPOT SLO (s).")] = 0.05,
+    window: Annotated[float, typer.Option(callback=SLO, help="SLO window (s).")] = 1.0,
+    seed: Annotated[int, typer.Option(min=0, max=MAX_SEED, help="Prompt token seed.")] = 0,
     out_dir: Annotated[
         Path | None,
         typer.Option(

@@ -49,20 +49,32 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 from pydantic import Field
 
-from trainfabric.config import Config
+from trainfabric.config import MAX_SEED, Config
 from trainfabric.diloco.requests import Requests
+from trainfabric.diloco.telemetry import MAX_SLO_S
 from trainfabric.errors import ConfigError
 
 STATUS = ("ok", "http_error", "error", "unfinished")
 
 
+MAX_CONTEXT = 67_108_864  # 2^26 tokens, as a job's seq_len (workloads.job.MAX_SEQ_LEN)
+MAX_TOKEN_ID = 16_777_216  # 2^24, as a job's vocab: the largest vocabularies hold ~260,000
+MAX_READ_TIMEOUT_S = 86_400.0  # a day
+TokenId = Annotated[int, Field(ge=0, le=MAX_TOKEN_ID)]
+
+
 class ReplayConfig(Config):
-    """Replay settings (module doc); times in seconds."""
+    """Replay settings (module doc); times in seconds.
+
+    Every size has an upper bound, refused naming the field: ``rate_scale`` <= 1e6,
+    ``max_requests`` <= 10,000,000, ``max_seconds`` <= 1e7, ``drain_s`` <= 1e6,
+    ``context`` <= 67,108,864 (2^26), the SLOs and ``window_s`` <= 3,600,
+    ``read_timeout_s`` <= 86,400, ``seed`` <= 2^63 - 1, ``token_ids`` within 0..2^24."""
 
     url: str = Field(pattern=r"^https?://[^\s/]+(:\d+)?$")
     model: str | None = None
@@ -70,13 +82,13 @@ class ReplayConfig(Config):
     max_requests: int = Field(1000, ge=1, le=10_000_000)
     max_seconds: float = Field(120.0, gt=0, le=1e7)
     drain_s: float = Field(60.0, ge=0, le=1e6)
-    context: int | None = Field(None, ge=2)
-    ttft_slo_s: float = Field(0.5, gt=0)
-    tpot_slo_s: float = Field(0.05, gt=0)
-    window_s: float = Field(1.0, gt=0)
-    read_timeout_s: float = Field(60.0, gt=0)
-    seed: int = Field(0, ge=0)
-    token_ids: tuple[int, int] = Field((3, 259), strict=False)
+    context: int | None = Field(None, ge=2, le=MAX_CONTEXT)
+    ttft_slo_s: float = Field(0.5, gt=0, le=MAX_SLO_S)
+    tpot_slo_s: float = Field(0.05, gt=0, le=MAX_SLO_S)
+    window_s: float = Field(1.0, gt=0, le=MAX_SLO_S)
+    read_timeout_s: float = Field(60.0, gt=0, le=MAX_READ_TIMEOUT_S)
+    seed: int = Field(0, ge=0, le=MAX_SEED)
+    token_ids: tuple[TokenId, TokenId] = Field((3, 259), strict=False)
 
 
 @dataclass

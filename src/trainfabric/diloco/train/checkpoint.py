@@ -1,14 +1,21 @@
-"""Per-learner checkpoints: ``ckpt/rank<r>-step<s>.pt`` written atomically (a temporary file
-in the same directory, fsync, rename), the last :data:`KEEP` kept. A group resumes from the
-latest step for which *every* learner has a complete checkpoint."""
+"""Per-learner checkpoints: ``ckpt/rank<r>-step<s>.pt`` written atomically
+(:func:`trainfabric.io.atomic_write`: a temporary file in the same directory, fsync, rename,
+fsync of the directory), the last :data:`KEEP` kept. A group resumes from the latest step for
+which *every* learner has a complete checkpoint.
+
+A write the machine refuses (a full disk, a read-only directory) raises a
+:class:`~trainfabric.errors.WriteError` naming the checkpoint; the temporary file is removed
+and the checkpoints already on disk are left as they were (older ones are pruned only after
+the new one is in place)."""
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
 import torch
+
+from trainfabric.io import atomic_write, writing
 
 KEEP = 2
 _NAME = re.compile(r"rank(\d+)-step(\d+)\.pt$")
@@ -18,17 +25,43 @@ def path(ckpt_dir: Path, rank: int, step: int) -> Path:
     return ckpt_dir / f"rank{rank}-step{step}.pt"
 
 
+def write(target: Path, obj: object) -> Path:
+    """``torch.save(obj)`` to ``target`` atomically; a refused write is a WriteError naming
+    ``target``, with any previous ``target`` left as it was."""
+
+    def dump(tmp: Path) -> None:
+        # Through a Python file, whose full disk is an OSError (ENOSPC); torch's own file
+        # writer words it as a RuntimeError ("unexpected pos"). Closing the zip archive
+        # after a failed write raises such a RuntimeError too, the OSError as its context.
+        try:
+            with open(tmp, "wb") as fh:
+                torch.save(obj, fh)
+        except RuntimeError as exc:
+            cause = _os_error(exc)
+            if cause is None:
+                raise
+            raise cause from None
+
+    return atomic_write(target, dump)
+
+
+def _os_error(exc: BaseException) -> OSError | None:
+    """The first OSError in ``exc``'s cause/context chain, else None."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, OSError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 def save(ckpt_dir: Path, rank: int, step: int, state: dict) -> Path:
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
-    final = path(ckpt_dir, rank, step)
-    tmp = final.with_suffix(f".tmp{os.getpid()}")
-    with open(tmp, "wb") as fh:
-        torch.save(state, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, final)
-    for old in sorted(steps(ckpt_dir).get(rank, []))[:-KEEP]:
-        path(ckpt_dir, rank, old).unlink(missing_ok=True)
+    """Write ``state`` as rank ``rank``'s checkpoint of ``step``, then prune older ones."""
+    final = write(path(ckpt_dir, rank, step), state)
+    with writing(ckpt_dir):
+        for old in sorted(steps(ckpt_dir).get(rank, []))[:-KEEP]:
+            path(ckpt_dir, rank, old).unlink(missing_ok=True)
     return final
 
 

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from trainfabric.clikit import ConfigOpt, JsonOpt, SeedOpt, emit_json, finite, options, out
+from trainfabric.diloco.train.config import MAX_SECONDS, MAX_STEPS
 from trainfabric.errors import ConfigError
 
 SUMMARY = ("final_loss", "eval_loss", "tokens", "syncs", "mean_sync_s", "mean_step_s", "params")
@@ -16,24 +17,26 @@ SUMMARY = ("final_loss", "eval_loss", "tokens", "syncs", "mean_sync_s", "mean_st
 
 def train_cmd(
     learners: Annotated[int, typer.Option(min=1, max=64, help="Learner processes M.")] = 2,
-    steps: Annotated[int, typer.Option(min=1, max=10_000_000, help="Inner steps each.")] = 300,
+    steps: Annotated[int, typer.Option(min=1, max=MAX_STEPS, help="Inner steps each.")] = 300,
     h: Annotated[
-        int, typer.Option("--H", min=1, max=10_000_000, help="Inner steps between syncs.")
+        int, typer.Option("--H", min=1, max=MAX_STEPS, help="Inner steps between syncs.")
     ] = 50,
     max_seconds: Annotated[
-        float | None, typer.Option(help="Stop after this wall time (s).", callback=finite(gt=0))
+        float | None,
+        typer.Option(help="Stop after this wall time (s).", callback=finite(gt=0, le=MAX_SECONDS)),
     ] = None,
     inner: Annotated[str, typer.Option(help="Inner optimiser: adamw or sgd.")] = "adamw",
     inner_lr: Annotated[float, typer.Option(callback=finite(gt=0, le=10))] = 1e-3,
     outer_lr: Annotated[float, typer.Option(callback=finite(gt=0, le=10))] = 0.7,
     outer_momentum: Annotated[float, typer.Option(callback=finite(ge=0, le=0.999))] = 0.9,
     reset_inner_optimizer: Annotated[bool, typer.Option(help="Reset AdamW at every sync.")] = False,
-    checkpoint_every: Annotated[int, typer.Option(min=1, max=10_000_000)] = 100,
+    checkpoint_every: Annotated[int, typer.Option(min=1, max=MAX_STEPS)] = 100,
     rate_mbit: Annotated[
-        float, typer.Option(help="Link rate per learner (Mbit/s).", callback=finite(gt=0))
+        float,
+        typer.Option(help="Link rate per learner (Mbit/s).", callback=finite(gt=0, le=100_000)),
     ] = 10.0,
     burst_kb: Annotated[
-        float, typer.Option(help="Token bucket (KiB).", callback=finite(gt=0))
+        float, typer.Option(help="Token bucket (KiB).", callback=finite(gt=0, le=1_000_000))
     ] = 32.0,
     qdisc: Annotated[str, typer.Option(help="tbf or htb.")] = "tbf",
     unshaped: Annotated[

@@ -23,7 +23,10 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from trainfabric.config import Config
+from trainfabric.config import MAX_SEED, Config
+
+MAX_STEPS = 10_000_000  # inner steps (and H, checkpoint_every): weeks at the fastest steps
+MAX_SECONDS = 1e7  # wall clock of a run: ~116 days
 
 
 class ModelConfig(Config):
@@ -58,15 +61,21 @@ class ShapingConfig(Config):
 
 class TrainConfig(Config):
     """One DiLoCo run of ``learners`` processes for ``steps`` inner steps each (or until
-    ``max_seconds`` of wall clock, whichever comes first)."""
+    ``max_seconds`` of wall clock, whichever comes first).
+
+    Every size has an upper bound, refused naming the field: ``learners`` <= 64, ``steps``,
+    ``H`` and ``checkpoint_every`` <= 10,000,000, ``max_seconds`` <= 1e7, ``batch`` <= 4,096,
+    ``seed`` <= 2^63 - 1, ``threads`` <= 256, ``corpus_bytes`` <= 1e9; the model's ``layers``
+    <= 48, ``d_model`` <= 8,192, ``heads`` <= 128, ``context`` <= 8,192 (:class:`ModelConfig`).
+    """
 
     learners: int = Field(2, ge=1, le=64)
-    steps: int = Field(300, ge=1, le=10_000_000)
-    max_seconds: float | None = Field(None, gt=0, le=1e7)
-    H: int = Field(50, ge=1, le=10_000_000)
+    steps: int = Field(300, ge=1, le=MAX_STEPS)
+    max_seconds: float | None = Field(None, gt=0, le=MAX_SECONDS)
+    H: int = Field(50, ge=1, le=MAX_STEPS)
     control_window_s: float = Field(1.0, ge=0, le=3600)
     batch: int = Field(8, ge=1, le=4096)
-    seed: int = Field(0, ge=0, le=2**63 - 1)
+    seed: int = Field(0, ge=0, le=MAX_SEED)
     model: ModelConfig = ModelConfig()
     inner: Literal["adamw", "sgd"] = "adamw"
     inner_lr: float = Field(1e-3, gt=0, le=10)
@@ -77,7 +86,7 @@ class TrainConfig(Config):
     reset_inner_optimizer: bool = False
     dtype: Literal["float32", "float64"] = "float32"
     bucket_mb: float = Field(4.0, gt=0, le=100_000)
-    checkpoint_every: int = Field(100, ge=1, le=10_000_000)
+    checkpoint_every: int = Field(100, ge=1, le=MAX_STEPS)
     max_restarts: int = Field(3, ge=0, le=1000)
     eval_batches: int = Field(4, ge=1, le=10_000)
     backend: Literal["auto", "gloo", "nccl"] = "auto"

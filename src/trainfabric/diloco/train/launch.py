@@ -5,8 +5,12 @@ answers rank 0's control points with ``controller.decide(progress)``, records sy
 the link's qdisc byte counters, and watches the learners. When one dies (any non-zero exit,
 e.g. SIGKILL), the others are killed and the whole group restarts from the latest step every
 learner has checkpointed (as torchrun's ``max_restarts``), at most ``max_restarts`` times; a
-learner thus loses at most the steps since its last checkpoint. :meth:`TrainingRun.wait`
-returns a :class:`TrainResult` and writes the run directory:
+learner thus loses at most the steps since its last checkpoint. A write the machine refuses
+(a full disk, a read-only run directory) is not retried by a restart: the learner hands its
+:class:`~trainfabric.errors.WriteError`, naming the file, to the launcher
+(:func:`~.learner.hand_over`), which stops the group and ends the run with it; the
+checkpoints already written stay whole. :meth:`TrainingRun.wait` returns a
+:class:`TrainResult` and writes the run directory:
 
 * ``manifest.json`` (config, shaping with the measured mean sync time, versions, restarts),
 * ``steps.parquet`` (rank, step, t, loss, perplexity, tokens, tokens_all, attempt; a step
@@ -33,6 +37,7 @@ from trainfabric.diloco.train.controller import FixedH, Progress
 from trainfabric.diloco.train.learner import STATUS_WIDTH, WorkerSpec, main
 from trainfabric.diloco.train.report import TrainResult, finish
 from trainfabric.errors import ConfigError
+from trainfabric.io import writing
 
 
 class Controller(Protocol):
@@ -65,6 +70,7 @@ class TrainingRun:
         self.restarts: list[Restart] = []
         self.done: dict | None = None
         self.error: BaseException | None = None
+        self.errors = self.ctx.SimpleQueue()  # a learner's refused write (learner.main)
         self._ckpt_done = 0.0
         self._link0: tuple[tuple[int, int], ...] | None = None
         self.thread = threading.Thread(target=self._supervise, daemon=True)
@@ -111,7 +117,8 @@ class TrainingRun:
                 old.unlink()
         for name, seed in (("train.bin", corpus.TRAIN_SEED), ("heldout.bin", corpus.HELDOUT_SEED)):
             size = self.cfg.corpus_bytes if name == "train.bin" else 100_000
-            corpus.tokens(size, seed).tofile(self.run_dir / name)
+            with writing(self.run_dir / name):
+                corpus.tokens(size, seed).tofile(self.run_dir / name)
         if self.cfg.shaping is not None:
             self.net = netns.create(self.cfg.learners, self.cfg.shaping)
         try:
@@ -154,7 +161,7 @@ class TrainingRun:
             )
             p = self.ctx.Process(
                 target=main,
-                args=(spec, self.status, child if r == 0 else None, self.stop_flag),
+                args=(spec, self.status, child if r == 0 else None, self.stop_flag, self.errors),
                 daemon=True,
             )
             p.start()
@@ -172,6 +179,8 @@ class TrainingRun:
 
     def _tick(self) -> bool:
         """Serve one message or check the processes; True when the run is over."""
+        if not self.errors.empty():  # a refused write: a restart would meet the same disk
+            raise self.errors.get()
         try:
             ready = self.conn.poll(0.05)
         except (EOFError, OSError):
@@ -187,6 +196,8 @@ class TrainingRun:
                 return False
         exits = [p.exitcode for p in self.procs]
         bad = [r for r, e in enumerate(exits) if e not in (None, 0)]
+        if bad and not self.errors.empty():  # handed over as the learner left
+            raise self.errors.get()
         if bad and self.done is not None:  # training finished; a learner failed leaving
             raise RuntimeError(f"learner {bad[0]} exited with {exits[bad[0]]} after the end")
         if bad:

@@ -29,10 +29,13 @@ from trainfabric.diloco.train import checkpoint
 from trainfabric.diloco.train.config import TrainConfig
 from trainfabric.diloco.train.model import GPT
 from trainfabric.diloco.train.outer import make_outer, outer_step
+from trainfabric.errors import WriteError
+from trainfabric.io import writing
 
 CONTINUE, SYNC, STOP = 0, 1, 2
 STATUS_WIDTH = 5  # per rank: step, checkpointing, syncing, tokens, checkpoint seconds
 EWMA = 0.1
+HAND_OVER_S = 60.0  # the longest a learner waits to be stopped after a refused write
 
 
 @dataclass(frozen=True)
@@ -163,10 +166,12 @@ class Learner:
 
     # ---- logging ---------------------------------------------------------------------
     def log(self, name: str, row: dict) -> None:
-        fh = self.logs.get(name)
-        if fh is None:
-            fh = self.logs[name] = open(self.spec.run_dir / name, "a", buffering=1)  # noqa: SIM115 (closed at the end of run)
-        fh.write(json.dumps(row) + "\n")
+        """Append ``row`` to the JSONL log ``name`` (a refused write: a WriteError naming it)."""
+        with writing(self.spec.run_dir / name):
+            fh = self.logs.get(name)
+            if fh is None:
+                fh = self.logs[name] = open(self.spec.run_dir / name, "a", buffering=1)  # noqa: SIM115 (closed at the end of run)
+            fh.write(json.dumps(row) + "\n")
 
     # ---- the loop ----------------------------------------------------------------------
     def inner_step(self) -> None:
@@ -323,20 +328,24 @@ class Learner:
             done = dict(self.c, wall_s=self.c["wall_before"] + self.wall(), backend=self.backend())
             self.conn.send(("done", done))
         if cfg.save_final:
-            torch.save(
-                [p.detach().cpu() for p in self.params],
+            checkpoint.write(
                 self.spec.run_dir / f"final-rank{self.rank}.pt",
+                [p.detach().cpu() for p in self.params],
             )
-        for fh in self.logs.values():
-            fh.close()
+        for name, fh in self.logs.items():
+            with writing(self.spec.run_dir / name):
+                fh.close()
 
 
 def _noop(flat: torch.Tensor) -> None:
     return None
 
 
-def main(spec: WorkerSpec, status, conn, stop_flag) -> None:
-    """Process entry: enter the namespace, join the group, train, leave."""
+def main(spec: WorkerSpec, status, conn, stop_flag, errors=None) -> None:
+    """Process entry: enter the namespace, join the group, train, leave.
+
+    A write the machine refuses (a full disk under a checkpoint or a log) is handed to the
+    launcher through ``errors`` (:func:`hand_over`)."""
     if spec.namespace:
         from trainfabric.diloco.train.netns import enter
 
@@ -357,9 +366,26 @@ def main(spec: WorkerSpec, status, conn, stop_flag) -> None:
         )
     try:
         learner.run()
+    except WriteError as exc:
+        if errors is None:
+            raise
+        hand_over(exc, errors)
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def hand_over(exc: WriteError, errors, wait_s: float = HAND_OVER_S) -> None:
+    """Put ``exc`` on ``errors`` (the launcher's queue), then wait, still in the group, for
+    the launcher to stop every learner (it does within one poll), and exit 1 without a
+    traceback. Leaving the group at once would fail the other learners' collectives, each
+    with a traceback of its own; the launcher ends the run with ``exc`` instead of restarting
+    into the same full disk. ``wait_s`` bounds the wait should the launcher be gone."""
+    errors.put(exc)
+    end = time.monotonic() + wait_s
+    while time.monotonic() < end:
+        time.sleep(min(0.5, max(0.0, end - time.monotonic())))
+    raise SystemExit(1) from None
 
 
 def _timeout():

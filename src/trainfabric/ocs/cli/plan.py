@@ -74,10 +74,11 @@ def ocs_plan(
     from trainfabric.ocs.wiring.planner import plan, write_plan
     from trainfabric.runs.store import RunDir
 
-    prepare_dir(out_dir, "--out")
-    with RunDir(out_dir).single_run(None), progress(json_out, "ocs plan", show_progress):
+    with progress(json_out, "ocs plan", show_progress):
+        # The workload and the options first: a refused job leaves no empty --out behind.
         w, model = _ocs_instance(workload, pods, ports, ocs, rate_gbps, fallback_gbps, seed)
-        with options(**NAMES):
+        prepare_dir(out_dir, "--out")
+        with RunDir(out_dir).single_run(None), options(**NAMES):
             result = plan(w.dag, model, b1_rel=b1, b2_rel=b2, seed=seed)
     summary = {"workload": w.name, **result.summary(model)}
     summary["tables_path"] = str(write_plan(out_dir, model, result, summary))
