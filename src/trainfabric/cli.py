@@ -40,6 +40,7 @@ from trainfabric.errors import (
     Terminated,
     TrainfabricError,
     WriteError,
+    cause_of,
     sigterm_terminates,
 )
 from trainfabric.fabric import cli as fabric_cli
@@ -342,9 +343,9 @@ def _main(argv: list[str] | None) -> None:
     except SystemError as exc:
         # Ctrl-C or SIGTERM landing inside a Python callback of compiled code (numba's cache
         # loader) surfaces as a SystemError whose context is the interrupt.
-        if _caused_by(exc, Terminated):
+        if cause_of(exc, Terminated) is not None:
             _fail(TERMINATED, 143)
-        if not _caused_by(exc, KeyboardInterrupt):
+        if cause_of(exc, KeyboardInterrupt) is None:
             raise
         _fail(INTERRUPTED, 130)
     # Without standalone mode Typer returns, not raises, the code of an Exit: 130 is its
@@ -359,17 +360,6 @@ def _where(exc: OSError) -> str:
     """``"PATH: "`` for an OSError that names a file (writes outside
     :func:`trainfabric.io.atomic_write`: a checkpoint, a cache), else nothing."""
     return f"{exc.filename}: " if exc.filename is not None else ""
-
-
-def _caused_by(exc: BaseException, kind: type[BaseException]) -> bool:
-    """Whether ``exc`` or an exception in its cause/context chain is a ``kind``."""
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, kind):
-            return True
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return False
 
 
 def _fail(line: str, code: int) -> None:

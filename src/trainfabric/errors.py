@@ -78,3 +78,14 @@ def sigterm_terminates() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def cause_of(exc: BaseException | None, kind: type[BaseException]) -> BaseException | None:
+    """The first exception of type ``kind`` in ``exc`` and its cause/context chain, else None."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, kind):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return None

@@ -14,10 +14,8 @@ import contextlib
 import errno
 import os
 import resource
-import signal
 import subprocess
 import sys
-import time
 import tomllib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -216,26 +214,6 @@ def test_failing_sweep_off_a_terminal_prints_one_line(tmp_path):
     assert line.startswith(f"error: cannot write {out}/cells/") and line.endswith(
         ".parquet: File too large"
     )
-
-
-def test_sigterm_exits_143_with_one_line(tmp_path):
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "trainfabric.cli", "fabric", "eval", "--quick", "--json"]
-        + ["--out", str(tmp_path / "eval")],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    lock = tmp_path / "eval" / ".lock"  # taken by the command itself, after the imports
-    deadline = time.monotonic() + 60
-    while not lock.exists() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    time.sleep(1.0)  # into the first scenario (of minutes)
-    proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 143, err
-    assert _one_line(err).startswith("terminated (SIGTERM): files already written are kept")
-    assert out == ""
 
 
 def _job_toml(tmp_path: Path, section: str, key: str, value: int) -> Path:

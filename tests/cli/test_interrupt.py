@@ -1,14 +1,23 @@
-"""Ctrl-C (SIGINT) on a long command: exit 130 and one line on stderr, never exit 0."""
+"""Ctrl-C (SIGINT) or SIGTERM on a long command: exit 130 / 143 and one line on stderr, never
+exit 0."""
 
 import signal
 import subprocess
 import sys
 import time
 
+import pytest
 from proctable import sigint_default
 
 
-def test_sigint_exits_130_with_one_line(tmp_path):
+@pytest.mark.parametrize(
+    ("signum", "code", "line"),
+    [
+        (signal.SIGINT, 130, "interrupted: files already written are kept"),
+        (signal.SIGTERM, 143, "terminated (SIGTERM): files already written are kept"),
+    ],
+)
+def test_a_signal_exits_with_one_line(tmp_path, signum, code, line):
     proc = subprocess.Popen(
         [sys.executable, "-m", "trainfabric.cli", "fabric", "eval", "--quick", "--json"]
         + ["--out", str(tmp_path / "eval")],
@@ -22,8 +31,8 @@ def test_sigint_exits_130_with_one_line(tmp_path):
     while not lock.exists() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
     time.sleep(1.0)  # into the first scenario (of minutes)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err
-    assert err.strip().startswith("interrupted") and len(err.strip().splitlines()) == 1
+    assert proc.returncode == code, err
+    assert err.strip().startswith(line) and len(err.strip().splitlines()) == 1
     assert out == ""

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from trainfabric.errors import cause_of
 from trainfabric.io import atomic_write, writing
 
 KEEP = 2
@@ -37,23 +38,12 @@ def write(target: Path, obj: object) -> Path:
             with open(tmp, "wb") as fh:
                 torch.save(obj, fh)
         except RuntimeError as exc:
-            cause = _os_error(exc)
+            cause = cause_of(exc, OSError)
             if cause is None:
                 raise
             raise cause from None
 
     return atomic_write(target, dump)
-
-
-def _os_error(exc: BaseException) -> OSError | None:
-    """The first OSError in ``exc``'s cause/context chain, else None."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        if isinstance(exc, OSError):
-            return exc
-        seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
-    return None
 
 
 def save(ckpt_dir: Path, rank: int, step: int, state: dict) -> Path:
