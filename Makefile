@@ -57,8 +57,12 @@ demo: $(STAMP) $(SERVE_STAMP)
 test: $(STAMP) $(SERVE_STAMP) browser-deps
 	$(BIN)/python -m pytest -q
 
+# Every test, slow ones included, with randomized hypothesis examples (tests/conftest.py,
+# profile "random"): the seed is printed first; HYPOTHESIS_SEED=N replays a run.
 test-all: $(STAMP) $(SERVE_STAMP)
-	$(BIN)/python -m pytest -q -m ''
+	@seed=$${HYPOTHESIS_SEED:-$$($(BIN)/python -c 'import random; print(random.randrange(2**32))')}; \
+	echo "hypothesis: profile random, seed $$seed (replay: make test-all HYPOTHESIS_SEED=$$seed)"; \
+	HYPOTHESIS_PROFILE=random $(BIN)/python -m pytest -q -m '' --hypothesis-seed=$$seed
 
 bench: $(STAMP)
 	@for b in benchmarks/[!_]*.py; do echo "== $$b"; $(BIN)/python $$b --quick || exit 1; done

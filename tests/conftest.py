@@ -1,5 +1,6 @@
-"""Test-wide settings (a deterministic, deadline-free hypothesis profile for CI) and shared
-fixtures: one Ray session for the whole run, small sweeps, an in-process test experiment."""
+"""Test-wide settings (hypothesis profiles: derandomized for `make test`, randomized for
+`make test-all`) and shared fixtures: one Ray session for the whole run, small sweeps, an
+in-process test experiment."""
 
 import contextlib
 import io
@@ -17,11 +18,28 @@ from trainfabric.runs import SweepSpec, registry
 
 matplotlib.use("Agg")
 
+# Hypothesis profiles (HYPOTHESIS_PROFILE; per-test @settings(max_examples=...) still win):
+# * "ci" (the default, `make test`): derandomized, so every run replays the same examples
+#   and a red build is never a new random draw;
+# * "random" (`make test-all`): fresh random examples on every run, from the seed the
+#   Makefile prints and passes as --hypothesis-seed (rerun one with
+#   `HYPOTHESIS_PROFILE=random pytest --hypothesis-seed=SEED ...`); print_blob adds the
+#   @reproduce_failure blob. A failure found this way is kept: its falsifying input goes onto
+#   the test as an explicit @example(...), so that "ci" replays it from then on;
+# * "dev": more examples, for local exploration.
 settings.register_profile(
     "ci",
     deadline=None,
     derandomize=True,
     max_examples=40,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile(
+    "random",
+    deadline=None,
+    derandomize=False,
+    max_examples=100,
+    print_blob=True,
     suppress_health_check=[HealthCheck.too_slow],
 )
 settings.register_profile("dev", deadline=None, max_examples=200)

@@ -64,5 +64,8 @@ def test_the_paths_scripts_use():
     from trainfabric.fabric.scenarios import load_scenario, run_to_dir
 
     assert plan is planner.plan and simulate is engine.simulate
-    assert model.OcsModel is not None and callable(fleet.simulate)
-    assert callable(load_scenario) and callable(run_to_dir)
+    # the names resolve to the objects their new modules define (not stale copies)
+    assert model.OcsModel.__module__ == "trainfabric.ocs.model"
+    assert fleet.simulate.__module__ == "trainfabric.diloco.fleet"
+    assert load_scenario.__module__ == "trainfabric.fabric.scenarios.config"
+    assert run_to_dir.__module__ == "trainfabric.fabric.scenarios.rundir"

@@ -1,7 +1,10 @@
 """The protocol end to end on a small configuration, its design (primary alone, one Holm
 family, tokens beside the loss, the power statement), the transfer check, and the CLI."""
 
+import itertools
+
 import numpy as np
+import pandas as pd
 import pytest
 
 from trainfabric.diloco import stats as S
@@ -50,7 +53,8 @@ def test_no_sync_floor_and_verdict_consistency(small):
     assert (v["p_value"] >= v["p_slo"] - 1e-15).all()  # Holm only raises p-values
     assert (v["p_slo"] == v["p_sign_flip"]).all()  # the design's test
     assert not v.set_index("policy").loc["wa_calibrated", "deployable"]
-    assert small["windows_per_s"] > 0
+    assert small["windows_simulated"] == runs["windows"].sum() == len(runs) * SMALL.fleet.windows
+    assert small["windows_per_s"] == small["windows_simulated"] / small["wall_s"]
 
 
 def test_design_primary_alone_secondaries_one_family(small):
@@ -186,26 +190,147 @@ def test_cli_sim_and_errors(cli):
     assert "smallest exact p is 2/2^5 = 0.0625; it needs at least 6 seeds" in err
 
 
+def _sign_flip_p(d) -> float:
+    """Two-sided exact sign-flip p of the mean, by enumerating all 2^n sign vectors."""
+    d = np.asarray(d, float)
+    observed = abs(d.sum()) - 1e-12 * max(1.0, np.abs(d).sum())
+    sums = [abs(np.dot(signs, d)) for signs in itertools.product((1.0, -1.0), repeat=d.size)]
+    return float(np.mean(np.asarray(sums) >= observed))
+
+
+def _holm(p) -> np.ndarray:
+    """Holm's step-down adjustment: sorted p_(i) x (m - i), running maximum, capped at 1."""
+    p = np.asarray(p, float)
+    order = np.argsort(p, kind="stable")
+    stepped = np.maximum.accumulate(p[order] * (p.size - np.arange(p.size)))
+    out = np.empty_like(p)
+    out[order] = np.minimum(stepped, 1.0)
+    return out
+
+
+def _word(p: float, effect: float, alpha: float) -> str:
+    if p < alpha and effect != 0:
+        return S.BETTER if effect < 0 else S.WORSE
+    return S.NO_DIFFERENCE
+
+
+def check_protocol(res: dict, run_dir) -> None:
+    """``diloco protocol --json`` against its own run tables, recomputed here: matched random
+    has exactly the policy's sync count on every seed over the same horizon; each row's
+    figures are the means of the per-seed runs; the p-values are the exact sign-flip test
+    of the paired differences (enumerated here), scipy's sign and Wilcoxon tests, and Holm
+    over the secondary family; every verdict word follows from its p-value, alpha and the
+    sign of the effect; the design's warning appears exactly when the seeds cannot reach
+    the family's first Holm step."""
+    from pathlib import Path
+
+    from scipy import stats as sps
+
+    run_dir = Path(run_dir)
+    config = loads((run_dir / "manifest.json").read_text())["config"]
+    alpha, margin = config["alpha"], config["loss_margin"]
+    runs = pd.read_parquet(run_dir / "diloco_runs.parquet")
+    verdicts = pd.read_parquet(run_dir / "diloco_verdicts.parquet")
+    assert set(res["regimes"]) == set(config["regimes"])
+    for regime, rows in res["regimes"].items():
+        n = res["seeds_by_regime"][regime]
+        r = runs[runs["regime"] == regime]
+        vt = verdicts[verdicts["regime"] == regime].set_index("policy")
+        assert (r["windows"] == res["windows"]).all()
+        floor = r[r["policy"] == "no_sync"]
+        assert sorted(floor["seed"]) == list(range(n)) and (floor["syncs"] == 0).all()
+        assert set(rows) == set(config["policies"])
+        for policy, row in rows.items():
+            ours = r[r["policy"] == policy].set_index("seed").sort_index()
+            ctl = r[r["policy"] == f"matched_random[{policy}]"]
+            assert list(ours.index) == list(range(n))
+            assert (ctl.groupby("seed").size() == config["envelope_draws"]).all()
+            assert (ctl["syncs"].to_numpy() == ours.loc[ctl["seed"], "syncs"].to_numpy()).all()
+            mean = ctl.groupby("seed")[
+                ["slo_violation_rate", "final_loss", "tokens_trained"]
+            ].mean()
+            d = 100 * (ours["slo_violation_rate"] - mean["slo_violation_rate"]).to_numpy()
+            dl = (ours["final_loss"] - mean["final_loss"]).to_numpy()
+            assert row["slo_violation_rate"] == pytest.approx(ours["slo_violation_rate"].mean())
+            assert row["syncs"] == pytest.approx(ours["syncs"].mean())
+            assert row["matched_random_slo"] == pytest.approx(ctl["slo_violation_rate"].mean())
+            assert row["no_sync_slo"] == pytest.approx(floor["slo_violation_rate"].mean())
+            assert row["effect_size"] == pytest.approx(d.mean(), rel=1e-9, abs=1e-12)
+            assert row["loss_diff"] == pytest.approx(dl.mean(), rel=1e-9, abs=1e-15)
+            assert row["tokens_policy"] == pytest.approx(ours["tokens_trained"].mean())
+            assert row["tokens_control"] == pytest.approx(mean["tokens_trained"].mean())
+            for key in ("p_slo", "p_value", "p_loss", "p_loss_adjusted"):
+                assert 0 <= row[key] <= 1, (policy, key)
+            assert row["p_slo"] == pytest.approx(_sign_flip_p(d), abs=1e-12)
+            assert row["p_loss"] == pytest.approx(_sign_flip_p(dl), abs=1e-12)
+            nz = d[d != 0]
+            sign = sps.binomtest(int((nz > 0).sum()), nz.size, 0.5).pvalue if nz.size else 1.0
+            assert vt.loc[policy, "p_sign"] == pytest.approx(sign, rel=1e-12)
+            if nz.size:
+                wil = sps.wilcoxon(d, zero_method="wilcox").pvalue
+                assert vt.loc[policy, "p_wilcoxon"] == pytest.approx(wil, rel=1e-12)
+            assert vt.loc[policy, "seeds_better"] == (d < 0).sum()
+        lead = [p for p, row in rows.items() if row["role"] == "primary"]
+        assert len(lead) == 1
+        (lead,) = lead
+        others = [p for p in rows if p != lead]
+        family = [(lead, "p_loss")] + [(p, "p_slo") for p in others]
+        family += [(p, "p_loss") for p in others]
+        adjusted = _holm([rows[p][k] for p, k in family])
+        for (p, k), adj in zip(family, adjusted, strict=True):
+            key = "p_value" if k == "p_slo" else "p_loss_adjusted"
+            assert rows[p][key] == pytest.approx(adj, abs=1e-12), (p, k)
+            assert rows[p]["family_size"] == (1 if p == lead else len(family))
+        assert rows[lead]["p_value"] == rows[lead]["p_slo"] and rows[lead]["family_size"] == 1
+        for policy, row in rows.items():
+            assert row["slo_verdict"] == _word(row["p_value"], row["effect_size"], alpha)
+            assert row["loss_verdict"] == _word(row["p_loss_adjusted"], row["loss_diff"], alpha)
+            lo, hi = vt.loc[policy, "loss_diff_ci_low"], vt.loc[policy, "loss_diff_ci_high"]
+            loss_worse = row["loss_verdict"] == S.WORSE and lo > margin
+            if row["slo_verdict"] == S.WORSE or loss_worse:
+                want = "loses"
+            elif row["slo_verdict"] == S.BETTER and row["loss_verdict"] != S.WORSE and hi <= margin:
+                want = "beats"
+            else:
+                want = "ties"
+            assert row["vs_matched_random"] == want, policy
+        floor_p = 2 / 2**n
+        said = any(w.startswith("no secondary") for w in res["warnings"][regime])
+        assert said == (floor_p >= alpha / len(family))
+        plan = res["power"][regime]
+        assert plan["seeds_used"] == n
+        assert plan["pilot_effect"] == pytest.approx(rows[lead]["effect_size"])
+        if plan["n_required"] is not None:
+            assert plan["sufficient"] == (plan["n_required"] <= n)
+
+
+def test_cli_protocol_statistics_are_recomputed(cli, tmp_path, monkeypatch):
+    """``diloco protocol --quick --seeds 6 --windows 1400 --json`` on the sync-heavy regime
+    alone (every policy; about 4 s): 6 seeds are the fewest the design accepts, 1,400
+    windows about the fewest that regime allows. Here wa_forecast's SLO is significantly
+    worse (p = 2/64), so a claimed verdict is checked as well as a tie."""
+    from trainfabric.diloco import protocol
+
+    quick = protocol.quick_config
+    monkeypatch.setattr(
+        protocol, "quick_config", lambda: quick().model_copy(update={"regimes": ["sync_heavy"]})
+    )
+    argv = ["--quick", "--seeds", "6", "--windows", "1400", "--json", "--out", str(tmp_path)]
+    code, out, err = cli("diloco", "protocol", *argv)
+    assert code == 0, err
+    res = loads(out)
+    assert res["seeds_by_regime"] == {"sync_heavy": 6} and res["windows"] == 1400
+    check_protocol(res, tmp_path)
+    verdicts = {row["slo_verdict"] for row in res["regimes"]["sync_heavy"].values()}
+    assert verdicts == {S.WORSE, S.NO_DIFFERENCE}
+
+
 @pytest.mark.slow
 def test_cli_protocol_quick_json(cli, tmp_path):
     code, out, _ = cli("diloco", "protocol", "--quick", "--json", "--out", str(tmp_path / "p"))
     assert code == 0
     res = loads(out)
-    for rows in res["regimes"].values():
-        for row in rows.values():
-            assert {
-                "slo_violation_rate",
-                "syncs",
-                "vs_matched_random",
-                "p_value",
-                "effect_size",
-                "role",
-                "slo_verdict",
-                "loss_verdict",
-                "tokens_policy",
-                "tokens_control",
-                "tokens_ratio",
-            } <= set(row)
+    check_protocol(res, tmp_path / "p")
     for regime, plan in res["power"].items():
         assert plan["seeds_used"] == res["seeds_by_regime"][regime] == 10
         assert {"pilot_effect", "pilot_sd", "n_required", "sufficient", "formula"} <= set(plan)

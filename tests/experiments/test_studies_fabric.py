@@ -195,7 +195,6 @@ def test_the_demo_has_the_cross_pillar_step(demo_run):
     assert set(step["sync_s_p99"]) == {"ecmp@0", "ecmp@0.1", "adaptive@0", "adaptive@0.1"}
     for r in table.itertuples():
         assert step["sync_s_p99"][f"{r.mode}@{r.failed_fraction:g}"] == r.sync_s_p99 > 0
-    assert step["wall_s"] > 0
 
 
 def test_figures_plot_every_mode(tiny_table):

@@ -347,6 +347,52 @@ def test_fabric_job_json_and_bad_input(cli):
         assert err.startswith(f"error: {field}") and err.count("\n") == 1, err
 
 
+def test_fabric_job_iteration_holds_its_bounds(cli):
+    """``fabric job --json`` on dp-ring (TP8 x DP over the pods, no overlap: the DP
+    reduce-scatter and all-gather run after the backward pass and are all the fabric
+    carries; 800 Gb/s NICs, 64 B headers per 4096 B):
+
+    * iteration = compute-only + exposed comm, the exposed fraction their ratio, in [0, 1];
+      the phase kinds' bytes and exposed times add up to the totals, every byte delivered;
+    * the DP bytes leave ``gpus`` NICs, so the exposed comm is at least
+      ``bytes x 8 x 4160/4096 / (gpus x NIC rate)``; spraying over the 4 healthy planes
+      reaches that within 2% (per-step latency) and ECMP (4 QPs hashed on 4 planes) does not
+      beat it;
+    * 32 pods (256 GPUs) span two leaves per plane, so failed leaf-spine cables reach the
+      ring: the slowdown of the failure draws is >= 1, the worst >= the median, and under
+      ECMP the worst draw slows the iteration down."""
+    from trainfabric.io import loads
+
+    def job(*argv):
+        code, out, err = cli("fabric", "job", "--workload", "dp-ring", *argv, "--json")
+        assert code == 0, err
+        res = loads(out)
+        it, cp0, exposed = res["iteration_s"], res["compute_only_s"], res["exposed_comm_s"]
+        assert it == pytest.approx(cp0 + exposed, rel=1e-12) and cp0 > 0
+        assert 0 <= res["exposed_comm_fraction"] <= 1
+        assert res["exposed_comm_fraction"] == pytest.approx(exposed / it, rel=1e-12)
+        kinds = {row["kind"]: row for row in res["phase_kinds"]}
+        assert sum(row["bytes"] for row in kinds.values()) == res["comm_bytes"]
+        assert res["delivered_bytes"] == pytest.approx(res["comm_bytes"], rel=1e-9)
+        assert sum(row["exposed_s"] for row in kinds.values()) == pytest.approx(exposed)
+        assert kinds["DP"]["bytes"] == res["comm_bytes"] > 0 and kinds["DP"]["collectives"] == 2
+        nic = res["fabric"]["nic_rate_gbps"] * 1e9
+        bound = res["comm_bytes"] * 8 * WIRE / (res["gpus"] * nic)
+        assert exposed >= bound * (1 - 1e-9)
+        return res, bound
+
+    spray, bound = job("--pods", "4", "--layers", "2", "--mode", "spray")
+    assert spray["gpus"] == 32 and spray["exposed_comm_s"] <= 1.02 * bound
+    ecmp, _ = job("--pods", "4", "--layers", "2", "--mode", "ecmp")
+    assert ecmp["compute_only_s"] == spray["compute_only_s"]
+    assert ecmp["exposed_comm_s"] >= spray["exposed_comm_s"]
+    failed, _ = job("--pods", "32", "--layers", "1", "--failures", "0.25", "--draws", "3")
+    f = failed["failures"]
+    assert (f["fraction"], f["draws"]) == (0.25, 3)
+    assert f["failure_slowdown_worst"] >= f["failure_slowdown_median"] >= 1 - 1e-12
+    assert f["failure_slowdown_worst"] > 1
+
+
 def test_fabric_job_subprocess_exit_code():
     """The real exit path: a pod count whose GPUs the preset's degrees do not divide."""
     import subprocess

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
-from scipy.stats import spearmanr
 
 from trainfabric.errors import ConfigError
 from trainfabric.ocs.model import OcsModel
@@ -156,9 +155,13 @@ def test_proportional_fill(seed, n_pods, ports):
 
 
 @given(seed=st.integers(0, 10_000), n_pods=st.integers(4, 12))
+@example(seed=79, n_pods=8)  # randomized run: a rank correlation of 0.87 (see the end)
 def test_demand_proportional_ranks_pairs_by_bytes(seed, n_pods):
     """Balanced (circulant) traffic: every pod runs out of ports at once, so the fractional
-    wiring is exactly ∝ bytes and the rounded one keeps the order of the pairs."""
+    wiring is exactly ∝ bytes and the rounded one keeps the order of the pairs, each within
+    one circuit of its share, with exact degrees. (No rank correlation is implied: at seed 79,
+    8 pods, eight equal pairs of 0.52 circuits must split between 0 and 1, so Spearman's rho
+    is 0.87 with the order kept.)"""
     rng = np.random.default_rng(seed)
     model = OcsModel.uniform(n_pods, 32, 4)
     base = 10 ** rng.uniform(6, 8, n_pods)
@@ -177,8 +180,7 @@ def test_demand_proportional_ranks_pairs_by_bytes(seed, n_pods):
     heavier = total[:, None] > total[None, :] * (1 + 1e-9)
     more = x[:, None] >= x[None, :]
     assert more[heavier].all()
-    if n_pods >= 6:  # at least three distinct pair loads
-        assert spearmanr(total, x)[0] > 0.9
+    np.testing.assert_array_equal(model.pod_degrees(x), model.degrees)
 
 
 def test_demand_proportional_pipeline_uses_spare_ports():

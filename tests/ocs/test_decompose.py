@@ -5,7 +5,7 @@ from __future__ import annotations
 import networkx as nx
 import numpy as np
 import pytest
-from hypothesis import assume, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from trainfabric.errors import ConfigError
@@ -201,6 +201,8 @@ SHAPES = [(8, 4, 2), (10, 6, 3), (12, 8, 4)]
 
 
 @given(st.integers(0, 2**31), st.integers(1, 4), st.sampled_from(SHAPES))
+@example(seed=654, swaps=2, shape=(12, 8, 4))  # randomized run: the repair kept 9, naive 12
+@example(seed=275, swaps=1, shape=(12, 8, 4))  # the repair kept 17 of 46, a fresh split 44
 def test_churn_aware_keeps_circuits_and_beats_naive(seed, swaps, shape):
     n, d, s = shape
     model = OcsModel.uniform(n, d, s)

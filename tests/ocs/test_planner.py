@@ -50,35 +50,74 @@ def test_compare_rows(moe8):
     assert by["milp"]["hard_critical_path_s"] <= by["uniform"]["hard_critical_path_s"] + 1e-12
 
 
-def test_cli_plan_json_keys_and_tables(cli, tmp_path):
-    code, out, _ = cli(
-        "ocs",
-        "plan",
-        "--workload",
-        "moe",
-        "--pods",
-        "16",
-        "--ports",
-        "8",
-        "--ocs",
-        "4",
-        "--json",
-        "--out",
-        str(tmp_path),
-    )
+def _critical_path(dag, model, x) -> float:
+    """Independent of PathCost: node durations from the model (compute as given, a comm node
+    ``latency + 8 bytes / (rate x circuits of its pod pair + fallback)``), then the longest
+    path by one forward sweep over the DAG (its edges go from lower to higher node ids)."""
+    m = model.to_matrix(x)
+    comm = dag.dst >= 0
+    dur = dag.duration_s.astype(float).copy()
+    pair_rate = model.rate_bps * m[dag.pod[comm], dag.dst[comm]] + model.fallback_bps
+    dur[comm] = dag.latency_s[comm] + 8.0 * dag.bytes[comm] / pair_rate
+    start = np.zeros(dag.n_nodes)
+    for v in range(dag.n_nodes):
+        succ = dag.indices[dag.indptr[v] : dag.indptr[v + 1]]
+        assert (succ > v).all()
+        start[succ] = np.maximum(start[succ], start[v] + dur[v])
+    return float((start + dur).max())
+
+
+def test_cli_plan_is_a_valid_wiring_with_the_figures_it_reports(cli, tmp_path):
+    """``ocs plan --json`` on the 16-pod MoE (d = 8 ports, 4 OCSes; the near-uniform mesh is
+    not optimal here): every OCS's cross-connect table is a matching of its own ports (each
+    pod has d/s of them per OCS); the tables give exactly the written wiring; the reported
+    critical paths are those of that wiring and of the best near-uniform one, recomputed
+    from the DAG; certified lower bound <= plan <= near-uniform and demand-proportional;
+    gap and improvement are the ratios of those numbers."""
+    from trainfabric.ocs.wiring.baselines import best_near_uniform, demand_proportional
+    from trainfabric.workloads import load_workload
+
+    argv = ["--pods", "16", "--ports", "8", "--ocs", "4", "--json", "--out", str(tmp_path)]
+    code, out, _ = cli("ocs", "plan", "--workload", "moe", *argv)
     assert code == 0
     s = loads(out)
-    for key in (
-        "hard_critical_path_s",
-        "smoothed_cost_s",
-        "kl_to_prior",
-        "solve_time_s",
-        "ocs_configs",
-    ):
-        assert key in s
-    assert len(s["ocs_configs"]) == 4
+    dag = load_workload("moe", 16, 0).dag  # what the CLI plans (seed 0)
+    model = OcsModel.uniform(16, 8, 4, rate_bps=s["rate_bps"], fallback_bps=s["fallback_bps"])
+    assert (s["pods"], s["ports"], s["ocs"]) == (16, [8] * 16, 4)
+    assert (s["rate_bps"], s["fallback_bps"]) == (100e9, 5e9)  # the CLI's defaults
+
     table = pd.read_parquet(tmp_path / "cross_connects.parquet")
-    assert len(table) == 16 * 8 // 2 and set(table.ocs) == {0, 1, 2, 3}
+    per_ocs = 8 // 4
+    circuits = np.zeros((16, 16), int)
+    for k, t in table.groupby("ocs"):
+        ports = np.r_[t["a_port"], t["b_port"]]
+        assert np.unique(ports).size == ports.size  # a matching: every port at most once
+        assert ports.min() >= 0 and ports.max() < 16 * per_ocs
+        np.testing.assert_array_equal(t["a_pod"], t["a_port"] // per_ocs)
+        np.testing.assert_array_equal(t["b_pod"], t["b_port"] // per_ocs)
+        assert (t["a_pod"] != t["b_pod"]).all()
+        assert t[["a_port", "b_port"]].to_numpy().tolist() == s["ocs_configs"][k]
+        np.add.at(circuits, (t["a_pod"], t["b_pod"]), 1)
+    assert sorted(table["ocs"].unique()) == [0, 1, 2, 3] and len(s["ocs_configs"]) == 4
+    circuits += circuits.T
+    assert (circuits.sum(axis=1) <= 8).all() and (np.diag(circuits) == 0).all()
+    wiring = pd.read_parquet(tmp_path / "wiring.parquet")
+    written = np.zeros((16, 16), int)
+    written[wiring["u"], wiring["v"]] = wiring["circuits"]
+    np.testing.assert_array_equal(written + written.T, circuits)
+    assert s["unrealised_circuits"] == [] and s["split_feasible"]
+
+    x = model.from_matrix(circuits)
+    cost = PathCost(dag, model)
+    hard = _critical_path(dag, model, x)
+    assert s["hard_critical_path_s"] == pytest.approx(hard, rel=1e-12)
+    near = best_near_uniform(cost, model, seed=0)
+    assert s["uniform_critical_path_s"] == pytest.approx(_critical_path(dag, model, near))
+    lb, cp, uni = s["lower_bound_s"], s["hard_critical_path_s"], s["uniform_critical_path_s"]
+    assert 0 < lb <= cp < uni
+    assert cp <= _critical_path(dag, model, demand_proportional(dag, model)) * (1 + 1e-12)
+    assert s["certified_gap"] == pytest.approx(cp / lb - 1, rel=1e-12)
+    assert s["improvement_vs_uniform"] == pytest.approx(1 - cp / uni, rel=1e-12)
 
 
 @pytest.mark.parametrize(

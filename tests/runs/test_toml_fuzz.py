@@ -144,10 +144,28 @@ def tmp(tmp_path_factory):
     return tmp_path_factory.mktemp("toml_fuzz")
 
 
+def stated(kind: str, loaded) -> tuple:
+    """What a valid file loaded as, in the terms the file states it (the sweep: its cells)."""
+    if kind == "scenario":
+        c = loaded.collective
+        return (loaded.kind, loaded.modes, loaded.fractions, loaded.topology.gpus, c.ranks)
+    if kind == "sweep":
+        return tuple(sorted((c.params["gini"], c.params["ep"], c.seed) for c in loaded))
+    par = loaded.parallelism
+    return (loaded.model.layers, par.tp * par.pp * par.dp, loaded.placement.pods)
+
+
+STATED = {
+    "scenario": ("failures", ["ecmp", "spray"], [0.0, 0.1], 32, 8),
+    "sweep": tuple((g, e, s) for g in (0.1, 0.3) for e in (2, 4) for s in (0, 1)),  # 2 x 2 x 2
+    "job": (2, 8, 4),  # TP2 x PP2 x DP2 = 4 pods x 2 GPUs
+}
+
+
 @pytest.mark.parametrize("kind", READERS)
 def test_the_valid_files_load(tmp, kind):
     load, text = READERS[kind]
-    assert fuzz_reader(load, tmp / f"{kind}.toml", text) is not None
+    assert stated(kind, fuzz_reader(load, tmp / f"{kind}.toml", text)) == STATED[kind]
 
 
 @settings(max_examples=40)

@@ -94,7 +94,10 @@ def test_split_sums_to_exposed_comm_on_presets(name, rate):
     assert finish.max() == pytest.approx(dag.critical_path_at(rate), rel=1e-12)
     e = exposed_comm(dag, start, finish)
     assert sum(e.by_category.values()) == pytest.approx(e.exposed_comm_s, rel=1e-9)
-    assert e.exposed_comm_s >= 0
+    cp0 = dag.critical_path(dag.duration_s)  # comm nodes and their latency take no time
+    assert e.compute_only_s == pytest.approx(cp0, rel=1e-12)
+    assert e.exposed_comm_s == pytest.approx(dag.critical_path_at(rate) - cp0, rel=1e-9)
+    assert e.exposed_comm_s > 0
     assert e.path_compute_s <= e.compute_only_s * (1 + 1e-12)
     assert sum(e.path_s.values()) + e.path_compute_s == pytest.approx(e.iteration_s, rel=1e-9)
     path = e.path.tolist()
