@@ -84,7 +84,7 @@ def provenance() -> dict[str, Any]:
             )
         ),
         "utc": start["utc"],
-        "argv": [relative(a) for a in sys.argv],
+        "argv": [_no_machine_path(relative(a)) for a in sys.argv],
         "python": platform.python_version(),
         "numpy": np.__version__,
         "numba": _version("numba"),
@@ -109,6 +109,12 @@ def relative(value: Any) -> Any:
     if isinstance(value, str) and value.startswith(str(ROOT) + os.sep):
         return value[len(str(ROOT)) + 1 :]
     return value
+
+
+def _no_machine_path(arg: str) -> str:
+    """A command-line argument with an absolute path outside the repository (a peer's build
+    directory) reduced to ``<outside>/NAME``: results hold no machine paths."""
+    return f"<outside>/{Path(arg).name}" if os.path.isabs(arg) else arg
 
 
 def _git(*args: str) -> str | None:

@@ -27,6 +27,20 @@ delays a dependent flow by the ACK's return latency and :func:`run_flow` adds it
 completion times (:func:`ack_return_s`: 4 hops x (1 us + 64 B at line rate) across leaves, 2
 within a leaf).
 
+End condition: htsim's event list runs to ``-end`` (its retransmission scanner keeps it alive),
+so each scenario is run first with a generous ``-end`` (:func:`end_us_for`) and then with
+``-end`` = that first run's last completion plus 1% (:func:`calibrated_run`); a run in which
+any flow of the ``.cm`` did not finish raises :class:`Unfinished` naming the scenario, never a
+shorter run with fewer flows in its percentiles.
+
+Speed against htsim (:func:`whole_process_pairs`): whole process against whole process, both
+launched from here and timed from launch to exit, both reading the same ``.cm`` file and
+writing their completions to a file (htsim's stdout; ours from ``benchmarks/_htsim_ours.py``),
+with warm caches (one untimed run of each first: numba's on-disk cache, the page cache),
+interleaved ours, htsim, ours, htsim ... for at least 5 pairs; the ratio is ours / htsim, the
+median of the pair ratios with its min and max. Our process also reports its engine call's
+own time, named ``engine_only``.
+
 Strategy correspondence: htsim ``perm`` (per-packet spraying over all spines, source routed)
 ~ our ``spray``; ``ecmp_host -paths 1`` (per-flow hash at the switches) ~ ``ecmp``;
 ``ecmp_ar`` (per-packet least-quantised-queue uplink at the leaf) ~ ``adaptive``.
@@ -39,6 +53,7 @@ import os
 import re
 import resource
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -234,10 +249,27 @@ def find_binary(htsim_dir: Path | str) -> Path | None:
     return None
 
 
+class Unfinished(RuntimeError):
+    """A run ended (htsim at its ``-end``, ours at its last event) with flows of the scenario
+    not finished: an error, never a shorter run."""
+
+
+def check_finished(sc: Scenario, finish_s: np.ndarray, who: str) -> None:
+    """Raise :class:`Unfinished` naming the scenario when any flow of ``sc`` has no finish."""
+    missing = np.flatnonzero(~np.isfinite(np.asarray(finish_s, float)))
+    if missing.size:
+        ids = ", ".join(str(i + 1) for i in missing[:10]) + (" ..." if missing.size > 10 else "")
+        raise Unfinished(
+            f"{who}: scenario {sc.name!r} ended with {missing.size} of {sc.n_flows} flows "
+            f"unfinished (flow ids {ids})"
+        )
+
+
 @dataclass(frozen=True)
 class HtsimRun:
-    """One htsim run: per-flow start/finish (s, ``nan`` if unfinished), packet counts, wall
-    and CPU seconds of the whole process (CPU is the steadier figure on a shared machine)."""
+    """One htsim run: per-flow start/finish (s), packet counts, wall and CPU seconds of the
+    whole process (CPU is the steadier figure on a shared machine), the ``-end`` it ran to
+    (us) and the lines of its stdout that :func:`parse_output` reads (:func:`trim_output`)."""
 
     strat: str
     start_s: np.ndarray
@@ -247,6 +279,8 @@ class HtsimRun:
     wall_s: float
     cpu_s: float
     command: str
+    end_us: int = 0
+    output: str = ""
 
     @property
     def fct_s(self) -> np.ndarray:
@@ -259,8 +293,8 @@ _TOT = re.compile(r"^New: (\d+) Rtx: (\d+)", re.M)
 
 def parse_output(text: str, sc: Scenario) -> tuple[np.ndarray, np.ndarray, int, int]:
     """(start_s, finish_s, new, rtx) from htsim_ndp's stdout for the flows of ``sc``: finish
-    from ``Flow .. flow_id I finished at T`` (us), start = the .cm start or the predecessor's
-    finish (its trigger fires then)."""
+    from ``Flow .. flow_id I finished at T`` (us; ``nan`` when absent), start = the .cm start or
+    the predecessor's finish (its trigger fires then)."""
     finish = np.full(sc.n_flows, np.nan)
     for m in _FIN.finditer(text):
         finish[int(m.group(1)) - 1] = float(m.group(2)) * 1e-6
@@ -270,6 +304,12 @@ def parse_output(text: str, sc: Scenario) -> tuple[np.ndarray, np.ndarray, int, 
     tot = _TOT.search(text)
     new, rtx = (int(tot.group(1)), int(tot.group(2))) if tot else (0, 0)
     return start, finish, new, rtx
+
+
+def trim_output(text: str) -> str:
+    """The lines of htsim's stdout that :func:`parse_output` reads (finishes and totals)."""
+    keep = (m.group(0) for m in re.finditer(r"^(Flow \S+ flow_id .*|New: .*)$", text, re.M))
+    return "\n".join(keep) + "\n"
 
 
 def htsim_command(
@@ -285,22 +325,105 @@ def htsim_command(
     ]  # fmt: skip
 
 
+def _shown(cmd: list) -> str:
+    return " ".join(Path(c).name if "/" in c else c for c in cmd)
+
+
+def _timed(cmd: list, sink: Path, cwd: Path, timeout_s: float) -> tuple[float, float]:
+    """Run ``cmd`` with stdout and stderr to the file ``sink``; (wall, CPU) seconds of the
+    whole process from launch to exit. A non-zero exit raises with the sink's tail."""
+    with open(sink, "w") as out:
+        c0, t0 = _child_cpu_s(), time.perf_counter()
+        rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, timeout=timeout_s)
+        wall, cpu = time.perf_counter() - t0, _child_cpu_s() - c0
+    if rc.returncode != 0:
+        tail = Path(sink).read_text()[-800:]
+        raise RuntimeError(f"{_shown(cmd)} exited {rc.returncode}: {tail}")
+    return wall, cpu
+
+
 def run_htsim(
-    exe: Path, sc: Scenario, strat: str, end_us: float, timeout_s: float = 600, seed: int = 13
-):
+    exe: Path,
+    sc: Scenario,
+    strat: str,
+    end_us: float,
+    timeout_s: float = 600,
+    seed: int = 13,
+    allow_unfinished: bool = False,
+) -> HtsimRun:
     """Run ``sc`` under our ``strat`` name (``STRATS``) and parse it (wall = the process's
-    whole run, from exec to exit, including topology and connection set-up)."""
+    whole run, from launch to exit, including topology and connection set-up; its stdout goes
+    to a file). Flows unfinished at ``end_us`` raise :class:`Unfinished` unless
+    ``allow_unfinished`` (the calibration's doubling, :func:`calibrated_run`)."""
     with tempfile.TemporaryDirectory(prefix="htsim_") as tmp:
         cm = write_cm(sc, Path(tmp) / f"{sc.name}.cm")
         cmd = htsim_command(exe, cm, sc, strat, end_us, Path(tmp) / "logout.dat", seed)
-        c0, t0 = _child_cpu_s(), time.perf_counter()
-        out = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=tmp)
-        wall, cpu = time.perf_counter() - t0, _child_cpu_s() - c0
-    if out.returncode != 0:
-        raise RuntimeError(f"htsim exited {out.returncode}: {out.stderr[-500:]}")
-    start, finish, new, rtx = parse_output(out.stdout, sc)
-    shown = " ".join(Path(c).name if "/" in c else c for c in cmd)
-    return HtsimRun(strat, start, finish, new, rtx, wall, cpu, shown)
+        sink = Path(tmp) / "htsim.out"
+        wall, cpu = _timed(cmd, sink, Path(tmp), timeout_s)
+        text = sink.read_text()
+    start, finish, new, rtx = parse_output(text, sc)
+    if not allow_unfinished:
+        check_finished(sc, finish, f"htsim -strat {STRATS[strat]} -end {int(math.ceil(end_us))}")
+    return HtsimRun(
+        strat, start, finish, new, rtx, wall, cpu, _shown(cmd), int(math.ceil(end_us)),
+        trim_output(text),
+    )  # fmt: skip
+
+
+def end_us_past(finish_s: np.ndarray) -> int:
+    """htsim's ``-end`` (whole us) for a run whose last flow finished at ``max(finish_s)``:
+    that completion plus 1%."""
+    return int(math.ceil(float(np.nanmax(finish_s)) * 1e6 * 1.01))
+
+
+def calibrated_run(
+    exe: Path, sc: Scenario, strat: str, seed: int = 13, timeout_s: float = 600
+) -> HtsimRun:
+    """htsim on ``sc`` to ``-end`` just past its last completion: a first run to a generous
+    ``-end`` (:func:`end_us_for`, doubled while flows are unfinished, at most 4 times), then the
+    run that counts with ``-end`` = that run's last completion plus 1%. Raises
+    :class:`Unfinished` if either leaves a flow unfinished, and RuntimeError if the two runs'
+    completion times differ (htsim is deterministic for a seed)."""
+    end = end_us_for(sc)
+    for _ in range(5):
+        first = run_htsim(exe, sc, strat, end, timeout_s, seed, allow_unfinished=True)
+        if np.all(np.isfinite(first.finish_s)):
+            break
+        end *= 2
+    check_finished(
+        sc, first.finish_s, f"htsim -strat {STRATS[strat]} (calibration, -end {first.end_us})"
+    )
+    run = run_htsim(exe, sc, strat, end_us_past(first.finish_s), timeout_s, seed)
+    if not np.array_equal(run.finish_s, first.finish_s):
+        raise RuntimeError(f"htsim's completions on {sc.name!r} moved with -end")
+    return run
+
+
+def htsim_build(exe: Path) -> dict:
+    """htsim's commit (and whether its tree has local changes) and the compiler flags of its
+    Makefiles (``sim/`` builds ``libhtsim.a``, ``sim/datacenter/`` links ``htsim_ndp``)."""
+    dc = Path(exe).resolve().parent
+
+    def git(*args):
+        try:
+            r = subprocess.run(["git", "-C", str(dc.parent), *args], capture_output=True, text=True)
+        except OSError:
+            return None
+        return r.stdout.strip() if r.returncode == 0 else None
+
+    flags = {}
+    for name, mk in (("libhtsim", dc.parent / "Makefile"), ("htsim_ndp", dc / "Makefile")):
+        if mk.is_file():
+            lines = [ln.strip() for ln in mk.read_text().splitlines()]
+            flags[name] = " ; ".join(ln for ln in lines if re.match(r"^(CC|CFLAGS)\s*\+?=", ln))
+    status = git("status", "--porcelain", "--untracked-files=no", "--", ".")
+    return {
+        "repository": "Broadcom/csg-htsim",
+        "commit": git("rev-parse", "HEAD"),
+        "dirty_sim": bool(status) if status is not None else None,
+        "binary": "sim/datacenter/htsim_ndp",
+        "flags": flags,
+    }
 
 
 def _child_cpu_s() -> float:
@@ -393,8 +516,10 @@ def summary(sc: Scenario, start_s, finish_s, wall_s: float, rtx: int, new: int) 
 
 
 def end_us_for(sc: Scenario) -> float:
-    """A generous ``-end`` for htsim: 4x the busiest host's serialisation time plus 1 ms
-    (htsim's retransmission scanner keeps the event list alive until ``-end``)."""
+    """A generous ``-end`` for htsim's first (calibration) run: 4x the busiest host's
+    serialisation time plus 1 ms (htsim's retransmission scanner keeps the event list alive
+    until ``-end``, so the run that is reported ends just past its last completion instead:
+    :func:`calibrated_run`)."""
     per_pkt = (MTU + HEADER) * 8 / RATE_BPS
     pk = -(-sc.size // MTU)
     load = np.bincount(sc.src, pk, sc.n)
@@ -414,10 +539,11 @@ def new_packets(sc: Scenario) -> int:
     return int((wire_bytes(sc) // MTU).sum())
 
 
-def run_packet(sc: Scenario, mode: str, seed: int = 0, **cfg) -> tuple[dict, object]:
-    """Our packet engine on ``sc`` (htsim-matched config); summary on htsim's FCT definition:
-    the engine's own ``acked_s`` (the source has the last ACK) and dependants released then
-    (``release_on="acked"``, htsim's ``send_done_trigger``)."""
+def packet_completions(sc: Scenario, mode: str, seed: int = 0, **cfg):
+    """Our packet engine on ``sc`` (htsim-matched config): (start_s, finish_s, result, wall,
+    CPU) with htsim's completion, the engine's own ``acked_s`` (the source has the last ACK),
+    and dependants released then (``release_on="acked"``, htsim's ``send_done_trigger``).
+    Wall and CPU cover the engine call only (topology and flows are built before)."""
     from trainfabric.fabric.packet import simulate_packets
 
     topo, flows = topology(sc), flow_table(sc, seed, ack_delay=False)
@@ -425,14 +551,14 @@ def run_packet(sc: Scenario, mode: str, seed: int = 0, **cfg) -> tuple[dict, obj
     c0, t0 = time.process_time(), time.perf_counter()
     res = simulate_packets(topo, flows, mode, config=config, seed=seed)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    finish = res.acked_s
-    out = summary(sc, res.start_s, finish, wall, int(res.retransmitted), new_packets(sc))
-    out.update(cpu_s=cpu, events=int(res.n_events), packets=int(res.n_packets))
-    return out, res
+    check_finished(sc, res.acked_s, f"our packet engine ({mode})")
+    return res.start_s, res.acked_s, res, wall, cpu
 
 
-def run_flow(sc: Scenario, mode: str, seed: int = 0) -> dict:
-    """Our flow engine on ``sc`` (same flows; wall covers routing and simulation)."""
+def flow_completions(sc: Scenario, mode: str, seed: int = 0):
+    """Our flow engine on ``sc``: (start_s, finish_s, result, wall, CPU), finish = the last
+    byte's arrival plus the ACK's return (:func:`ack_return_s`); wall and CPU cover routing
+    and simulation (topology and flows are built before)."""
     from trainfabric.fabric.flow.engine import simulate
     from trainfabric.fabric.routing import Router
 
@@ -441,7 +567,24 @@ def run_flow(sc: Scenario, mode: str, seed: int = 0) -> dict:
     res = simulate(topo, flows, Router(topo, mode, seed=seed), mtu_bytes=MTU, header_bytes=HEADER)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     finish = res.finish_s + ack_return_s(sc)
-    out = summary(sc, res.start_s, finish, wall, 0, new_packets(sc))
+    check_finished(sc, finish, f"our flow engine ({mode})")
+    return res.start_s, finish, res, wall, cpu
+
+
+def run_packet(sc: Scenario, mode: str, seed: int = 0, **cfg) -> tuple[dict, object]:
+    """Our packet engine on ``sc`` (:func:`packet_completions`), summarised on htsim's FCT
+    definition; ``wall_s`` is the engine call only."""
+    start, finish, res, wall, cpu = packet_completions(sc, mode, seed, **cfg)
+    out = summary(sc, start, finish, wall, int(res.retransmitted), new_packets(sc))
+    out.update(cpu_s=cpu, events=int(res.n_events), packets=int(res.n_packets))
+    return out, res
+
+
+def run_flow(sc: Scenario, mode: str, seed: int = 0) -> dict:
+    """Our flow engine on ``sc`` (:func:`flow_completions`; ``wall_s``: routing and
+    simulation)."""
+    start, finish, res, wall, cpu = flow_completions(sc, mode, seed)
+    out = summary(sc, start, finish, wall, 0, new_packets(sc))
     out.update(cpu_s=cpu, events=int(res.n_events))
     return out
 
@@ -535,7 +678,9 @@ def side_by_side(
 
     ECMP's completion times depend on one hash draw (which flows collide), so its rows are
     the mean over ``ecmp_seeds`` draws on each side (htsim ``-seed 13, 14, ..``; ours seeds
-    0, 1, ..: entropy mix and engine seed); spray and adaptive use one seed."""
+    0, 1, ..: entropy mix and engine seed); spray and adaptive use one seed. htsim runs to
+    ``-end`` just past its last completion (:func:`calibrated_run`; its row's ``wall_s`` is
+    that run's whole process); ours' ``wall_s`` is the engine call only."""
     table: dict = {}
     for name, sc in scenarios.items():
         table[name] = {}
@@ -545,11 +690,11 @@ def side_by_side(
             if exe is not None:
                 hs = []
                 for k in seeds:
-                    r = run_htsim(exe, sc, mode, end_us_for(sc), seed=13 + k)
+                    r = calibrated_run(exe, sc, mode, seed=13 + k)
                     hs.append(
                         summary(sc, r.start_s, r.finish_s, r.wall_s, r.rtx_packets, r.new_packets)
                     )
-                    hs[-1].update(cpu_s=r.cpu_s, command=r.command)
+                    hs[-1].update(cpu_s=r.cpu_s, command=r.command, end_us=r.end_us)
                 row["htsim"] = mean_rows(hs)
             if "packet" in engines:
                 row["packet"] = mean_rows([run_packet(sc, mode, seed=k)[0] for k in seeds])
@@ -562,7 +707,10 @@ def side_by_side(
 
 
 def flow_speedups(table: dict, key: str = "wall_s") -> dict:
-    """htsim / flow engine of ``key`` (wall or CPU seconds) per scenario and mode (both ran)."""
+    """Engine only: htsim's whole process (to ``-end`` just past its last completion) / the
+    flow engine's engine call (routing and simulation) of ``key`` (wall or CPU seconds), per
+    scenario and mode (both ran, one run each: see :func:`whole_process_pairs` for the
+    like-for-like figure)."""
     return {
         f"{name}/{m}": rows[m]["htsim"][key] / rows[m]["flow"][key]
         for name, rows in table.items()
@@ -571,11 +719,11 @@ def flow_speedups(table: dict, key: str = "wall_s") -> dict:
     }
 
 
-def dependent_ring_speedup(htsim_rows: dict | None = None, seed: int = 13) -> dict:
-    """The flow engine's own rank-synchronised ring all-reduce (``collective_flows`` with
-    ``per_message`` connections: 8 concurrent rings of 16 ranks, 250 KB chunks, 30 dependent
-    steps each) on the same hosts as :func:`ring_chains`, timed (flows, routing and
-    simulation) beside htsim's chained ring (31 dependent hops), per mode."""
+def rank_sync_ring(seed: int = 13) -> dict:
+    """The flow engine alone on its own rank-synchronised ring all-reduce (``collective_flows``
+    with ``per_message`` connections: 8 concurrent rings of 16 ranks, 250 KB chunks, 30
+    dependent steps each) on the hosts of :func:`ring_chains`: engine-only wall (flows, routing
+    and simulation) per mode. Not compared with htsim, whose ring is the chained one."""
     from trainfabric.fabric.flow import collectives as fc
     from trainfabric.fabric.flow.engine import simulate
     from trainfabric.fabric.flows import FlowTable
@@ -594,17 +742,189 @@ def dependent_ring_speedup(htsim_rows: dict | None = None, seed: int = 13) -> di
         res = simulate(
             topo, FlowTable.concat(rings), Router(topo, mode), mtu_bytes=MTU, header_bytes=HEADER
         )
-        row = {
-            "flow_wall_s": time.perf_counter() - t0,
-            "flow_cpu_s": time.process_time() - c0,
+        out[mode] = {
+            "flow_engine_only_wall_s": time.perf_counter() - t0,
+            "flow_engine_only_cpu_s": time.process_time() - c0,
             "completion_us": res.makespan_s * 1e6,
         }
-        if htsim_rows is not None and "htsim" in htsim_rows.get(mode, {}):
-            row["htsim_wall_s"] = htsim_rows[mode]["htsim"]["wall_s"]
-            row["speedup"] = row["htsim_wall_s"] / row["flow_wall_s"]
-            row["speedup_cpu"] = htsim_rows[mode]["htsim"]["cpu_s"] / row["flow_cpu_s"]
-        out[mode] = row
     return out
+
+
+# -- whole process against whole process -----------------------------------------------------------
+OURS_SCRIPT = Path(__file__).resolve().with_name("_htsim_ours.py")
+_OURS_FIN = re.compile(r"^flow_id (\d+) start_us (\S+) finish_us (\S+)$", re.M)
+_OURS_ENGINE = re.compile(
+    r"^engine_only_wall_s (\S+) engine_only_cpu_s (\S+) kernel_load_s (\S+)", re.M
+)
+
+
+def ours_command(cm: Path, engine: str, mode: str, seed: int = 0) -> list:
+    """Our side as a process (``benchmarks/_htsim_ours.py``): reads the ``.cm``, builds the
+    topology and flows, runs ``engine`` and prints one completion line per flow."""
+    return [sys.executable, str(OURS_SCRIPT), "--cm", str(cm), "--engine", engine,
+            "--mode", mode, "--seed", str(seed)]  # fmt: skip
+
+
+def parse_ours(text: str, sc: Scenario) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """(start_s, finish_s, engine-only wall, kernel load) from our process's output."""
+    start, finish = np.full(sc.n_flows, np.nan), np.full(sc.n_flows, np.nan)
+    for m in _OURS_FIN.finditer(text):
+        i = int(m.group(1)) - 1
+        start[i], finish[i] = float(m.group(2)) * 1e-6, float(m.group(3)) * 1e-6
+    eng = _OURS_ENGINE.search(text)
+    wall, load = (float(eng.group(1)), float(eng.group(3))) if eng else (math.nan, math.nan)
+    return start, finish, wall, load
+
+
+def _spread(values: list[float]) -> dict:
+    return {
+        "median": float(np.median(values)),
+        "min": float(np.min(values)),
+        "max": float(np.max(values)),
+    }
+
+
+def whole_process_pairs(
+    exe: Path,
+    sc: Scenario,
+    mode: str,
+    engine: str = "packet",
+    pairs: int = 5,
+    ours_seed: int = 0,
+    htsim_seed: int = 13,
+    timeout_s: float = 600,
+    log=None,
+) -> dict:
+    """Ours / htsim, whole process against whole process (module doc): the same ``.cm``, htsim
+    to ``-end`` just past its last completion (:func:`calibrated_run`, which also warms its
+    caches), one untimed run of ours (numba's on-disk cache), then ``pairs`` pairs launched
+    strictly in turn, ours then htsim, each timed from launch to exit with its stdout and
+    stderr written to a file. Every run of either side must finish every flow
+    (:class:`Unfinished`). ``ratio``: ours / htsim per pair; ``engine_only_ratio``: our
+    engine call (reported by our process, kernels loaded first: ``benchmarks/_htsim_ours.py``)
+    / htsim's whole process, named as such."""
+    if pairs < 5:
+        raise ValueError("like-for-like timing needs at least 5 pairs")
+    cal = calibrated_run(exe, sc, mode, seed=htsim_seed, timeout_s=timeout_s)
+    with tempfile.TemporaryDirectory(prefix="pairs_") as tmp:
+        tmp = Path(tmp)
+        cm = write_cm(sc, tmp / f"{sc.name}.cm")
+        hcmd = htsim_command(exe, cm, sc, mode, cal.end_us, tmp / "logout.dat", htsim_seed)
+        ocmd = ours_command(cm, engine, mode, ours_seed)
+        sink_o, sink_h = tmp / "ours.out", tmp / "htsim.out"
+
+        def ours():
+            wall, cpu = _timed(ocmd, sink_o, tmp, timeout_s)
+            start, finish, ew, load = parse_ours(sink_o.read_text(), sc)
+            check_finished(sc, finish, f"our {engine} engine process ({mode})")
+            same["ours"] = summary(sc, start, finish, 0.0, 0, 0)
+            return wall, cpu, ew, load
+
+        def theirs():
+            wall, cpu = _timed(hcmd, sink_h, tmp, timeout_s)
+            _, finish, _, _ = parse_output(sink_h.read_text(), sc)
+            check_finished(sc, finish, f"htsim -strat {STRATS[mode]} -end {cal.end_us}")
+            return wall, cpu, finish
+
+        same: dict = {}
+        ours()  # warm-up, not timed (htsim's is the calibration)
+        rows = []
+        for k in range(pairs):
+            ow, oc, ew, load = ours()
+            hw, hc, hfin = theirs()
+            if not np.array_equal(hfin, cal.finish_s):
+                raise RuntimeError(f"htsim's completions on {sc.name!r} moved between runs")
+            rows.append({"ours_wall_s": ow, "htsim_wall_s": hw, "ours_cpu_s": oc,
+                         "htsim_cpu_s": hc, "ours_engine_only_wall_s": ew,
+                         "ours_kernel_load_s": load,
+                         "ratio": ow / hw, "engine_only_ratio": ew / hw})  # fmt: skip
+            if log:
+                log(f"pair {k + 1}/{pairs} {sc.name}/{mode}: ours {ow:.3f} s, htsim {hw:.3f} s")
+    ratio = _spread([r["ratio"] for r in rows])
+    eng = _spread([r["engine_only_ratio"] for r in rows])
+    theirs = summary(sc, cal.start_s, cal.finish_s, 0.0, 0, 0)
+    work = {
+        f"{k}_{side}": row[k]
+        for side, row in (("ours", same["ours"]), ("htsim", theirs))
+        for k in ("fct_p50_us", "fct_p99_us", "completion_us")
+    }
+    return {
+        "scenario": sc.name,
+        "hosts": sc.n,
+        "flows": sc.n_flows,
+        "mode": mode,
+        "engine": engine,
+        "pairs": pairs,
+        "cache": "warm",
+        "warm_up": "one untimed run of each side before the pairs (htsim's: its -end calibration)",
+        "order": "strictly alternating, ours then htsim, in every pair",
+        "sink": "a file: each process's stdout and stderr redirected to a file",
+        "end_condition": "htsim: -end = its first run's last completion + 1%; ours: its last "
+        "event; every flow finished on both sides in every run",
+        "htsim_end_us": cal.end_us,
+        "htsim_last_completion_us": float(np.max(cal.finish_s) * 1e6),
+        "ours_command": "python benchmarks/" + _shown(ocmd[1:]),
+        "htsim_command": _shown(hcmd),
+        "same_work": work,
+        "ratio_median": ratio["median"],
+        "ratio_min": ratio["min"],
+        "ratio_max": ratio["max"],
+        "engine_only_ratio_median": eng["median"],
+        "engine_only_ratio_min": eng["min"],
+        "engine_only_ratio_max": eng["max"],
+        "ours_wall_s_median": float(np.median([r["ours_wall_s"] for r in rows])),
+        "htsim_wall_s_median": float(np.median([r["htsim_wall_s"] for r in rows])),
+        "ours_engine_only_wall_s_median": float(
+            np.median([r["ours_engine_only_wall_s"] for r in rows])
+        ),
+        "ours_kernel_load_s_median": float(np.median([r["ours_kernel_load_s"] for r in rows])),
+        "engine_only": "our engine call inside our process, after an 8-host run of the same "
+        "engine and mode has loaded the compiled kernels from numba's cache (both inside the "
+        "whole process)",
+        "per_pair": rows,
+    }
+
+
+# -- captured htsim runs for the tests (tests/data/htsim/) --------------------------------------
+def pinned_scenarios() -> dict[str, Scenario]:
+    """Small scenarios whose htsim outputs are stored under ``tests/data/htsim/`` and checked
+    against our engines in the default test run (``tests/fabric/test_peers_pinned.py``)."""
+    return {
+        "perm32": permutation(32, 1_000_000, seed=13),
+        "incast32": incast(32, 8, 200_000, seed=13),
+        "ring32": ring_chains(32, 2, 8, 50_000, seed=13),
+    }
+
+
+PIN_GENERATORS = {
+    "perm32": "permutation(32, 1_000_000, seed=13)",
+    "incast32": "incast(32, 8, 200_000, seed=13)",
+    "ring32": "ring_chains(32, 2, 8, 50_000, seed=13)",
+}
+
+
+def pin(exe: Path, out_dir: Path, scenarios: dict[str, Scenario] | None = None) -> dict:
+    """Capture htsim on the pinned scenarios into ``out_dir``: per scenario its ``.cm`` and, per
+    strategy, the lines of htsim's stdout the parser reads (``NAME.MODE.out``, from the run to
+    ``-end`` just past its last completion); ``htsim.json`` names htsim's commit, build flags
+    and every command line."""
+    import json
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    meta = {"htsim": htsim_build(exe), "matched": matched(), "scenarios": {}}
+    for name, sc in (scenarios or pinned_scenarios()).items():
+        cm = write_cm(sc, out_dir / f"{name}.cm")
+        entry = {"cm": cm.name, "generator": PIN_GENERATORS.get(name), "runs": {}}
+        for mode in OUR_MODES:
+            run = calibrated_run(exe, sc, mode)
+            out = out_dir / f"{name}.{mode}.out"
+            out.write_text(run.output)
+            cmd = run.command.replace(f"-tm {sc.name}.cm", f"-tm {cm.name}")
+            entry["runs"][mode] = {"output": out.name, "command": cmd, "end_us": run.end_us}
+        meta["scenarios"][name] = entry
+    (out_dir / "htsim.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    return meta
 
 
 # -- the whole table (benchmarks/vs_htsim.sh) ----------------------------------------------------
@@ -638,44 +958,71 @@ def matched() -> dict:
     }
 
 
-def table_result(exe: Path, engines: tuple[str, ...], log=None, ecmp_seeds: int = 3) -> dict:
-    """The side-by-side table, per-engine comparisons and the flow engine's speed-ups."""
+def table_result(
+    exe: Path, engines: tuple[str, ...], log=None, ecmp_seeds: int = 3, pairs: int = 5
+) -> dict:
+    """The side-by-side table, per-engine comparisons and the flow engine's speed-ups:
+    engine only from the table (htsim's whole process / our engine call, one run each), and
+    like for like on the chained ECMP ring (:func:`whole_process_pairs`, ``pairs`` pairs)."""
     warm_up(engines)
     table = side_by_side(default_scenarios(), exe, engines, log, ecmp_seeds)
-    speed = flow_speedups(table)
-    ring = dependent_ring_speedup(table["ring_allreduce"])
-    ring_speed = {f"ring_rank_sync/{m}": r["speedup"] for m, r in ring.items()}
-    every = {**speed, **ring_speed}
-    every_cpu = {
-        **flow_speedups(table, "cpu_s"),
-        **{f"ring_rank_sync/{m}": r["speedup_cpu"] for m, r in ring.items()},
-    }
-    return {
+    every = flow_speedups(table)
+    every_cpu = flow_speedups(table, "cpu_s")
+    out = {
         "engines": list(engines),
         "connection_semantics": CONNECTIONS,
         "matched": matched(),
+        "htsim_build": htsim_build(exe),
         "ecmp_seeds": ecmp_seeds,
         "table": table,
         "compare": {e: compare(table, e) for e in engines},
-        "flow_engine_speedups": every,
-        "flow_engine_speedup_vs_htsim_min": min(every.values()) if every else None,
-        "flow_engine_speedups_cpu": every_cpu,
-        "flow_engine_speedup_vs_htsim_min_cpu": min(every_cpu.values()) if every_cpu else None,
-        "flow_engine_speedup_ring_min": min(
+        "flow_engine_speedups_engine_only": every,
+        "flow_engine_speedup_vs_htsim_min_engine_only": min(every.values()) if every else None,
+        "flow_engine_speedups_cpu_engine_only": every_cpu,
+        "flow_engine_speedup_ring_min_engine_only": min(
             [v for k, v in every.items() if k.startswith("ring")], default=None
         ),
-        "dependent_ring": ring,
+        "rank_sync_ring_flow_engine_only": rank_sync_ring(),
     }
+    if "flow" in engines:
+
+        def say(line):
+            if log:
+                log("ring_allreduce", "ecmp", line)
+
+        sc = default_scenarios()["ring_allreduce"]
+        wp = whole_process_pairs(exe, sc, "ecmp", "flow", pairs, log=say)
+        inv = [r["htsim_wall_s"] / r["ours_wall_s"] for r in wp["per_pair"]]
+        inv_e = [r["htsim_wall_s"] / r["ours_engine_only_wall_s"] for r in wp["per_pair"]]
+        out.update(
+            {
+                "flow_engine_speedup_ring_ecmp_engine_only_median": float(np.median(inv_e)),
+                "flow_engine_speedup_ring_ecmp_engine_only_min": float(np.min(inv_e)),
+                "flow_engine_speedup_ring_ecmp_engine_only_max": float(np.max(inv_e)),
+                "flow_engine_speedup_ring_ecmp_whole_process_median": float(np.median(inv)),
+                "flow_engine_speedup_ring_ecmp_whole_process_min": float(np.min(inv)),
+                "flow_engine_speedup_ring_ecmp_whole_process_max": float(np.max(inv)),
+                "flow_engine_whole_process_ratio_vs_htsim_ring_ecmp": wp["ratio_median"],
+                "flow_engine_ring_ecmp_pairs": wp["pairs"],
+                "flow_engine_ring_ecmp_cache": wp["cache"],
+                "flow_engine_ring_ecmp_vs_htsim": wp,
+            }
+        )
+    return out
 
 
 def main(argv=None) -> int:
-    import sys
-
     from _common import emit, parser
 
     p = parser("htsim side by side: the four scenarios on htsim and on our engines")
     p.add_argument(
         "htsim_dir", type=Path, help="Broadcom/csg-htsim build (root, sim/ or datacenter/)"
+    )
+    p.add_argument(
+        "--pin",
+        type=Path,
+        default=None,
+        help="capture htsim on the pinned scenarios into this folder (tests/data/htsim) instead",
     )
     args = p.parse_args(argv)
     exe = find_binary(args.htsim_dir)
@@ -684,8 +1031,15 @@ def main(argv=None) -> int:
             f"no htsim build (htsim_ndp) under {args.htsim_dir}: nothing compared", file=sys.stderr
         )
         return 0
+    if args.pin is not None:
+        pin(exe, args.pin)
+        print(f"htsim outputs pinned under {args.pin}", file=sys.stderr)
+        return 0
 
     def log(name, mode, row):
+        if isinstance(row, str):  # a line of the timed pairs
+            print(row, file=sys.stderr, flush=True)
+            return
         brief = {
             s: {k: row[s].get(k) for k in ("fct_p50_us", "fct_p99_us", "completion_us", "wall_s")}
             for s in row
@@ -698,7 +1052,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    import sys
-
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     raise SystemExit(main())

@@ -4,29 +4,40 @@ Headline: the spec's 512-host 2 MB permutation (single-plane 2-tier leaf-spine o
 100 Gb/s links, 1 us per hop, MTU 4000 B + 64 B header, switch queues of 140,000 B, NDP with
 trimming and an initial window of 50 packets) on our packet engine with per-packet spraying:
 ``packets_per_s`` (data packets incl. retransmissions / wall), ``events_per_s``, ``wall_s``.
-Wall time is the engine call only, after numba has compiled every kernel on tiny instances
-(:func:`_htsim.warm_up`, not timed); topology and flow tables are built before.
+These are **engine only**: the engine call, after numba has compiled every kernel on tiny
+instances (:func:`_htsim.warm_up`, not timed), topology and flow tables built before.
 
 With ``--htsim DIR`` (or ``$HTSIM_DIR``; a Broadcom/csg-htsim build: repository root,
-``sim/`` or ``sim/datacenter/`` holding ``htsim_ndp``), the four side-by-side scenarios of
-:mod:`_htsim` (permutation, 128-host all-to-all of 100 kB per pair, 64-to-1 incast of
-1 MB each, 8 x 16-rank chained ring all-reduce of 250 KB hops) run on htsim (``perm``,
-``ecmp_host -paths 1``, ``ecmp_ar``) and on our engine (``spray``, ``ecmp``, ``adaptive``)
-with the same flows, and the result adds ``htsim_wall_s`` (htsim's whole process on the
-permutation with ``perm``), ``fct_p50_ratio_vs_htsim`` / ``fct_p99_ratio_vs_htsim`` (ours /
-htsim's on that run), ``wall_ratio_vs_htsim`` (and with CPU seconds, steadier on a shared
-machine: ``htsim_cpu_s``, ``cpu_ratio_vs_htsim``), per scenario and mode the ratios of p50,
-p99 and completion, and the ECMP/spray and adaptive/spray ratios and orderings on both sides.
-Connection semantics: htsim's (a new connection per flow and per ring hop, ``per_message``);
-completion times on htsim's definition (the source has the last ACK), see :mod:`_htsim`.
+``sim/`` or ``sim/datacenter/`` holding ``htsim_ndp``):
+
+* the speed against htsim, like for like (:func:`_htsim.whole_process_pairs`): the same
+  permutation run as a whole process on each side (ours: ``benchmarks/_htsim_ours.py``,
+  which reads the same ``.cm`` file, builds topology and flows and runs the engine), launch to
+  exit, both writing their completions to a file, warm caches, htsim's ``-end`` = its first
+  run's last completion + 1%, ``PAIRS`` pairs strictly alternating ours / htsim:
+  ``whole_process_ratio_vs_htsim`` (ours / htsim, median of the pair ratios) with
+  ``_min``, ``_max``, ``_pairs`` and ``_cache``; ``htsim_wall_s`` is htsim's median whole
+  process over the pairs; ``engine_only_ratio_vs_htsim`` (our engine call / htsim's whole
+  process, named as such) beside it; htsim's commit and build flags in ``htsim_build``;
+* the four side-by-side scenarios of :mod:`_htsim` (permutation, 128-host all-to-all of
+  100 kB per pair, 64-to-1 incast of 1 MB each, 8 x 16-rank chained ring all-reduce of 250 KB
+  hops) run on htsim (``perm``, ``ecmp_host -paths 1``, ``ecmp_ar``; each to ``-end`` just
+  past its last completion, an unfinished flow an error) and on our engine (``spray``,
+  ``ecmp``, ``adaptive``) with the same flows: ``fct_p50_ratio_vs_htsim`` /
+  ``fct_p99_ratio_vs_htsim`` (ours / htsim's on the permutation with spraying), per scenario
+  and mode the ratios of p50, p99 and completion, and the ECMP/spray and adaptive/spray
+  ratios and orderings on both sides. Connection semantics: htsim's (a new connection per
+  flow and per ring hop, ``per_message``); completion times on htsim's definition (the source
+  has the last ACK), see :mod:`_htsim`.
 
 ``largest_1ms``: the largest leaf-spine (host counts doubling from 256) on which a permutation
 of flows longer than 1 ms is simulated for 1 ms (``until_s = 1e-3``) in under 60 s of wall
 (engine call, compiled), spraying, with htsim's matched parameters; a size whose predicted
 wall (the previous size's, scaled by hosts) exceeds 75 s is not attempted.
 
-``--quick``: one ECMP hash draw per side instead of three (never smaller sizes); ECMP rows
-are the mean over the draws (:func:`_htsim.side_by_side`).
+``--quick``: one ECMP hash draw per side instead of three (never smaller sizes, never fewer
+than ``PAIRS`` timed pairs); ECMP rows are the mean over the draws
+(:func:`_htsim.side_by_side`).
 """
 
 from __future__ import annotations
@@ -45,6 +56,7 @@ import _htsim as H  # noqa: E402
 from _common import emit, parser, peak_rss_gb  # noqa: E402
 
 LIMIT_S = 60.0
+PAIRS = 5
 SWEEP_HOSTS = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 
 
@@ -52,6 +64,7 @@ def headline(row: dict) -> dict:
     """Speed and FCTs of one :func:`_htsim.run_packet` summary."""
     wall = row["wall_s"]
     return {
+        "timing": "engine only: the engine call, kernels compiled, topology and flows built before",
         "wall_s": wall,
         "cpu_s": row["cpu_s"],
         "packets_per_s": row["packets"] / wall,
@@ -121,7 +134,8 @@ def largest_1ms() -> dict:
 
 
 def with_htsim(exe: Path, ecmp_seeds: int) -> dict:
-    """The side-by-side table (htsim + packet engine) and the headline ratios."""
+    """The side-by-side table (htsim + packet engine), the FCT ratios and the speed against
+    htsim, whole process against whole process (module doc)."""
 
     def log(name, mode, row):
         h, o = row.get("htsim", {}), row.get("packet", {})
@@ -133,19 +147,34 @@ def with_htsim(exe: Path, ecmp_seeds: int) -> dict:
             flush=True,
         )
 
-    table = H.side_by_side(H.default_scenarios(), exe, ("packet",), log, ecmp_seeds)
+    scenarios = H.default_scenarios()
+    table = H.side_by_side(scenarios, exe, ("packet",), log, ecmp_seeds)
     perm = table["permutation"]["spray"]
     cmp_ = H.compare(table, "packet")
+    wp = H.whole_process_pairs(
+        exe,
+        scenarios["permutation"],
+        "spray",
+        "packet",
+        PAIRS,
+        log=lambda line: print(line, file=sys.stderr, flush=True),
+    )
     return {
         **digest(cmp_),
         "connection_semantics": H.CONNECTIONS,
         "matched": H.matched(),
-        "htsim_wall_s": perm["htsim"]["wall_s"],
+        "htsim_build": H.htsim_build(exe),
+        "whole_process_ratio_vs_htsim": wp["ratio_median"],
+        "whole_process_ratio_vs_htsim_min": wp["ratio_min"],
+        "whole_process_ratio_vs_htsim_max": wp["ratio_max"],
+        "whole_process_ratio_vs_htsim_pairs": wp["pairs"],
+        "whole_process_ratio_vs_htsim_cache": wp["cache"],
+        "whole_process_wall_s": wp["ours_wall_s_median"],
+        "htsim_wall_s": wp["htsim_wall_s_median"],
+        "engine_only_ratio_vs_htsim": wp["engine_only_ratio_median"],
+        "whole_process_vs_htsim": wp,
         "fct_p50_ratio_vs_htsim": perm["packet"]["fct_p50_us"] / perm["htsim"]["fct_p50_us"],
         "fct_p99_ratio_vs_htsim": perm["packet"]["fct_p99_us"] / perm["htsim"]["fct_p99_us"],
-        "wall_ratio_vs_htsim": perm["packet"]["wall_s"] / perm["htsim"]["wall_s"],
-        "htsim_cpu_s": perm["htsim"]["cpu_s"],
-        "cpu_ratio_vs_htsim": perm["packet"]["cpu_s"] / perm["htsim"]["cpu_s"],
         "scenarios": cmp_,
         "table": table,
         "htsim_commands": {

@@ -91,6 +91,7 @@ SYSTEM = {
     "roofline-enabled": 0,
 }
 COLL_OPS = ("all_reduce", "reduce_scatter", "all_gather")
+_LAST_STDOUT: dict = {}  # the last astra-sim run's finish lines and command (for pin)
 FINISHED = re.compile(r"sys\[(\d+)\] finished, (\d+) cycles")
 
 
@@ -260,7 +261,12 @@ def run_astra(astra: Path, folder: Path, n_gpus: int, latency_s: float) -> tuple
         cmd, capture_output=True, text=True, timeout=1800, check=False, cwd=folder
     )  # its log/ folder goes there
     wall = time.perf_counter() - t0
-    finished = {int(g): int(c) for g, c in FINISHED.findall(proc.stdout + proc.stderr)}
+    text = proc.stdout + proc.stderr
+    _LAST_STDOUT["text"] = "".join(m.group(0) + "\n" for m in FINISHED.finditer(text))
+    _LAST_STDOUT["command"] = " ".join(
+        [Path(BINARY).name, *(c.replace(str(folder) + "/", "") for c in cmd[1:])]
+    )
+    finished = {int(g): int(c) for g, c in FINISHED.findall(text)}
     if proc.returncode != 0 or len(finished) != n_gpus:
         tail = (proc.stdout + proc.stderr)[-2000:]
         raise RuntimeError(
@@ -328,9 +334,53 @@ def collectives_alone(astra: Path, pb, tmp: Path, n: int = 8, size: int = 256 <<
     return {"gpus": n, "bytes": size, **rows}
 
 
+PINNED = (("dp_only", False), ("pp_dp", True))  # (job, sends_first): agreeing to < 1e-6
+
+
+def pin(astra: Path, pb, out_dir: Path, commits: dict) -> dict:
+    """Capture astra-sim on the pinned jobs into ``out_dir`` (``tests/data/astra/``): per job its
+    inputs (one ``.et`` per GPU, ``groups.json``, ``network.yml``, ``system.json``,
+    ``memory.json``), the lines of its stdout that :data:`FINISHED` reads (``astra.out``) and,
+    in ``astra.json``, the commits, the build and the command line; checked against our task
+    engine by ``tests/fabric/test_peers_pinned.py``."""
+    import shutil
+
+    out_dir = Path(out_dir).resolve()
+    meta = {"commits": commits, "binary": BINARY, "build_type": "Release (-O3)", "jobs": {}}
+    for name, sends_first in PINNED:
+        j = job(name)
+        dag = rounded_dag(j)
+        items = et_items(dag)
+        case = f"{name}_sends_first" if sends_first else name
+        folder = out_dir / case
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        counts = write_traces(items, j.placement.pods, folder, pb, sends_first=sends_first)
+        theirs, _ = run_astra(astra, folder, j.placement.pods, float(j.compute.latency_s))
+        (folder / "astra.out").write_text(_LAST_STDOUT["text"])
+        for extra in ("log",):  # astra-sim's own log folder is not kept
+            shutil.rmtree(folder / extra, ignore_errors=True)
+        meta["jobs"][case] = {
+            "job": name,
+            "parallelism": JOBS[name],
+            "sends_first": sends_first,
+            "gpus": j.placement.pods,
+            "items": len(items),
+            **counts,
+            "iteration_s_astra": theirs,
+            "command": _LAST_STDOUT["command"],
+        }
+    (out_dir / "astra.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    return meta
+
+
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("astra", type=Path, nargs="?", help="astra-sim checkout, built (module doc)")
+    p.add_argument(
+        "--pin", type=Path, default=None, help="capture the pinned jobs here (tests/data/astra)"
+    )
     args = p.parse_args()
     if args.astra is None or not (args.astra / BINARY).is_file():
         print(
@@ -350,6 +400,30 @@ def main() -> None:
         ).stdout.strip()
         for name, sub in (("astra-sim", "."), ("chakra", CHAKRA), ("analytical", NETWORK))
     }
+    if args.pin is not None:
+        subs = {
+            "memory": "extern/remote_memory_backend/analytical",
+            "fmt": "extern/helper/fmt",
+            "spdlog": "extern/helper/spdlog",
+            "yaml-cpp": f"{NETWORK}/extern/yaml-cpp",
+        }
+        full = {
+            name: subprocess.run(
+                ["git", "-C", str(args.astra / sub), "rev-parse", "HEAD"],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout.strip()
+            for name, sub in (
+                ("astra-sim", "."),
+                ("chakra", CHAKRA),
+                ("analytical", NETWORK),
+                *subs.items(),
+            )
+        }
+        pin(args.astra, pb, args.pin, full)
+        print(f"astra-sim outputs pinned under {args.pin}", file=sys.stderr)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         alone = collectives_alone(args.astra, pb, Path(tmp))
         jobs = {name: compare_job(args.astra, name, pb, Path(tmp)) for name in JOBS}

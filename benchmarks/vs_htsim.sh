@@ -5,6 +5,14 @@
 # matched parameters (benchmarks/_htsim.py). Writes benchmarks/results/vs_htsim.json and prints
 # it as the last line.
 #
+# htsim runs to -end = its first run's last completion + 1% (a flow unfinished there is an
+# error). The flow engine's speed-ups: engine only per scenario (htsim's whole process / our
+# engine call), and on the chained ECMP ring like for like: whole process against whole
+# process (ours: benchmarks/_htsim_ours.py on the same .cm), warm caches, both writing to a
+# file, 5 pairs launched in turn, median of the pair ratios with min and max. --quick: one
+# ECMP hash draw per side in the table (never fewer pairs).
+#   benchmarks/vs_htsim.sh HTSIM_DIR --pin tests/data/htsim   # recapture the pinned outputs
+#
 #   benchmarks/vs_htsim.sh HTSIM_DIR     # a Broadcom/csg-htsim build (root, sim/ or datacenter/)
 #
 # Building htsim (outside this repository; never copy its code here):

@@ -29,7 +29,8 @@ def started(monkeypatch):
 
 
 def test_emit_writes_every_key_and_relative_paths(started, tmp_path, monkeypatch, strict_loads):
-    monkeypatch.setattr(sys, "argv", [str(C.ROOT / "benchmarks" / "x.py"), "--quick"])
+    argv = [str(C.ROOT / "benchmarks" / "x.py"), "--quick", "/opt/peer/build"]
+    monkeypatch.setattr(sys, "argv", argv)
     out = tmp_path / "x.json"
     C.emit("x", {"table": str(C.ROOT / "runs" / "a.parquet"), "n": [1, 2]}, out)
     result = strict_loads(out.read_text())
@@ -37,7 +38,7 @@ def test_emit_writes_every_key_and_relative_paths(started, tmp_path, monkeypatch
     assert set(prov) == KEYS
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=C.ROOT, capture_output=True, text=True)
     assert prov["commit"] == head.stdout.strip() and isinstance(prov["dirty"], bool)
-    assert prov["argv"] == ["benchmarks/x.py", "--quick"]
+    assert prov["argv"] == ["benchmarks/x.py", "--quick", "<outside>/build"]
     assert result["table"] == "runs/a.parquet" and result["n"] == [1, 2]
     assert prov["reference_s"] == 1.5 and prov["cores"] >= 1
     assert str(C.ROOT) not in out.read_text()
