@@ -12,6 +12,7 @@ protocol (policies against matched random on the bursty regime and the Azure tra
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -258,6 +259,7 @@ def diloco_step(run_dir: Path, console: Console) -> dict[str, Any]:
 
     from trainfabric.diloco.fleet import FleetConfig
     from trainfabric.diloco.protocol import ProtocolConfig, run_protocol
+    from trainfabric.diloco.stats import DesignWarning
     from trainfabric.io import write_parquet
 
     cfg = ProtocolConfig(
@@ -267,7 +269,9 @@ def diloco_step(run_dir: Path, console: Console) -> dict[str, Any]:
         calibration_seeds=1,
         fleet=FleetConfig(windows=1500),
     )
-    res = run_protocol(cfg)
+    with warnings.catch_warnings(record=True) as limits:  # said in the table's notes instead
+        warnings.simplefilter("always", DesignWarning)
+        res = run_protocol(cfg)
     verdicts = res["verdicts"]
     write_parquet(run_dir / "diloco_verdicts.parquet", verdicts)
     t = Table(
@@ -289,6 +293,8 @@ def diloco_step(run_dir: Path, console: Console) -> dict[str, Any]:
             r.vs_matched_random,
         )
     console.print(t)
+    for w in limits:
+        console.print(f"note: {w.message}")
     segments = {}
     for regime, rows in verdicts.groupby("regime", sort=False):
         first = rows.iloc[0]
