@@ -61,7 +61,7 @@ SOLVER = (
 # HiGHS IPM's default feasibility tolerances (1e-7) let it stop "optimal" 1e-5 below the
 # optimal lambda on rare instances (seed 7377171 of the edge-LP test in tests/fabric/
 # test_mcf.py; none in 1,500 other draws there); at 1e-9 it reaches the optimum, and 512- and
-# 2,048-host permutations with 10% failures give the same lambda to the bit at the same cost
+# 2,048-host permutations with 10% failures give the same lambda to the bit at the same cost.
 IPM_TOLERANCES = {"primal_feasibility_tolerance": 1e-9, "dual_feasibility_tolerance": 1e-9}
 LP_BYTES_PER_NONZERO = 250  # HiGHS IPM factorisation + scipy's sparse copies, per nonzero
 LP_BYTES_PER_VARIABLE = 64  # index arrays, bounds, objective, solution over all c P S
