@@ -85,7 +85,7 @@ def provenance() -> dict[str, Any]:
             )
         ),
         "utc": start["utc"],
-        "argv": [_no_machine_path(relative(a)) for a in sys.argv],
+        "argv": relative(sys.argv),
         "python": platform.python_version(),
         "numpy": np.__version__,
         "numba": _version("numba"),
@@ -99,8 +99,9 @@ def provenance() -> dict[str, Any]:
 
 
 def relative(value: Any) -> Any:
-    """``value`` with every string path inside the repository made relative to its root
-    (recursively through dicts and lists), so results hold no machine paths."""
+    """``value`` with no machine paths (recursively through dicts and lists): a string path
+    inside the repository made relative to its root, any other absolute path (a peer's build
+    or checkout) reduced to ``<outside>/NAME``."""
     if isinstance(value, dict):
         return {k: relative(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -109,13 +110,9 @@ def relative(value: Any) -> Any:
         value = str(value)
     if isinstance(value, str) and value.startswith(str(ROOT) + os.sep):
         return value[len(str(ROOT)) + 1 :]
+    if isinstance(value, str) and os.path.isabs(value) and not any(c.isspace() for c in value):
+        return f"<outside>/{Path(value).name}"
     return value
-
-
-def _no_machine_path(arg: str) -> str:
-    """A command-line argument with an absolute path outside the repository (a peer's build
-    directory) reduced to ``<outside>/NAME``: results hold no machine paths."""
-    return f"<outside>/{Path(arg).name}" if os.path.isabs(arg) else arg
 
 
 def _git(*args: str) -> str | None:

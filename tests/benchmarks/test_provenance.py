@@ -49,6 +49,7 @@ def test_torch_is_null_unless_imported(started, monkeypatch):
     assert C.provenance()["torch"] is None
 
 
-def test_results_outside_the_repository_keep_their_path():
-    assert C.relative("/elsewhere/file.json") == "/elsewhere/file.json"
+def test_paths_outside_the_repository_keep_only_their_name():
+    assert C.relative("/elsewhere/peer/ATRO") == "<outside>/ATRO"
     assert C.relative({"a": [C.ROOT / "b"]}) == {"a": ["b"]}
+    assert C.relative("ours / theirs") == "ours / theirs"
