@@ -5,12 +5,13 @@ iteration, DP only and PP x DP, on links both simulators express.
 
 astra-sim is built outside this repository (never copied here): clone astra-sim/astra-sim with
 its submodules (chakra, astra-network-analytical, fmt, spdlog, yaml-cpp), then
-``bash build/astra_analytical/build.sh -t congestion_aware``, which also generates chakra's
-``et_def_pb2.py`` (needs ``protoc``: Debian's ``protobuf-compiler``, ``libprotobuf-dev``).
-Measured at astra-sim f242411 with the submodule commits it pins (spdlog, its logging
-library, at a later snapshot); the output records the commits. This script writes
-astra-sim's inputs with chakra's own schema and encoder
-(``schema/protobuf/et_def_pb2``, ``src/third_party/utils/protolib.encodeMessage``), runs its
+``bash build/astra_analytical/build.sh -t congestion_aware`` (needs ``protoc``: Debian's
+``protobuf-compiler``, ``libprotobuf-dev``). Measured at astra-sim f242411 with the submodule
+commits it pins (spdlog, its logging library, at a later snapshot); the output records the
+commits. This script writes astra-sim's inputs with our Chakra writer
+(:func:`trainfabric.workloads.chakra.write_trace`, on the project's own schema; its node
+messages are byte for byte those that chakra's generated ``et_def_pb2`` and ``protolib``
+wrote for the captures in ``tests/data/astra``), runs its
 ``AstraSim_Analytical_Congestion_Aware`` binary and reads its stdout. Without a build it says
 so and exits 0.
 
@@ -24,14 +25,15 @@ send / receive pair. One chunk of a ring step of ``S / n`` bytes takes
 ``latency_s + 8 (S / n) / rate`` in both (astra-sim in whole nanoseconds).
 
 **The same DAG.** Both sides run the DAG that :func:`build_dag` writes for the job, converted
-node for node: a compute node becomes a ``COMP_NODE`` on its GPU, the steps of one collective
-(one ``Phase.group``) one ``COMM_COLL_NODE`` on each of its ranks (with the group's process
-group), a PP comm node a ``COMM_SEND_NODE`` on its source and a ``COMM_RECV_NODE`` on its
-destination, tagged alike. A dependency becomes an ET data dependency where both ends run on
-the same GPU; the rest (a phase barrier that joins the DP replicas of one PP send, the
-previous ring step on the other ranks) are carried by the messages themselves in astra-sim,
-and are counted in ``cross_gpu_edges_dropped``. Chakra stores compute times in whole
-microseconds, so both sides get the DAG's compute times rounded to the microsecond.
+node for node (:mod:`trainfabric.workloads.chakra.writer`): a compute node becomes a
+``COMP_NODE`` on its GPU, the steps of one collective (one ``Phase.group``) one
+``COMM_COLL_NODE`` on each of its ranks (with the group's process group), a PP comm node a
+``COMM_SEND_NODE`` on its source and a ``COMM_RECV_NODE`` on its destination, tagged alike.
+A dependency becomes an ET data dependency where both ends run on the same GPU; the rest (a
+phase barrier that joins the DP replicas of one PP send, the previous ring step on the other
+ranks) are carried by the messages themselves in astra-sim, and are counted in
+``cross_gpu_edges_dropped``. Chakra stores compute times in whole microseconds, so both
+sides get the DAG's compute times rounded to the microsecond.
 
 **One difference of model.** astra-sim runs at most one send or collective at a time per GPU
 (``HardwareResource``: receives excepted) and issues ready nodes in ID order, so a stage whose
@@ -39,7 +41,7 @@ last backward readies both its DP reduce-scatter and its last gradient send runs
 collective first and holds the send back until the all-gather ends; our engine runs both at
 once (they use different links here, and share a NIC where they meet). The traces are
 therefore also run ``sends_first`` (each collective waits for its GPU's PP sends, which
-happen before the DP sync in these jobs anyway).
+happen before the DP sync in these jobs anyway; the writer's option).
 
 Reported per job: both iteration times, their relative difference, the DAG's critical path at
 the link rate (which our pair mesh reproduces exactly, tests/fabric/test_iteration.py), and
@@ -64,8 +66,10 @@ from _common import emit, parser
 
 from trainfabric.fabric.iteration import run as I
 from trainfabric.workloads.build import build_dag
-from trainfabric.workloads.dag import COMM, COMPUTE, TaskDAG, gpu_transfers
+from trainfabric.workloads.chakra.writer import WrittenTrace, write_trace
+from trainfabric.workloads.dag import COMPUTE, TaskDAG, gpu_transfers
 from trainfabric.workloads.job import Job
+from trainfabric.workloads.ranks import RankProgram
 
 RATE_BPS = 400e9
 BINARY = "build/astra_analytical/build/bin/AstraSim_Analytical_Congestion_Aware"
@@ -90,7 +94,6 @@ SYSTEM = {
     "collective-optimization": "baseline",
     "roofline-enabled": 0,
 }
-COLL_OPS = ("all_reduce", "reduce_scatter", "all_gather")
 _LAST_STDOUT: dict = {}  # the last astra-sim run's finish lines and command (for pin)
 FINISHED = re.compile(r"sys\[(\d+)\] finished, (\d+) cycles")
 
@@ -115,126 +118,6 @@ def rounded_dag(j: Job) -> TaskDAG:
     dag = build_dag(j, 0, gpu_flows=True)
     us = np.where(dag.kind == COMPUTE, np.round(dag.duration_s * 1e6) / 1e6, dag.duration_s)
     return replace(dag, duration_s=us)
-
-
-# -- DAG -> chakra execution traces ---------------------------------------------------------------
-def et_items(dag: TaskDAG):
-    """Contract the DAG into ET items (module doc): returns ``item_of`` per node (-1 for a
-    barrier outside a collective), and per item its kind, ranks, bytes and predecessors."""
-    items: list[dict] = []
-    group_item: dict[str, int] = {}
-    item_of = np.full(dag.n_nodes, -1, dtype=np.int64)
-    for v in range(dag.n_nodes):
-        ph = dag.phases[dag.phase[v]] if dag.phase[v] >= 0 else None
-        if dag.kind[v] == COMPUTE:
-            item_of[v] = len(items)
-            items.append(
-                {"kind": "comp", "ranks": {int(dag.pod[v])}, "us": dag.duration_s[v] * 1e6}
-            )
-        elif ph is not None and ph.op in COLL_OPS:
-            if ph.group_name not in group_item:
-                group_item[ph.group_name] = len(items)
-                items.append({"kind": ph.op, "ranks": set(), "step_bytes": set()})
-            item_of[v] = group_item[ph.group_name]
-            if dag.kind[v] == COMM:
-                items[item_of[v]]["ranks"].add(int(dag.pod[v]))
-                items[item_of[v]]["step_bytes"].add(float(dag.bytes[v]))
-        elif dag.kind[v] == COMM:
-            if ph is None or ph.op != "send_recv":
-                raise ValueError(f"comm node {v}: op {ph and ph.op!r} has no astra-sim form here")
-            item_of[v] = len(items)
-            src, dst = int(dag.pod[v]), int(dag.dst[v])
-            items.append({"kind": "p2p", "ranks": {src, dst}, "src": src, "dst": dst})
-            items[-1]["bytes"] = float(dag.bytes[v])
-    incoming: list[set[int]] = [set() for _ in range(dag.n_nodes)]
-    preds: list[set[int]] = [set() for _ in items]
-    for v in range(dag.n_nodes):
-        x = int(item_of[v])
-        if x >= 0:
-            preds[x] |= incoming[v] - {x}
-        out = {x} if x >= 0 else incoming[v]
-        for w in dag.indices[dag.indptr[v] : dag.indptr[v + 1]]:
-            incoming[w] |= out
-    for it, p in zip(items, preds, strict=True):
-        it["preds"] = p
-    return items
-
-
-def write_traces(
-    items: list[dict], n_gpus: int, folder: Path, pb, sends_first: bool = False
-) -> dict:
-    """One ``.et`` file per GPU (``folder/job.<gpu>.et``) and the process groups JSON; returns
-    counts (ET nodes, dependencies kept, cross-GPU edges dropped, process groups).
-    ``sends_first``: a GPU's collectives also wait for all of its PP sends (astra-sim runs one
-    send or collective at a time per GPU, so this decides which goes first)."""
-    from protolib import encodeMessage
-
-    groups: dict[tuple[int, ...], int] = {}
-    for it in items:
-        if it["kind"] in COLL_OPS:
-            ranks = tuple(sorted(it["ranks"]))
-            it["pg"] = groups.setdefault(ranks, len(groups) + 1)
-            (step,) = it["step_bytes"]  # every step of a ring moves the same S / n
-            # astra-sim's ring: all-reduce and reduce-scatter send comm_size / n a step,
-            # all-gather sends comm_size a step (Ring.cc, msg_size)
-            it["size"] = round(step) if it["kind"] == "all_gather" else round(step * len(ranks))
-    counts = {"et_nodes": 0, "deps_kept": 0, "cross_gpu_edges_dropped": 0}
-    for gpu in range(n_gpus):
-        with open(folder / f"job.{gpu}.et", "wb") as f:
-            meta = pb.GlobalMetadata(
-                attr=[pb.AttributeProto(name="schema", string_val="1.0.2-chakra.0.0.4")]
-            )
-            encodeMessage(f, meta)
-            sends = [x for x, it in enumerate(items) if it["kind"] == "p2p" and it["src"] == gpu]
-            for x, it in enumerate(items):
-                if gpu not in it["ranks"]:
-                    continue
-                node = _et_node(pb, x, it, gpu)
-                if sends_first and it["kind"] in COLL_OPS:
-                    node.data_deps.extend(y for y in sends if y not in it["preds"])
-                for y in sorted(it["preds"]):
-                    if gpu in items[y]["ranks"]:
-                        node.data_deps.append(y)
-                        counts["deps_kept"] += 1
-                    else:
-                        counts["cross_gpu_edges_dropped"] += 1
-                encodeMessage(f, node)
-                counts["et_nodes"] += 1
-    (folder / "groups.json").write_text(json.dumps({str(g): list(r) for r, g in groups.items()}))
-    return counts | {"process_groups": len(groups)}
-
-
-def _et_node(pb, x: int, it: dict, gpu: int):
-    """The chakra node of item ``x`` on ``gpu`` (its id is ``x`` on every GPU)."""
-    node = pb.Node(id=x, name=f"{it['kind']}_{x}")
-    attr = pb.AttributeProto
-    if it["kind"] == "comp":
-        node.type = pb.COMP_NODE
-        node.duration_micros = round(it["us"])
-        node.attr.append(attr(name="is_cpu_op", bool_val=False))
-    elif it["kind"] == "p2p":
-        node.type = pb.COMM_SEND_NODE if gpu == it["src"] else pb.COMM_RECV_NODE
-        node.attr.extend(
-            [
-                attr(name="comm_src", int32_val=it["src"]),
-                attr(name="comm_dst", int32_val=it["dst"]),
-                attr(name="comm_size", int64_val=round(it["bytes"])),
-                attr(name="comm_tag", int32_val=x),
-                attr(name="is_cpu_op", bool_val=False),
-            ]
-        )
-    else:
-        kinds = {"all_reduce": pb.ALL_REDUCE, "reduce_scatter": pb.REDUCE_SCATTER}
-        node.type = pb.COMM_COLL_NODE
-        node.attr.extend(
-            [
-                attr(name="comm_type", int64_val=kinds.get(it["kind"], pb.ALL_GATHER)),
-                attr(name="comm_size", int64_val=it["size"]),
-                attr(name="pg_name", string_val=str(it["pg"])),
-                attr(name="is_cpu_op", bool_val=False),
-            ]
-        )
-    return node
 
 
 # -- runs -----------------------------------------------------------------------------------------
@@ -285,17 +168,24 @@ def run_ours(j: Job, dag: TaskDAG) -> tuple[float, float]:
     return run.iteration_s, time.perf_counter() - t0
 
 
-def compare_job(astra: Path, name: str, pb, tmp: Path) -> dict:
+def trace_counts(written: WrittenTrace) -> dict:
+    """What :func:`write_trace` reports, under this benchmark's result keys."""
+    return {
+        "et_nodes": written.et_nodes,
+        "deps_kept": written.deps_kept,
+        "cross_gpu_edges_dropped": written.cross_rank_edges_dropped,
+        "process_groups": written.process_groups,
+    }
+
+
+def compare_job(astra: Path, name: str, tmp: Path) -> dict:
     j = job(name)
     dag = rounded_dag(j)
     folder = tmp / name
-    folder.mkdir()
-    items = et_items(dag)
-    counts = write_traces(items, j.placement.pods, folder, pb)
+    counts = trace_counts(write_trace(dag, folder, "job"))
     theirs, their_wall = run_astra(astra, folder, j.placement.pods, float(j.compute.latency_s))
     ordered = tmp / f"{name}_sends_first"
-    ordered.mkdir()
-    write_traces(items, j.placement.pods, ordered, pb, sends_first=True)
+    write_trace(dag, ordered, "job", sends_first=True)
     theirs_ordered, _ = run_astra(astra, ordered, j.placement.pods, float(j.compute.latency_s))
     ours, our_wall = run_ours(j, dag)
     return {
@@ -315,7 +205,7 @@ def compare_job(astra: Path, name: str, pb, tmp: Path) -> dict:
     }
 
 
-def collectives_alone(astra: Path, pb, tmp: Path, n: int = 8, size: int = 256 << 20) -> dict:
+def collectives_alone(astra: Path, tmp: Path, n: int = 8, size: int = 256 << 20) -> dict:
     """Each ring collective alone on ``n`` GPUs against its closed form (module doc)."""
     lat = 5e-6
     rows = {}
@@ -324,10 +214,10 @@ def collectives_alone(astra: Path, pb, tmp: Path, n: int = 8, size: int = 256 <<
         ("reduce_scatter", n - 1),
         ("all_gather", n - 1),
     ):
-        item = {"kind": op, "ranks": set(range(n)), "step_bytes": {size / n}, "preds": set()}
+        prog = RankProgram(n, latency_s=lat)
+        prog.collective(op, range(n), size, name=op)  # size: the ring moves size / n a step
         folder = tmp / op
-        folder.mkdir()
-        write_traces([item], n, folder, pb)
+        write_trace(prog.build(), folder, "job")
         theirs, _ = run_astra(astra, folder, n, lat)
         closed = steps * (lat + 8 * (size / n) / RATE_BPS)
         rows[op] = {"astra_s": theirs, "closed_form_s": closed, "rel_diff": theirs / closed - 1}
@@ -337,7 +227,7 @@ def collectives_alone(astra: Path, pb, tmp: Path, n: int = 8, size: int = 256 <<
 PINNED = (("dp_only", False), ("pp_dp", True))  # (job, sends_first): agreeing to < 1e-6
 
 
-def pin(astra: Path, pb, out_dir: Path, commits: dict) -> dict:
+def pin(astra: Path, out_dir: Path, commits: dict) -> dict:
     """Capture astra-sim on the pinned jobs into ``out_dir`` (``tests/data/astra/``): per job its
     inputs (one ``.et`` per GPU, ``groups.json``, ``network.yml``, ``system.json``,
     ``memory.json``), the lines of its stdout that :data:`FINISHED` reads (``astra.out``) and,
@@ -350,13 +240,11 @@ def pin(astra: Path, pb, out_dir: Path, commits: dict) -> dict:
     for name, sends_first in PINNED:
         j = job(name)
         dag = rounded_dag(j)
-        items = et_items(dag)
         case = f"{name}_sends_first" if sends_first else name
         folder = out_dir / case
         if folder.exists():
             shutil.rmtree(folder)
-        folder.mkdir(parents=True)
-        counts = write_traces(items, j.placement.pods, folder, pb, sends_first=sends_first)
+        written = write_trace(dag, folder, "job", sends_first=sends_first)
         theirs, _ = run_astra(astra, folder, j.placement.pods, float(j.compute.latency_s))
         (folder / "astra.out").write_text(_LAST_STDOUT["text"])
         for extra in ("log",):  # astra-sim's own log folder is not kept
@@ -366,8 +254,8 @@ def pin(astra: Path, pb, out_dir: Path, commits: dict) -> dict:
             "parallelism": JOBS[name],
             "sends_first": sends_first,
             "gpus": j.placement.pods,
-            "items": len(items),
-            **counts,
+            "items": written.items,
+            **trace_counts(written),
             "iteration_s_astra": theirs,
             "command": _LAST_STDOUT["command"],
         }
@@ -387,10 +275,6 @@ def main() -> None:
             f"no astra-sim build ({BINARY}) under {args.astra}: nothing compared", file=sys.stderr
         )
         return
-    chakra = args.astra / CHAKRA
-    sys.path[:0] = [str(chakra / "schema/protobuf"), str(chakra / "src/third_party/utils")]
-    import et_def_pb2 as pb
-
     commits = {
         name: subprocess.run(
             ["git", "-C", str(args.astra / sub), "rev-parse", "--short", "HEAD"],
@@ -421,12 +305,12 @@ def main() -> None:
                 *subs.items(),
             )
         }
-        pin(args.astra, pb, args.pin, full)
+        pin(args.astra, args.pin, full)
         print(f"astra-sim outputs pinned under {args.pin}", file=sys.stderr)
         return
     with tempfile.TemporaryDirectory() as tmp:
-        alone = collectives_alone(args.astra, pb, Path(tmp))
-        jobs = {name: compare_job(args.astra, name, pb, Path(tmp)) for name in JOBS}
+        alone = collectives_alone(args.astra, Path(tmp))
+        jobs = {name: compare_job(args.astra, name, Path(tmp)) for name in JOBS}
     emit(
         "vs_astra",
         {

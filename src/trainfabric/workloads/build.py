@@ -29,7 +29,8 @@ same operation on different GPUs, so one node stands for them with the longest d
   (:mod:`~trainfabric.workloads.attribution`).
 
 Flows between GPUs of the same pod stay on the scale-up domain: they are recorded per phase
-as ``intra_pod_bytes`` and do not become comm nodes.
+as ``intra_pod_bytes`` and do not become comm nodes (the aggregation of GPU flows into pod
+phases is :class:`~trainfabric.workloads.ranks.PodPhases`, which trace readers share).
 
 **Size guard.** Before building, :func:`dag_size` counts the nodes the DAG will have without
 building it (per stage: compute nodes, and per distinct phase the directed pod pairs, from the
@@ -53,6 +54,7 @@ from trainfabric.workloads.buckets import BucketPlan, Stream, bucket_bounds, buc
 from trainfabric.workloads.dag import DagBuilder, Phase, TaskDAG
 from trainfabric.workloads.job import Job
 from trainfabric.workloads.moe import expert_popularity, shard_share
+from trainfabric.workloads.ranks import PodPhases
 
 
 def schedule(stages: int, micro_batches: int, stage: int, kind: str) -> list[tuple[str, int]]:
@@ -75,6 +77,7 @@ class _Builder:
         par, pl = job.parallelism, job.placement
         self.par = par
         self.b = DagBuilder(pl.pods, pl.gpus_per_pod if gpu_flows else None)
+        self.pod_phases = PodPhases(self.b, pl.gpus_per_pod, job.compute.latency_s)
         self.fps = job.compute.flops_per_s * par.tp
         self.tokens = sizes.tokens_per_micro_batch(job)
         self._segments: dict[tuple[int, str], list[tuple]] = {}
@@ -92,7 +95,7 @@ class _Builder:
         return np.asarray(t) + self.par.tp * (np.asarray(d) + self.par.dp * np.asarray(p))
 
     def pod(self, ranks) -> np.ndarray:
-        return np.asarray(ranks) // self.job.placement.gpus_per_pod
+        return self.pod_phases.pod(ranks)
 
     def stage_pods(self, p: int) -> list[int]:
         return sorted(set(self.pod(self.ranks(0, np.arange(self.par.dp), p)).tolist()))
@@ -104,77 +107,13 @@ class _Builder:
         fields of :class:`Phase`). Phases with the same ``key`` have the same flows (one
         layer's all-to-all in every micro-batch, one boundary's sends): aggregated once."""
         if key not in self._aggregated:
-            self._aggregated[key] = self._aggregate(*flows())
-        return self._add_aggregated(kind, name, self._aggregated[key], preds, succs, meta)
-
-    def _aggregate(self, src_ranks, dst_ranks, nbytes):
-        """``(pod-pair keys, their bytes, intra-pod bytes, GPU patterns or None)``."""
-        sr, dr, w = (
-            a.ravel()
-            for a in np.broadcast_arrays(
-                np.asarray(src_ranks), np.asarray(dst_ranks), np.asarray(nbytes, dtype=float)
-            )
-        )
-        su, sv = self.pod(sr), self.pod(dr)
-        inter = (su != sv) & (w > 0)
-        n = self.job.placement.pods
-        key = su[inter].astype(np.int64) * n + sv[inter]
-        if self.b.patterns is None:
-            keys, inv = np.unique(key, return_inverse=True)
-            agg, pattern = np.bincount(inv, weights=w[inter], minlength=keys.size), None
-        else:
-            keys, agg, pattern = self._gpu_patterns(key, sr[inter], dr[inter], w[inter])
-        return keys, agg, float(w[~inter].sum()), pattern
-
-    def _add_aggregated(self, kind, name, aggregated, preds, succs, meta):
-        keys, agg, intra, pattern = aggregated
-        n = self.job.placement.pods
-        return self.b.phase(
-            kind,
-            name,
-            keys // n,
-            keys % n,
-            agg,
-            self.job.compute.latency_s,
-            intra,
-            preds,
-            succs,
-            meta=meta,
-            pair_pattern=pattern,
-        )
-
-    def _gpu_patterns(self, key, src_ranks, dst_ranks, w):
-        """Pod pairs (sorted keys), their bytes, and their GPU-transfer pattern ids.
-
-        Transfers between the same two GPUs are merged; a pair's bytes are the sum of its
-        merged transfers, so that ``bytes x share`` returns each transfer."""
-        g = self.job.placement.gpus_per_pod
-        gkey = (key * g + src_ranks % g) * g + dst_ranks % g
-        ukeys, inv = np.unique(gkey, return_inverse=True)
-        tw = np.bincount(inv.ravel(), weights=w, minlength=ukeys.size)
-        keys, first, counts = np.unique(ukeys // (g * g), return_index=True, return_counts=True)
-        agg = np.add.reduceat(tw, first) if keys.size else np.zeros(0)
-        share = tw / np.repeat(agg, counts)
-        ids = self.b.patterns.intern(first, counts, (ukeys // g) % g, ukeys % g, share)
-        return keys, agg, ids
+            self._aggregated[key] = self.pod_phases.aggregate(*flows())
+        return self.pod_phases.add(kind, name, self._aggregated[key], preds, succs, meta)
 
     def steps_phases(self, kind, name, groups_steps, preds, meta=None):
         """Chain the steps of concurrent collectives (one list of Steps per group) as phases
         named ``{name} k{step}``, all in collective group ``name``."""
-        last = list(preds)
-        done: dict[tuple, tuple] = {}  # a ring repeats one Step object: aggregate it once
-        for k, parts in enumerate(zip(*groups_steps, strict=True)):
-            key = tuple(map(id, parts))
-            if key not in done:
-                done[key] = self._aggregate(
-                    *(
-                        np.concatenate([getattr(s, f) for s in parts])
-                        for f in ("src", "dst", "bytes")
-                    )
-                )
-            _, exit_ = self._add_aggregated(kind, f"{name} k{k}", done[key], last, (), meta)
-            last = [exit_]
-        return last
+        return self.pod_phases.steps(kind, name, groups_steps, preds, meta)
 
     # -- operations ------------------------------------------------------------------------
     def segments(self, p: int, direction: str) -> list[tuple]:

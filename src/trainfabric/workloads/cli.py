@@ -1,13 +1,15 @@
 """``trainfabric workloads ...``: training jobs -> task DAGs and traffic matrices.
 
 ``workloads list``: the built-in presets; ``workloads show``: a workload's DAG summary and
-critical path at a uniform rate; ``workloads export``: the versioned JSON interchange files.
+critical path at a uniform rate; ``workloads export``: the versioned JSON interchange files,
+or a Chakra execution trace (``--format chakra``).
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.table import Table
@@ -108,10 +110,24 @@ def workloads_show(
 @app.command("export")
 def workloads_export(
     workload: WorkloadArg,
-    file: Annotated[Path, typer.Argument(help="Output JSON file (its folder is created).")],
+    file: Annotated[
+        Path,
+        typer.Argument(
+            help="Output JSON file (its folder is created); with --format chakra, the folder "
+            "of the trace files."
+        ),
+    ],
     traffic: Annotated[
         bool, typer.Option(help="Write the traffic-matrix sequence instead of the DAG.")
     ] = False,
+    fmt: Annotated[
+        Literal["json", "chakra"],
+        typer.Option(
+            "--format",
+            help="json: the versioned interchange file; chakra: one NAME.RANK.et execution "
+            "trace per pod (a GPU when the job has one per pod) and groups.json, for astra-sim.",
+        ),
+    ] = "json",
     pods: PodsOpt = None,
     seed: SeedOpt = 0,
     max_memory_gb: MaxMemoryOpt = None,
@@ -119,9 +135,14 @@ def workloads_export(
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Write a workload in the versioned JSON interchange format (task DAG or traffic)."""
+    """Write a workload in the versioned JSON interchange format (task DAG or traffic), or
+    its task DAG as a Chakra execution trace (--format chakra)."""
     from trainfabric.workloads import interchange, load_workload
 
+    if fmt == "chakra":
+        if traffic:
+            raise ConfigError("--traffic", "a Chakra trace holds the task DAG, not traffic")
+        return _export_chakra(workload, file, pods, seed, show_progress, json_out)
     prepare_dir(file.parent, "FILE")
     if file.is_dir():
         raise ConfigError("FILE", f"{file} is a directory; expected a file name")
@@ -137,3 +158,29 @@ def workloads_export(
     if json_out:
         return emit_json(info)
     err.print(f"wrote {info['format']} v{interchange.VERSION} to {path}")
+
+
+def _export_chakra(workload, folder: Path, pods, seed, show_progress, json_out) -> None:
+    """``workloads export --format chakra``: the trace's files are named after the workload;
+    a job's collectives are written for its own algorithm (``dp_collective``)."""
+    from trainfabric.workloads import load_workload
+    from trainfabric.workloads.chakra import write_trace
+
+    prepare_dir(folder, "FILE")
+    with progress(json_out, "workloads export", show_progress), options(**NAMES):
+        w = load_workload(workload, pods, seed)
+        name = re.sub(r"[^A-Za-z0-9._-]", "_", w.name)
+        algorithm = w.job.parallelism.dp_collective if w.job is not None else "ring"
+        written = write_trace(w.dag, folder, name, algorithm)
+    info = {
+        "path": str(folder),
+        "format": "chakra",
+        "name": name,
+        "ranks": len(written.files),
+        "items": written.items,
+        "et_nodes": written.et_nodes,
+        "collectives_as_sends": written.collectives_as_sends,
+    }
+    if json_out:
+        return emit_json(info)
+    err.print(f"wrote Chakra trace {name} ({info['ranks']} ranks) to {folder}")
