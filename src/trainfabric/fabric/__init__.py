@@ -9,10 +9,12 @@ Layout, bottom to top (each layer imports only the ones below it; an import-lint
 - :mod:`.routing` (the load-balancing modes) and :mod:`.heap` (the compiled heaps the engines
   share), then :mod:`.maxmin` (progressive filling) and :mod:`.latency` (a per-packet latency
   estimate);
-- :mod:`.config` (what every scenario file shares: ``[topology]``, ``[faults]``, the modes);
+- :mod:`.config` (what every scenario file shares: ``[topology]``, ``[faults]``, the modes),
+  then :mod:`.cluster` (cluster files, ``--cluster``: a fabric and its scale-up domain);
 - the engines, independent of each other: :mod:`.flow` (fluid, max-min), :mod:`.tasks` (a
   DAG of compute and communication on the fluid model) and :mod:`.packet` (packet level);
-- :mod:`.iteration` (a training job's iteration on the fabric);
+- :mod:`.iteration` (a training job's iteration on the fabric) and :mod:`.nccl` (nccl-tests
+  tables, ``fabric collective``);
 - :mod:`.scenarios` (the four evaluations, the suite, run directories);
 - :mod:`.cli` (``trainfabric fabric ...``).
 
@@ -42,6 +44,10 @@ _EXPORTS = {
     "max_concurrent_flow": "mcf",
     "TopologyConfig": "config",
     "build_topology": "config",
+    "ClusterConfig": "cluster",
+    "load_cluster": "cluster",
+    "build_cluster": "cluster",
+    "nccl_table": "nccl",
     "SimResult": "flow.engine",
     "simulate": "flow.engine",
     "collective_flows": "flow.collectives",

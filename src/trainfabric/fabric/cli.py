@@ -4,7 +4,10 @@
 every load-balancing mode, into one run directory with a report; ``fabric run FILE.toml``:
 one scenario of the user's own (see :mod:`trainfabric.fabric.scenarios` for the fields);
 ``fabric job``: one training job's iteration on the fabric
-(:mod:`trainfabric.fabric.iteration.run`).
+(:mod:`trainfabric.fabric.iteration.run`); ``fabric collective``: nccl-tests' table on the
+fabric (:mod:`trainfabric.fabric.nccl`); ``fabric cluster show FILE``: what a cluster file
+is made of (:mod:`trainfabric.fabric.cluster`). ``--cluster FILE`` gives ``job``, ``run``
+and ``collective`` a cluster file's fabric.
 """
 
 from __future__ import annotations
@@ -33,6 +36,10 @@ from trainfabric.errors import ConfigError
 from trainfabric.io import prepare_dir
 
 app = typer.Typer(help="Multiplane Ethernet fabric simulation.", no_args_is_help=True)
+cluster_app = typer.Typer(
+    help="Cluster files (configs/clusters/*.toml, astra-sim network .yml).", no_args_is_help=True
+)
+app.add_typer(cluster_app, name="cluster")
 
 OutOpt = Annotated[
     Path | None,
@@ -47,6 +54,27 @@ CalibratedOpt = Annotated[
         "(trainfabric.fabric.flow.calibration; off by default).",
     ),
 ]
+
+
+ClusterOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--cluster",
+        help="Cluster file: TOML (configs/clusters/*.toml; fields in "
+        "trainfabric.fabric.cluster) or astra-sim's analytical network .yml.",
+        show_default=False,
+    ),
+]
+
+
+def _cluster(path: Path | None):
+    """The cluster of ``--cluster`` (None when not given); its errors name its keys."""
+    if path is None:
+        return None
+    from trainfabric.fabric.cluster import load_cluster
+
+    with options(cluster="--cluster"):
+        return load_cluster(input_file(path, "--cluster"))
 
 
 def _check_calibrated(engine: str, calibrated: bool) -> None:
@@ -134,6 +162,7 @@ def run_cmd(
         typer.Option(help="flow or packet; overrides the file's engine field.", show_default=False),
     ] = None,
     calibrated: CalibratedOpt = False,
+    cluster: ClusterOpt = None,
     out_dir: OutOpt = None,
     max_memory_gb: MaxMemoryOpt = None,
     show_progress: ProgressOpt = None,
@@ -141,6 +170,7 @@ def run_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Run one scenario file; tables, figures and report.html go to the run directory.
+    With --cluster FILE, the cluster's fabric replaces the file's topology table.
 
     \b
     A scenario file has kind = "line_rate" | "isolation" | "failures" | "flaps" |
@@ -148,7 +178,8 @@ def run_cmd(
     every kind: name (plain name, names runs/fabric-<name>), seed, modes (subset of ecmp,
     flowlet, pinning, spray, adaptive), engine = "flow" | "packet", [packet] (the packet
     engine's knobs: mtu_bytes, queue_packets, switch_mode, transport, ...) and [topology]
-    (gpus, planes, switch_radix, nic_rate_gbps, oversubscription, rail, hop_latency_s).
+    (gpus, planes, switch_radix, nic_rate_gbps, oversubscription, agg_oversubscription,
+    rail, gpus_per_server, hop_latency_s).
     Per kind:
       line_rate   [[collectives]] (kind, algorithm, ranks, placement, channels,
                   connections = "persistent"|"per_message", ...), sizes_bytes
@@ -170,6 +201,13 @@ def run_cmd(
     engine = _engine(engine)
     with options(config="SCENARIO"):
         sc = load_scenario(input_file(scenario, "SCENARIO"))
+    cl = _cluster(cluster)
+    notes = []
+    if cl is not None:
+        from trainfabric.fabric.cluster import run_notes, topology_config
+
+        sc = sc.model_copy(update={"topology": topology_config(cl)})
+        notes = run_notes(cl, sc.kind)
     if engine is not None:
         sc = sc.model_copy(update={"engine": engine})
     _check_calibrated(sc.engine, calibrated)
@@ -184,10 +222,14 @@ def run_cmd(
         progress(json_out, "fabric run", show_progress) as bar,
     ):
         res = run_to_dir(sc, out_dir, console=_console(bar))
+    if cl is not None:
+        res = {**res, "cluster": cl.name, "notes": notes}
     if json_out:
         return emit_json(res)
     out.print(_mode_table(f"scenario {res['scenario']} ({sc.kind})", res["modes"]))
     err.print(f"run directory: {res['run_dir']}; report: {res['report']}")
+    for note in notes:
+        err.print(note, markup=False)
 
 
 JOB_NAMES = {
@@ -201,6 +243,7 @@ JOB_NAMES = {
     "gpus_per_pod": "--gpus-per-pod",
     "layers": "--layers",
     "topology": "--pods",
+    "rail": "--rail",
 }
 
 
@@ -243,6 +286,7 @@ def job_cmd(
         int | None, typer.Option(min=1, max=10_000, help="Cut the model to this many layers.")
     ] = None,
     rail: Annotated[bool, typer.Option(help="Rail-optimised host placement.")] = False,
+    cluster: ClusterOpt = None,
     seed: SeedOpt = 0,
     max_memory_gb: MaxMemoryOpt = None,
     show_progress: ProgressOpt = None,
@@ -250,10 +294,12 @@ def job_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """One training iteration of a job on a multiplane fabric (4 planes, 256 x 200 Gb/s
-    ports per switch per plane, 800 Gb/s NICs, no oversubscription): iteration time,
-    exposed communication per phase kind, and with --failures the slowdown of failed cables."""
+    ports per switch per plane, 800 Gb/s NICs, no oversubscription) or on --cluster's
+    (one pod per scale-up domain): iteration time, exposed communication per phase kind,
+    and with --failures the slowdown of failed cables."""
     from trainfabric.fabric.iteration.scenario import job_command
 
+    cl = _cluster(cluster)
     with options(**JOB_NAMES), progress(json_out, "fabric job", show_progress):
         res = job_command(
             workload,
@@ -268,6 +314,7 @@ def job_cmd(
             layers=layers,
             rail=rail,
             seed=seed,
+            cluster=cl,
         )
     if json_out:
         return emit_json(res)
@@ -293,3 +340,118 @@ def _job_title(res: dict) -> str:
         title += f"; {f['fraction']:.0%} failed: slowdown median {_fmt(f['slowdown_median'])}"
         title += f", worst {_fmt(f['slowdown_worst'])}"
     return title
+
+
+# -- nccl-tests tables and cluster files ----------------------------------------------------------
+COLLECTIVE_NAMES = {
+    "op": "--op",
+    "sizes": "--sizes",
+    "ranks": "--gpus",
+    "mode": "--mode",
+    "channels": "--channels",
+}
+
+
+@app.command("collective")
+def collective_cmd(
+    op: Annotated[
+        str,
+        typer.Option(help="all_reduce, all_gather, reduce_scatter, all_to_all or broadcast."),
+    ] = "all_reduce",
+    sizes: Annotated[
+        str,
+        typer.Option(
+            help="A:B doubles from A to B bytes (nccl-tests' -b A -e B -f 2), or one size; "
+            "K, M, G = 2^10, 2^20, 2^30."
+        ),
+    ] = "8:8G",
+    gpus: Annotated[
+        int | None,
+        typer.Option(
+            min=2,
+            max=1_048_576,
+            help="Ranks, on GPUs 0..N-1.",
+            show_default="the cluster's GPUs, or 64",
+        ),
+    ] = None,
+    cluster: ClusterOpt = None,
+    mode: Annotated[
+        str, typer.Option(help="Load balancing: ecmp, pinning, spray or adaptive.")
+    ] = "adaptive",
+    channels: Annotated[int, typer.Option(min=1, max=64, help="Connections per GPU pair.")] = 4,
+    step_latency_us: Annotated[
+        float,
+        typer.Option(
+            "--step-latency-us",
+            help="Software latency per algorithm step (us).",
+            callback=finite(ge=0, le=1e6),
+        ),
+    ] = 0.0,
+    seed: SeedOpt = 0,
+    max_memory_gb: MaxMemoryOpt = None,
+    config: ConfigOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """nccl-tests' out-of-place table (size, count, type, redop, root, time, algbw,
+    busbw) of one collective on the simulated fabric: the cluster's, or else fabric
+    job's fabric sized to the GPUs, without a scale-up domain.
+
+    \b
+    Float elements; sizes and counts as nccl-tests prints them (all_gather,
+    reduce_scatter and all_to_all: count per rank); GB/s = 1e9 bytes/s; busbw =
+    algbw x 2(n-1)/n (all_reduce), (n-1)/n (all_gather, reduce_scatter, all_to_all), 1
+    (broadcast). Model (trainfabric.fabric.nccl): one ring over the GPUs in rank order
+    (broadcast: a pipelined chain from rank 0; all_to_all: every pair at once); GPUs of
+    one scale-up domain use its bandwidth, the others the NICs and the fabric (flow
+    engine); one step is simulated and every size scaled from it.
+    """
+    from trainfabric.fabric.cluster import default_cluster
+    from trainfabric.fabric.nccl import format_table, nccl_table, parse_sizes
+
+    cl = _cluster(cluster)
+    with options(**COLLECTIVE_NAMES, gpus="--gpus"):
+        if cl is None:
+            cl = default_cluster(gpus or 64)
+        res = nccl_table(
+            cl,
+            op,
+            parse_sizes(sizes),
+            gpus=gpus,
+            mode=mode,
+            channels=channels,
+            step_latency_s=step_latency_us * 1e-6,
+            seed=seed,
+        )
+    if json_out:
+        return emit_json(res)
+    typer.echo(format_table(res))
+
+
+@cluster_app.command("show")
+def cluster_show(
+    file: Annotated[
+        Path, typer.Argument(help="Cluster TOML (configs/clusters/) or astra-sim network .yml.")
+    ],
+    json_out: JsonOpt = False,
+) -> None:
+    """What a cluster file is made of: switches per tier (from the builders' arithmetic,
+    without building), ports per leaf, scale-up domain, closed-form bisection."""
+    from trainfabric.fabric.cluster import cluster_summary
+
+    s = cluster_summary(_cluster(file))
+    if json_out:
+        return emit_json(s)
+    t = Table("tier", "switches", "per plane", title=s["name"], caption=s["description"])
+    for tier, n in s["switches_per_tier"].items():
+        t.add_row(tier, f"{n:,}", f"{n // s['planes']:,}")
+    out.print(t)
+    up = s["scale_up"]
+    domain = f"{up['gpus']} GPUs at {up['bandwidth_gbps']:g} Gb/s" if up else "none"
+    out.print(
+        f"{s['gpus']:,} GPUs, {s['tiers']} tiers, {s['planes']} plane(s) of "
+        f"{s['port_rate_gbps']:g} Gb/s ports, radix {s['switch_radix']}; "
+        f"{s['host_ports_per_leaf']} host ports : {s['uplinks_per_leaf']} uplinks per leaf; "
+        f"scale-up {domain}; {s['switch_line']}; bisection {s['bisection_gbps']:,.0f} Gb/s "
+        f"({s['bisection_fraction']:.3f} of full)",
+        markup=False,
+    )

@@ -47,7 +47,17 @@ class TopologyConfig(Config):
     )
     nic_rate_gbps: float = Field(800.0, gt=0, description="NIC total rate, all planes")
     oversubscription: float = Field(1.0, ge=1, description="leaf host ports : uplinks")
+    agg_oversubscription: float = Field(
+        1.0, ge=1, description="fat_tree only: agg down : up ports (1: k/2 edges per pod)"
+    )
     rail: bool = Field(False, description="rail-optimised host placement")
+    gpus_per_server: int | None = Field(
+        None,
+        ge=1,
+        le=4096,
+        description="GPUs per server, whose GPU i sits on rail i (rail = true); default 8, or "
+        "the job's pod in an iteration scenario, which it must then equal",
+    )
     hop_latency_s: float = Field(1e-6, ge=0, description="propagation + switching per hop")
 
 
@@ -95,28 +105,32 @@ def topology_links(cfg: TopologyConfig, oversubscription: float) -> float:
 
 
 def build_topology(
-    cfg: TopologyConfig, oversubscription: float | None = None, gpus_per_server: int = 8
+    cfg: TopologyConfig, oversubscription: float | None = None, gpus_per_server: int | None = None
 ):
     """The topology of ``cfg``; builder errors are re-labelled ``topology.<field>``. Refuses
     first a topology whose links (:func:`topology_links` x ``LINK_BYTES``) exceed the memory
     limit (ConfigError naming ``topology.gpus``). ``gpus_per_server``: the rails of
-    ``rail = true`` (GPU ``i`` of every server on rail ``i``)."""
+    ``rail = true`` (GPU ``i`` of every server on rail ``i``; default ``cfg.gpus_per_server``,
+    else 8)."""
 
     over = cfg.oversubscription if oversubscription is None else oversubscription
     links = topology_links(cfg, over)
     check_memory("topology.gpus", LINK_BYTES * links, f"a {cfg.kind} fabric of {links:,.0f} links")
+    if cfg.kind != "fat_tree" and cfg.agg_oversubscription != 1:
+        raise ConfigError("topology.agg_oversubscription", "only a fat_tree has an agg tier")
     kw = dict(
         switch_radix=cfg.switch_radix,
         nic_rate_bps=cfg.nic_rate_gbps * 1e9,
         oversubscription=over,
         hop_latency_s=cfg.hop_latency_s,
-        gpus_per_server=gpus_per_server,
+        gpus_per_server=gpus_per_server or cfg.gpus_per_server or 8,
+        rail=cfg.rail,
     )
     try:
         if cfg.kind == "multiplane":
-            return T.multiplane(cfg.gpus, planes=cfg.planes, rail=cfg.rail, **kw)
+            return T.multiplane(cfg.gpus, planes=cfg.planes, **kw)
         if cfg.kind == "leaf_spine":
             return T.leaf_spine(cfg.gpus, **kw)
-        return T.fat_tree(cfg.gpus, **kw)
+        return T.fat_tree(cfg.gpus, agg_oversubscription=cfg.agg_oversubscription, **kw)
     except ConfigError as exc:
         raise ConfigError(f"topology.{exc.field}", exc.message) from None

@@ -16,13 +16,20 @@ reverse of ``leaf_up[p, a, j]`` is ``spine_down[p, j mod S, a, j div S]``. A pla
 most ``R d`` hosts (``R^2/2`` at full bisection). ``planes = 1`` is the single-plane 2-tier.
 
 **Fat-tree** (:func:`fat_tree`): one plane of radix ``k`` at the NIC rate. An edge has ``d``
-hosts and ``u = k - d`` uplinks, one to each of the ``u`` aggs of its pod; a pod has
-``k div 2`` edges; agg ``j`` of every pod has ``ua = k - k div 2`` uplinks, to the
+hosts and ``u = k - d`` uplinks, one to each of the ``u`` aggs of its pod; an agg has
+``ua = ceil(k / (1 + o_agg))`` uplinks and ``e = k - ua`` down ports, so a pod has ``e``
+edges (``o_agg`` = ``agg_oversubscription``, ``e / ua`` ≈ ``o_agg`` and never above it;
+``o_agg = 1`` gives ``e = k div 2``); agg ``j`` of every pod sends its ``ua`` uplinks to the
 ``c = ceil(ua · pods / k)`` cores of group ``j`` (uplink ``m`` to core ``(j, m mod c)``, so a
 core has ``ua / c`` parallel cables to agg ``j`` of every pod; at most ``k`` pods, and
 ``c = ua`` then). Tables ``edge_up[e, j]``, ``agg_down[a, i]``, ``agg_up[a, m]`` and
 ``core_down[j·ua + m, q]`` (the cable down to pod ``q`` of the core that uplink ``m`` of
 group ``j`` reaches).
+
+Switch counts without building (:func:`two_tier_shape`, :func:`fat_tree_shape`, which the
+builders use): per plane of a 2-tier fabric ``L = ceil(H / d)`` leaves and
+``S`` spines, the smallest count ``>= ceil(L · U / R)`` that divides ``U``; a fat-tree has
+``ceil(H / d)`` edges, ``pods · u`` aggs (``pods = ceil(H / (e · d))``) and ``u · c`` cores.
 
 **Rail-optimised placement** (``rail=True``): servers of ``gpus_per_server`` GPUs; GPU ``i``
 of every server is on rail ``i``; hosts fill leaves rail by rail, so same-rank GPUs of
@@ -30,14 +37,16 @@ different servers share leaves (rank-ordered rings then cross leaves only betwee
 
 Bisection: :func:`bisection_bps` (max-flow across a balanced leaf- or pod-aligned cut,
 :func:`scipy.sparse.csgraph.maximum_flow`) against :func:`bisection_closed_form_bps`
-``= (H/2) · nic_rate · min(1, U/d)`` (2-tier) and ``· min(1, u/d) · min(1, ua/(k div 2))``
-(fat-tree, ``ua`` agg uplinks).
+``= (H/2) · nic_rate · min(1, U/d)`` (2-tier) and ``· min(1, u/d) · min(1, ua/e)``
+(fat-tree, ``ua`` agg uplinks). :func:`path_links`: the links of a shortest route (2 within a
+leaf, 4 across leaves of a 2-tier plane or within a pod, 6 across pods).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -171,6 +180,78 @@ def _split_ports(radix: int, oversubscription: float, field_prefix: str) -> tupl
     return down, up
 
 
+class TwoTierShape(NamedTuple):
+    """One 2-tier plane: host ports ``down`` and uplinks ``up`` per leaf, ``leaves``,
+    ``spines`` and the parallel ``cables`` of every leaf-spine pair (``up = spines · cables``)."""
+
+    down: int
+    up: int
+    leaves: int
+    spines: int
+    cables: int
+
+
+class FatTreeShape(NamedTuple):
+    """A 3-tier fat-tree: per edge ``down`` host ports and ``up`` uplinks (one per agg of its
+    pod), per agg ``edges_per_pod`` down ports and ``agg_up`` uplinks; ``pods``, ``edges``,
+    ``aggs`` (``pods · up``) and ``cores_per_group`` (``cores = up · cores_per_group``)."""
+
+    down: int
+    up: int
+    edges_per_pod: int
+    agg_up: int
+    pods: int
+    edges: int
+    aggs: int
+    cores_per_group: int
+
+    @property
+    def cores(self) -> int:
+        return self.up * self.cores_per_group
+
+
+def two_tier_shape(gpus: int, switch_radix: int, oversubscription: float = 1.0) -> TwoTierShape:
+    """The plane :func:`multiplane` builds for ``gpus`` hosts (module doc); ConfigError naming
+    ``gpus`` when they do not fit a plane of this radix."""
+    down, up = _split_ports(switch_radix, oversubscription, "")
+    if gpus > switch_radix * down:
+        raise ConfigError(
+            "gpus",
+            f"{gpus} hosts do not fit a 2-tier plane of radix {switch_radix} "
+            f"(at most {switch_radix * down}); use a larger radix or kind = fat_tree",
+        )
+    leaves = -(-gpus // down)
+    spines = -(-leaves * up // switch_radix)
+    spines = next(s for s in range(spines, up + 1) if up % s == 0)
+    return TwoTierShape(down, up, leaves, spines, up // spines)
+
+
+def fat_tree_shape(
+    gpus: int, switch_radix: int, oversubscription: float = 1.0, agg_oversubscription: float = 1.0
+) -> FatTreeShape:
+    """The fat-tree :func:`fat_tree` builds for ``gpus`` hosts (module doc); ConfigError naming
+    ``gpus`` when they need more than ``k`` pods."""
+    k = switch_radix
+    down, up = _split_ports(k, oversubscription, "")
+    if not agg_oversubscription >= 1:
+        raise ConfigError("agg_oversubscription", "must be >= 1")
+    agg_up = math.ceil(k / (1 + agg_oversubscription))
+    edges_per_pod = k - agg_up
+    if edges_per_pod < 1:
+        raise ConfigError("switch_radix", f"too small for {agg_oversubscription}:1 at the aggs")
+    pods = -(-gpus // (edges_per_pod * down))
+    if pods > k:
+        raise ConfigError(
+            "gpus",
+            f"{gpus} hosts do not fit a 3-tier fat-tree of radix {k} "
+            f"(at most {k * edges_per_pod * down})",
+        )
+    per_group = -(-agg_up * pods // k)  # cores per agg group, each with <= k ports used
+    return FatTreeShape(
+        down, up, edges_per_pod, agg_up, pods, -(-gpus // down), pods * up, per_group
+    )
+
+
 def _host_leaf(n_hosts: int, down: int, rail: bool, gpus_per_server: int) -> np.ndarray:
     if not rail:
         return np.arange(n_hosts) // down
@@ -210,17 +291,7 @@ def multiplane(
     _check_common(gpus, nic_rate_bps, hop_latency_s)
     if planes < 1:
         raise ConfigError("planes", f"must be >= 1, got {planes}")
-    down, up = _split_ports(switch_radix, oversubscription, "")
-    if gpus > switch_radix * down:
-        raise ConfigError(
-            "gpus",
-            f"{gpus} hosts do not fit a 2-tier plane of radix {switch_radix} "
-            f"(at most {switch_radix * down}); use a larger radix or kind = fat_tree",
-        )
-    n_leaves = -(-gpus // down)
-    spines = -(-n_leaves * up // switch_radix)
-    spines = next(s for s in range(spines, up + 1) if up % s == 0)
-    cables = up // spines
+    down, up, n_leaves, spines, cables = two_tier_shape(gpus, switch_radix, oversubscription)
     host_leaf = _host_leaf(gpus, down, rail, gpus_per_server)
     rate = nic_rate_bps / planes
     per_plane = n_leaves + spines
@@ -278,27 +349,19 @@ def fat_tree(
     nic_rate_bps: float = 800e9,
     *,
     oversubscription: float = 1.0,
+    agg_oversubscription: float = 1.0,
     rail: bool = False,
     gpus_per_server: int = 8,
     hop_latency_s: float = 1e-6,
 ) -> Topology:
-    """Single-plane 3-tier fat-tree of radix ``k`` at the NIC rate (module doc)."""
+    """Single-plane 3-tier fat-tree of radix ``k`` at the NIC rate (module doc):
+    ``oversubscription`` at the edges (host ports : uplinks), ``agg_oversubscription`` at the
+    aggs (down : up ports)."""
     _check_common(gpus, nic_rate_bps, hop_latency_s)
     k = switch_radix
-    down, up = _split_ports(k, oversubscription, "")
-    edges_per_pod = k // 2
-    agg_up = k - edges_per_pod
-    pods = -(-gpus // (edges_per_pod * down))
-    if pods > k:
-        raise ConfigError(
-            "gpus",
-            f"{gpus} hosts do not fit a 3-tier fat-tree of radix {k} "
-            f"(at most {k * edges_per_pod * down})",
-        )
-    n_edges = -(-gpus // down)
-    n_aggs = pods * up
-    per_group = -(-agg_up * pods // k)  # cores per agg group, each with <= k ports used
-    n_cores = up * per_group
+    shape = fat_tree_shape(gpus, k, oversubscription, agg_oversubscription)
+    down, up, edges_per_pod, agg_up, pods, n_edges, n_aggs, per_group = shape
+    n_cores = shape.cores
     host_leaf = _host_leaf(gpus, down, rail, gpus_per_server)
     edge0 = gpus
     agg0 = edge0 + n_edges
@@ -350,6 +413,17 @@ def fat_tree(
             "edges_per_pod": np.array(edges_per_pod),
         },
     )
+
+
+def path_links(topo: Topology, src, dst) -> np.ndarray:
+    """Links on a shortest route from hosts ``src`` to ``dst`` (every up-down route of these
+    fabrics has this length): 2 within a leaf (edge), 4 across leaves of a 2-tier plane or
+    across edges of one pod, 6 across pods."""
+    a, b = topo.leaf_of(src), topo.leaf_of(dst)
+    if topo.kind != "fat_tree":
+        return np.where(a == b, 2, 4)
+    e_pod = int(topo.tables["edges_per_pod"])
+    return np.where(a == b, 2, np.where(a // e_pod == b // e_pod, 4, 6))
 
 
 # -- failures -------------------------------------------------------------------------------------

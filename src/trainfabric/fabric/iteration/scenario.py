@@ -11,7 +11,9 @@
   each job alone, then all together for ``iterations`` back to back with seeded start
   offsets; slowdown = iteration time together / alone, per iteration and offset draw.
 * :func:`job_command`: ``trainfabric fabric job`` on the CLARIFICATIONS fabric
-  (:data:`~trainfabric.fabric.iteration.run.JOB_FABRIC`).
+  (:data:`~trainfabric.fabric.iteration.run.JOB_FABRIC`) or on a cluster
+  (:mod:`trainfabric.fabric.cluster`: the whole cluster is built and the job's pods are placed
+  on its scale-up domains, one pod per domain).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy as np
 from trainfabric.config import validate
 from trainfabric.errors import ConfigError
 from trainfabric.fabric import topology as T
+from trainfabric.fabric.cluster import ClusterConfig, build_cluster, job_notes, topology_config
 from trainfabric.fabric.config import FaultsConfig, TopologyConfig, build_topology
 from trainfabric.fabric.iteration import faults as IF
 from trainfabric.fabric.iteration.packet import packet_iteration
@@ -62,6 +65,31 @@ def job_fabric(pods: int, gpus_per_pod: int, rail: bool = False, **overrides):
         raise ConfigError("pods", f"{pods} servers of {gpus_per_pod} GPUs: {exc.message}") from None
 
 
+def cluster_fabric(cluster: ClusterConfig, pods: int, gpus_per_pod: int) -> T.Topology:
+    """The whole of ``cluster`` for a job of ``pods`` pods of ``gpus_per_pod`` GPUs, one pod
+    per scale-up domain: a domain of another size is a ConfigError naming ``scale_up.gpus``,
+    too many pods one naming ``pods``."""
+    if cluster.domain_gpus != gpus_per_pod:
+        raise ConfigError(
+            "scale_up.gpus",
+            f"is {cluster.domain_gpus} but the job's pods have {gpus_per_pod} GPUs: fabric job "
+            "places one pod per scale-up domain",
+        )
+    domains = cluster.gpus // gpus_per_pod
+    if pods > domains:
+        raise ConfigError(
+            "pods",
+            f"{pods} servers of {gpus_per_pod} GPUs do not fit: {cluster.name} holds {domains:,}",
+        )
+    return build_cluster(cluster)
+
+
+def _job_topology(pods: int, gpus_per_pod: int, rail: bool, cluster: ClusterConfig | None):
+    if cluster is None:
+        return job_fabric(pods, gpus_per_pod, rail)
+    return cluster_fabric(cluster, pods, gpus_per_pod)
+
+
 def job_command(
     workload: str,
     *,
@@ -77,22 +105,25 @@ def job_command(
     rail: bool = False,
     seed: int = 0,
     top_links: int = 10,
+    cluster: ClusterConfig | None = None,
 ) -> dict:
     """What ``trainfabric fabric job`` prints: the iteration of ``workload`` on the CLI's
-    fabric under ``mode`` (errors name the option's field)."""
+    fabric, or on ``cluster``, under ``mode`` (errors name the option's field)."""
 
     check_mode(mode)
     if failures is not None and not 0 <= failures < 1:
         raise ConfigError("failures", f"must be a fraction in [0, 1), got {failures}")
     if channels < 1:
         raise ConfigError("channels", "must be >= 1")
+    if cluster is not None and rail:
+        raise ConfigError("rail", "the cluster file places the rails (fabric.rail)")
     job = resolve_job(workload, pods=pods, layers=layers, overlap=overlap)
     if job is not None:  # refuse a job the fabric cannot hold before building its DAG
         gpus_per_pod = job.placement.gpus_per_pod
-        topo = job_fabric(job.placement.pods, gpus_per_pod, rail)
+        topo = _job_topology(job.placement.pods, gpus_per_pod, rail, cluster)
     loaded = build_job(workload, job, pods=pods, gpus_per_pod=gpus_per_pod, seed=seed)
     if job is None:
-        topo = job_fabric(loaded.pods, loaded.gpus_per_pod, rail)
+        topo = _job_topology(loaded.pods, loaded.gpus_per_pod, rail, cluster)
     servers = place_servers(topo, loaded.pods, loaded.gpus_per_pod, placement, seed)
     jh = JobOnHosts(loaded, servers, channels, seed=seed)
     run = run_iteration(jh, topo, mode, seed=seed)
@@ -106,15 +137,22 @@ def job_command(
         "channels": channels,
         "overlap": overlap,
         "seed": seed,
-        "fabric": {**JOB_FABRIC, "gpus": topo.n_hosts, "rail": rail},
+        "fabric": _fabric_fields(topo, rail, cluster),
         **tables["summary"],
         "phase_kinds": tables["phase_kinds"],
         "most_loaded_links": tables["top_links"],
-        "notes": [LATENCY_NOTE, *loaded.assumptions],
+        "notes": [LATENCY_NOTE, *loaded.assumptions, *(job_notes(cluster) if cluster else [])],
     }
     if failures is not None:
         out["failures"] = _failure_figures(run, failures, draws, seed)
     return out
+
+
+def _fabric_fields(topo: T.Topology, rail: bool, cluster: ClusterConfig | None) -> dict:
+    """The fabric the job ran on: the CLI's (sized to the job) or the cluster's."""
+    if cluster is None:
+        return {**JOB_FABRIC, "gpus": topo.n_hosts, "rail": rail}
+    return {"cluster": cluster.name, **topology_config(cluster).model_dump()}
 
 
 def _failure_figures(run: IterationRun, fraction: float, draws: int, seed: int) -> dict:
@@ -221,6 +259,13 @@ def scenario_tables(sc) -> dict:
 
     w = sc.workload
     first = _load(w, sc.seed, w.overlap[0], "workload")
+    servers_gpus = sc.topology.gpus_per_server
+    if servers_gpus is not None and servers_gpus != first.gpus_per_pod:
+        raise ConfigError(
+            "topology.gpus_per_server",
+            f"is {servers_gpus} (a cluster's scale_up.gpus) but the job's pods have "
+            f"{first.gpus_per_pod} GPUs",
+        )
     topo = build_topology(sc.topology, gpus_per_server=first.gpus_per_pod)
     servers = place_servers(
         topo, first.pods, first.gpus_per_pod, w.placement, sc.seed, field="workload.pods"
