@@ -140,6 +140,15 @@ MaxMemoryOpt = Annotated[
 SeedOpt = Annotated[
     int, typer.Option("--seed", min=0, max=MAX_SEED, help="Seed (non-negative integer).")
 ]
+GpusPerPodOpt = Annotated[
+    int | None,
+    typer.Option(
+        min=1,
+        max=4096,
+        help="GPUs per pod of an imported Chakra trace or SimAI file: rank r on pod r // N "
+        "[default: Chakra 1, SimAI 8].",
+    ),
+]
 
 
 def emit_json(obj: Any) -> None:

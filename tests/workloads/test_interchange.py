@@ -5,6 +5,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from trainfabric.errors import ConfigError, FormatError
 from trainfabric.workloads import (
@@ -266,3 +268,22 @@ def test_load_workload_reads_a_job_toml(tmp_path):
     path.write_text(JOB_TOML)
     w = load_workload(str(path))
     assert w.name == "tiny" and w.dag.n_pods == 4
+
+
+@given(st.lists(st.lists(st.floats(1.0, 1e9), max_size=4), min_size=1, max_size=6))
+def test_phase_bytes_sums_each_phase_and_gives_empty_phases_zero(per_phase):
+    """Phases with no inter-pod flows (only intra-pod bytes) sum to 0, wherever they sit."""
+    from trainfabric.workloads.dag import Phase
+    from trainfabric.workloads.traffic import PhaseTraffic
+
+    sizes = [len(p) for p in per_phase]
+    flat = np.array([b for p in per_phase for b in p], dtype=float)
+    tr = PhaseTraffic(
+        2,
+        tuple(Phase("x", f"p{k}") for k in range(len(per_phase))),
+        np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64),
+        np.zeros(flat.size, np.int64),
+        np.ones(flat.size, np.int64),
+        flat,
+    )
+    np.testing.assert_allclose(tr.phase_bytes(), [sum(p) for p in per_phase], rtol=1e-12)

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from trainfabric.clikit import (
     ConfigOpt,
+    GpusPerPodOpt,
     JsonOpt,
     MaxMemoryOpt,
     ProgressOpt,
@@ -30,6 +31,7 @@ from trainfabric.clikit import (
 from trainfabric.diloco import live_cli
 from trainfabric.diloco.serve import cli as serve_cli
 from trainfabric.diloco.train.command import train_cmd
+from trainfabric.errors import ConfigError
 from trainfabric.io import prepare_dir
 
 app = typer.Typer(help="Workload-aware DiLoCo sync policies.", no_args_is_help=True)
@@ -72,6 +74,8 @@ NAMES = {
     "rate": "--rate-scale",
     "pilot_seeds": "--pilot-seeds",
     "max_seeds": "--max-seeds",
+    "workload": "--workload",
+    "gpus_per_pod": "--gpus-per-pod",
 }
 
 
@@ -94,6 +98,15 @@ def sim_cmd(
     trace: TraceOpt = None,
     rate_scale: RateScaleOpt = 1.0,
     allow_overlap: OverlapOpt = False,
+    workload: Annotated[
+        str | None,
+        typer.Option(
+            help="Size the sync from a job's data-parallel gradients: a preset or job .toml "
+            "(its parameters), a Chakra trace or a SimAI/AICB file (the bytes one replica "
+            "reduces per iteration) [default: the regime's sync model].",
+        ),
+    ] = None,
+    gpus_per_pod: GpusPerPodOpt = None,
     max_memory_gb: MaxMemoryOpt = None,
     show_progress: ProgressOpt = None,
     config: ConfigOpt = None,
@@ -114,12 +127,15 @@ def sim_cmd(
 
     with progress(json_out, "diloco sim", show_progress), options(**NAMES):
         reg = _regime(regime, trace, rate_scale, allow_overlap)
+        if workload is not None:
+            reg = _sized_by(reg, workload, gpus_per_pod)
         if windows is None:
             windows = segment_windows(reg, seed + 1) if reg.is_trace else 10_000
         fleet = FleetConfig(windows=max(windows, 10))
         check_segments(reg, seed + 1, fleet.horizon_s, "--seed")
         res = simulate(fleet, reg, [Block(make_policy(policy), np.array([seed]))])
     row = {k: (v.item() if hasattr(v, "item") else v) for k, v in res.table.iloc[0].items()}
+    row |= {"sync_payload_bytes": reg.sync.params * reg.sync.bytes_per_param, "sync_s": reg.sync_s}
     if reg.is_trace:
         row |= {
             "segment_s": fleet.horizon_s,
@@ -266,6 +282,28 @@ def _regime(name: str, trace: Path | None, rate_scale: float, allow_overlap: boo
     if trace is not None:
         reg = trace_regime(input_file(trace, "--trace"), rate_scale, reg)
     return reg.model_copy(update={"overlap": True}) if allow_overlap else reg
+
+
+def _sized_by(reg, workload: str, gpus_per_pod: int | None):
+    """``reg`` with its sync carrying ``workload``'s gradients: an imported trace's
+    data-parallel bytes per replica, or a job's parameters at the sync's bytes per
+    parameter."""
+    from trainfabric.workloads.workload import load_workload
+
+    w = load_workload(workload, seed=0, gpus_per_pod=gpus_per_pod)
+    if w.dp_gradient_bytes is not None:
+        if w.dp_gradient_bytes <= 0:
+            raise ConfigError(
+                "workload",
+                f"{workload}: no all-reduce or reduce-scatter spans pods (no data-parallel "
+                "gradients to sync)",
+            )
+        params = w.dp_gradient_bytes / reg.sync.bytes_per_param
+    elif w.job is not None:
+        params = float(w.job.model.params())
+    else:
+        raise ConfigError("workload", f"{workload}: a task-DAG file states no gradients")
+    return reg.model_copy(update={"sync": reg.sync.model_copy(update={"params": params})})
 
 
 def _power_line(plan: dict) -> str:

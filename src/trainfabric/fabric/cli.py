@@ -254,7 +254,8 @@ def job_cmd(
         typer.Option(
             "--workload",
             help="Preset (llama3-70b, gpt3-175b, deepseek-v3, mixtral-8x7b, moe, pipeline, "
-            "dp-ring, dp-hd, hybrid), a job .toml or a task-DAG .json file.",
+            "dp-ring, dp-hd, hybrid), a job .toml, a task-DAG .json file, a Chakra trace (a "
+            "folder of NAME.RANK.et files or one of them) or a SimAI/AICB workload .txt.",
         ),
     ] = "llama3-70b",
     pods: Annotated[
@@ -280,7 +281,13 @@ def job_cmd(
         str, typer.Option(help="DP gradient overlap with the backward pass: none or bucketed.")
     ] = "none",
     gpus_per_pod: Annotated[
-        int, typer.Option(min=1, max=4096, help="GPUs per pod of a task-DAG .json.")
+        int,
+        typer.Option(
+            min=1,
+            max=4096,
+            help="GPUs per pod (server) of a task-DAG .json or an imported trace: rank r on "
+            "server r // N.",
+        ),
     ] = 8,
     layers: Annotated[
         int | None, typer.Option(min=1, max=10_000, help="Cut the model to this many layers.")

@@ -16,6 +16,7 @@ from rich.table import Table
 
 from trainfabric.clikit import (
     ConfigOpt,
+    GpusPerPodOpt,
     JsonOpt,
     MaxMemoryOpt,
     ProgressOpt,
@@ -36,7 +37,8 @@ WorkloadArg = Annotated[
     str,
     typer.Argument(
         help="Preset (gpt3-175b, llama3-70b, deepseek-v3, mixtral-8x7b, moe, pipeline, dp-ring, "
-        "dp-hd, hybrid) or a task-DAG/traffic .json or job .toml file."
+        "dp-hd, hybrid), a task-DAG/traffic .json or job .toml file, a Chakra trace (a folder "
+        "of NAME.RANK.et files or one of them) or a SimAI/AICB workload .txt."
     ),
 ]
 PodsOpt = Annotated[
@@ -44,7 +46,24 @@ PodsOpt = Annotated[
     typer.Option(min=1, max=65_536, help="Re-map the job onto this many pods [default: its own]."),
 ]
 # Internal field names of the workloads API -> what the user typed.
-NAMES = {"pods": "--pods", "seed": "--seed", "rate_bps": "--rate-gbps", "workload": "WORKLOAD"}
+NAMES = {
+    "pods": "--pods",
+    "seed": "--seed",
+    "rate_bps": "--rate-gbps",
+    "workload": "WORKLOAD",
+    "gpus_per_pod": "--gpus-per-pod",
+}
+
+
+# What ``workloads show`` adds for an imported trace, counted as its file states them.
+IMPORTED_COUNTS = (
+    "ranks",
+    "collectives",
+    "collective_bytes",
+    "p2p_messages",
+    "p2p_bytes",
+    "compute_nodes",
+)
 
 
 @app.command("list")
@@ -73,16 +92,18 @@ def workloads_show(
         ),
     ] = 100.0,
     seed: SeedOpt = 0,
+    gpus_per_pod: GpusPerPodOpt = None,
     max_memory_gb: MaxMemoryOpt = None,
     show_progress: ProgressOpt = None,
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Summarise a workload: nodes, edges, bytes per phase, critical path at a uniform rate."""
+    """Summarise a workload: nodes, edges, bytes per phase, critical path at a uniform rate;
+    for an imported trace also the counts its file states (ranks, collectives, bytes)."""
     from trainfabric.workloads import load_workload, summarize
 
     with progress(json_out, "workloads show", show_progress), options(**NAMES):
-        s = summarize(load_workload(workload, pods, seed), rate_gbps * 1e9)
+        s = summarize(load_workload(workload, pods, seed, gpus_per_pod), rate_gbps * 1e9)
     if json_out:
         return emit_json(s)
     head = Table("quantity", "value", title=f"workload {s['workload']}")
@@ -93,6 +114,8 @@ def workloads_show(
         f"critical path @ {rate_gbps:g} Gb/s per pod pair", f"{s['critical_path_s']:.4f} s"
     )
     head.add_row("critical path, communication free", f"{s['compute_only_s']:.4f} s")
+    for key in IMPORTED_COUNTS if "ranks" in s else ():
+        head.add_row(f"file: {key}", f"{s[key]:,}")
     for key, val in (s.get("job") or {}).items():
         head.add_row(f"job.{key}", f"{val:,}" if isinstance(val, int) else str(val))
     out.print(head)
@@ -130,6 +153,7 @@ def workloads_export(
     ] = "json",
     pods: PodsOpt = None,
     seed: SeedOpt = 0,
+    gpus_per_pod: GpusPerPodOpt = None,
     max_memory_gb: MaxMemoryOpt = None,
     show_progress: ProgressOpt = None,
     config: ConfigOpt = None,
@@ -142,12 +166,12 @@ def workloads_export(
     if fmt == "chakra":
         if traffic:
             raise ConfigError("--traffic", "a Chakra trace holds the task DAG, not traffic")
-        return _export_chakra(workload, file, pods, seed, show_progress, json_out)
+        return _export_chakra(workload, file, pods, seed, gpus_per_pod, show_progress, json_out)
     prepare_dir(file.parent, "FILE")
     if file.is_dir():
         raise ConfigError("FILE", f"{file} is a directory; expected a file name")
     with progress(json_out, "workloads export", show_progress), options(**NAMES):
-        w = load_workload(workload, pods, seed)
+        w = load_workload(workload, pods, seed, gpus_per_pod)
         path = interchange.save(w.traffic if traffic else w.dag, file)
     info = {
         "path": str(path),
@@ -160,7 +184,7 @@ def workloads_export(
     err.print(f"wrote {info['format']} v{interchange.VERSION} to {path}")
 
 
-def _export_chakra(workload, folder: Path, pods, seed, show_progress, json_out) -> None:
+def _export_chakra(workload, folder: Path, pods, seed, gpus_per_pod, show_progress, json_out):
     """``workloads export --format chakra``: the trace's files are named after the workload;
     a job's collectives are written for its own algorithm (``dp_collective``)."""
     from trainfabric.workloads import load_workload
@@ -168,7 +192,7 @@ def _export_chakra(workload, folder: Path, pods, seed, show_progress, json_out) 
 
     prepare_dir(folder, "FILE")
     with progress(json_out, "workloads export", show_progress), options(**NAMES):
-        w = load_workload(workload, pods, seed)
+        w = load_workload(workload, pods, seed, gpus_per_pod)
         name = re.sub(r"[^A-Za-z0-9._-]", "_", w.name)
         algorithm = w.job.parallelism.dp_collective if w.job is not None else "ring"
         written = write_trace(w.dag, folder, name, algorithm)

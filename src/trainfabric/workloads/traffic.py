@@ -46,11 +46,10 @@ class PhaseTraffic:
         return m
 
     def phase_bytes(self) -> np.ndarray:
-        return (
-            np.add.reduceat(self.bytes, self.offsets[:-1])
-            if self.bytes.size
-            else np.zeros(len(self))
-        )
+        """Bytes per phase; a phase with no flows (only intra-pod traffic) has 0 (not the
+        next phase's first flow, which ``np.add.reduceat`` would give it)."""
+        phase = np.repeat(np.arange(len(self)), np.diff(self.offsets))
+        return np.bincount(phase, weights=self.bytes, minlength=len(self)).astype(float)
 
 
 def traffic_from_dag(dag: TaskDAG) -> PhaseTraffic:

@@ -1,8 +1,16 @@
-"""A workload is a preset name, a job TOML, or an interchange JSON file (DAG or traffic).
+"""A workload is a preset name, a job TOML, an interchange JSON file (DAG or traffic), or a
+job someone else described: a Chakra execution trace (a folder of ``NAME.RANK.et`` files, or
+one of them) or a SimAI/AICB workload file.
 
 :func:`load_workload` resolves any of them to a :class:`Workload` with both views of the
-traffic: the task DAG and the phase traffic matrices. :func:`summarize` is what
-``trainfabric workloads show`` prints.
+traffic: the task DAG and the phase traffic matrices. An imported job also keeps the counts
+its file states (:attr:`Workload.counts`) and the bytes one data-parallel replica reduces per
+iteration (:attr:`Workload.dp_gradient_bytes`, the DiLoCo sync payload). :func:`summarize` is
+what ``trainfabric workloads show`` prints.
+
+**GPUs per pod of an imported job.** A trace's rank is a GPU; rank ``r`` goes to pod
+``r // gpus_per_pod``. The default is one GPU per pod for a Chakra trace (the GPU-level view
+astra-sim simulates) and 8 for a SimAI file (its servers, ``-g_p_s`` 8 in SimAI).
 """
 
 from __future__ import annotations
@@ -32,6 +40,8 @@ class Workload:
     dag: TaskDAG
     job: Job | None = None
     _traffic: PhaseTraffic | None = field(default=None, repr=False)
+    counts: dict[str, int] | None = None
+    dp_gradient_bytes: float | None = None
 
     @cached_property
     def traffic(self) -> PhaseTraffic:
@@ -39,19 +49,40 @@ class Workload:
 
 
 def is_file_spec(spec: str) -> bool:
-    """A workload argument names a file when it exists or ends in .json / .toml."""
-    return Path(spec).exists() or spec.endswith((".json", ".toml"))
+    """A workload argument names a file when it exists or ends in .json / .toml / .et."""
+    return Path(spec).exists() or spec.endswith((".json", ".toml", ".et"))
 
 
-def load_workload(spec: str, pods: int | None = None, seed: int = 0) -> Workload:
-    """Resolve a preset name or a file into a Workload (``pods`` re-maps presets and jobs).
+def is_imported(spec: str) -> bool:
+    """Whether ``spec`` names a Chakra trace (a ``.et`` file or a folder holding them) or a
+    SimAI file."""
+    from trainfabric.workloads.simai import is_simai_file
+
+    path = Path(spec)
+    if path.is_dir():
+        return any(path.glob("*.et"))
+    return spec.endswith(".et") or is_simai_file(path)
+
+
+def load_workload(
+    spec: str, pods: int | None = None, seed: int = 0, gpus_per_pod: int | None = None
+) -> Workload:
+    """Resolve a preset name or a file into a Workload (``pods`` re-maps presets and jobs;
+    ``gpus_per_pod`` places an imported trace's ranks, module doc).
 
     A file that cannot be read (missing, a directory, not UTF-8, not JSON/TOML) is a
     ConfigError naming ``workload``; a malformed one names the bad value's path in it
-    (``nodes[3].bytes``, ``model.layers``)."""
+    (``nodes[3].bytes``, ``model.layers``; a trace: its file, rank and node)."""
     if not is_file_spec(spec):
         return Workload(spec, build_dag(get_preset(spec, pods), seed), get_preset(spec, pods))
     path = Path(spec)
+    if is_imported(spec):
+        w = _imported(path, gpus_per_pod)
+        if pods is not None and pods != w.dag.n_pods:
+            raise ConfigError(
+                "pods", f"{path} places {w.dag.n_pods} pods; choose them with --gpus-per-pod"
+            )
+        return w
     if path.suffix == ".toml":
         job = _load_job(path)
         if pods is not None and pods != job.placement.pods:
@@ -64,6 +95,42 @@ def load_workload(spec: str, pods: int | None = None, seed: int = 0) -> Workload
     if isinstance(obj, PhaseTraffic):
         return Workload(path.stem, dag_from_traffic(obj), None, obj)
     return Workload(path.stem, obj)
+
+
+def _imported(path: Path, gpus_per_pod: int | None) -> Workload:
+    """A Chakra trace or a SimAI file as a Workload (module doc)."""
+    from trainfabric.workloads.simai import is_simai_file, load_simai
+
+    if is_simai_file(path):
+        s = load_simai(path, 8 if gpus_per_pod is None else gpus_per_pod)
+        return Workload(s.name, s.dag, counts=s.counts, dp_gradient_bytes=s.dp_gradient_bytes)
+    from trainfabric.workloads.chakra import read_trace, trace_counts, trace_dag
+
+    g = 1 if gpus_per_pod is None else gpus_per_pod
+    if g < 1:
+        raise ConfigError("gpus_per_pod", f"must be >= 1, got {g}")
+    trace = read_trace(path)
+    dag = trace_dag(trace, g)
+    return Workload(
+        trace.name, dag, counts=trace_counts(trace), dp_gradient_bytes=_dp_bytes(trace, g)
+    )
+
+
+def _dp_bytes(trace, gpus_per_pod: int) -> float:
+    """One data-parallel replica's gradient bytes: the ``comm_size`` of every all-reduce and
+    reduce-scatter whose group leaves its pod, once per collective (each such group holds
+    one shard of the replica; a tensor-parallel group stays inside its pod, so with one GPU
+    per pod every reducing collective counts)."""
+    from trainfabric.workloads.chakra.schema import CollectiveCommType as C
+
+    reducing = (C.ALL_REDUCE, C.REDUCE_SCATTER, C.REDUCE_SCATTER_BLOCK)
+    return float(
+        sum(
+            trace.ranks[c.ranks[0]].nodes[c.nodes[0]].comm_size
+            for c in trace.collectives
+            if c.comm_type in reducing and len({r // gpus_per_pod for r in c.ranks}) > 1
+        )
+    )
 
 
 def _load_job(path: Path) -> Job:
@@ -101,6 +168,10 @@ def summarize(w: Workload, rate_bps: float) -> dict[str, Any]:
         "critical_path_s": dag.critical_path_at(rate_bps),
         "compute_only_s": dag.compute_time(),
     }
+    if w.counts is not None:  # an imported job: the counts as its file states them
+        out["dag_compute_nodes"] = out["compute_nodes"]
+        out.update(w.counts)
+        out["dp_gradient_bytes"] = w.dp_gradient_bytes
     if w.job is not None:
         m, par = w.job.model, w.job.parallelism
         out["job"] = {

@@ -293,8 +293,9 @@ def resolve_job(
 def build_job(
     workload: str, job: Job | None, *, pods=None, gpus_per_pod: int = 8, seed: int = 0
 ) -> LoadedJob:
-    """The DAG with GPU transfers of ``job`` (:func:`resolve_job`), or of the task-DAG JSON
-    ``workload`` when ``job`` is None (the even split, named as an assumption)."""
+    """The DAG with GPU transfers of ``job`` (:func:`resolve_job`), of an imported trace
+    (its ranks in pods of ``gpus_per_pod``), or of the task-DAG JSON ``workload`` when
+    ``job`` is None (the even split, named as an assumption)."""
     from trainfabric.workloads.build import build_dag
     from trainfabric.workloads.dag import gpu_transfers
     from trainfabric.workloads.workload import load_workload
@@ -302,7 +303,9 @@ def build_job(
     if job is not None:
         dag = build_dag(job, seed, gpu_flows=True)
         return LoadedJob(job.name, dag, gpu_transfers(dag, job.placement.gpus_per_pod), job, ())
-    w = load_workload(workload, pods, seed)
+    w = load_workload(workload, pods, seed, gpus_per_pod)
+    if w.dag.gpu is not None:  # an imported trace: its own GPU transfers
+        return LoadedJob(w.name, w.dag, w.dag.gpu, None, ())
     gpu = gpu_transfers(w.dag, gpus_per_pod)
     note = (
         f"assumption: the task DAG has no GPU transfers; each comm node is split evenly "

@@ -13,7 +13,8 @@ WorkloadArg = Annotated[
     typer.Option(
         "--workload",
         help="Preset (moe, pipeline, dp-ring, dp-hd, hybrid, gpt3-175b, llama3-70b, deepseek-v3, "
-        "mixtral-8x7b) or a task-DAG/traffic .json or job .toml file.",
+        "mixtral-8x7b), a task-DAG/traffic .json or job .toml file, a Chakra trace (a folder of "
+        "NAME.RANK.et files or one of them) or a SimAI/AICB workload .txt.",
     ),
 ]
 PodsOpt = Annotated[
@@ -48,6 +49,7 @@ NAMES = {
     "workload": "--workload",
     "pods": "--pods",
     "n": "--pods",
+    "gpus_per_pod": "--gpus-per-pod",
     "ports": "--ports",
     "ports_per_pod": "--ports",
     "ocs": "--ocs",

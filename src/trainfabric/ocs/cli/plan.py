@@ -15,6 +15,7 @@ from rich.table import Table
 
 from trainfabric.clikit import (
     ConfigOpt,
+    GpusPerPodOpt,
     JsonOpt,
     MaxMemoryOpt,
     ProgressOpt,
@@ -39,13 +40,14 @@ from trainfabric.ocs.cli.options import (
 )
 
 
-def _ocs_instance(workload, pods, ports, ocs, rate_gbps, fallback_gbps, seed):
-    """The workload and OCS model of a CLI call (errors name the options)."""
+def _ocs_instance(workload, pods, ports, ocs, rate_gbps, fallback_gbps, seed, gpus_per_pod=None):
+    """The workload and OCS model of a CLI call (errors name the options); an imported
+    trace's pods are its ranks in groups of ``gpus_per_pod``."""
     from trainfabric.ocs.model import OcsModel
     from trainfabric.workloads import load_workload
 
     with options(**NAMES):
-        w = load_workload(workload, pods, seed)
+        w = load_workload(workload, pods, seed, gpus_per_pod)
         model = OcsModel.uniform(
             w.dag.n_pods, ports, ocs, rate_bps=rate_gbps * 1e9, fallback_bps=fallback_gbps * 1e9
         )
@@ -62,6 +64,7 @@ def ocs_plan(
     seed: SeedOpt = 0,
     rate_gbps: RateOpt = 100.0,
     fallback_gbps: FallbackOpt = 5.0,
+    gpus_per_pod: GpusPerPodOpt = None,
     out_dir: Annotated[
         Path, typer.Option("--out", help="Where the cross-connect tables go.")
     ] = Path("runs/ocs-plan"),
@@ -76,7 +79,9 @@ def ocs_plan(
 
     with progress(json_out, "ocs plan", show_progress):
         # The workload and the options first: a refused job leaves no empty --out behind.
-        w, model = _ocs_instance(workload, pods, ports, ocs, rate_gbps, fallback_gbps, seed)
+        w, model = _ocs_instance(
+            workload, pods, ports, ocs, rate_gbps, fallback_gbps, seed, gpus_per_pod
+        )
         prepare_dir(out_dir, "--out")
         with RunDir(out_dir).single_run(None), options(**NAMES):
             result = plan(w.dag, model, b1_rel=b1, b2_rel=b2, seed=seed)
@@ -114,6 +119,7 @@ def ocs_compare(
     seed: SeedOpt = 0,
     rate_gbps: RateOpt = 100.0,
     fallback_gbps: FallbackOpt = 5.0,
+    gpus_per_pod: GpusPerPodOpt = None,
     milp_time_limit_s: Annotated[
         float, typer.Option(help="HiGHS time limit, s (> 0).", callback=finite(gt=0, le=86_400))
     ] = 60.0,
@@ -126,7 +132,9 @@ def ocs_compare(
     from trainfabric.ocs.wiring.planner import compare
 
     with progress(json_out, "ocs compare", show_progress), options(**NAMES):
-        w, model = _ocs_instance(workload, pods, ports, ocs, rate_gbps, fallback_gbps, seed)
+        w, model = _ocs_instance(
+            workload, pods, ports, ocs, rate_gbps, fallback_gbps, seed, gpus_per_pod
+        )
         rows = compare(
             w.dag, model, b1_rel=b1, b2_rel=b2, seed=seed, milp_time_limit_s=milp_time_limit_s
         )
