@@ -65,6 +65,10 @@ def test_demo_writes_a_report_and_resumes(demo_run, capsys):
     assert len(curve) == 8 and (curve.regret_s <= curve.regret_bound_s).all()
     sched = pd.read_parquet(run_dir / "ocs_schedule.parquet")
     assert len(sched) == 10 and (sched.makespan_s >= sched.lower_bound_s * (1 - 1e-9)).all()
+    imported = out["steps"]["imported"]  # SimAI's GPT-13B file through every pillar
+    assert (imported["ranks"], imported["collectives"], imported["pods"]) == (128, 1323, 16)
+    assert imported["ocs_critical_path_s"] <= imported["ocs_uniform_critical_path_s"]
+    assert len(pd.read_parquet(run_dir / "imported_job.parquet")) == 1
     assert not any(step["resumed"] for step in out["steps"].values())
     stamps = {p: p.stat().st_mtime_ns for p in run_dir.glob("*.parquet")}
     (run_dir / "steps" / "workloads.json").unlink()  # as if the run had stopped in that step
