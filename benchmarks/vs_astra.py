@@ -121,23 +121,40 @@ def rounded_dag(j: Job) -> TaskDAG:
 
 
 # -- runs -----------------------------------------------------------------------------------------
-def run_astra(astra: Path, folder: Path, n_gpus: int, latency_s: float) -> tuple[float, float]:
-    """astra-sim on the traces in ``folder``: (iteration s = the last GPU's finish, wall s)."""
-    gbps = RATE_BPS / 8 / 2**30  # its GB/s are 2^30 bytes (NetworkFunction.cpp)
-    net = folder / "network.yml"
-    net.write_text(
+def network_yml(n_gpus: int, latency_s: float) -> str:
+    """astra-sim's network configuration: ``FullyConnected``, ``RATE_BPS`` per link (its GB/s
+    are 2^30 bytes, NetworkFunction.cpp), ``latency_s`` in ns."""
+    gbps = RATE_BPS / 8 / 2**30
+    return (
         f"topology: [ FullyConnected ]\nnpus_count: [ {n_gpus} ]\n"
         f"bandwidth: [ {gbps!r} ]\nlatency: [ {latency_s * 1e9!r} ]\n"
     )
-    (folder / "system.json").write_text(json.dumps(SYSTEM))
+
+
+def run_astra(
+    astra: Path,
+    folder: Path,
+    n_gpus: int,
+    latency_s: float,
+    *,
+    workload: Path | None = None,
+    system: dict = SYSTEM,
+) -> tuple[float, float]:
+    """astra-sim on the traces ``workload`` (default ``folder/job``), its configs written into
+    ``folder`` (with ``folder/groups.json`` where there is one): (iteration s = the last
+    GPU's finish, wall s)."""
+    net = folder / "network.yml"
+    net.write_text(network_yml(n_gpus, latency_s))
+    (folder / "system.json").write_text(json.dumps(system))
     (folder / "memory.json").write_text(json.dumps({"memory-type": "NO_MEMORY_EXPANSION"}))
+    groups = folder / "groups.json"
     cmd = [
         str(astra / BINARY),
-        f"--workload-configuration={folder / 'job'}",
+        f"--workload-configuration={workload or folder / 'job'}",
         f"--system-configuration={folder / 'system.json'}",
         f"--remote-memory-configuration={folder / 'memory.json'}",
         f"--network-configuration={net}",
-        f"--comm-group-configuration={folder / 'groups.json'}",
+        *([f"--comm-group-configuration={groups}"] if groups.is_file() else []),
     ]
     t0 = time.perf_counter()
     proc = subprocess.run(
@@ -160,10 +177,18 @@ def run_astra(astra: Path, folder: Path, n_gpus: int, latency_s: float) -> tuple
 
 def run_ours(j: Job, dag: TaskDAG) -> tuple[float, float]:
     """Our task engine on the pair mesh (no headers): (iteration s, wall s)."""
+    return run_dag(j.name, dag, float(j.compute.latency_s), j)
+
+
+def run_dag(
+    name: str, dag: TaskDAG, latency_s: float, job: Job | None = None
+) -> tuple[float, float]:
+    """Our task engine on ``dag``, one GPU per pod, each pod a server of the pair mesh (no
+    headers): (iteration s, wall s)."""
     t0 = time.perf_counter()
-    loaded = I.LoadedJob(j.name, dag, gpu_transfers(dag, 1), j, ())
-    mesh = I.pair_mesh(j.placement.pods, 1, RATE_BPS, float(j.compute.latency_s))
-    jh = I.JobOnHosts(loaded, np.arange(j.placement.pods), channels=1)
+    loaded = I.LoadedJob(name, dag, gpu_transfers(dag, 1), job, ())
+    mesh = I.pair_mesh(dag.n_pods, 1, RATE_BPS, latency_s)
+    jh = I.JobOnHosts(loaded, np.arange(dag.n_pods), channels=1)
     run = I.run_iteration(jh, mesh, "ecmp", header_bytes=0)
     return run.iteration_s, time.perf_counter() - t0
 
@@ -224,6 +249,22 @@ def collectives_alone(astra: Path, tmp: Path, n: int = 8, size: int = 256 << 20)
     return {"gpus": n, "bytes": size, **rows}
 
 
+def astra_commits(astra: Path, more: dict[str, str] | None = None, short: bool = True) -> dict:
+    """The commits of astra-sim, its chakra and its analytical backend (and ``more``: name ->
+    submodule path), ``short`` or in full."""
+    subs = {"astra-sim": ".", "chakra": CHAKRA, "analytical": NETWORK, **(more or {})}
+    flag = ["--short"] if short else []
+    return {
+        name: subprocess.run(
+            ["git", "-C", str(astra / sub), "rev-parse", *flag, "HEAD"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        for name, sub in subs.items()
+    }
+
+
 PINNED = (("dp_only", False), ("pp_dp", True))  # (job, sends_first): agreeing to < 1e-6
 
 
@@ -275,15 +316,7 @@ def main() -> None:
             f"no astra-sim build ({BINARY}) under {args.astra}: nothing compared", file=sys.stderr
         )
         return
-    commits = {
-        name: subprocess.run(
-            ["git", "-C", str(args.astra / sub), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout.strip()
-        for name, sub in (("astra-sim", "."), ("chakra", CHAKRA), ("analytical", NETWORK))
-    }
+    commits = astra_commits(args.astra)
     if args.pin is not None:
         subs = {
             "memory": "extern/remote_memory_backend/analytical",
@@ -291,21 +324,7 @@ def main() -> None:
             "spdlog": "extern/helper/spdlog",
             "yaml-cpp": f"{NETWORK}/extern/yaml-cpp",
         }
-        full = {
-            name: subprocess.run(
-                ["git", "-C", str(args.astra / sub), "rev-parse", "HEAD"],
-                capture_output=True,
-                text=True,
-                check=False,
-            ).stdout.strip()
-            for name, sub in (
-                ("astra-sim", "."),
-                ("chakra", CHAKRA),
-                ("analytical", NETWORK),
-                *subs.items(),
-            )
-        }
-        pin(args.astra, args.pin, full)
+        pin(args.astra, args.pin, astra_commits(args.astra, subs, short=False))
         print(f"astra-sim outputs pinned under {args.pin}", file=sys.stderr)
         return
     with tempfile.TemporaryDirectory() as tmp:
