@@ -1312,6 +1312,51 @@ def astra_traces(r: _View) -> str:
     )
 
 
+@block("simai-peer", "vs_simai")
+def simai_peer(r: _View) -> str:
+    vs = r["vs_simai"]
+    rows = []
+    for row in vs["rows"]:
+        if row["latency_us"] != 0 or row["schedule"] != "1f1b":
+            continue
+        f = vs["files"][row["file"]]
+        sim, ours = f["simai_us"], row["ours_us"]
+        rows.append(
+            [
+                f"{f['file']} ({count(f['gpus'])} GPUs)",
+                f"{usecs(sim['dp'] / 1e6, 0)} / {usecs(ours['dp'] / 1e6, 0)}",
+                f"{usecs(sim['dp_ep'] / 1e6, 0)} / {usecs(ours['dp_ep'] / 1e6, 0)}",
+                usecs(sim["tp"] / 1e6, 0),
+                f"{usecs(sim['total'] / 1e6, 0)} / {usecs(ours['total'] / 1e6, 0)}",
+            ]
+        )
+    return (
+        table(
+            [
+                "SimAI file",
+                "DP: SimAI / ours",
+                "expert DP: SimAI / ours",
+                "SimAI TP (NVLink)",
+                "total: SimAI / ours (1F1B)",
+            ],
+            rows,
+        )
+        + "\n\n"
+        + paragraph(
+            f"""
+            SimAI's analytical mode ({vs["simai"]["commit"][:8]}, built outside this repository,
+            its log path patched; `python benchmarks/vs_simai.py SIMAI_DIR`) beside our reader
+            on the same files at the same NIC rate ({fixed(vs["nic_gibps"], 1)} GiB/s per GPU,
+            no latency): the data-parallel parts agree to {sci(vs["dp_rel_diff_max"], 1)}. The
+            totals differ by model: SimAI times tensor parallelism over NVLink, which our
+            pod-level DAG leaves on the scale-up domain; it hides the pipeline sends
+            (`pp_overlap_ratio` 1) and scales its bubble by the layers per stage, where ours runs
+            1F1B with the sends on the critical path.
+            """
+        )
+    )
+
+
 @block("diloco-protocol", "diloco_protocol")
 def diloco_protocol(r: _View) -> str:
     dp = r["diloco_protocol"]
