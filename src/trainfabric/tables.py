@@ -17,6 +17,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
+from rich.padding import Padding
 from rich.table import Table
 
 
@@ -77,16 +78,30 @@ def print_records(
     title: str = "",
     wide: bool = False,
 ) -> None:
-    """Print ``rows`` as a table when it fits ``console.width`` (or ``wide``), else one block
-    per record: its first column as the block's heading, then ``label: value`` lines."""
-    if wide or table_width(rows, cols) <= console.width:
+    """Print ``rows`` as a table when it fits ``console.width`` (or, ``wide``, past it), else
+    one block per record: its first column as the block's heading, then ``label  value``
+    lines (a long value wraps inside its own column)."""
+    need = table_width(rows, cols)
+    if need <= console.width:
         console.print(records_table(rows, cols, title))
+        return
+    if wide:  # the whole table, past the terminal's width (rich caps a print at the console's)
+        wider = Console(
+            file=console.file,
+            width=need,
+            color_system=console.color_system,
+            force_terminal=console.is_terminal,
+        )
+        wider.print(records_table(rows, cols, title))
         return
     if title:
         console.print(f"[bold]{escape(title)}[/bold]")
-    pad = max(len(c.label) for c in cols[1:]) if len(cols) > 1 else 0
+    head, *rest = cols
     for r in rows:
-        head, *rest = cols
         console.print(f"[bold]{escape(head.label)}: {escape(head.fmt(r.get(head.key)))}[/bold]")
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(no_wrap=True)
+        grid.add_column(overflow="fold")
         for c in rest:
-            console.print(f"  {escape(c.label).ljust(pad)}  {escape(c.fmt(r.get(c.key)))}")
+            grid.add_row(escape(c.label), escape(c.fmt(r.get(c.key))))
+        console.print(Padding(grid, (0, 0, 0, 2)))
