@@ -133,7 +133,7 @@ MaxMemoryOpt = Annotated[
     float | None,
     typer.Option(
         "--max-memory-gb",
-        help="Refuse inputs whose estimated memory exceeds this (GB) [default: free memory].",
+        help="Refuse inputs whose estimated memory exceeds this (GB) \\[default: free memory].",
         callback=_set_memory_limit,
     ),
 ]
@@ -146,7 +146,7 @@ GpusPerPodOpt = Annotated[
         min=1,
         max=4096,
         help="GPUs per pod of an imported Chakra trace or SimAI file: rank r on pod r // N "
-        "[default: Chakra 1, SimAI 8].",
+        "\\[default: Chakra 1, SimAI 8].",
     ),
 ]
 

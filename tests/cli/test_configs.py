@@ -15,6 +15,7 @@ KINDS = {
     "fabric-flaps": "flaps",
     "fabric-iteration": "iteration",
 }
+JOBS = ("job-example",)  # job TOMLs: a workload wherever a preset is (workloads/test_cli.py)
 
 
 @pytest.mark.parametrize(("stem", "kind"), KINDS.items())
@@ -24,7 +25,9 @@ def test_one_example_per_scenario_kind(stem, kind):
     assert scenario.name and "/" not in scenario.name
 
 
-@pytest.mark.parametrize("path", sorted(p for p in CONFIGS.glob("*.toml") if p.stem not in KINDS))
+@pytest.mark.parametrize(
+    "path", sorted(p for p in CONFIGS.glob("*.toml") if p.stem not in {*KINDS, *JOBS})
+)
 def test_sweep_examples_expand(path):
     spec = load_sweep(path)
     assert len(expand(spec)) == len(spec.seed_list) * _grid_size(spec.grid)

@@ -1,6 +1,7 @@
 """`trainfabric workloads ...` end to end: JSON keys, files in place of presets, exit code 2."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -70,3 +71,75 @@ def test_a_file_field_is_not_renamed_to_an_option(cli, tmp_path):
     path.write_text(json.dumps(doc))
     code, _, err = cli("workloads", "show", str(path))
     assert code == 2 and "error: pods: " in err and "--pods" not in err and str(path) in err
+
+
+EXAMPLE_JOB = str(Path(__file__).resolve().parents[2] / "configs" / "job-example.toml")
+
+
+def test_show_states_the_batch_and_the_mfu_in_closed_form(cli):
+    """GPT-3 175B, TP8 x PP8 x DP8, 8 micro-batches of 1 sequence of 2,048 tokens: global batch
+    1 x 8 x 8 = 64 sequences, 131,072 tokens; tied embeddings, so the active weights plus
+    the head are all the parameters and the FLOPs are 6 x tokens x params."""
+    s = loads(cli("workloads", "show", "gpt3-175b", "--json")[1])
+    j = s["job"]
+    assert (j["seq_len"], j["micro_batch_size"], j["global_batch_sequences"]) == (2048, 1, 64)
+    assert j["tokens_per_iteration"] == j["global_batch_tokens"] == 64 * 2048
+    assert j["iteration_flops"] == pytest.approx(6 * 64 * 2048 * j["params"], rel=1e-12)
+    assert (j["mfu"], j["gpu_flops"]) == (0.4, 989e12)
+    busy = j["iteration_flops"] / (j["gpus"] * j["gpu_flops"] * s["critical_path_s"])
+    assert j["mfu_at_critical_path"] == pytest.approx(busy, rel=1e-12)
+    assert 0 < j["mfu_at_critical_path"] < j["mfu"]  # communication and bubbles cost MFU
+    assert "remapped_from" not in j and j["global_batch_note"].startswith("Global batch: 64 ")
+
+
+@pytest.mark.parametrize(
+    ("preset", "pods", "before", "after", "word"),
+    [("gpt3-175b", 128, 64, 128, "grows with DP"), ("pipeline", 32, 8, 8, "stays")],
+)
+def test_show_says_whether_remapping_changed_the_global_batch(
+    cli, preset, pods, before, after, word
+):
+    """DP absorbs --pods for gpt3-175b (every replica keeps its micro-batches: the global
+    batch doubles with DP); PP absorbs it for pipeline (the global batch stays)."""
+    j = loads(cli("workloads", "show", preset, "--pods", str(pods), "--json")[1])["job"]
+    assert j["remapped_from"]["global_batch_sequences"] == before
+    assert j["global_batch_sequences"] == after and word in j["global_batch_note"]
+    base = loads(cli("workloads", "show", preset, "--json")[1])["job"]
+    assert j["remapped_from"]["pods"] * base["gpus_per_pod"] == base["gpus"]
+
+
+SHOW_LABELS = (
+    "sequence length (tokens)",
+    "global batch (sequences)",
+    "MFU assumed for the compute (%)",
+    "inter-pod bytes (GB)",
+    "critical path at 100 Gb/s per pod pair (s)",
+)
+
+
+def test_show_fits_80_columns_with_units(cli, monkeypatch):
+    from trainfabric import clikit
+
+    monkeypatch.setattr(clikit.out, "_width", 80)
+    code, out, _ = cli("workloads", "show", "gpt3-175b", "--pods", "128")
+    assert code == 0 and "…" not in out
+    assert max(len(line.rstrip()) for line in out.splitlines()) <= 80
+    for label in SHOW_LABELS:
+        assert label in out
+    text = " ".join(out.split())
+    assert text.index("grows with DP") < text.index("quantity")  # the batch note comes first
+
+
+def test_the_example_job_toml_works_in_three_commands(cli, tmp_path):
+    s = loads(cli("workloads", "show", EXAMPLE_JOB, "--json")[1])
+    j = s["job"]
+    assert (s["workload"], s["pods"], j["gpus"]) == ("llama3-8b-example", 8, 64)
+    assert j["global_batch_sequences"] == 1 * 8 * 4 and j["tokens_per_iteration"] == 32 * 8192
+    code, out, err = cli("fabric", "job", "--workload", EXAMPLE_JOB, "--json")
+    assert code == 0, err
+    assert loads(out)["workload"] == "llama3-8b-example" and loads(out)["gpus"] == 64
+    code, out, err = cli("ocs", "plan", "--workload", EXAMPLE_JOB, "--out", str(tmp_path), "--json")
+    assert code == 0, err
+    plan = loads(out)
+    assert plan["workload"] == "llama3-8b-example" and plan["pods"] == 8
+    assert 0 < plan["lower_bound_s"] <= plan["hard_critical_path_s"]

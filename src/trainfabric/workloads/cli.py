@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from trainfabric.clikit import (
@@ -30,6 +31,7 @@ from trainfabric.clikit import (
 )
 from trainfabric.errors import ConfigError
 from trainfabric.io import prepare_dir
+from trainfabric.tables import Col, fmt_number, print_records
 
 app = typer.Typer(help="Training jobs -> task DAGs and traffic matrices.", no_args_is_help=True)
 
@@ -43,7 +45,9 @@ WorkloadArg = Annotated[
 ]
 PodsOpt = Annotated[
     int | None,
-    typer.Option(min=1, max=65_536, help="Re-map the job onto this many pods [default: its own]."),
+    typer.Option(
+        min=1, max=65_536, help="Re-map the job onto this many pods \\[default: its own]."
+    ),
 ]
 # Internal field names of the workloads API -> what the user typed.
 NAMES = {
@@ -106,28 +110,83 @@ def workloads_show(
         s = summarize(load_workload(workload, pods, seed, gpus_per_pod), rate_gbps * 1e9)
     if json_out:
         return emit_json(s)
-    head = Table("quantity", "value", title=f"workload {s['workload']}")
-    for key in ("pods", "nodes", "edges", "compute_nodes", "comm_nodes", "barrier_nodes", "phases"):
-        head.add_row(key, f"{s[key]:,}")
-    head.add_row("inter-pod bytes / iteration", f"{s['comm_bytes'] / 1e9:,.3f} GB")
-    head.add_row(
-        f"critical path @ {rate_gbps:g} Gb/s per pod pair", f"{s['critical_path_s']:.4f} s"
-    )
-    head.add_row("critical path, communication free", f"{s['compute_only_s']:.4f} s")
+    job = s.get("job")
+    out.print(f"[bold]workload {escape(s['workload'])}: {s['pods']:,} pods[/bold]")
+    if job is not None:
+        out.print(escape(job["global_batch_note"]))
+    rows = [{"quantity": q, "value": v} for q, v in _show_rows(s, rate_gbps)]
+    print_records(out, rows, [Col("quantity"), Col("value")])
+    kinds = [{"kind": kind, **row} for kind, row in s["phase_kinds"].items()]
+    print_records(out, kinds, PHASE_COLS)
+
+
+def _gb(v: float) -> str:
+    return fmt_number(v / 1e9)
+
+
+# Per phase kind: how many phases and their bytes.
+PHASE_COLS = (
+    Col("kind", "phase kind"),
+    Col("count", "phases"),
+    Col("bytes", "inter-pod bytes", "GB", _gb),
+    Col("intra_pod_bytes", "intra-pod bytes", "GB", _gb),
+)
+# What an imported file states, in words (the JSON keys of IMPORTED_COUNTS).
+IMPORTED_LABELS = {
+    "ranks": "ranks in the file",
+    "collectives": "collectives in the file",
+    "collective_bytes": "collective bytes in the file (GB)",
+    "p2p_messages": "point-to-point messages in the file",
+    "p2p_bytes": "point-to-point bytes in the file, send side (GB)",
+    "compute_nodes": "compute nodes in the file",
+}
+
+
+def _show_rows(s: dict, rate_gbps: float) -> list[tuple[str, str]]:
+    """``workloads show``'s quantities in words with their units."""
+    rows = [
+        ("pods", fmt_number(s["pods"])),
+        ("task-DAG nodes", fmt_number(s["nodes"])),
+        ("task-DAG edges", fmt_number(s["edges"])),
+        ("compute nodes", fmt_number(s["compute_nodes"])),
+        ("communication nodes", fmt_number(s["comm_nodes"])),
+        ("barrier nodes", fmt_number(s["barrier_nodes"])),
+        ("phases", fmt_number(s["phases"])),
+        ("inter-pod bytes per iteration (GB)", _gb(s["comm_bytes"])),
+        (f"critical path at {rate_gbps:g} Gb/s per pod pair (s)", fmt_number(s["critical_path_s"])),
+        ("critical path without communication (s)", fmt_number(s["compute_only_s"])),
+    ]
     for key in IMPORTED_COUNTS if "ranks" in s else ():
-        head.add_row(f"file: {key}", f"{s[key]:,}")
-    for key, val in (s.get("job") or {}).items():
-        head.add_row(f"job.{key}", f"{val:,}" if isinstance(val, int) else str(val))
-    out.print(head)
-    phases = Table("phase kind", "phases", "inter-pod GB", "intra-pod GB")
-    for kind, row in s["phase_kinds"].items():
-        phases.add_row(
-            kind,
-            str(row["count"]),
-            f"{row['bytes'] / 1e9:,.3f}",
-            f"{row['intra_pod_bytes'] / 1e9:,.3f}",
-        )
-    out.print(phases)
+        rows.append((IMPORTED_LABELS[key], (_gb if key.endswith("bytes") else fmt_number)(s[key])))
+    if s.get("dp_gradient_bytes") is not None:
+        rows.append(("one data-parallel replica's gradients (GB)", _gb(s["dp_gradient_bytes"])))
+    return rows + (_job_rows(s["job"], rate_gbps) if s.get("job") else [])
+
+
+def _job_rows(j: dict, rate_gbps: float) -> list[tuple[str, str]]:
+    """A job's model, parallelism, batch and FLOPs in words with their units."""
+    return [
+        ("model", j["model"]),
+        ("parameters", fmt_number(j["params"])),
+        ("active parameters per token", fmt_number(j["active_params"])),
+        ("tensor-parallel degree (TP)", fmt_number(j["tp"])),
+        ("pipeline stages (PP)", fmt_number(j["pp"])),
+        ("data-parallel replicas (DP)", fmt_number(j["dp"])),
+        ("expert-parallel degree (EP)", fmt_number(j["ep"])),
+        ("pipeline schedule", j["schedule"]),
+        ("GPUs", fmt_number(j["gpus"])),
+        ("GPUs per pod", fmt_number(j["gpus_per_pod"])),
+        ("micro-batches per iteration", fmt_number(j["micro_batches"])),
+        ("sequences per micro-batch", fmt_number(j["micro_batch_size"])),
+        ("sequence length (tokens)", fmt_number(j["seq_len"])),
+        ("global batch (sequences)", fmt_number(j["global_batch_sequences"])),
+        ("global batch = tokens per iteration (tokens)", fmt_number(j["tokens_per_iteration"])),
+        ("model FLOPs per iteration (PFLOP)", fmt_number(j["iteration_flops"] / 1e15)),
+        ("GPU peak (TFLOP/s)", fmt_number(j["gpu_flops"] / 1e12)),
+        ("MFU assumed for the compute (%)", fmt_number(100 * j["mfu"], 3)),
+        (f"MFU over the critical path at {rate_gbps:g} Gb/s (%)",
+         fmt_number(100 * j["mfu_at_critical_path"], 3)),
+    ]  # fmt: skip
 
 
 @app.command("export")

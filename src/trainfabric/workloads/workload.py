@@ -8,6 +8,14 @@ its file states (:attr:`Workload.counts`) and the bytes one data-parallel replic
 iteration (:attr:`Workload.dp_gradient_bytes`, the DiLoCo sync payload). :func:`summarize` is
 what ``trainfabric workloads show`` prints.
 
+**A job's batch.** Global batch ``G = micro_batch_size · micro_batches · dp`` sequences, tokens
+per iteration ``T = G · seq_len``; model FLOPs per iteration ``6 · T · active weights``
+(:func:`~trainfabric.workloads.sizes.iteration_flops`) and the MFU over the critical path
+``FLOPs / (gpus · gpu_flops · critical path)``. Re-mapping onto other pods
+(:func:`~trainfabric.workloads.job.remap_onto_pods`) keeps every replica's micro-batches, so
+when DP absorbs the change the global batch grows with DP (weak scaling); when PP
+absorbs it (``pipeline``) the global batch stays. :func:`summarize` says which.
+
 **GPUs per pod of an imported job.** A trace's rank is a GPU; rank ``r`` goes to pod
 ``r // gpus_per_pod``. The default is one GPU per pod for a Chakra trace (the GPU-level view
 astra-sim simulates) and 8 for a SimAI file (its servers, ``-g_p_s`` 8 in SimAI).
@@ -29,12 +37,14 @@ from trainfabric.workloads.build import build_dag
 from trainfabric.workloads.dag import BARRIER, COMM, COMPUTE, TaskDAG
 from trainfabric.workloads.job import Job, remap_onto_pods
 from trainfabric.workloads.presets import PRESETS, get_preset
+from trainfabric.workloads.sizes import iteration_flops
 from trainfabric.workloads.traffic import PhaseTraffic, dag_from_traffic, traffic_from_dag
 
 
 @dataclass(eq=False)
 class Workload:
-    """Both views of one iteration's traffic; ``job`` is None for workloads read from JSON."""
+    """Both views of one iteration's traffic; ``job`` is None for workloads read from JSON;
+    ``base_job``: the job before ``pods`` re-mapped it (None when it was not re-mapped)."""
 
     name: str
     dag: TaskDAG
@@ -42,6 +52,7 @@ class Workload:
     _traffic: PhaseTraffic | None = field(default=None, repr=False)
     counts: dict[str, int] | None = None
     dp_gradient_bytes: float | None = None
+    base_job: Job | None = None
 
     @cached_property
     def traffic(self) -> PhaseTraffic:
@@ -74,7 +85,8 @@ def load_workload(
     ConfigError naming ``workload``; a malformed one names the bad value's path in it
     (``nodes[3].bytes``, ``model.layers``; a trace: its file, rank and node)."""
     if not is_file_spec(spec):
-        return Workload(spec, build_dag(get_preset(spec, pods), seed), get_preset(spec, pods))
+        job, base = get_preset(spec, pods), get_preset(spec)
+        return Workload(spec, build_dag(job, seed), job, base_job=None if job is base else base)
     path = Path(spec)
     if is_imported(spec):
         w = _imported(path, gpus_per_pod)
@@ -84,10 +96,11 @@ def load_workload(
             )
         return w
     if path.suffix == ".toml":
-        job = _load_job(path)
-        if pods is not None and pods != job.placement.pods:
-            job = remap_onto_pods(job, pods)
-        return Workload(job.name, build_dag(job, seed), job)
+        base = _load_job(path)
+        if pods is None or pods == base.placement.pods:
+            return Workload(base.name, build_dag(base, seed), base)
+        job = remap_onto_pods(base, pods)
+        return Workload(job.name, build_dag(job, seed), job, base_job=base)
     obj = interchange.load(path, field="workload")
     n = obj.n_pods
     if pods is not None and pods != n:
@@ -173,21 +186,79 @@ def summarize(w: Workload, rate_bps: float) -> dict[str, Any]:
         out.update(w.counts)
         out["dp_gradient_bytes"] = w.dp_gradient_bytes
     if w.job is not None:
-        m, par = w.job.model, w.job.parallelism
-        out["job"] = {
-            "model": m.name,
-            "params": m.params(),
-            "active_params": m.params(active=True),
-            "tp": par.tp,
-            "pp": par.pp,
-            "dp": par.dp,
-            "ep": par.ep,
-            "micro_batches": par.micro_batches,
-            "schedule": par.schedule,
-            "gpus": par.gpus,
-            "gpus_per_pod": w.job.placement.gpus_per_pod,
+        out["job"] = _job_summary(w.job, w.base_job, out["critical_path_s"])
+    return out
+
+
+def global_batch_sequences(job: Job) -> int:
+    """``G = micro_batch_size · micro_batches · dp`` sequences per iteration."""
+    par = job.parallelism
+    return par.micro_batch_size * par.micro_batches * par.dp
+
+
+def _job_summary(job: Job, base: Job | None, critical_path_s: float) -> dict[str, Any]:
+    """A job's shape, its batch and FLOPs (module doc) and, when re-mapped, where from."""
+    m, par, comp = job.model, job.parallelism, job.compute
+    g = global_batch_sequences(job)
+    flops = iteration_flops(job)
+    out: dict[str, Any] = {
+        "model": m.name,
+        "params": m.params(),
+        "active_params": m.params(active=True),
+        "tp": par.tp,
+        "pp": par.pp,
+        "dp": par.dp,
+        "ep": par.ep,
+        "micro_batches": par.micro_batches,
+        "schedule": par.schedule,
+        "gpus": par.gpus,
+        "gpus_per_pod": job.placement.gpus_per_pod,
+        "seq_len": m.seq_len,
+        "micro_batch_size": par.micro_batch_size,
+        "global_batch_sequences": g,
+        "global_batch_tokens": g * m.seq_len,
+        "tokens_per_iteration": g * m.seq_len,
+        "gpu_flops": comp.gpu_flops,
+        "mfu": comp.mfu,
+        "iteration_flops": flops,
+        "mfu_at_critical_path": flops / (par.gpus * comp.gpu_flops * critical_path_s),
+        "global_batch_note": batch_note(job, base),
+    }
+    if base is not None:
+        bp = base.parallelism
+        out["remapped_from"] = {
+            "pods": base.placement.pods,
+            **{k: getattr(bp, k) for k in ("tp", "pp", "dp", "ep")},
+            "global_batch_sequences": global_batch_sequences(base),
         }
     return out
+
+
+def batch_note(job: Job, base: Job | None) -> str:
+    """The global batch in words; after a re-map, which degrees changed and whether the
+    global batch changed with them."""
+    g, seq, par = global_batch_sequences(job), job.model.seq_len, job.parallelism
+    batch = f"{g:,} sequences of {seq:,} tokens ({g * seq:,} tokens per iteration)"
+    if base is None:
+        return (
+            f"Global batch: {batch}: {par.micro_batch_size:,} per micro-batch x "
+            f"{par.micro_batches:,} micro-batches x DP {par.dp:,}."
+        )
+    g0, bp = global_batch_sequences(base), base.parallelism
+    moved = ", ".join(
+        f"{k.upper()} {getattr(bp, k):,} -> {getattr(par, k):,}"
+        for k in ("tp", "pp", "dp", "ep")
+        if getattr(bp, k) != getattr(par, k)
+    )
+    head = f"Re-mapped from {base.placement.pods:,} to {job.placement.pods:,} pods ({moved}): "
+    if g == g0:
+        return head + f"the global batch stays {batch}."
+    return head + (
+        f"the global batch grows with DP, from {g0:,} to {batch}; every replica keeps its "
+        f"{par.micro_batches:,} micro-batches (weak scaling)."
+        if g > g0
+        else f"the global batch shrinks with DP, from {g0:,} to {batch}."
+    )
 
 
 def workload_names() -> list[str]:

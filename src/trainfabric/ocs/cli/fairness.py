@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from trainfabric.clikit import (
     ConfigOpt,
@@ -30,6 +29,11 @@ from trainfabric.clikit import (
 )
 from trainfabric.errors import ConfigError
 from trainfabric.ocs.cli.options import NAMES, B1Opt, B2Opt, FallbackOpt, OcsOpt, PortsOpt, RateOpt
+from trainfabric.tables import Col, print_records
+
+WideOpt = Annotated[
+    bool, typer.Option("--wide", help="Always a table, even wider than the terminal.")
+]
 
 # The direct alpha-fair check is dense SLSQP over the pod pairs: about 15 s for 276 pairs
 # (24 pods, five p), over two minutes for 496 (32 pods); by default it runs up to this many.
@@ -76,7 +80,7 @@ def ocs_fairness(
         typer.Option(
             "--job-pods",
             help="Comma-separated pods per job (each placed on a seeded random subset of "
-            "--pods) [default: every job on all pods].",
+            "--pods) \\[default: every job on all pods].",
         ),
     ] = None,
     ports: PortsOpt = 4,
@@ -106,6 +110,7 @@ def ocs_fairness(
     seed: SeedOpt = 0,
     rate_gbps: RateOpt = 100.0,
     fallback_gbps: FallbackOpt = 5.0,
+    wide: WideOpt = False,
     max_memory_gb: MaxMemoryOpt = None,
     show_progress: ProgressOpt = None,
     config: ConfigOpt = None,
@@ -129,36 +134,52 @@ def ocs_fairness(
         result["alpha_check"] = check
     if json_out:
         return emit_json(result)
-    unit = result["value_unit"]
-    t = Table(
-        "p",
-        *(f"{j['name']} (s)" for j in result["jobs"]),
-        f"mean ({unit})",
-        f"max ({unit})",
-        "Jain",
-        "alpha-fair check",
-        title=f"{len(placed)} jobs on {pods} pods, d={ports}, s={ocs}",
+    out.print(
+        f"[bold]{len(placed)} jobs on {pods} pods, {ports} OCS ports per pod, {ocs} OCSes[/bold]"
     )
-    for row in result["plans"]:
-        chk = row.get("alpha_fair")
-        t.add_row(
-            str(row["p"]),
-            *(f"{v:.4f}" for v in row["job_iteration_s"]),
-            f"{row['mean']:.4f}",
-            f"{row['max']:.4f}",
-            f"{row['jain']:.4f}",
-            "-"
-            if chk is None
-            else f"{'agree' if chk['agree'] else 'DIFFER'} "
-            f"(alpha={chk['alpha']:g}, {chk['rel_wiring']:.1e})",
-        )
-    for name, row in result["baselines"].items():
-        t.add_row(
-            name,
-            *(f"{v:.4f}" for v in row["job_iteration_s"]),
-            f"{row['mean']:.4f}",
-            f"{row['max']:.4f}",
-            f"{row['jain']:.4f}",
-            "",
-        )
-    out.print(t)
+    if check:
+        out.print(_alpha_sentence(result["plans"]))
+    cols = [
+        Col("wiring"),
+        *(Col(f"job:{j['name']}", f"{j['name']} iteration", "s") for j in result["jobs"]),
+        Col("mean", "weighted mean", result["value_unit"]),
+        Col("max", "slowest job", result["value_unit"]),
+        Col("jain", "Jain's index"),
+    ]
+    print_records(out, _fairness_rows(result), cols, wide=wide)
+
+
+# The baselines of ``study`` in the words every OCS command uses.
+BASELINE_LABELS = {
+    "near_uniform": "best near-uniform wiring",
+    "demand_proportional": "demand-proportional wiring",
+}
+
+
+def _fairness_rows(result: dict) -> list[dict]:
+    """One record per plan (``p = ...``) and per baseline, the jobs' times as ``job:NAME``."""
+    names = [j["name"] for j in result["jobs"]]
+    labelled = [(f"p = {float(row['p']):g}", row) for row in result["plans"]]
+    labelled += [(BASELINE_LABELS.get(k, k), row) for k, row in result["baselines"].items()]
+    return [
+        {
+            "wiring": label,
+            **dict(zip((f"job:{n}" for n in names), row["job_iteration_s"], strict=True)),
+            **{k: row[k] for k in ("mean", "max", "jain")},
+        }
+        for label, row in labelled
+    ]
+
+
+def _alpha_sentence(plans: list[dict]) -> str:
+    """Whether every checked plan agrees with the direct alpha-fair optimum (alpha = p + 1)."""
+    checked = [r for r in plans if r.get("alpha_fair") is not None]
+    if not checked:
+        return "alpha-fair check: no plan has a finite p to check."
+    differ = [f"p = {float(r['p']):g}" for r in checked if not r["alpha_fair"]["agree"]]
+    worst = max(r["alpha_fair"]["rel_wiring"] for r in checked)
+    verdict = f"{', '.join(differ)} DIFFER" if differ else f"all {len(checked)} checked plans agree"
+    return (
+        f"alpha-fair check (alpha = p + 1, solved directly): {verdict}; largest relative "
+        f"wiring difference {worst:.1e}."
+    )

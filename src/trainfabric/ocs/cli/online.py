@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
+from rich.markup import escape
 
 from trainfabric.clikit import (
     ConfigOpt,
@@ -35,6 +35,7 @@ from trainfabric.clikit import (
 )
 from trainfabric.errors import ConfigError
 from trainfabric.ocs.cli.options import FallbackOpt, OcsOpt, PortsOpt, RateOpt
+from trainfabric.tables import Col, fmt_number, print_records
 
 GENERATORS = ("random-walk", "jumps", "moe-phases", "job-arrival")
 POLICIES = ("threshold", "always", "never", "oracle", "glr")
@@ -113,6 +114,23 @@ def _churn(cost, seq, res, policy: str, c: float, charge: str) -> dict:
     return out
 
 
+# ``ocs online``'s quantities in words with their units, and their summary keys.
+ONLINE_ROWS = (
+    ("regret against the per-slot optimum (s)", "regret_s"),
+    ("regret bound (s)", "regret_bound_s"),
+    ("regret / sqrt(gamma C V1 T)", "normalised_regret"),
+    ("switches", "switches"),
+    ("switches bound, V1 / theta + 1", "switches_bound"),
+    ("circuits moved", "moved_circuits"),
+    ("total l1 variation V1 (bytes)", "v1"),
+    ("gamma, cost per byte of drift (s/byte)", "gamma_s_per_byte"),
+    ("threshold theta (bytes)", "theta"),
+    ("bound-optimal threshold theta* (bytes)", "theta_star"),
+    ("regret of switching every slot (s)", "regret_always_s"),
+    ("regret of never switching (s)", "regret_never_s"),
+)
+
+
 def ocs_online(
     traffic: Annotated[
         str,
@@ -124,12 +142,12 @@ def ocs_online(
     v1: Annotated[
         float | None,
         typer.Option(
-            help="Total l1 variation V1, bytes (generators) [default: 0.2 x one slot's bytes].",
+            help="Total l1 variation V1, bytes (generators) \\[default: 0.2 x one slot's bytes].",
             callback=finite(ge=0),
         ),
     ] = None,
     pods: Annotated[
-        int | None, typer.Option(min=2, max=4096, help="Pods [default: 16, or the file's].")
+        int | None, typer.Option(min=2, max=4096, help="Pods \\[default: 16, or the file's].")
     ] = None,
     jumps: Annotated[
         int, typer.Option(min=1, max=10_000_000, help="Jumps of the 'jumps' generator.")
@@ -141,7 +159,7 @@ def ocs_online(
     switch_cost_s: Annotated[
         float | None,
         typer.Option(
-            help="Switching cost C, s [default: slot 0's optimal cost].", callback=finite(ge=0)
+            help="Switching cost C, s \\[default: slot 0's optimal cost].", callback=finite(ge=0)
         ),
     ] = None,
     charge: Annotated[
@@ -150,7 +168,9 @@ def ocs_online(
     policy: Annotated[str, typer.Option(help=f"One of {', '.join(POLICIES)}.")] = "threshold",
     theta: Annotated[
         float | None,
-        typer.Option(help="Threshold on the l1 drift, bytes [default: θ*].", callback=finite(ge=0)),
+        typer.Option(
+            help="Threshold on the l1 drift, bytes \\[default: θ*].", callback=finite(ge=0)
+        ),
     ] = None,
     glr_delta: Annotated[
         float, typer.Option(help="GLR false-alarm level (policy glr).", callback=finite(gt=0))
@@ -203,11 +223,6 @@ def ocs_online(
     }
     if json_out:
         return emit_json(summary)
-    t = Table("quantity", "value", title=f"ocs online: {policy} on {source}, T={seq.slots}")
-    for key in ("regret_s", "regret_bound_s", "normalised_regret", "switches", "switches_bound"):
-        t.add_row(key, f"{summary[key]:.6g}")
-    for key in ("moved_circuits", "v1", "gamma_s_per_byte", "theta", "theta_star"):
-        t.add_row(key, f"{summary[key]:.6g}")
-    t.add_row("regret of always / never (s)", f"{summary['regret_always_s']:.6g} / "
-              f"{summary['regret_never_s']:.6g}")  # fmt: skip
-    out.print(t)
+    out.print(f"[bold]ocs online: {policy} policy on {escape(source)}, {seq.slots:,} slots[/bold]")
+    rows = [{"quantity": q, "value": fmt_number(summary[key])} for q, key in ONLINE_ROWS]
+    print_records(out, rows, [Col("quantity"), Col("value")])

@@ -19,7 +19,7 @@ WorkloadArg = Annotated[
 ]
 PodsOpt = Annotated[
     int | None,
-    typer.Option(min=2, max=65_536, help="Pods (re-maps a preset) [default: the preset's own]."),
+    typer.Option(min=2, max=65_536, help="Pods (re-maps a preset) \\[default: the preset's own]."),
 ]
 PortsOpt = Annotated[
     int, typer.Option("--ports", min=1, max=4096, help="OCS-facing ports per pod (d).")

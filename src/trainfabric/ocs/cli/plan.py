@@ -1,8 +1,11 @@
 """``trainfabric ocs plan`` and ``ocs compare``: the wiring and its rivals.
 
-``ocs plan``: the entropic planner's wiring and per-OCS cross-connect tables; ``ocs compare``:
-the planner beside the MILP (HiGHS), the uniform mesh, the demand-proportional and the
-traffic-matrix-only wirings.
+``ocs plan``: the entropic planner's wiring, its per-OCS cross-connect tables (Parquet and
+CSV) and a run directory with ``summary.json`` and ``report.html``; ``ocs compare``: the
+planner beside the MILP (HiGHS), the uniform mesh, the best near-uniform wiring, the
+demand-proportional and the traffic-matrix-only wirings. Both print their findings
+(:func:`~trainfabric.ocs.wiring.planner.plan_findings`, ``compare_findings``) first, in the
+words the JSON's keys use: "uniform mesh" and "best near-uniform wiring" are two baselines.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from trainfabric.clikit import (
@@ -26,7 +30,7 @@ from trainfabric.clikit import (
     out,
     progress,
 )
-from trainfabric.io import prepare_dir
+from trainfabric.io import prepare_dir, write_json, write_parquet
 from trainfabric.ocs.cli.options import (
     NAMES,
     B1Opt,
@@ -38,6 +42,7 @@ from trainfabric.ocs.cli.options import (
     RateOpt,
     WorkloadArg,
 )
+from trainfabric.tables import Col, fmt_number, print_records
 
 
 def _ocs_instance(workload, pods, ports, ocs, rate_gbps, fallback_gbps, seed, gpus_per_pod=None):
@@ -66,15 +71,23 @@ def ocs_plan(
     fallback_gbps: FallbackOpt = 5.0,
     gpus_per_pod: GpusPerPodOpt = None,
     out_dir: Annotated[
-        Path, typer.Option("--out", help="Where the cross-connect tables go.")
+        Path,
+        typer.Option(
+            "--out",
+            help="Run directory: cross_connects.parquet and .csv (one row per cross-connect: "
+            "ocs, a_port, a_pod, b_port, b_pod), wiring.parquet and .csv (u, v, circuits), "
+            "critical_paths.parquet (the plan, both baselines, the lower bound), plan.json, "
+            "summary.json (with findings) and report.html.",
+        ),
     ] = Path("runs/ocs-plan"),
     max_memory_gb: MaxMemoryOpt = None,
     show_progress: ProgressOpt = None,
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Plan the inter-pod wiring through parallel OCSes and write per-OCS cross-connect tables."""
-    from trainfabric.ocs.wiring.planner import plan, write_plan
+    """Plan the inter-pod wiring through parallel OCSes and write per-OCS cross-connect tables
+    (Parquet and CSV) and a report; prints the findings first."""
+    from trainfabric.ocs.wiring.planner import plan
     from trainfabric.runs.store import RunDir
 
     with progress(json_out, "ocs plan", show_progress):
@@ -85,28 +98,115 @@ def ocs_plan(
         prepare_dir(out_dir, "--out")
         with RunDir(out_dir).single_run(None), options(**NAMES):
             result = plan(w.dag, model, b1_rel=b1, b2_rel=b2, seed=seed)
-    summary = {"workload": w.name, **result.summary(model)}
-    summary["tables_path"] = str(write_plan(out_dir, model, result, summary))
+        summary = _write_run(out_dir, w.name, model, result)
     if json_out:
         return emit_json(summary)
-    t = Table(
-        "quantity",
-        "value",
-        title=f"OCS plan: {w.name} on {model.n} pods, d={ports}, s={ocs}; "
-        f"certified gap <= {100 * summary['certified_gap']:.2f} %",
+    _print_findings(f"OCS plan: {_instance(w.name, model, ports, ocs)}", summary["findings"])
+    print_records(out, _plan_rows(summary), [Col("quantity"), Col("value")])
+    out.print(
+        f"Run directory {escape(str(out_dir))}: cross_connects.parquet and .csv (per-OCS "
+        "cross-connects), wiring.parquet and .csv, summary.json, report.html"
     )
-    t.add_row("hard critical path (integer wiring)", f"{summary['hard_critical_path_s']:.6f} s")
-    t.add_row("certified lower bound (any wiring)", f"{summary['lower_bound_s']:.6f} s")
-    t.add_row("certificate tolerance", f"{100 * summary['certificate_tolerance']:.2f} %")
-    t.add_row("best near-uniform critical path", f"{summary['uniform_critical_path_s']:.6f} s")
-    t.add_row("improvement vs near-uniform", f"{100 * summary['improvement_vs_uniform']:.2f} %")
-    t.add_row("smoothed cost U", f"{summary['smoothed_cost_s']:.6f} s")
-    t.add_row("KL(w || q)", f"{summary['kl_to_prior']:.4f}")
-    t.add_row("circuits moved vs uniform mesh", str(summary["circuits_moved_vs_prior"]))
-    t.add_row("solve + round + decompose", f"{summary['solve_time_s']:.3f} s")
-    t.add_row("per-OCS split", "ok" if summary["split_feasible"] else "INFEASIBLE (see tables)")
-    t.add_row("cross-connect tables", summary["tables_path"])
-    out.print(t)
+
+
+def _write_run(out_dir: Path, name: str, model, result) -> dict:
+    """The plan's summary with its findings, written as tables, ``plan.json``,
+    ``summary.json`` and ``report.html`` into ``out_dir``."""
+    from trainfabric.ocs.wiring.planner import CROSS_CONNECTS, WIRING, plan_findings, write_plan
+    from trainfabric.runs import render_report
+
+    summary = {"workload": name, **result.summary(model)}
+    summary = {"findings": plan_findings(summary), **summary}
+    summary["tables_path"] = str(write_plan(out_dir, model, result, summary))
+    summary["tables_csv_path"] = str(out_dir / f"{CROSS_CONNECTS}.csv")
+    summary["wiring_csv_path"] = str(out_dir / f"{WIRING}.csv")
+    write_parquet(out_dir / "critical_paths.parquet", _critical_paths(summary))
+    write_json(out_dir / "summary.json", {k: v for k, v in summary.items() if k != "ocs_configs"})
+    summary["report"] = str(render_report(out_dir))
+    return summary
+
+
+def _critical_paths(s: dict):
+    """The plan beside both baselines and the certified lower bound (seconds), as a
+    DataFrame: the table whose ``method`` comparison the report draws."""
+    import pandas as pd
+
+    return pd.DataFrame(
+        {
+            "method": [
+                "our plan",
+                "best near-uniform wiring",
+                "uniform mesh",
+                "lower bound, any wiring",
+            ],
+            "critical_path_s": [
+                s["hard_critical_path_s"],
+                s["best_near_uniform_critical_path_s"],
+                s["uniform_mesh_critical_path_s"],
+                s["lower_bound_s"],
+            ],
+        }
+    )
+
+
+def _instance(name: str, model, ports: int, ocs: int) -> str:
+    return f"{name} on {model.n:,} pods, {ports:,} OCS ports per pod, {ocs:,} OCSes"
+
+
+def _print_findings(title: str, findings: list[str]) -> None:
+    """The title in bold, then one bullet per finding (wrapped lines hang under the text)."""
+    out.print(f"[bold]{escape(title)}[/bold]")
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(no_wrap=True)
+    grid.add_column()
+    for sentence in findings:
+        grid.add_row("-", escape(sentence))
+    out.print(grid)
+    out.print()
+
+
+def _pct(v: float) -> str:
+    return fmt_number(100 * v, 3)
+
+
+# ``ocs plan``'s quantities in words with their units (the findings' vocabulary) and their
+# summary keys; a fraction shown as "(%)" is multiplied by 100.
+PLAN_ROWS = (
+    ("plan's critical path (s)", "hard_critical_path_s"),
+    ("certified lower bound, any wiring (s)", "lower_bound_s"),
+    ("certified gap: plan above the bound (%)", "certified_gap"),
+    ("certificate tolerance: bound below its relaxation (%)", "certificate_tolerance"),
+    ("best near-uniform wiring's critical path (s)", "best_near_uniform_critical_path_s"),
+    ("uniform mesh's critical path (s)", "uniform_mesh_critical_path_s"),
+    ("plan below the best near-uniform wiring (%)", "improvement_vs_best_near_uniform"),
+    ("plan below the uniform mesh (%)", "improvement_vs_uniform_mesh"),
+    ("solver's fractional wiring's critical path, not a bound (s)",
+     "fractional_wiring_critical_path_s"),
+    ("smoothed critical path U of the plan (s)", "smoothed_cost_s"),
+    ("KL(w || q) to the uniform prior (nats)", "kl_to_prior"),
+    ("circuits moved from the uniform mesh (count)", "circuits_moved_vs_prior"),
+    ("planning wall time (s)", "solve_time_s"),
+)  # fmt: skip
+
+
+# ``ocs compare``'s table: a wiring per row, named as in the findings (the MILP with its
+# status); ``vs_plan`` = critical path / our plan's − 1.
+COMPARE_COLS = (
+    Col("wiring"),
+    Col("hard_critical_path_s", "critical path", "s"),
+    Col("vs_plan", "vs plan", "%", fmt=lambda v: f"+{_pct(v)}" if v > 0 else _pct(v)),
+    Col("wall_s", "wall time", "s", fmt=lambda v: fmt_number(v, 2)),
+)
+
+
+def _plan_rows(s: dict) -> list[dict]:
+    """:data:`PLAN_ROWS` of the summary ``s``, then whether the per-OCS split is whole."""
+    rows = [
+        {"quantity": q, "value": (_pct if q.endswith("(%)") else fmt_number)(s[key])}
+        for q, key in PLAN_ROWS
+    ]
+    split = "ok" if s["split_feasible"] else "INFEASIBLE (see tables)"
+    return [*rows, {"quantity": "per-OCS split", "value": split}]
 
 
 def ocs_compare(
@@ -128,8 +228,9 @@ def ocs_compare(
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Our planner beside the MILP (HiGHS), uniform mesh, demand and TM-only wirings."""
-    from trainfabric.ocs.wiring.planner import compare
+    """Our planner beside the MILP (HiGHS), the uniform mesh, the best near-uniform wiring,
+    the demand-proportional and the traffic-matrix-only wirings; prints the findings first."""
+    from trainfabric.ocs.wiring.planner import compare, compare_findings
 
     with progress(json_out, "ocs compare", show_progress), options(**NAMES):
         w, model = _ocs_instance(
@@ -138,23 +239,27 @@ def ocs_compare(
         rows = compare(
             w.dag, model, b1_rel=b1, b2_rel=b2, seed=seed, milp_time_limit_s=milp_time_limit_s
         )
+    by = {r["method"]: r["hard_critical_path_s"] for r in rows}
+    result = {
+        "workload": w.name,
+        "pods": model.n,
+        "findings": compare_findings(rows),
+        "hard_critical_path_s": by["entropic"],
+        "best_near_uniform_critical_path_s": by["best-near-uniform"],
+        "uniform_mesh_critical_path_s": by["uniform"],
+        "methods": rows,
+    }
     if json_out:
-        return emit_json({"workload": w.name, "pods": model.n, "methods": rows})
-    t = Table(
-        "method",
-        "hard CP (s)",
-        "vs best (%)",
-        "wall (s)",
-        "status",
-        title=f"{w.name}: {model.n} pods, d={ports}, s={ocs}",
+        return emit_json(result)
+    _print_findings(
+        f"OCS wirings compared: {_instance(w.name, model, ports, ocs)}", result["findings"]
     )
-    best = min(r["hard_critical_path_s"] for r in rows)
-    for r in rows:
-        t.add_row(
-            r["method"],
-            f"{r['hard_critical_path_s']:.6f}",
-            f"{100 * (r['hard_critical_path_s'] / best - 1):.2f}",
-            f"{r['wall_s']:.3f}",
-            r["status"],
-        )
-    out.print(t)
+    table = [
+        {
+            **r,
+            "wiring": r["label"] + (f", {r['status']}" if r["method"] == "milp" else ""),
+            "vs_plan": r["hard_critical_path_s"] / by["entropic"] - 1,
+        }
+        for r in rows
+    ]
+    print_records(out, table, COMPARE_COLS)

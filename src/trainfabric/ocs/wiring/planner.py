@@ -23,8 +23,15 @@ demand-proportional wiring are candidates next to the rounding's result (and the
 wiring); the shortest hard critical path wins, then it is split onto the OCSes.
 
 Every plan carries a certified lower bound on the integer optimum (:func:`.bound.certify`,
-seeded with the fractional and the integer wiring) and ``certified_gap = CP / bound − 1``;
-``improvement_vs_uniform`` compares with the best near-uniform integer wiring.
+seeded with the fractional and the integer wiring) and ``certified_gap = CP / bound − 1``.
+
+Two baselines, named the same in every command and report: the **uniform mesh**
+(:func:`.baselines.uniform_mesh`, ``uniform_mesh_critical_path_s``) and the **best
+near-uniform wiring** (:func:`.baselines.best_near_uniform`, every pair within one circuit of
+the fractional mesh, the best of a few roundings: ``best_near_uniform_critical_path_s``, the
+older key ``uniform_critical_path_s``). ``improvement_vs_X = 1 − CP / CP_X``
+(``improvement_vs_uniform`` is ``improvement_vs_best_near_uniform``). :func:`plan_findings` and
+:func:`compare_findings` state them in sentences.
 
 The relaxation allows dark ports (``Σ_u w_uv ≤ r_v``, ``solver.solve(inequality=True)``).
 
@@ -58,7 +65,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from trainfabric.errors import ConfigError, InfeasibleError
-from trainfabric.io import write_json, write_parquet
+from trainfabric.io import write_json, write_parquet, write_text
 from trainfabric.limits import check_memory, memory_limit_bytes
 from trainfabric.ocs.model import OcsModel
 from trainfabric.ocs.wiring import baselines, decompose, rounding, solver
@@ -66,6 +73,7 @@ from trainfabric.ocs.wiring.bound import certify
 from trainfabric.ocs.wiring.cost import PathCost, temperatures
 from trainfabric.ocs.wiring.onehop import least_bottleneck
 from trainfabric.ocs.wiring.prior import kl, uniform_prior
+from trainfabric.tables import fmt_number
 from trainfabric.workloads.dag import COMM, Phase, TaskDAG
 from trainfabric.workloads.traffic import PhaseTraffic, dag_from_traffic, traffic_from_dag
 
@@ -76,10 +84,14 @@ class Plan:
 
     ``uniform_critical_path_s``: the best near-uniform integer wiring's critical path
     (:func:`.baselines.best_near_uniform`), the reference of ``improvement_vs_uniform``;
-    ``lower_bound_s`` ≤ every integer wiring's critical path and ``certificate_tolerance``
-    (:class:`.bound.Certificate`). ``success``: the wiring splits onto the OCSes (every
-    circuit realised, ``split_feasible`` of :meth:`summary`); ``message``: the certified gap,
-    or the circuits left unrealised."""
+    ``uniform_mesh_critical_path_s``: the uniform mesh's (:func:`.baselines.uniform_mesh`);
+    ``fractional_critical_path_s``: the hard critical path of the solver's fractional wiring
+    ``x_frac`` (circuit counts not rounded), which is not a bound: the solver minimises the
+    smoothed critical path plus ``KL(w || q)/b1``, and the rounding's search then shortens
+    the hard critical path, so it can exceed the plan's. ``lower_bound_s`` ≤ every integer
+    wiring's critical path and ``certificate_tolerance`` (:class:`.bound.Certificate`).
+    ``success``: the wiring splits onto the OCSes (every circuit realised, ``split_feasible``
+    of :meth:`summary`); ``message``: the certified gap, or the circuits left unrealised."""
 
     x: np.ndarray
     x_frac: np.ndarray
@@ -100,6 +112,7 @@ class Plan:
     lower_bound_s: float = float("nan")
     certificate_tolerance: float = float("nan")
     method: str = "general"
+    uniform_mesh_critical_path_s: float = float("nan")
 
     @property
     def certified_gap(self) -> float:
@@ -122,7 +135,14 @@ class Plan:
         return sum(self.timings_s.values())
 
     def summary(self, model: OcsModel) -> dict[str, Any]:
-        """JSON-able figures plus the per-OCS cross-connect tables."""
+        """JSON-able figures plus the per-OCS cross-connect tables (baseline keys: module doc;
+        ``fractional_wiring_critical_path_s`` is ``fractional_critical_path_s`` by a clearer
+        name)."""
+        cp, near, mesh = (
+            self.hard_critical_path_s,
+            self.uniform_critical_path_s,
+            self.uniform_mesh_critical_path_s,
+        )
         return {
             "pods": model.n,
             "method": self.method,
@@ -133,13 +153,19 @@ class Plan:
             "hard_critical_path_s": self.hard_critical_path_s,
             "fractional_critical_path_s": self.fractional_critical_path_s,
             "uniform_critical_path_s": self.uniform_critical_path_s,
-            "improvement_vs_uniform": 1 - self.hard_critical_path_s / self.uniform_critical_path_s,
+            "improvement_vs_uniform": 1 - cp / near,
+            "best_near_uniform_critical_path_s": near,
+            "improvement_vs_best_near_uniform": 1 - cp / near,
+            "uniform_mesh_critical_path_s": mesh,
+            "improvement_vs_uniform_mesh": 1 - cp / mesh,
+            "fractional_wiring_critical_path_s": self.fractional_critical_path_s,
             "lower_bound_s": self.lower_bound_s,
             "certified_gap": self.certified_gap,
             "certificate_tolerance": self.certificate_tolerance,
             "smoothed_cost_s": self.smoothed_cost_s,
             "kl_to_prior": self.kl_to_prior,
             "circuits_moved_vs_prior": self.circuits_moved_vs_prior,
+            "total_circuits": model.total_circuits,
             "b1": self.b1,
             "b2": self.b2,
             "iterations": self.iterations,
@@ -289,6 +315,7 @@ def plan(
         kl_to_prior=kl(x / model.total_circuits, q),
         circuits_moved_vs_prior=int(np.abs(x - uniform).sum() // 2),
         uniform_critical_path_s=cost.hard(near_uniform),
+        uniform_mesh_critical_path_s=cost.hard(uniform),
         b1=b1,
         b2=b2,
         iterations=res.iterations,
@@ -400,6 +427,7 @@ def _plan_one_hop(
         kl_to_prior=kl(x / model.total_circuits, uniform_prior(model)),
         circuits_moved_vs_prior=int(np.abs(x - uniform).sum() // 2),
         uniform_critical_path_s=cost.hard(near_uniform),
+        uniform_mesh_critical_path_s=cost.hard(uniform),
         b1=b1,
         b2=b2,
         iterations=0,
@@ -424,24 +452,171 @@ def cross_connect_table(model: OcsModel, tables: list) -> dict[str, np.ndarray]:
     return {"ocs": ocs, "a_port": a, "a_pod": owner[a], "b_port": b, "b_pod": owner[b]}
 
 
+CROSS_CONNECTS = "cross_connects"  # file stem of the per-OCS cross-connect table
+WIRING = "wiring"  # file stem of the circuits per pod pair
+
+
+def csv_text(columns: dict[str, np.ndarray]) -> str:
+    """Integer columns as CSV: a header line of the names, then one line per row."""
+    rows = np.column_stack([np.asarray(c, dtype=np.int64) for c in columns.values()])
+    return "\n".join([",".join(columns), *(",".join(map(str, r)) for r in rows.tolist())]) + "\n"
+
+
 def write_plan(out_dir, model: OcsModel, result: Plan, summary: dict[str, Any]) -> Path:
-    """Write ``cross_connects.parquet``, ``wiring.parquet`` and ``plan.json`` (atomically)."""
+    """Write ``cross_connects.parquet`` (one row per cross-connect, its ``ocs`` a column),
+    ``wiring.parquet`` (circuits per pod pair), the same two tables as ``.csv`` and
+    ``plan.json`` (atomically); returns the cross-connect Parquet file's path."""
     out_dir = Path(out_dir)
     iu, iv = model.pairs
     keep = result.x > 0
-    write_parquet(
-        out_dir / "wiring.parquet",
-        {"u": iu[keep], "v": iv[keep], "circuits": result.x[keep].astype(np.int64)},
-    )
+    wiring = {"u": iu[keep], "v": iv[keep], "circuits": result.x[keep].astype(np.int64)}
+    write_parquet(out_dir / f"{WIRING}.parquet", wiring)
     header = {
         k: getattr(result, k)
         for k in ("hard_critical_path_s", "lower_bound_s", "certified_gap", "certificate_tolerance")
     }
-    path = write_parquet(
-        out_dir / "cross_connects.parquet", cross_connect_table(model, result.tables), header
-    )
+    table = cross_connect_table(model, result.tables)
+    path = write_parquet(out_dir / f"{CROSS_CONNECTS}.parquet", table, header)
+    write_text(out_dir / f"{CROSS_CONNECTS}.csv", csv_text(table))
+    write_text(out_dir / f"{WIRING}.csv", csv_text(wiring))
     write_json(out_dir / "plan.json", {k: v for k, v in summary.items() if k != "ocs_configs"})
     return path
+
+
+def _seconds(v: float) -> str:
+    return f"{fmt_number(v)} s"
+
+
+def _percent(v: float) -> str:
+    return f"{fmt_number(100 * v, 3)}%"
+
+
+def _relative(a: float, b: float) -> str:
+    """``a`` beside ``b`` in words: "12.3% below", "4.56% above" or "equal to"."""
+    if a < b:
+        return f"{_percent(1 - a / b)} below"
+    return f"{_percent(a / b - 1)} above" if a > b else "equal to"
+
+
+def _vs_baselines(who: str, cp: float, near: float, mesh: float) -> str:
+    return (
+        f"{who} critical path is {_seconds(cp)}, {_relative(cp, near)} the best near-uniform "
+        f"wiring's {_seconds(near)} and {_relative(cp, mesh)} the uniform mesh's {_seconds(mesh)}."
+    )
+
+
+def plan_findings(summary: dict[str, Any]) -> list[str]:
+    """What a plan answers, in sentences with its numbers (:meth:`Plan.summary`'s keys): the
+    critical path beside both baselines, the certified distance from the best any wiring
+    can do (and how much of it may be the bound's own slack), why the solver's fractional
+    wiring lies outside [bound, plan] when it does, and whether every circuit is realised."""
+    s = summary
+    cp, lb = s["hard_critical_path_s"], s["lower_bound_s"]
+    near, mesh = s["best_near_uniform_critical_path_s"], s["uniform_mesh_critical_path_s"]
+    frac = _fractional_sentence(s["fractional_wiring_critical_path_s"], cp, lb)
+    return [
+        _vs_baselines("The plan's", cp, near, mesh),
+        _certificate_sentence(s),
+        *([frac] if frac else []),
+        _split_sentence(s),
+    ]
+
+
+def _certificate_sentence(s: dict[str, Any]) -> str:
+    """The certified gap ``CP / LB − 1`` in words, and how much of it the certificate's
+    tolerance (the bound's distance below its relaxation's optimum) may explain."""
+    lb, gap, tol = s["lower_bound_s"], s["certified_gap"], s["certificate_tolerance"]
+    if gap <= 0:
+        return (
+            f"No wiring can do better: the critical path equals the certified lower bound "
+            f"({_seconds(lb)}; method {s['method']})."
+        )
+    slack = (
+        f"may sit up to {_percent(tol)} below its relaxation's optimum, so all of the gap "
+        "may be the bound's slack and the plan optimal"
+        if tol >= gap
+        else f"is within {_percent(tol)} of its relaxation's optimum; the rest of the gap is "
+        "the plan's distance from optimal or the relaxation's integrality gap"
+    )
+    return (
+        f"It is within {_percent(gap)} of the best any wiring can do: no wiring's critical "
+        f"path is below the certified lower bound of {_seconds(lb)} (the bound {slack})."
+    )
+
+
+def _fractional_sentence(frac: float, cp: float, lb: float) -> str | None:
+    """Why the solver's fractional wiring's critical path lies outside ``[lb, cp]``, when it
+    does: it counts fractions of circuits at the continuous rate ``B x + B0`` (below the
+    bound's interpolant between integers), and the solver minimises a smoothed, prior-pulled
+    cost rather than the hard critical path."""
+    if lb * (1 - 1e-9) <= frac <= cp * (1 + 1e-9):
+        return None
+    where = "above the plan's" if frac > cp else "below the certified lower bound"
+    return (
+        f"The solver's fractional wiring has a critical path of {_seconds(frac)}, {where}: "
+        "it is no bound, as it counts fractions of circuits at their continuous rate and "
+        "minimises a smoothed critical path pulled towards the uniform mesh; the plan is the "
+        "best integer wiring found from it and the baselines."
+    )
+
+
+def _split_sentence(s: dict[str, Any]) -> str:
+    """Whether every circuit is a cross-connect, and the plan's distance from the uniform
+    mesh (``circuits_moved_vs_prior``: half the L1 distance between the two wirings)."""
+    if not s["split_feasible"]:
+        left = sum(k for _, _, k in s["unrealised_circuits"])
+        return f"{left:,} circuits could not be split onto the {s['ocs']:,} OCSes."
+    n = sum(len(t) for t in s["ocs_configs"])
+    return (
+        f"All {n:,} circuits of the plan are cross-connects on the {s['ocs']:,} OCSes; it "
+        f"differs from the uniform mesh ({s['total_circuits']:,} circuits) by "
+        f"{s['circuits_moved_vs_prior']:,} moved circuits (half the L1 distance)."
+    )
+
+
+# Every compared method's name in words, the same in every command and report.
+METHOD_LABELS = {
+    "entropic": "our plan",
+    "milp": "MILP (HiGHS)",
+    "uniform": "uniform mesh",
+    "best-near-uniform": "best near-uniform wiring",
+    "demand": "demand-proportional wiring",
+    "traffic-only": "traffic-matrix-only plan",
+}
+
+
+def compare_findings(rows: list[dict[str, Any]]) -> list[str]:
+    """:func:`compare`'s rows in sentences: our plan beside both baselines and the MILP, then
+    every other method's distance from our plan (nothing without an ``entropic`` row)."""
+    by = {r["method"]: r for r in rows}
+    if "entropic" not in by:
+        return []
+    cp = by["entropic"]["hard_critical_path_s"]
+    out = []
+    if {"uniform", "best-near-uniform"} <= set(by):
+        near = by["best-near-uniform"]["hard_critical_path_s"]
+        out.append(_vs_baselines("Our plan's", cp, near, by["uniform"]["hard_critical_path_s"]))
+    if "milp" in by:
+        out.append(_milp_sentence(by["milp"], cp))
+    for r in rows:
+        if r["method"] in ("demand", "traffic-only"):
+            other = r["hard_critical_path_s"]
+            out.append(
+                f"The {r['label']}'s critical path is {_relative(other, cp)} our plan's "
+                f"({_seconds(other)} vs {_seconds(cp)})."
+            )
+    return out
+
+
+def _milp_sentence(row: dict[str, Any], cp: float) -> str:
+    """Our plan's critical path ``cp`` beside the MILP's row (proven optimum or not)."""
+    milp = row["hard_critical_path_s"]
+    if not np.isfinite(milp):
+        return f"The MILP found no wiring (status {row['status']})."
+    what = "proven optimum" if row["status"] == "optimal" else f"best wiring ({row['status']})"
+    took = f"HiGHS took {_seconds(row['wall_s'])}"
+    where = "equals" if cp == milp else f"is {_relative(cp, milp)}"
+    return f"Our plan's critical path {where} the MILP's {what}, {_seconds(milp)} ({took})."
 
 
 def aggregated_dag(dag: TaskDAG) -> TaskDAG:
@@ -477,10 +652,18 @@ def compare(
     b2_rel: float = 50.0,
     seed: int = 0,
     milp_time_limit_s: float = 60.0,
-    methods: tuple[str, ...] = ("entropic", "milp", "uniform", "demand", "traffic-only"),
+    methods: tuple[str, ...] = (
+        "entropic",
+        "milp",
+        "uniform",
+        "best-near-uniform",
+        "demand",
+        "traffic-only",
+    ),
 ) -> list[dict[str, Any]]:
     """Every method's integer wiring on one instance, scored by the same hard critical path
-    (size guard first: :func:`check_plan_size`, field ``pods``)."""
+    (size guard first: :func:`check_plan_size`, field ``pods``); each row names its method
+    in words (``label``, :data:`METHOD_LABELS`). A MILP without a wiring scores ``inf``."""
     check_plan_size(dag, model)
     cost = PathCost(dag, model)
     rows = []
@@ -498,6 +681,8 @@ def compare(
             extra = {"best_bound_s": m.best_bound_s, "mip_gap": m.gap, "solver": m.solver}
         elif method == "uniform":
             x = baselines.uniform_mesh(model)
+        elif method == "best-near-uniform":
+            x = baselines.best_near_uniform(cost, model, seed=seed)
         elif method == "demand":
             x = baselines.demand_proportional(dag, model)
         elif method == "traffic-only":
@@ -508,7 +693,8 @@ def compare(
         rows.append(
             {
                 "method": method,
-                "hard_critical_path_s": cost.hard(x),
+                "label": METHOD_LABELS[method],
+                "hard_critical_path_s": float("inf") if x is None else cost.hard(x),
                 "wall_s": wall,
                 "status": status,
                 **extra,
