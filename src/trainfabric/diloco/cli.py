@@ -1,8 +1,17 @@
 """``trainfabric diloco ...``: workload-aware DiLoCo sync policies and the protocol.
 
-``diloco sim``: one policy on one regime and seed (SLO, syncs, progress); ``diloco protocol``:
-every policy against its matched-random control over paired seeds and regimes, with
-statistics and verdicts, into a run directory with a report.
+``diloco sim``: one policy on one regime and seed (SLO, syncs, progress, and when the syncs
+ran: ``--json`` lists every sync's ``start_s``, ``end_s`` and ``request_rate_per_s``);
+``diloco protocol``: every policy against its matched-random control over paired seeds and
+regimes, with statistics, verdicts and their reasons, into a run directory with a report.
+
+Text output leads with the answer in sentences (the protocol's ``findings``), then tables
+from :mod:`trainfabric.tables` (full headers with units; one block per record when wider
+than the terminal, ``--wide`` for the protocol's extra columns). ``--json`` keys of
+``protocol`` beyond the per-regime rows: ``findings``, ``windows_per_seed`` and
+``windows_note`` (what a trace regime's windows were chosen from), ``regime_labels`` and
+``merged_regimes`` (regimes a trace makes identical run once), ``sync_timing`` (the request
+rate during the primary policy's syncs, its matched random's and the mean).
 """
 
 from __future__ import annotations
@@ -11,7 +20,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from trainfabric.clikit import (
     ConfigOpt,
@@ -33,6 +41,7 @@ from trainfabric.diloco.serve import cli as serve_cli
 from trainfabric.diloco.train.command import train_cmd
 from trainfabric.errors import ConfigError
 from trainfabric.io import prepare_dir
+from trainfabric.tables import Col, fmt_number, print_records
 
 app = typer.Typer(help="Workload-aware DiLoCo sync policies.", no_args_is_help=True)
 POLICIES = (
@@ -61,6 +70,14 @@ OverlapOpt = Annotated[
         "--allow-overlap",
         help="Trace regimes: allow more seeds than the trace's disjoint segments (random, "
         "overlapping offsets; the verdicts say so).",
+    ),
+]
+WideOpt = Annotated[
+    bool,
+    typer.Option(
+        "--wide",
+        help="Add the statistics (role, p-values, loss, tokens, syncs, no-sync floor) and "
+        "print each table on one line per row, however wide.",
     ),
 ]
 # Internal field names of the DiLoCo API -> what the user typed.
@@ -129,12 +146,20 @@ def sim_cmd(
         reg = _regime(regime, trace, rate_scale, allow_overlap)
         if workload is not None:
             reg = _sized_by(reg, workload, gpus_per_pod)
-        if windows is None:
-            windows = segment_windows(reg, seed + 1) if reg.is_trace else 10_000
+        if windows is None and reg.is_trace:
+            windows = segment_windows(reg, seed + 1)
+            err.print(
+                f"windows: {windows:,} of 1 s, the trace's segment length for seeds 0..{seed} "
+                f"({reg.trace_duration_s():,.0f} s at {reg.rate:.4g} requests/s, cut in "
+                f"{seed + 1}); seed {seed} replays segment {seed}",
+                highlight=False,
+            )
+        windows = 10_000 if windows is None else windows
         fleet = FleetConfig(windows=max(windows, 10))
         check_segments(reg, seed + 1, fleet.horizon_s, "--seed")
         res = simulate(fleet, reg, [Block(make_policy(policy), np.array([seed]))])
     row = {k: (v.item() if hasattr(v, "item") else v) for k, v in res.table.iloc[0].items()}
+    row |= {k: int(row[k]) for k in ("requests", "unfinished_requests", "late_unfinished")}
     row |= {"sync_payload_bytes": reg.sync.params * reg.sync.bytes_per_param, "sync_s": reg.sync_s}
     if reg.is_trace:
         row |= {
@@ -142,12 +167,77 @@ def sim_cmd(
             "segments": trace_segments(reg, fleet.horizon_s),
             "seeds_overlap": reg.overlap,
         }
+    during, mean = res.sync_rate([0])
+    row |= {
+        "request_rate_mean_per_s": mean,
+        "request_rate_during_syncs_per_s": None if np.isnan(during) else during,
+        "sync_times": res.sync_times(0).to_dict("records"),
+    }
     if json_out:
         return emit_json(row)
-    t = Table("quantity", "value", title=f"{policy} on {regime}, seed {seed}")
-    for k, v in row.items():
-        t.add_row(k, f"{v:.6g}" if isinstance(v, float) else str(v))
-    out.print(t)
+    name = f"{reg.name} with {regime}'s sync model" if trace is not None else regime
+    out.print(_sim_sentence(row, name), highlight=False)
+    print_records(out, [row], SIM_COLS, f"{policy} on {name}, seed {seed}")
+    if row["sync_times"]:
+        out.print(_sync_starts(row), highlight=False)
+
+
+SHOWN_SYNCS = 10
+
+
+def _pct(v) -> str:
+    return fmt_number(None if v is None else 100 * v)
+
+
+SIM_COLS = (
+    Col("policy"),
+    Col("regime"),
+    Col("seed"),
+    Col("windows", "horizon", "windows of 1 s"),
+    Col("slo_violation_rate", "SLO violation rate", "%", _pct),
+    Col("ttft_violation_rate", "TTFT violation rate", "%", _pct),
+    Col("tpot_violation_rate", "TPOT violation rate", "%", _pct),
+    Col("requests", "requests arrived"),
+    Col("unfinished_requests", "requests unfinished at the horizon"),
+    Col("late_unfinished", "unfinished and past their SLO"),
+    Col("request_rate_mean_per_s", "request rate, mean", "requests/s"),
+    Col("request_rate_during_syncs_per_s", "request rate during syncs", "requests/s"),
+    Col("syncs"),
+    Col("sync_s", "sync duration", "s"),
+    Col("sync_time_fraction", "time syncing", "%", _pct),
+    Col("sync_payload_bytes", "sync payload", "GB", lambda v: fmt_number(v / 1e9)),
+    Col("tokens_trained", "tokens trained", "billions", lambda v: fmt_number(v / 1e9)),
+    Col("effective_tokens", "effective tokens", "billions", lambda v: fmt_number(v / 1e9)),
+    Col("final_loss", "final loss", "nats"),
+    Col("segment_s", "trace segment", "s"),
+    Col("segments", "disjoint segments in the trace"),
+    Col("seeds_overlap", "seeds share requests"),
+)
+
+
+def _sync_starts(row: dict) -> str:
+    """The first :data:`SHOWN_SYNCS` sync start times in one line."""
+    starts = ", ".join(f"{t['start_s']:,g}" for t in row["sync_times"][:SHOWN_SYNCS])
+    more = f" (the first {SHOWN_SYNCS} of {row['syncs']:,})" if row["syncs"] > SHOWN_SYNCS else ""
+    return f"sync start times (s): {starts}{more}; --json lists each start, end and request rate"
+
+
+def _sim_sentence(row: dict, regime: str) -> str:
+    """The run in one sentence: SLO violations, syncs, and when the syncs ran."""
+    said = (
+        f"{row['policy']} on {regime}: {_pct(row['slo_violation_rate'])}% of "
+        f"{row['requests']:,} requests missed their SLO over {row['windows']:,} s; "
+        f"{row['syncs']:,} syncs, {_pct(row['sync_time_fraction'])}% of the time"
+    )
+    during, mean = row["request_rate_during_syncs_per_s"], row["request_rate_mean_per_s"]
+    if during is None or not mean:
+        return said + "."
+    rel = during / mean - 1
+    return (
+        f"{said}, run when the request rate was {abs(rel):.0%} "
+        f"{'below' if rel < 0 else 'above'} its mean ({fmt_number(during)} vs "
+        f"{fmt_number(mean)} requests/s)."
+    )
 
 
 @app.command("protocol")
@@ -191,6 +281,7 @@ def protocol_cmd(
     show_progress: ProgressOpt = None,
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
+    wide: WideOpt = False,
 ) -> None:
     """Every policy vs matched random over paired seeds and regimes; verdicts and a report.
 
@@ -198,7 +289,13 @@ def protocol_cmd(
     sign-flip test) is tested alone; every other comparison is one Holm family."""
     import warnings
 
-    from trainfabric.diloco.protocol import ProtocolConfig, check_design, quick_config, run_to_dir
+    from trainfabric.diloco.protocol import (
+        ProtocolConfig,
+        check_protocol,
+        quick_config,
+        run_to_dir,
+        windows_note,
+    )
     from trainfabric.diloco.stats import DesignWarning
     from trainfabric.runs.store import RunDir
 
@@ -221,9 +318,11 @@ def protocol_cmd(
         with options(**NAMES):
             cfg = validate(ProtocolConfig, cfg.model_dump() | update)
     with options(**NAMES):
-        check_design(cfg)
         if not (cfg.pilot_seeds and cfg.seeds_from_pilot):
             cfg.design().require(cfg.seeds)  # a primary that cannot be found: exit 2
+        check_protocol(cfg)
+    if (note := windows_note(cfg)) is not None:
+        err.print(note, highlight=False)
     out_dir = prepare_dir(out_dir or Path("runs/diloco-protocol" + ("-quick" if quick else "")))
     with (
         RunDir(out_dir).single_run("diloco-protocol"),
@@ -239,38 +338,63 @@ def protocol_cmd(
             err.print(f"[bold red]{regime}: {text}[/]")
     if json_out:
         return emit_json(res)
+    _print_protocol(res, wide)
+    err.print(f"run directory: {res['run_dir']}; report: {res['report']}")
+
+
+def _print_protocol(res: dict, wide: bool) -> None:
+    """The findings first, then one table per regime, then what the regimes and seeds are."""
+    for sentence in res["findings"]:
+        out.print(sentence, highlight=False)
+    cols = PROTOCOL_COLS + (PROTOCOL_WIDE_COLS if wide else ())
     for regime, rows in res["regimes"].items():
-        t = Table(
-            "policy",
-            "role",
-            "SLO vs matched random",
-            "final loss vs matched random",
-            "tokens: policy / control",
-            "vs matched random",
-            title=f"DiLoCo protocol, {regime} ({res['seeds_by_regime'][regime]} seeds): policy "
-            "vs matched random",
+        title = (
+            f"{res['regime_labels'][regime]} ({res['seeds_by_regime'][regime]} seeds): "
+            "each policy vs its matched random (pp: percentage points"
+            + ("; SLO p: the primary's own, the others' after Holm)" if wide else ")")
         )
-        for policy, row in rows.items():
-            t.add_row(
-                policy,
-                row["role"],
-                f"{row['effect_size']:+.4g} pp (p {_p(row, 'p_value', 'p_slo')}): "
-                f"{row['slo_verdict']}",
-                f"{row['loss_diff']:+.4g} (p {_p(row, 'p_loss_adjusted', 'p_loss')}): "
-                f"{row['loss_verdict']}",
-                f"{row['tokens_policy']:.4g} / {row['tokens_control']:.4g} "
-                f"({_fmt(row['tokens_ratio'])}x)",
-                row["vs_matched_random"],
-            )
-        out.print(t)
+        records = [{"policy": policy} | row for policy, row in rows.items()]
+        out.print()
+        print_records(out, records, cols, title, wide)
+    for line in dict.fromkeys(_protocol_notes(res)):  # one line per distinct note
+        out.print(line, highlight=False)
+
+
+def _protocol_notes(res: dict):
+    """Regimes merged on a trace, and the trace segments the seeds replay."""
     for regime, rows in res["regimes"].items():
+        merged = res["merged_regimes"][regime]
+        if len(merged) > 1:
+            yield (
+                f"{', '.join(merged)} differ only by arrivals, which the trace replaces: they "
+                f"ran once, as {res['regime_labels'][regime]}"
+            )
         row = next(iter(rows.values()))
         if row.get("segments") is not None:
-            out.print(
-                f"{regime}: {row['segments']} independent trace segments of "
-                f"{row['segment_s']:.0f} s" + (" (seeds overlap)" if row["seeds_overlap"] else "")
+            yield (
+                f"each seed replays its own {row['segment_s']:,.0f} s segment of the trace "
+                f"({row['segments']} disjoint segments"
+                + (", seeds overlap)" if row["seeds_overlap"] else ")")
             )
-    err.print(f"run directory: {res['run_dir']}; report: {res['report']}")
+
+
+PROTOCOL_COLS = (
+    Col("policy"),
+    Col("vs_matched_random", "verdict"),
+    Col("slo_violation_rate", "SLO violations", "%", _pct),
+    Col("matched_random_slo", "matched random", "%", _pct),
+    Col("effect_size", "difference", "pp"),
+    Col("verdict_reason", "why"),
+)
+PROTOCOL_WIDE_COLS = (
+    Col("role"),
+    Col("p_value", "SLO p"),
+    Col("loss_diff", "loss difference", "nats"),
+    Col("p_loss_adjusted", "loss p (Holm)"),
+    Col("tokens_ratio", "tokens vs random", "ratio"),
+    Col("syncs", "syncs per seed"),
+    Col("no_sync_slo", "no-sync floor", "%", _pct),
+)
 
 
 def _regime(name: str, trace: Path | None, rate_scale: float, allow_overlap: bool = False):
@@ -318,17 +442,6 @@ def _power_line(plan: dict) -> str:
         f"{plan['pilot_seeds']} seeds ({plan['source'].split(':')[0]}) {said}; ran "
         f"{plan['seeds_used']}{ok}"
     )
-
-
-def _p(row: dict, adjusted: str, raw: str) -> str:
-    """``p`` as the verdict used it: the primary's own, a secondary's Holm-adjusted (raw)."""
-    if row["role"] == "primary" and raw == "p_slo":
-        return f"{row[raw]:.3g}, alone"
-    return f"{row[adjusted]:.3g} Holm, {row[raw]:.3g} raw"
-
-
-def _fmt(v) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
 # The commands of the live experiment, training and serving modules (each imports its heavy

@@ -274,12 +274,80 @@ class Block:
 
 @dataclass(frozen=True)
 class FleetResult:
-    """One row per run (``table``) and, per run and window, syncs started and SLO counts."""
+    """One row per run (``table``); per run and window, syncs started and SLO counts; per
+    distinct seed and window, the requests that arrived; per run, when each sync ended.
+
+    A sync of run ``k`` started in window ``w`` occupies ``[w·window_s, sync_ends_s[k][j])``
+    (its ``j``-th sync; the end may pass the horizon, where the simulation stops)."""
 
     table: pd.DataFrame
     sync_started: np.ndarray  # [runs, windows] bool
     violated: np.ndarray  # [runs, windows] requests over the SLO finishing in the window
     finished: np.ndarray  # [runs, windows]
+    arrivals: np.ndarray  # [distinct seeds, windows] requests arriving in the window
+    seed_row: np.ndarray  # [runs] the row of ``arrivals`` whose requests the run serves
+    sync_ends_s: tuple[np.ndarray, ...]  # per run: end (s) of each of its syncs, in order
+    window_s: float
+
+    @property
+    def horizon_s(self) -> float:
+        return self.sync_started.shape[1] * self.window_s
+
+    def request_rate_per_s(self, run: int) -> np.ndarray:
+        """Requests per second arriving in each window of ``run`` (its seed's requests)."""
+        return self.arrivals[self.seed_row[run]] / self.window_s
+
+    def sync_times(self, run: int) -> pd.DataFrame:
+        """One row per sync of ``run``: ``start_s``, ``end_s`` (cut at the horizon) and
+        ``request_rate_per_s``, the arrivals in the windows the sync overlaps over their
+        length, ``Σ_{w0 <= w < w1} a_w / ((w1 − w0)·window_s)`` with ``w0`` the start's
+        window and ``w1 = max(⌈end / window_s⌉, w0 + 1)``."""
+        w0, w1 = self._sync_windows(run)
+        cum = np.r_[0.0, np.cumsum(self.arrivals[self.seed_row[run]])]
+        return pd.DataFrame(
+            {
+                "start_s": w0 * self.window_s,
+                "end_s": np.minimum(self.sync_ends_s[run], self.horizon_s),
+                "request_rate_per_s": (cum[w1] - cum[w0]) / ((w1 - w0) * self.window_s),
+            }
+        )
+
+    def sync_rate(self, runs) -> tuple[float, float]:
+        """Over ``runs``: the mean request rate during their syncs (pooled over every sync,
+        :meth:`sync_times`; nan without a sync) and the mean over their horizons
+        (requests/s)."""
+        during = [self.sync_times(k)["request_rate_per_s"].to_numpy() for k in runs]
+        pooled = np.concatenate(during) if during else np.zeros(0)
+        mean = float(np.mean([self.arrivals[self.seed_row[k]].sum() for k in runs]))
+        return (float(pooled.mean()) if pooled.size else float("nan")), mean / self.horizon_s
+
+    def _sync_windows(self, run: int) -> tuple[np.ndarray, np.ndarray]:
+        """First and one-past-last window each sync of ``run`` overlaps (:meth:`sync_times`)."""
+        w0 = np.flatnonzero(self.sync_started[run])
+        ends = np.asarray(self.sync_ends_s[run], float) / self.window_s
+        w1 = np.maximum(np.ceil(ends - 1e-9).astype(np.int64), w0 + 1)
+        return w0, np.minimum(w1, self.sync_started.shape[1])
+
+    def in_sync(self, run: int) -> np.ndarray:
+        """Per window of ``run``: does a sync overlap it (the windows of :meth:`sync_times`)."""
+        W = self.sync_started.shape[1]
+        w0, w1 = self._sync_windows(run)
+        edge = np.zeros(W + 1, np.int64)
+        np.add.at(edge, w0, 1)
+        np.add.at(edge, w1, -1)
+        return np.cumsum(edge[:W]) > 0
+
+    def timeline(self, run: int) -> pd.DataFrame:
+        """Per window of ``run``: ``t_s`` (its start), ``request_rate_per_s`` and
+        ``in_sync`` (:meth:`in_sync`): the sync times drawn over the request rate."""
+        W = self.sync_started.shape[1]
+        return pd.DataFrame(
+            {
+                "t_s": np.arange(W) * self.window_s,
+                "request_rate_per_s": self.request_rate_per_s(run),
+                "in_sync": self.in_sync(run),
+            }
+        )
 
 
 def fleet_memory_bytes(config: FleetConfig, regime: Regime, runs: int, seeds: int) -> float:
@@ -482,7 +550,12 @@ def simulate(
             "final_loss": prog.loss(eff + tokens * prog.efficiency(h) * outer, params),
         }
     )
-    return FleetResult(table, started, viol, fin)
+    ends = tuple(
+        np.flatnonzero(started[k]) * dt
+        + (D if streams is None else np.array([streams[req_of[k]][j] for j in range(syncs[k])]))
+        for k in range(K)
+    )
+    return FleetResult(table, started, viol, fin, counts[:, :W], req_of, ends, dt)
 
 
 def pressure_model(config: FleetConfig) -> PressureModel:

@@ -31,7 +31,12 @@ horizon is the segment length, the trace's duration at the regime's rate over th
 needed (evaluation plus calibration), unless ``segment_horizon`` is off; more seeds than the
 trace holds are refused unless ``allow_overlap`` (random, overlapping offsets), and the
 verdicts then say ``(overlapping seeds)``. Each verdict row reports ``segment_s``,
-``segments`` and ``seeds_overlap``.
+``segments`` and ``seeds_overlap``. Segments too short for the protocol are refused once,
+before any simulation, naming the ``--seeds`` and ``--rate-scale`` values that fit
+(:func:`check_trace_horizon`); :func:`windows_note` says what the windows were chosen from.
+On a trace the synthetic regimes differ only by their sync model (the trace replaces their
+arrivals), so regimes that are one model run once (:meth:`ProtocolConfig.distinct_regimes`),
+labelled by what differs (:meth:`ProtocolConfig.regime_label`).
 
 **The design** (:class:`~.stats.Design`, per regime: each regime is its own experiment, the
 clarification's "correct within a regime"), named before anything runs: the **primary**
@@ -62,7 +67,15 @@ Verdict ``vs_matched_random``: **beats** when ``slo_verdict`` is ``better`` *and
 is neither ``worse`` nor worse by more than ``loss_margin`` (upper bootstrap bound);
 **loses** when ``slo_verdict`` is ``worse``, or ``loss_verdict`` is ``worse`` and beyond the
 margin (lower bound above it); **ties** otherwise (no difference detected). The loss
-difference is the cost of *when* the syncs happen.
+difference is the cost of *when* the syncs happen. ``verdict_reason`` says which decided
+(the SLO test with its p, or the loss guard with the loss difference).
+
+**When the syncs ran** (:func:`sync_timing`): the mean request rate during the primary
+policy's syncs and its matched random's, against the mean; the run directory's
+``sync_times.parquet`` (:func:`timeline`) has seed 0's request rate per window with both
+policies' sync windows (``regime``, ``policy``, ``seed``, ``t_s``, ``request_rate_per_s``,
+``in_sync``), and ``summary.json`` opens with ``findings``, the answer in sentences
+(:func:`findings`).
 
 The effect-size transfer check (:func:`transfer`) compares per-seed effects measured in
 simulation with those of a replay against a real server (the real-training issue supplies
@@ -75,6 +88,7 @@ import itertools
 import math
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -160,6 +174,31 @@ class ProtocolConfig(Config):
         base = get_regime(name)
         reg = base if self.trace is None else trace_regime(self.trace, self.rate_scale, base)
         return reg.model_copy(update={"overlap": True}) if self.allow_overlap else reg
+
+    def distinct_regimes(self) -> dict[str, list[str]]:
+        """The regimes that run, each with the configured regimes it stands for: regimes that
+        are one model once a trace replaces their arrivals (on a trace ``steady``,
+        ``diurnal`` and ``bursty`` differ only by arrivals) run once, under the first's name."""
+        groups: dict[str, list[str]] = {}
+        first: dict[str, str] = {}
+        for name in self.regimes:
+            key = self.regime(name).model_dump_json(exclude={"name"})
+            groups.setdefault(first.setdefault(key, name), []).append(name)
+        return groups
+
+    def regime_label(self, name: str) -> str:
+        """What regime ``name``'s experiment is, in words: its name, or on a trace what still
+        differs between regimes there (the sync model; the artifact's mode and background)."""
+        reg = self.regime(name)
+        if self.trace is None:
+            return name
+        s = reg.sync
+        extra = ", seed_compat" if reg.seed_compat else ""
+        extra += f", background {reg.background}" if reg.background != "none" else ""
+        return (
+            f"{Path(self.trace).name}, {s.params / 1e9:.3g}B-parameter sync over "
+            f"{s.link_gbps:.3g} Gb/s ({reg.sync_s:.3g} s{extra})"
+        )
 
     def segment_seeds(self) -> int:
         """Trace segments one regime needs: evaluation plus held-out calibration seeds."""
@@ -277,6 +316,114 @@ def check_protocol_size(cfg: ProtocolConfig, regime, durations=None) -> None:
     check_fleet_size(fleet, regime, runs, max(cfg.seeds, cfg.calibration_seeds, cfg.pilot_seeds))
 
 
+def check_trace_horizon(cfg: ProtocolConfig, durations=None) -> None:
+    """Refuse once, before any simulation, trace segments too short for any regime.
+
+    A trace regime's horizon is its segment length ``W = floor(n / rate / S / window_s)``
+    (``S`` = :meth:`ProtocolConfig.segment_seeds`); the protocol needs ``W >= need``, the
+    largest :func:`min_windows` over the regimes. The ConfigError (field ``seeds``) names the
+    values that fit, computed from the same functions that then run: the most seeds
+    ``s`` with ``W(s + calibration) >= need``, and with ``--trace`` the largest
+    ``--rate-scale`` (3 significant digits, rounded down) that fits the seeds asked for and
+    the fewest seeds the design accepts (:func:`~.stats.min_pairs`)."""
+    if not cfg.segment_horizon:
+        return
+    names = [n for n in cfg.distinct_regimes() if cfg.regime(n).is_trace]
+    if not names:
+        return
+    need, name = max((min_windows(cfg.regime(n), cfg.fleet, durations), n) for n in names)
+    regime = cfg.regime(name)
+    windows = cfg.fleet_for(regime).windows
+    if windows >= need:
+        return
+    raise ConfigError(
+        "seeds",
+        f"{trace_words(cfg, regime)} cut into {cfg.segment_seeds()} segments "
+        f"({_seed_words(cfg)}) of {windows:,} s, but the protocol needs {need:,} windows of "
+        f"{cfg.fleet.window_s:g} s per seed on regime {name} (fewer leave at most one sync "
+        f"per run to compare); {_fitting(cfg, regime, need)}",
+    )
+
+
+def trace_words(cfg: ProtocolConfig, regime: Regime) -> str:
+    """``the trace F (N requests) at R requests/s lasts T s``: a trace regime in words."""
+    trace = Path(cfg.trace).name if cfg.trace else "the Azure code trace"
+    scale = f" (--rate-scale {cfg.rate_scale:g})" if cfg.trace else ""
+    return (
+        f"the trace {trace} ({regime.trace_requests().n:,} requests) at {regime.rate:.4g} "
+        f"requests/s{scale} lasts {regime.trace_duration_s():,.0f} s,"
+    )
+
+
+def _seed_words(cfg: ProtocolConfig) -> str:
+    held_out = cfg.segment_seeds() - cfg.seeds
+    return f"{cfg.seeds} seeds" + (f" + {held_out} calibration" if held_out else "")
+
+
+def _fitting(cfg: ProtocolConfig, regime: Regime, need: int) -> str:
+    """The options that give every seed ``need`` windows (:func:`check_trace_horizon`)."""
+    fewest = max(3, stats.min_pairs(cfg.alpha))
+    held_out = cfg.segment_seeds() - cfg.seeds
+    most = int(regime.trace_duration_s() // (need * cfg.fleet.window_s)) - held_out
+    while most >= fewest and segment_windows(regime, most + held_out, cfg.fleet.window_s) < need:
+        most -= 1
+    said = [f"--seeds {most} fits at this rate"] if most >= fewest else []
+    if cfg.trace is None:
+        return "; ".join(said) or (
+            f"the trace holds {max(most, 0)} such seeds, the design needs {fewest}: "
+            f"--windows {need} --allow-overlap (seeds then share requests)"
+        )
+    said.append(f"--rate-scale {_rate_fit(cfg, cfg.seeds, need)} fits {cfg.seeds} seeds")
+    if most < fewest < cfg.seeds:
+        said.append(f"--seeds {fewest} --rate-scale {_rate_fit(cfg, fewest, need)} fits")
+    return "; ".join(said)
+
+
+def _rate_fit(cfg: ProtocolConfig, seeds: int, need: int) -> str:
+    """The largest ``rate_scale`` at 3 significant digits giving ``seeds`` segments of at
+    least ``need`` windows: ``W`` falls as the rate rises, ``W ∝ 1 / rate_scale``."""
+    trial = cfg.model_copy(update={"seeds": seeds})
+    exact = cfg.rate_scale * trial.regime(trial.regimes[0]).trace_duration_s()
+    exact /= trial.segment_seeds() * need * cfg.fleet.window_s
+    step = 10.0 ** (math.floor(math.log10(exact)) - 2)
+    k = math.floor(exact / step * (1 + 1e-12))  # 100 <= k < 1000: fits once k·step < exact
+
+    def fits(rate: float) -> bool:
+        fitted = trial.model_copy(update={"rate_scale": rate})
+        return fitted.fleet_for(fitted.regime(fitted.regimes[0])).windows >= need
+
+    while not fits(float(f"{k * step:.3g}")):
+        k -= 1
+    return f"{float(f'{k * step:.3g}'):g}"
+
+
+def check_protocol(cfg: ProtocolConfig, durations=None) -> None:
+    """Every refusal before any simulation: the policies, the design
+    (:func:`check_design`), the trace's segments (:func:`check_trace_horizon`) and every
+    regime's size (:func:`check_protocol_size`)."""
+    for n in cfg.policies:
+        make_policy(n)
+    check_design(cfg)
+    check_trace_horizon(cfg, durations)
+    for n in cfg.distinct_regimes():
+        check_protocol_size(cfg, cfg.regime(n), durations)
+
+
+def windows_note(cfg: ProtocolConfig) -> str | None:
+    """What a trace regime's windows per seed were chosen from, in one sentence (None
+    without a trace regime or with ``--windows``)."""
+    names = [n for n in cfg.distinct_regimes() if cfg.regime(n).is_trace]
+    if not names or not cfg.segment_horizon:
+        return None
+    regime = cfg.regime(names[0])
+    windows = cfg.fleet_for(regime).windows
+    return (
+        f"windows per seed: {windows:,} of {cfg.fleet.window_s:g} s, the segment length: "
+        f"{trace_words(cfg, regime)} cut into {cfg.segment_seeds()} disjoint segments "
+        f"({_seed_words(cfg)})"
+    )
+
+
 def calibrate(regime, fleet: FleetConfig, seeds: np.ndarray, durations=None) -> dict:
     """Offline calibration of ``wa_calibrated`` on held-out ``seeds`` (module doc)."""
     n_seeds = len(seeds)
@@ -323,13 +470,15 @@ def run_regime(
             cfg = cfg.model_copy(update={"seeds": max(3, int(plan["n_chosen"]))})
             check_protocol_size(cfg, regime, durations)
     seeds = np.arange(cfg.seeds)
-    main = simulate(fleet, regime, [Block(p, seeds) for p in policies], durations=durations).table
+    main_res = simulate(fleet, regime, [Block(p, seeds) for p in policies], durations=durations)
+    main = main_res.table
     budgets = main["syncs"].to_numpy().reshape(len(policies), cfg.seeds)
     blocks = matched_blocks(policies, budgets, seeds, cfg.envelope_draws, regime, fleet, durations)
-    control = simulate(fleet, regime, blocks, durations=durations).table
+    control_res = simulate(fleet, regime, blocks, durations=durations)
+    control = control_res.table
     floor = simulate(fleet, regime, [Block(make_policy("fixed_h"), seeds)], sync=False).table
     floor = floor.assign(policy="no_sync")
-    runs = pd.concat([main, control, floor], ignore_index=True)
+    runs = pd.concat([main, control, floor], ignore_index=True).assign(regime=name)
     verdicts, diffs = _verdicts(cfg, name, policies, main, control, floor, calibrated, design)
     if plan is None:
         plan = stats.power_plan(diffs[design.primary.name], cfg.alpha, cfg.power, source=POST_HOC)
@@ -337,14 +486,43 @@ def run_regime(
         "seeds_used": cfg.seeds,
         "sufficient": None if plan["n_required"] is None else cfg.seeds >= plan["n_required"],
     }
+    lead_at = cfg.policies.index(cfg.lead())
     info = {
         "regime": name,
         "seeds": cfg.seeds,
         "design": design.to_dict(),
         "power": plan,
         "warnings": design.check(cfg.seeds),
+        "sync_timing": sync_timing(main_res, control_res, lead_at, cfg),
+        "timeline": timeline(main_res, control_res, lead_at, cfg).assign(regime=name),
     }
     return runs, verdicts.assign(**segment_info(cfg, regime)), info
+
+
+def sync_timing(main, control, p: int, cfg: ProtocolConfig) -> dict:
+    """When policy number ``p`` synced, over every evaluation seed: the mean request rate
+    during its syncs, during its matched random's syncs and over the horizon (requests/s,
+    :meth:`~.fleet.FleetResult.sync_rate`), and its syncs in all."""
+    S, D = cfg.seeds, cfg.envelope_draws
+    during, mean = main.sync_rate(range(p * S, (p + 1) * S))
+    random_during, _ = control.sync_rate(range(p * S * D, (p + 1) * S * D))
+    return {
+        "policy": main.table["policy"].iloc[p * S],
+        "syncs": int(main.sync_started[p * S : (p + 1) * S].sum()),
+        "request_rate_mean_per_s": mean,
+        "request_rate_during_syncs_per_s": during,
+        "matched_random_request_rate_during_syncs_per_s": random_during,
+    }
+
+
+def timeline(main, control, p: int, cfg: ProtocolConfig) -> pd.DataFrame:
+    """Seed 0's request rate per window with the sync windows of policy number ``p`` and of
+    its matched random's first draw (``policy``, ``seed``, ``t_s``, ``request_rate_per_s``,
+    ``in_sync``): the sync times drawn over the request rate."""
+    ours = main.timeline(p * cfg.seeds).assign(policy=main.table["policy"].iloc[p * cfg.seeds])
+    row = p * cfg.seeds * cfg.envelope_draws
+    theirs = control.timeline(row).assign(policy=control.table["policy"].iloc[row])
+    return pd.concat([ours, theirs], ignore_index=True).assign(seed=0)
 
 
 POST_HOC = (
@@ -439,27 +617,30 @@ def _verdicts(cfg, regime, policies, main, control, floor, calibrated, design):
             table["p_loss"] = [r["p"] for r in res]
             table["p_loss_adjusted"] = [r["p_adjusted"] for r in res]
         table[f"{col}_verdict"] = [r["verdict"] for r in res]
-    table["vs_matched_random"] = [_verdict(r, cfg) for r in table.itertuples()]
+    decisions = [_decide(r, cfg) for r in table.itertuples()]
+    overlap = " (overlapping seeds)" if cfg.allow_overlap else ""
+    table["vs_matched_random"] = [verdict + overlap for verdict, _ in decisions]
+    table["verdict_reason"] = [reason for _, reason in decisions]
     return table, diffs
 
 
-def _verdict(r, cfg: ProtocolConfig) -> str:
-    """beats / ties / loses (module doc); ``(overlapping seeds)`` appended when a trace
-    regime's seeds share requests (``allow_overlap``): the tests then overstate the evidence."""
-    return _plain_verdict(r, cfg) + (" (overlapping seeds)" if cfg.allow_overlap else "")
-
-
-def _plain_verdict(r, cfg: ProtocolConfig) -> str:
-    loss_worse = r.loss_verdict == stats.WORSE and r.loss_diff_ci_low > cfg.loss_margin
-    if r.slo_verdict == stats.WORSE or loss_worse:
-        return "loses"
-    if (
-        r.slo_verdict == stats.BETTER
-        and r.loss_verdict != stats.WORSE
-        and r.loss_diff_ci_high <= cfg.loss_margin
-    ):
-        return "beats"
-    return "ties"
+def _decide(r, cfg: ProtocolConfig) -> tuple[str, str]:
+    """beats / ties / loses (module doc) and why, short: which of the SLO test (its p: the
+    primary's own, a secondary's after Holm) and the loss guard (the 95% bootstrap CI of
+    the mean final-loss difference against ``loss_margin``) decided. ``(overlapping
+    seeds)`` is appended by the caller when a trace regime's seeds share requests
+    (``allow_overlap``): the tests then overstate the evidence."""
+    p = ("Holm p" if r.role == "secondary" else "p") + f" {r.p_value:.2g}"
+    guard = f"{cfg.loss_margin:g} nats"
+    if r.slo_verdict == stats.WORSE:
+        return "loses", f"more SLO violations, {p}"
+    if r.loss_verdict == stats.WORSE and r.loss_diff_ci_low > cfg.loss_margin:
+        return "loses", f"loss guard: final loss {r.loss_diff:+.3g} nats, CI above {guard}"
+    if r.slo_verdict != stats.BETTER:
+        return "ties", f"no SLO difference, {p}"
+    if r.loss_verdict != stats.WORSE and r.loss_diff_ci_high <= cfg.loss_margin:
+        return "beats", f"fewer SLO violations, {p}; loss within {guard}"
+    return "ties", f"fewer SLO violations, {p}, but loss CI up to {r.loss_diff_ci_high:+.3g} nats"
 
 
 def check_design(cfg: ProtocolConfig) -> None:
@@ -484,30 +665,32 @@ def check_design(cfg: ProtocolConfig) -> None:
 def run_protocol(
     cfg: ProtocolConfig, console=None, progress=None, durations: SyncDurations | None = None
 ) -> dict:
-    """Every regime; returns ``runs``/``verdicts`` tables, the per-regime ``design``
-    statements (:func:`run_regime`), wall time and windows per second.
+    """Every distinct regime (:meth:`ProtocolConfig.distinct_regimes`); returns
+    ``runs``/``verdicts`` tables, the per-regime ``design`` statements (:func:`run_regime`),
+    ``sync_timing`` (:func:`sync_timing` of the primary policy, by regime), ``sync_times``
+    (:func:`timeline`, all regimes), ``regime_labels``, ``merged_regimes``, wall time and
+    windows per second.
 
     ``progress``: a rich Progress advanced once per regime (:func:`trainfabric.progress.track`).
-    Every regime's size and the design are checked before the first simulation
-    (:func:`check_protocol_size`, :func:`check_design`); what the seed count cannot find is
-    warned (:class:`~.stats.DesignWarning`) and listed in the statement's ``warnings``.
-    ``durations``: sync durations from a distribution (:class:`~.fleet.SyncDurations`).
+    Everything is checked before the first simulation (:func:`check_protocol`); what the
+    seed count cannot find is warned (:class:`~.stats.DesignWarning`) and listed in the
+    statement's ``warnings``. ``durations``: sync durations from a distribution
+    (:class:`~.fleet.SyncDurations`).
     """
-    for n in cfg.policies:
-        make_policy(n)
-    check_design(cfg)
-    for n in cfg.regimes:
-        check_protocol_size(cfg, cfg.regime(n), durations)
+    check_protocol(cfg, durations)
     t0 = time.perf_counter()
-    runs, verdicts, design = [], [], {}
-    for name in track(cfg.regimes, "regimes", progress):
+    runs, verdicts, design, timing, times = [], [], {}, {}, []
+    merged = cfg.distinct_regimes()
+    for name in track(list(merged), "regimes", progress):
         if console is not None:
             console.print(f"diloco protocol: regime {name} ...")
         r, v, info = run_regime(cfg, name, durations)
         for text in info["warnings"]:
             warnings.warn(f"{name}: {text}", stats.DesignWarning, stacklevel=2)
         runs.append(r)
-        verdicts.append(v)
+        verdicts.append(v.assign(regime_label=cfg.regime_label(name)))
+        timing[name] = info.pop("sync_timing")
+        times.append(info.pop("timeline"))
         design[name] = info
     wall = time.perf_counter() - t0
     runs_t = pd.concat(runs, ignore_index=True)
@@ -516,6 +699,10 @@ def run_protocol(
         "runs": runs_t,
         "verdicts": pd.concat(verdicts, ignore_index=True),
         "design": design,
+        "sync_timing": timing,
+        "sync_times": pd.concat(times, ignore_index=True),
+        "regime_labels": {name: cfg.regime_label(name) for name in merged},
+        "merged_regimes": merged,
         "wall_s": wall,
         "windows_simulated": windows,
         "windows_per_s": windows / wall,
@@ -545,7 +732,61 @@ def transfer(sim_effects, replay_effects, level: float = 0.95, seed: int = 0) ->
     }
 
 
+def findings(res: dict, cfg: ProtocolConfig) -> list[str]:
+    """The answer in sentences computed from ``res`` (:func:`run_protocol`), per regime:
+    the primary policy against its matched random with the verdict's reason, when its syncs
+    ran (the request rate during them against the mean), and the verdicts of all policies."""
+    out = []
+    for name, rows in res["verdicts"].groupby("regime", sort=False):
+        label = res["regime_labels"][name]
+        lead = rows[rows["role"] == "primary"].iloc[0]
+        out.append(
+            f"On {label}, {lead.policy} {_VERBS[lead.vs_matched_random.split(' ')[0]]} matched "
+            f"random ({lead.verdict_reason}): {100 * lead.slo_violation_rate:.3f}% vs "
+            f"{100 * lead.matched_random_slo:.3f}% SLO violations, {lead.effect_size:+.3g} "
+            f"percentage points over {lead.seeds} seeds (no-sync floor "
+            f"{100 * lead.no_sync_slo:.3f}%)."
+        )
+        timing = _timing_sentence(res["sync_timing"][name])
+        if timing and not cfg.regime(name).seed_compat:  # seed_compat: no requests drive it
+            out.append(timing)
+        if len(rows) > 1:
+            out.append(f"On {label}, {_counts_sentence(rows)}.")
+    return out
+
+
+_VERBS = {"beats": "beats", "ties": "ties with", "loses": "loses to"}
+
+
+def _timing_sentence(t: dict) -> str:
+    """``P's syncs ran when the request rate was X% below its mean (...)``; empty when
+    the policy never synced."""
+    during, mean = t["request_rate_during_syncs_per_s"], t["request_rate_mean_per_s"]
+    if not (math.isfinite(during) and mean > 0):
+        return ""
+    rel = during / mean - 1
+    random = t["matched_random_request_rate_during_syncs_per_s"]
+    return (
+        f"There, {t['policy']}'s {t['syncs']:,} syncs ran when the request rate was "
+        f"{abs(rel):.0%} {'below' if rel < 0 else 'above'} its mean ({during:#.3g} vs "
+        f"{mean:#.3g} requests/s; during matched random's syncs: {random:#.3g})."
+    )
+
+
+def _counts_sentence(rows: pd.DataFrame) -> str:
+    """``of N policies b beat matched random, t tie and l lose (k by the loss guard)``."""
+    verdict = rows["vs_matched_random"].str.split(" ").str[0]
+    n = {v: int((verdict == v).sum()) for v in ("beats", "ties", "loses")}
+    guard = int(rows["verdict_reason"].str.startswith("loss guard").sum())
+    said = f" ({guard} by the loss guard)" if guard else ""
+    return (
+        f"of {len(rows)} policies {n['beats']} beat matched random, {n['ties']} tie and "
+        f"{n['loses']} lose{said}"
+    )
+
+
 SUMMARY_KEYS = (
+    "verdict_reason",
     "slo_violation_rate",
     "syncs",
     "vs_matched_random",
@@ -571,8 +812,6 @@ SUMMARY_KEYS = (
 def run_to_dir(cfg: ProtocolConfig, run_dir, console=None, progress=None) -> dict:
     """Run the protocol, write ``runs``/``verdicts`` tables, a manifest and ``report.html``;
     return the per-regime, per-policy summary (the ``--json`` output)."""
-    from pathlib import Path
-
     from trainfabric.io import write_json, write_parquet
     from trainfabric.runs import render_report
     from trainfabric.runs.store import now, write_run_manifest
@@ -582,6 +821,7 @@ def run_to_dir(cfg: ProtocolConfig, run_dir, console=None, progress=None) -> dic
     res = run_protocol(cfg, console, progress)
     write_parquet(run_dir / "diloco_runs.parquet", res["runs"])
     write_parquet(run_dir / "diloco_verdicts.parquet", res["verdicts"])
+    write_parquet(run_dir / "sync_times.parquet", res["sync_times"])
     description = "trainfabric DiLoCo protocol: policies vs matched random"
     config = cfg.model_dump(mode="json")
     seeds = max(info["seeds"] for info in res["design"].values())
@@ -593,11 +833,18 @@ def run_to_dir(cfg: ProtocolConfig, run_dir, console=None, progress=None) -> dic
             "segments": None if pd.isna(r.segments) else int(r.segments),
             "seeds_overlap": bool(r.seeds_overlap),
         }
+    per_seed = {name: cfg.fleet_for(cfg.regime(name)).windows for name in res["design"]}
     result = {
+        "findings": findings(res, cfg),
         "run_dir": str(run_dir),
         "seeds": seeds,
         "seeds_by_regime": {name: info["seeds"] for name, info in res["design"].items()},
-        "windows": cfg.fleet.windows,
+        "windows": _one(per_seed.values(), cfg.fleet.windows),
+        "windows_per_seed": per_seed,
+        "windows_note": windows_note(cfg),
+        "regime_labels": res["regime_labels"],
+        "merged_regimes": res["merged_regimes"],
+        "sync_timing": res["sync_timing"],
         "wall_s": res["wall_s"],
         "windows_per_s": res["windows_per_s"],
         "regimes": regimes,
@@ -607,3 +854,9 @@ def run_to_dir(cfg: ProtocolConfig, run_dir, console=None, progress=None) -> dic
     }
     write_json(run_dir / "summary.json", result)  # the report's headline
     return result | {"report": str(render_report(run_dir))}
+
+
+def _one(values, otherwise):
+    """The value every item of ``values`` has, else ``otherwise``."""
+    distinct = set(values)
+    return distinct.pop() if len(distinct) == 1 else otherwise
