@@ -12,6 +12,8 @@ and ``collective`` a cluster file's fabric.
 
 from __future__ import annotations
 
+import re
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated
 
@@ -34,6 +36,7 @@ from trainfabric.clikit import (
 )
 from trainfabric.errors import ConfigError
 from trainfabric.io import prepare_dir
+from trainfabric.tables import Col, fmt_number, print_records, table_width
 
 app = typer.Typer(help="Multiplane Ethernet fabric simulation.", no_args_is_help=True)
 cluster_app = typer.Typer(
@@ -94,18 +97,44 @@ def _console(bar):
     return None if bar.disable else bar.console
 
 
-def _mode_table(title: str, modes: dict[str, dict]) -> Table:
+WideOpt = Annotated[
+    bool,
+    typer.Option(
+        "--wide", help="Print every table as a table, however wide, and every figure of it."
+    ),
+]
+PER_FLAP = re.compile(r"_(nic|fabric)_[0-9.e+-]+ms$")  # per side and duration: under --wide
+
+
+def _print_findings(findings: list[str]) -> None:
+    for sentence in findings:
+        out.print(sentence, markup=False)
+    if findings:
+        out.print()
+
+
+def _print_modes(title: str, modes: dict[str, dict], wide: bool) -> None:
+    """Per-mode figures as one row per quantity (label and unit) and one column per mode;
+    the rows per flap side and duration only with ``wide``."""
+    from trainfabric.fabric.scenarios.findings import metric_label
+
     keys = list(dict.fromkeys(k for row in modes.values() for k in row))
-    t = Table("mode", *keys, title=title)
-    for mode, row in modes.items():
-        t.add_row(mode, *(_fmt(row.get(k)) for k in keys))
-    return t
-
-
-def _fmt(v) -> str:
-    if v is None:
-        return "-"
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
+    shown = [k for k in keys if wide or not PER_FLAP.search(k)]
+    rows = []
+    for key in shown:
+        label, unit, scale = metric_label(key)
+        row = {"quantity": f"{label} ({unit})" if unit else label}
+        for mode, figures in modes.items():
+            v = figures.get(key)
+            row[mode] = None if v is None else fmt_number(v * scale)
+        rows.append(row)
+    cols = [Col("quantity"), *(Col(m, header=m) for m in modes)]
+    print_records(out, rows, cols, title, wide)
+    if len(shown) < len(keys):
+        err.print(
+            f"{len(keys) - len(shown)} more figures per flap side and duration: --wide or --json",
+            markup=False,
+        )
 
 
 @app.command("eval")
@@ -119,6 +148,7 @@ def eval_cmd(
     seed: SeedOpt = 0,
     max_memory_gb: MaxMemoryOpt = None,
     show_progress: ProgressOpt = None,
+    wide: WideOpt = False,
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -148,7 +178,8 @@ def eval_cmd(
     if json_out:
         return emit_json(res)
     title = f"fabric eval ({'quick' if quick else 'full'}, {engine} engine)"
-    out.print(_mode_table(title, res["modes"]))
+    _print_findings(res.get("findings", []))
+    _print_modes(title, res["modes"], wide)
     err.print(f"run directory: {res['run_dir']}; report: {res['report']}")
 
 
@@ -166,6 +197,7 @@ def run_cmd(
     out_dir: OutOpt = None,
     max_memory_gb: MaxMemoryOpt = None,
     show_progress: ProgressOpt = None,
+    wide: WideOpt = False,
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -176,21 +208,21 @@ def run_cmd(
     A scenario file has kind = "line_rate" | "isolation" | "failures" | "flaps" |
     "iteration" and, for
     every kind: name (plain name, names runs/fabric-<name>), seed, modes (subset of ecmp,
-    flowlet, pinning, spray, adaptive), engine = "flow" | "packet", [packet] (the packet
-    engine's knobs: mtu_bytes, queue_packets, switch_mode, transport, ...) and [topology]
+    flowlet, pinning, spray, adaptive), engine = "flow" | "packet", \\[packet] (the packet
+    engine's knobs: mtu_bytes, queue_packets, switch_mode, transport, ...) and \\[topology]
     (gpus, planes, switch_radix, nic_rate_gbps, oversubscription, agg_oversubscription,
     rail, gpus_per_server, hop_latency_s).
     Per kind:
-      line_rate   [[collectives]] (kind, algorithm, ranks, placement, channels,
+      line_rate   \\[\\[collectives]] (kind, algorithm, ranks, placement, channels,
                   connections = "persistent"|"per_message", ...), sizes_bytes
-      isolation   [victim], [aggressor] collectives, victim_fraction,
-                  oversubscription = [...], failed_fractions = [...]
-      failures    fractions = [...], draws, channels, [collective], lp, offered_load
-      flaps       [collective], iterations, compute_s, [[flaps]] (link = "host"|"fabric",
+      isolation   \\[victim], \\[aggressor] collectives, victim_fraction,
+                  oversubscription = \\[...], failed_fractions = \\[...]
+      failures    fractions = \\[...], draws, channels, \\[collective], lp, offered_load
+      flaps       \\[collective], iterations, compute_s, \\[\\[flaps]] (link = "host"|"fabric",
                   at_s or iteration, duration_s)
-      iteration   [workload] (name, pods, gpus_per_pod, layers, placement, channels,
-                  overlap = ["none", "bucketed"], bucket_mb), [tenants] (iterations, draws,
-                  [[tenants.jobs]] like [workload]), [faults] (failed_fractions,
+      iteration   \\[workload] (name, pods, gpus_per_pod, layers, placement, channels,
+                  overlap = \\["none", "bucketed"], bucket_mb), \\[tenants] (iterations, draws,
+                  \\[\\[tenants.jobs]] like \\[workload]), \\[faults] (failed_fractions,
                   failure_draws, flap_durations_s, flap_sides, flap_draws), bin_s, top_links
     Units: bytes, seconds, Gb/s. Examples: configs/fabric-line-rate.toml,
     fabric-isolation.toml, fabric-failures.toml, fabric-flaps.toml, fabric-iteration.toml.
@@ -226,7 +258,8 @@ def run_cmd(
         res = {**res, "cluster": cl.name, "notes": notes}
     if json_out:
         return emit_json(res)
-    out.print(_mode_table(f"scenario {res['scenario']} ({sc.kind})", res["modes"]))
+    _print_findings(res.get("findings", []))
+    _print_modes(f"scenario {res['scenario']} ({sc.kind})", res["modes"], wide)
     err.print(f"run directory: {res['run_dir']}; report: {res['report']}")
     for note in notes:
         err.print(note, markup=False)
@@ -244,7 +277,20 @@ JOB_NAMES = {
     "layers": "--layers",
     "topology": "--pods",
     "rail": "--rail",
+    "planes": "--planes",
+    "switch_radix": "--radix",
+    "nic_rate_gbps": "--nic-gbps",
+    "oversubscription": "--oversubscription",
 }
+JobOutOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--out",
+        help="Also write a run directory: tables (Parquet), summary.json with the findings, "
+        "report.html.",
+        show_default=False,
+    ),
+]
 
 
 @app.command("job")
@@ -260,10 +306,16 @@ def job_cmd(
     ] = "llama3-70b",
     pods: Annotated[
         int | None,
-        typer.Option(min=2, max=65_536, help="Servers (re-maps a preset) [default: its own]."),
+        typer.Option(
+            min=2, max=65_536, help="Servers (re-maps a preset).", show_default="the job's own"
+        ),
     ] = None,
     mode: Annotated[
-        str, typer.Option(help="Load balancing: ecmp, flowlet, pinning, spray, adaptive.")
+        str,
+        typer.Option(
+            help="Load balancing: ecmp, flowlet, pinning, spray, adaptive, or a comma list "
+            "(ecmp,adaptive) run side by side on the same fabric, placement and seed."
+        ),
     ] = "ecmp",
     failures: Annotated[
         float | None,
@@ -293,22 +345,62 @@ def job_cmd(
         int | None, typer.Option(min=1, max=10_000, help="Cut the model to this many layers.")
     ] = None,
     rail: Annotated[bool, typer.Option(help="Rail-optimised host placement.")] = False,
+    planes: Annotated[
+        int | None,
+        typer.Option(min=1, max=64, help="Planes of the fabric.", show_default="4"),
+    ] = None,
+    nic_gbps: Annotated[
+        float | None,
+        typer.Option(
+            "--nic-gbps",
+            help="NIC rate of a GPU, all planes together (Gb/s).",
+            callback=finite(gt=0, le=1e6),
+            show_default="800",
+        ),
+    ] = None,
+    radix: Annotated[
+        int | None,
+        typer.Option(min=4, max=65_536, help="Ports per switch per plane.", show_default="256"),
+    ] = None,
+    oversubscription: Annotated[
+        float | None,
+        typer.Option(
+            help="Leaf host ports : uplinks (1: non-blocking).",
+            callback=finite(ge=1, le=1000),
+            show_default="1",
+        ),
+    ] = None,
     cluster: ClusterOpt = None,
+    out_dir: JobOutOpt = None,
     seed: SeedOpt = 0,
     max_memory_gb: MaxMemoryOpt = None,
     show_progress: ProgressOpt = None,
+    wide: WideOpt = False,
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """One training iteration of a job on a multiplane fabric (4 planes, 256 x 200 Gb/s
-    ports per switch per plane, 800 Gb/s NICs, no oversubscription) or on --cluster's
-    (one pod per scale-up domain): iteration time, exposed communication per phase kind,
-    and with --failures the slowdown of failed cables."""
-    from trainfabric.fabric.iteration.scenario import job_command
+    ports per switch per plane, 800 Gb/s NICs, no oversubscription; --planes, --radix,
+    --nic-gbps, --oversubscription change it) or on --cluster's (one pod per scale-up
+    domain): findings first, then iteration time and exposed communication per phase kind,
+    with --failures the slowdown of failed cables; with several --mode, the modes side by
+    side and their differences against the first. wall_s is the whole run (every mode and
+    draw)."""
+    from trainfabric.fabric.iteration.scenario import run_job, write_job_dir
+    from trainfabric.runs.store import RunDir, now
 
     cl = _cluster(cluster)
-    with options(**JOB_NAMES), progress(json_out, "fabric job", show_progress):
-        res = job_command(
+    knobs = {"planes": planes, "switch_radix": radix, "nic_rate_gbps": nic_gbps}
+    knobs["oversubscription"] = oversubscription
+    started = now()
+    if out_dir is not None:
+        out_dir = prepare_dir(out_dir)
+    with (
+        options(**JOB_NAMES),
+        RunDir(out_dir).single_run("fabric-job") if out_dir else nullcontext(),
+        progress(json_out, "fabric job", show_progress) as bar,
+    ):
+        job = run_job(
             workload,
             pods=pods,
             mode=mode,
@@ -322,31 +414,96 @@ def job_cmd(
             rail=rail,
             seed=seed,
             cluster=cl,
+            fabric={k: v for k, v in knobs.items() if v is not None},
+            progress=None if bar.disable else bar,
+            notify=_notifier(bar),
         )
+        res = job.result if out_dir is None else write_job_dir(out_dir, job, started)
     if json_out:
         return emit_json(res)
-    out.print(_phase_table(res))
+    _print_job(res, wide)
     for note in res["notes"]:
-        err.print(note)
+        err.print(note, markup=False)
+    if out_dir is not None:
+        err.print(f"run directory: {res['run_dir']}; report: {res['report']}", markup=False)
 
 
-def _phase_table(res: dict) -> Table:
-    t = Table("phase kind", "exposed_s", "comm_busy_s", "bytes", title=_job_title(res))
-    for row in res["phase_kinds"]:
-        t.add_row(row["kind"], _fmt(row["exposed_s"]), _fmt(row["busy_s"]), _fmt(row["bytes"]))
-    return t
+def _notifier(bar):
+    """Lines for a person on stderr (above the progress bar when it shows)."""
+    console = err if bar.disable else bar.console
+    return lambda line: console.print(line, markup=False)
 
 
-def _job_title(res: dict) -> str:
-    title = (
-        f"{res['workload']} on {res['servers']} servers ({res['mode']}): "
-        f"iteration {res['iteration_s']:.4g} s, exposed comm {res['exposed_comm_s']:.4g} s"
+def _print_job(res: dict, wide: bool) -> None:
+    _print_findings(res["findings"])
+    if "modes" in res:
+        _print_mode_comparison(res, wide)
+    else:
+        _print_phase_kinds(res, wide)
+    out.print(_fabric_line(res), markup=False)
+
+
+PHASE_COLS = (
+    Col("kind", "phase kind"),
+    Col("exposed_s", "exposed", "s"),
+    Col("busy_s", "comm busy", "s"),
+    Col("collectives"),
+    Col("bytes", "data", "GB", lambda v: fmt_number(v / 1e9)),
+)
+
+
+def _print_phase_kinds(res: dict, wide: bool) -> None:
+    title = f"{res['workload']}, {res['mode']}: exposed communication per phase kind"
+    print_records(out, res["phase_kinds"], PHASE_COLS, title, wide)
+
+
+def _print_mode_comparison(res: dict, wide: bool) -> None:
+    """One row per quantity (:data:`~trainfabric.fabric.iteration.findings.QUANTITIES`), one
+    column per mode, then per later mode its difference against the first (relative, or in
+    percentage points for a quantity in %)."""
+    from trainfabric.fabric.iteration.findings import QUANTITIES
+
+    modes, first = res["modes"], res["baseline_mode"]
+    later = [m for m in modes if m != first]
+    rows = []
+    for q in QUANTITIES:
+        values = {m: q.shown(r) for m, r in modes.items()}
+        if all(not v for v in values.values()):  # absent, or 0 in every mode
+            continue
+        row = {"quantity": f"{q.label} ({q.unit})" if q.unit else q.label}
+        row |= {m: None if v is None else fmt_number(v) for m, v in values.items()}
+        for m in later:
+            diff = res["differences"][m]
+            row[f"{m} vs"] = _difference(diff.get(q.key), diff.get(f"{q.key}_pp"))
+        rows.append(row)
+    per_mode = [Col("quantity"), *(Col(m, header=m) for m in modes)]
+    diffs = [Col(f"{m} vs", header=f"{m} vs {first}") for m in later]
+    title = f"{res['workload']} on {res['servers']} servers: modes side by side"
+    if wide or table_width(rows, per_mode + diffs) <= out.width:
+        return print_records(out, rows, per_mode + diffs, title, wide)
+    print_records(out, rows, per_mode, title)  # too wide as one: values, then differences
+    print_records(out, rows, [per_mode[0], *diffs], f"differences against {first}")
+
+
+def _difference(relative: float | None, points: float | None) -> str:
+    if points is not None:
+        return f"{points:+.1f} pp"
+    return "-" if relative is None else f"{100 * relative:+.1f}%"
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n:,} {one if n == 1 else many}"
+
+
+def _fabric_line(res: dict) -> str:
+    f = res["fabric"]
+    where = f"cluster {f['cluster']}: " if "cluster" in f else ""
+    return (
+        f"fabric: {where}{_count(f['planes'], 'plane', 'planes')} of {f['switch_radix']}-port "
+        f"switches, {f['nic_rate_gbps']:g} Gb/s NICs, {f['oversubscription']:g}:1 leaves; the "
+        f"job's {res['gpus']:,} GPUs on {_count(res['leaves'], 'leaf switch', 'leaf switches')}"
+        f"; the run took {res['wall_s']:.1f} s"
     )
-    if res.get("failures"):
-        f = res["failures"]
-        title += f"; {f['fraction']:.0%} failed: slowdown median {_fmt(f['slowdown_median'])}"
-        title += f", worst {_fmt(f['slowdown_worst'])}"
-    return title
 
 
 # -- nccl-tests tables and cluster files ----------------------------------------------------------

@@ -3,7 +3,8 @@
 :mod:`.run` (place the job, build its task graph, run it), :mod:`.faults` (failed cables and
 link flaps during the iteration), :mod:`.packet` (the same iteration on the packet engine),
 :mod:`.report` (what an iteration reports), :mod:`.config` and :mod:`.scenario` (the
-``iteration`` scenario kind, tenants, and ``trainfabric fabric job``).
+``iteration`` scenario kind, tenants, and ``trainfabric fabric job``), :mod:`.findings`
+(what ``fabric job`` answers, in sentences).
 ``trainfabric.fabric.iteration`` was one module (now :mod:`.run`); its names are exported here.
 """
 
@@ -62,6 +63,11 @@ _EXPORTS = {
     "iteration_tables": "report",
     "job_fabric": "scenario",
     "job_command": "scenario",
+    "run_job": "scenario",
+    "JobSpec": "scenario",
+    "JobRun": "scenario",
+    "write_job_dir": "scenario",
+    "job_findings": "findings",
     "run_tenants": "scenario",
     "STEM": "scenario",
     "PACKET_STEM": "scenario",

@@ -149,12 +149,12 @@ def failed_iteration(run, link_up: np.ndarray):
     return _sim(run, link_up=link_up).run()
 
 
-def run_failures(run, faults, seed: int) -> pd.DataFrame:
+def run_failures(run, faults, seed: int, on_draw=None) -> pd.DataFrame:
     """Static failed cables (module doc) for ``run`` (an
     :class:`~trainfabric.fabric.iteration.run.IterationRun`, its healthy iteration): one row per
     failed fraction x draw, with ``slowdown`` against ``run.iteration_s``. Draw ``d`` of
     fraction ``f`` fails the cables of seed ``(seed, round(f * 1e6), d)``: the same sets in
-    every mode."""
+    every mode. ``on_draw(d)``, if given, is called after each draw (progress)."""
     base = run.iteration_s
     rows = []
     for frac in faults.failed_fractions:
@@ -176,6 +176,8 @@ def run_failures(run, faults, seed: int) -> pd.DataFrame:
                     "sim_wall_s": float(res.wall_s),
                 }
             )
+            if on_draw is not None:
+                on_draw(d)
     return pd.DataFrame(rows)
 
 

@@ -12,6 +12,7 @@ import pandas as pd
 from trainfabric.fabric.iteration.scenario import scenario_summary, scenario_tables
 from trainfabric.fabric.scenarios.config import Scenario
 from trainfabric.fabric.scenarios.failures import FAILURE_FIGURES, failures_summary, run_failures
+from trainfabric.fabric.scenarios.findings import mode_findings
 from trainfabric.fabric.scenarios.flaps import flaps_summary, run_flaps
 from trainfabric.fabric.scenarios.isolation import isolation_summary, run_isolation
 from trainfabric.fabric.scenarios.line_rate import line_rate_summary, run_line_rate
@@ -109,5 +110,6 @@ def run_to_dir(sc: Scenario, run_dir: str | Path, console=None) -> dict:
         "rows": tables[STEMS[sc.kind]].to_dict(orient="records"),
         "wall_s": time.perf_counter() - t0,
     }
+    result["findings"] = mode_findings(result["modes"])
     write_json(run_dir / "summary.json", result)  # the report's headline
     return result | {"report": str(render_run(run_dir))}

@@ -23,6 +23,7 @@ from trainfabric.fabric.scenarios.config import (
     Scenario,
 )
 from trainfabric.fabric.scenarios.failures import MAXFLOW_TARGET
+from trainfabric.fabric.scenarios.findings import mode_findings
 from trainfabric.fabric.scenarios.rundir import (
     HEADLINE,
     render_run,
@@ -248,6 +249,7 @@ def run_eval(
         "header_bound": HEADER_BOUND,
         "wall_s": time.perf_counter() - t0,
         "scenario_wall_s": walls,
+        "findings": mode_findings(modes),
     }
     write_json(run_dir / "summary.json", result)  # the report's headline
     return result | {"report": str(render_run(run_dir))}
