@@ -260,7 +260,7 @@ def report(
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Render RUN_DIR/report.html (headline, figures, tables) from any run directory."""
+    """Render RUN_DIR/report.html (findings, figures, tables) from any run directory."""
     from trainfabric.runs import render_report
 
     with options(run_dir="RUN_DIR"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import re
+from html import unescape
 from html.parser import HTMLParser
 
 import numpy as np
@@ -73,32 +74,46 @@ def _num(text: str) -> float:
     return float(text.replace(",", ""))
 
 
-def test_sweep_headline_is_the_mean_per_grid_point(tmp_path, small_spec):
+def _findings(html: str) -> list[str]:
+    section = html.split("<section id='findings'>")[1].split("</section>")[0]
+    return [unescape(f) for f in re.findall(r"<p class='finding'>(.*?)</p>", section)]
+
+
+def test_sweep_findings_name_the_best_and_worst_grid_point(tmp_path, small_spec):
     result = run_sweep(small_spec, tmp_path / "run", executor="serial", progress=False)
     path = render_report(result.run_dir)
     assert path == result.run_dir / "report.html"
     html = path.read_text()
     page = _parse(html)
-    assert page.sections == ["headline", "figures", "run", "raw"]
+    assert page.sections == ["findings", "figures", "tables", "run", "command", "raw"]
     section, rows = page.tables[0]
-    headline = _frame(rows)
-    assert section == "headline"
+    means = _frame(rows)
+    assert section == "tables"
     # grouped by the swept parameters; seeds and the shard id are averaged over, never shown
-    assert list(headline.columns[:3]) == ["gini", "ep", "rows"]
-    assert not {"seed", "shard", "cell_id"} & set(headline.columns)
+    assert list(means.columns[:3]) == ["gini", "ep", "rows"]
+    assert not {"seed", "shard", "cell_id"} & set(means.columns)
     expected = result.results.groupby(["gini", "ep"], sort=False)["max_over_mean"].mean()
-    assert len(headline) == len(expected) == 4
-    for _, row in headline.iterrows():
+    assert len(means) == len(expected) == 4
+    for _, row in means.iterrows():
         want = expected[(float(row["gini"]), int(row["ep"]))]
         assert _num(row["max_over_mean"]) == pytest.approx(want, rel=1e-3)
         assert int(row["rows"]) == 2 * int(row["ep"])  # 2 seeds x ep shards
+    # the last result column first (no direction known): its lowest and highest grid point
+    first = _findings(html)[0]
+    low, high = expected.min(), expected.max()
+    (gini_lo, ep_lo), (gini_hi, ep_hi) = expected.idxmin(), expected.idxmax()
+    assert first.startswith("Over 4 grid points (each the mean of 2 seeds), max over mean")
+    assert f"from {low:.4g} (gini {gini_lo:g}, EP {ep_lo})" in first
+    assert f"to {high:.4g} (gini {gini_hi:g}, EP {ep_hi})" in first
+    assert first.endswith(f"{100 * (high - low) / low:.3g}% higher than the lowest.")
     images = _images(html)
     # share, realised_gini, shard_gini, max_over_mean (not shard, seed or parameters)
     assert len(images) == 4 and all(i.startswith(b"\x89PNG") for i in images)
+    assert html.index("alt='results: figure 1'") < html.index("<section id='figures'>")
     assert "mean per gini x ep, over seed x shard" in html
 
 
-def test_summary_json_is_the_headline_in_words_and_numbers(tmp_path):
+def test_summary_json_is_collapsed_at_the_end_in_words_and_numbers(tmp_path):
     pd.DataFrame({"mode": ["ecmp", "spray"], "stall_s": [1.0, 0.0]}).to_parquet(
         tmp_path / "flaps.parquet"
     )
@@ -114,8 +129,10 @@ def test_summary_json_is_the_headline_in_words_and_numbers(tmp_path):
     write_json(tmp_path / "summary.json", summary)
     html = render_report(tmp_path).read_text()
     page = _parse(html)
-    assert page.sections[0] == "headline"
-    headline = [rows for section, rows in page.tables if section == "headline"]
+    assert page.sections[0] == "findings" and page.sections[-2:] == ["command", "raw"]
+    command = html.split("<section id='command'>")[1]
+    assert command.split("\n")[2].startswith("<details><summary>What the command printed")
+    headline = [rows for section, rows in page.tables if section == "command"]
     assert headline[0] == [["run dir", str(tmp_path)], ["wall (s)", "2.5"]]
     modes = _frame(headline[1])
     assert list(modes.columns) == ["modes", "queue (s)", "stall (s)"]  # keys sorted in the file
@@ -127,6 +144,109 @@ def test_summary_json_is_the_headline_in_words_and_numbers(tmp_path):
     assert "3 x <span class='verdict verdict-beats'>beats</span>" in html
     assert "not shown" not in html
     assert "— : not finite" in html
+    # computed from the summary's per-mode objects: 0 vs 1 s is an absolute difference
+    assert _findings(html)[0] == "Stall is 1 s lower with spray than with ecmp (0 s vs 1 s)."
+
+
+def test_findings_the_command_wrote_come_first_as_written(tmp_path):
+    pd.DataFrame({"mode": ["a", "b"], "iteration_s": [1.0, 2.0]}).to_parquet(tmp_path / "t.parquet")
+    written = ["Adaptive is 17.7% faster than ECMP (3.194 s vs 3.880 s).", "x < y & z."]
+    write_json(tmp_path / "summary.json", {"findings": written, "wall_s": 1.0})
+    html = render_report(tmp_path).read_text()
+    assert _findings(html) == written
+    assert "x &lt; y &amp; z." in html
+    findings = html.split("<section id='findings'>")[1].split("</section>")[0]
+    assert "data-artists='2'" in findings  # the chart of the table's comparison: two bars
+
+
+def test_findings_compare_modes_of_a_table_over_its_draws(tmp_path):
+    table = pd.DataFrame(
+        {
+            "mode": ["ecmp", "ecmp", "adaptive", "adaptive"],
+            "draw": [0, 1, 0, 1],
+            "link": [17, 4, 17, 4],
+            "iteration_s": [3.780, 3.980, 3.194, 3.194],
+            "wall_s": [9.0, 1.0, 1.0, 1.0],
+        }
+    )
+    table.to_parquet(tmp_path / "fabric_iteration.parquet")
+    html = render_report(tmp_path).read_text()
+    assert _findings(html) == [
+        "Iteration time is 17.7% lower with adaptive than with ecmp "
+        "(3.194 s vs 3.88 s; mean of 2 draws)."
+    ]
+    (chart,) = re.findall(r"<img [^>]*alt='comparison: figure 1'[^>]*>", html)
+    assert "data-artists='2'" in chart and "data-min-artists='2'" in chart
+
+
+def test_demo_steps_get_one_sentence_each():
+    from trainfabric.runs.report_findings import findings
+
+    steps = {
+        "fabric": {
+            "modes": {"ecmp": {"iteration_s": 2.0, "wall_s": 5.0}, "spray": {"iteration_s": 1.0}},
+            "wall_s": 3.0,
+        },
+        "ocs": {"findings": ["OCS wins by 3%."], "wall_s": 1.0},
+        "online": {"bound_held": True, "wall_s": 1.0},
+        "workloads": {"presets": 9, "resumed": False, "wall_s": 1.0},
+        "timing": {"wall_s": 1.0},
+    }
+    found = findings({"steps": steps}, {}, {})
+    assert found.sentences == [
+        "fabric: iteration time is 2x lower with spray than with ecmp (1 s vs 2 s).",
+        "ocs: OCS wins by 3%.",
+        "online: bound held: yes.",
+        "workloads: presets 9.",
+    ]
+    assert [c.metric for c in found.comparisons] == ["iteration_s"]
+    regimes = {  # per regime, per policy: one comparison, a group per regime
+        r: {p: {"slo_violation_rate": v, "syncs": 5} for p, v in zip("pq", vs, strict=True)}
+        for r, vs in (("steady", (0.1, 0.2)), ("bursty", (0.4, 0.3)))
+    }
+    rate = {"steady": 3.0, "bursty": 2.0}  # a rate per second: no direction, no finding
+    found = findings({"regimes": regimes, "request_rate_per_s": rate}, {}, {})
+    (c,) = found.comparisons
+    assert c.groups == {"steady": {"p": 0.1, "q": 0.2}, "bursty": {"p": 0.4, "q": 0.3}}
+    assert found.sentences == [
+        "SLO violation rate is 2x lower with p than with q (0.1 vs 0.2; steady); "
+        "p is best in 1 of 2 groups."
+    ]
+
+
+def test_comparison_sentences_closed_forms():
+    from trainfabric.runs.report_findings import (
+        Comparison,
+        direction,
+        relative,
+        sentence,
+        words,
+    )
+
+    assert relative(3.194, 3.880, "iteration_s") == "17.7%"  # (3.880 - 3.194) / 3.880
+    assert relative(4.0, 1.0, "x") == "4x" and relative(0.0, 0.993, "t_s") == "0.993 s"
+    assert relative(-1.0, 2.0, "gap") == "3"  # signs differ: the absolute difference
+    assert [direction(k) for k in ("iteration_s", "line_rate_fraction", "p_value")] == [
+        True,
+        False,
+        None,
+    ]
+    assert words("iteration_s") == "iteration time" and words("rate_gbps") == "rate"
+    assert words("slo_violation_rate") == "SLO violation rate"
+    assert words("hard_critical_path_s") == "hard critical path"
+    groups = {"job a": {"x": 0.9, "y": 0.3, "z": 0.9}, "job b": {"x": 0.2, "y": 0.5, "z": 0.1}}
+    rate = Comparison("line_rate_fraction", "mode", groups, lower=False)
+    assert sentence(rate) == (
+        "Line rate fraction is 3x higher with x and z than with y (0.9 vs 0.3; job a)."
+    )
+    one = Comparison("line_rate_fraction", "mode", {"job b": groups["job b"]}, lower=False)
+    two = Comparison(
+        "line_rate_fraction", "mode", {"b": groups["job b"], "a": groups["job a"]}, False
+    )
+    assert sentence(one).endswith("(0.5 vs 0.1; job b).")
+    assert sentence(two).endswith("; y is best in 1 of 2 groups.")
+    same = Comparison("gap", "workload", {"": {"moe": 0.0, "gpt": 0.0}}, lower=True)
+    assert sentence(same) == "Gap is 0 for all of moe and gpt."
 
 
 def test_per_step_scalars_share_one_table():
@@ -197,15 +317,115 @@ def test_a_table_of_one_row_per_group_is_shown_as_is_and_a_series_is_not_average
     assert summary is None and "a series per mode" in caption
 
 
-def test_a_column_constant_up_to_rounding_gets_a_histogram(tmp_path):
-    """4.8e9 ± a few ulps: numpy's "auto" bins refuse it (bin width under float spacing);
-    the report draws one bin instead of failing (the demo's V1 column did this)."""
+def test_no_figure_of_an_identifier_a_constant_or_a_table_without_a_sweep(tmp_path):
+    """4.8e9 ± a few ulps is constant (the demo's V1 column); ``link``, ``plane`` and
+    ``src_node`` are indices; a table that sweeps nothing gets its summary, no histograms."""
+    from trainfabric.runs.report_figures import generic_figures
+
     v1 = 4.8e9 + np.array([0.0, 2e-6, -2e-6, 0.0, 1e-6] * 4)
-    with pytest.raises(ValueError, match="Too many bins"):
-        np.histogram(v1, bins="auto")
-    pd.DataFrame({"v1": v1, "regret_s": np.arange(20.0)}).to_parquet(tmp_path / "r.parquet")
-    html = render_report(tmp_path).read_text()  # raised ValueError before
-    assert html.count("<img") == 2  # one histogram per numeric column
+    table = pd.DataFrame(
+        {
+            "x": np.repeat([1.0, 2.0, 4.0, 8.0], 5),
+            "link": range(20),
+            "plane": [0, 1, 2, 3] * 5,
+            "src_node": range(20, 40),
+            "v1": v1,
+            "regret_s": np.arange(20.0),
+        }
+    )
+    table.to_parquet(tmp_path / "r.parquet")
+    html = render_report(tmp_path).read_text()
+    assert html.count("<img") == 0 and "No other figures." in html
+    figures = generic_figures(table, ["x"], ["link", "plane", "src_node", "v1", "regret_s"])
+    assert [f.axes[0].get_ylabel() for f in figures] == ["regret_s (mean per cell)"]
+
+
+def test_empty_axes_are_dropped_and_an_empty_figure_is_said_in_words(tmp_path, monkeypatch):
+    from trainfabric.runs.report_figures import new_figure
+
+    def figures(table: pd.DataFrame):
+        fig, (full, empty) = new_figure(2)
+        full.bar(["a", "b"], [1.0, 2.0])
+        empty.step([1.0], [1.0], where="post")  # one draw: an ECDF of one point shows nothing
+        empty.set_title("no draw hit traffic")
+        blank, ax = new_figure()
+        ax.axhline(1.0, ls=":")  # a reference line alone is no data
+        return [fig, blank]
+
+    monkeypatch.setitem(FIGURES, "flaps", figures)
+    pd.DataFrame({"v": [1.0, 2.0]}).to_parquet(tmp_path / "flaps.parquet")
+    html = render_report(tmp_path).read_text()
+    (img,) = re.findall(r"<img [^>]*>", html)
+    assert "data-artists='2'" in img and "data-min-artists='2'" in img
+    text = unescape(html)
+    assert "1 panel(s) with no visible data not drawn ('no draw hit traffic')" in text
+    assert "flaps: figure 2: nothing to draw, no panel has visible data." in text
+    (png,) = _images(html)
+    assert _png_width(png) < 2 * 640  # the empty axes' room went too
+
+
+def _png_width(png: bytes) -> int:
+    return int.from_bytes(png[16:20], "big")  # IHDR
+
+
+def test_data_artists_count_what_shows():
+    from trainfabric.runs.report_figures import data_artists, new_figure
+
+    fig, axes = new_figure(8)
+    axes[0].axhline(1.0)
+    axes[0].axvline(0.5)
+    axes[1].plot([1.0], [2.0])  # one point, no marker
+    axes[2].plot([1.0], [2.0], "o")
+    axes[3].bar([0, 1, 2], [1.0, 0.0, 3.0])  # the bar of height 0 shows nothing
+    axes[4].scatter([0, 1], [1, 2])
+    axes[5].broken_barh([(0.0, 1.0), (2.0, 1.0)], (0.0, 1.0))
+    axes[6].plot([0, 1], [5, 6])
+    axes[6].set_ylim(0, 1)  # the data lies outside the view
+    axes[7].bar([0, 1], [1e-7, 1.0])
+    axes[7].set(yscale="log", ylim=(1e-7, 10))  # a floor bar has no height on this axis
+    assert [data_artists(ax) for ax in axes] == [0, 0, 1, 2, 1, 1, 0, 1]
+
+
+def test_wide_figures_fit_the_page_and_titles_clear_the_legend(tmp_path, monkeypatch):
+    from trainfabric.runs.report_figures import MAX_WIDTH_PX, fit_titles, legend_outside
+
+    def wide(table: pd.DataFrame):
+        fig, axes = new_figure(4, width=5.0)
+        for ax in axes:
+            ax.plot([0, 1], [0, 1], label="a line")
+        return [fig]
+
+    monkeypatch.setitem(FIGURES, "wide", wide)
+    pd.DataFrame({"v": [1.0, 2.0]}).to_parquet(tmp_path / "wide.parquet")
+    html = render_report(tmp_path).read_text()
+    (png,) = _images(html)
+    assert _png_width(png) <= MAX_WIDTH_PX and f"width='{_png_width(png)}'" in html
+
+    def overlaps(fit: bool) -> bool:
+        fig, ax = new_figure(width=5.0)
+        ax.plot([0, 1], [0, 1], label="ecmp")
+        ax.set_title("Static failed leaf-spine cables (10%): slowdown per draw (bar: median)")
+        legend_outside(fig)
+        if fit:
+            fit_titles(fig)
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        legend = fig.legends[0].get_window_extent(renderer)
+        return legend.overlaps(ax.title.get_window_extent(renderer))
+
+    assert overlaps(fit=False) and not overlaps(fit=True)
+
+
+def test_comparison_figure_has_a_bar_per_name_and_group_and_a_log_axis_for_wide_spans():
+    from trainfabric.runs.report_figures import comparison_figure, data_artists
+
+    groups = {"moe": {"milp": 1.14, "uniform": 22.1, "demand": 1.23}, "gpt": {"milp": 2.0}}
+    fig = comparison_figure(groups, "critical path (s)", "method", "Critical path per method")
+    (ax,) = fig.axes
+    assert data_artists(ax) == 4 and ax.get_xscale() == "linear"  # span 22.1 / 1.14 < 50
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["moe", "gpt"]
+    fig = comparison_figure({"": {"a": 1.0, "b": 100.0}}, "x", "mode", "t")
+    assert fig.axes[0].get_xscale() == "log" and not fig.legends
 
 
 def test_raw_rows_are_last_collapsed_and_cut(tmp_path):
@@ -234,7 +454,7 @@ def test_the_description_is_shown_in_full(tmp_path):
     write_run_manifest(tmp_path, "study", description, {}, [0], now())
     html = render_report(tmp_path).read_text()
     assert f"<b>study</b>: {description}</p>" in html
-    assert html.index("class='description'") < html.index("<section id='headline'>")
+    assert html.index("class='description'") < html.index("<section id='findings'>")
 
 
 def test_report_of_any_directory_escapes_names(tmp_path):

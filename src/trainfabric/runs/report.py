@@ -1,26 +1,48 @@
 """HTML reports of run directories, read like a results section; one self-contained file.
 
 :func:`render_report` renders a run directory (any directory holding ``*.parquet`` tables at
-its top level; ``manifest.json`` and ``summary.json`` optional) into ``report.html``:
+its top level; ``manifest.json`` and ``summary.json`` optional) into ``report.html``, the
+answer first and the details after it:
 
 1. the title and the run's full description (the manifest's);
-2. **Headline**: ``summary.json`` -- what the command's ``--json`` printed -- in words and
-   numbers (:mod:`.report_headline`); for a sweep without one, the per-grid-point mean of
-   each result column of ``results.parquet``;
-3. **Figures**, per table;
+2. **Findings**: the answer in sentences with numbers and a comparison
+   (:mod:`.report_findings`: the command's ``summary.json["findings"]``, else computed from
+   the summary and the tables), then the one or two figures that carry it;
+3. **Figures**: the other tables' own figures;
 4. **Tables**, each summarised per method and per grid point, never averaged across a
    categorical column, a design column or an id (:mod:`.report_tables`);
 5. **Run**: the manifest (seeds, cells, timing, commit; versions and spec collapsed);
-6. **Raw rows**, the first rows of each table, collapsed.
+6. **Command output**: ``summary.json`` -- what the command's ``--json`` printed -- in words
+   and numbers (:mod:`.report_headline`), collapsed;
+7. **Raw rows**, the first rows of each table, collapsed.
+
+Which figures, and how (the figure-choice rules):
+
+* The findings' figures: a bar chart of the first comparison the findings found (the metric
+  per mode, method or policy, :func:`.report_figures.comparison_figure`), then the first
+  figure of the key table: the sweep's ``results`` when the directory is a sweep, else the
+  first of :data:`.report_findings.KEY_STEMS` present (failure slowdowns, the critical path,
+  DiLoCo verdicts, OCS methods, ...).
+* Every other figure is a table's own: ``FIGURES[key] = fn`` where ``fn(table)`` returns a
+  list of :class:`matplotlib.figure.Figure` (build them with ``Figure()``, not pyplot; see
+  :mod:`.report_figures` for the shared styling). ``key`` is the table's file stem (e.g.
+  ``ocs_compare`` for ``ocs_compare.parquet``) or, for ``results.parquet``, the experiment
+  named by the manifest. A sweep with none gets the generic sweep figures (per varying result
+  column against the swept parameters); any other table gets no figure, only its summary
+  table: no histogram of every column.
+* Never an identifier nor a constant: identifiers and indices (``*_id``, ``link``,
+  ``plane``, ``src_node``, ``seed``, ``draw``) and columns constant up to rounding are not
+  plotted.
+* Never an empty axis: the data artists of each axes are counted
+  (:func:`.report_figures.data_artists`); an axes with none is removed, and a figure with no
+  axes left is replaced by a sentence saying so. Each ``<img>`` carries ``data-artists``
+  (data artists drawn) and ``data-min-artists`` (the fewest on one axes, so > 0).
+* Legends outside the data (:func:`.report_figures.legend_outside`), axes titles wrapped to
+  their axes (:func:`.report_figures.fit_titles`), and no image wider than the page's column
+  (:data:`.report_figures.MAX_WIDTH_PX`).
 
 Every table scrolls sideways inside its own box, so the page itself keeps the window's width;
 non-finite values are shown as "—" with a note under the table.
-
-A table can have its own figures: ``FIGURES[key] = fn`` where ``fn(table)`` returns a list of
-:class:`matplotlib.figure.Figure` (build them with ``Figure()``, not pyplot; see
-:mod:`.report_figures` for the shared styling). ``key`` is the table's file stem (e.g.
-``ocs_compare`` for ``ocs_compare.parquet``) or, for ``results.parquet``, the experiment
-named by the manifest. An empty list falls back to the generic figures.
 """
 
 from __future__ import annotations
@@ -36,7 +58,22 @@ import pandas as pd
 from trainfabric import io
 from trainfabric.errors import ConfigError
 from trainfabric.runs import registry
-from trainfabric.runs.report_figures import generic_figures, png_base64
+from trainfabric.runs.report_figures import (
+    comparison_figure,
+    data_artists,
+    data_axes,
+    fit_titles,
+    generic_figures,
+    png_base64,
+)
+from trainfabric.runs.report_findings import (
+    KEY_STEMS,
+    Comparison,
+    Findings,
+    findings,
+    unit_of,
+)
+from trainfabric.runs.report_findings import words as metric_words
 from trainfabric.runs.report_headline import headline_html, read_summary
 from trainfabric.runs.report_tables import (
     esc,
@@ -75,6 +112,7 @@ pre { background: #f7f7f7; padding: 0.8em; white-space: pre-wrap; overflow-wrap:
 .verdict-beats { background: #d7f0d7; color: #145214; }
 .verdict-loses { background: #f6d5d5; color: #7a1010; }
 p.verdicts { font-size: 1.1em; }
+#findings p.finding { font-size: 1.15em; max-width: 60em; margin: 0.4em 0; }
 details { margin: 0.3em 0; }
 summary { cursor: pointer; }
 """
@@ -98,13 +136,17 @@ def render_report(run_dir: str | Path) -> Path:
     tables = {p.stem: _read_table(p) for p in paths}
     registry.load_library()  # tables' own figures register on import
     name = manifest.get("spec", {}).get("name") or store.path.name
-    headline, shown = _headline_section(summary, tables, manifest)
+    figures = {
+        stem: _figures(t, _figure_key(stem, manifest), manifest) for stem, t in tables.items()
+    }
+    key = _key_stem(tables, manifest, figures)
     sections = [
         _header(f"trainfabric report: {name}", manifest),
-        headline,
-        _figures_section(tables, manifest),
-        _tables_section({k: t for k, t in tables.items() if k != shown}, manifest),
+        _findings_section(findings(summary, tables, manifest, SWEEP_STEM), figures, key),
+        _figures_section(figures, key),
+        _tables_section(tables, manifest),
         _run_section(manifest),
+        _command_section(summary),
         _raw_section(tables),
     ]
     return io.write_text(store.report_path, _page(f"trainfabric report: {name}", sections))
@@ -142,28 +184,98 @@ def _header(title: str, manifest: dict[str, Any]) -> str:
     return "<header>\n" + "".join(lines) + "</header>\n"
 
 
-def _headline_section(
-    summary: dict[str, Any] | None, tables: dict[str, pd.DataFrame], manifest: dict[str, Any]
-) -> tuple[str, str | None]:
-    """The headline section and the stem of the table it shows (None if no table)."""
-    if summary is not None:
-        lead = "<p>What the command printed with <code>--json</code>.</p>\n"
-        return _section("headline", "Headline", lead + headline_html(summary)), None
-    if SWEEP_STEM in tables and manifest.get("cells"):
-        table = tables[SWEEP_STEM]
-        frame, caption = _summary(table, manifest)
-        seeds, cells = len(manifest.get("seeds", [])), len(manifest["cells"])
-        lead = (
-            f"<p>Sweep of <b>{esc(manifest.get('experiment'))}</b>: {cells} cells "
-            f"({cells // max(seeds, 1)} grid points x {seeds} seeds), {len(table)} rows.</p>\n"
-        )
-        body = table_html(frame, caption) if frame is not None else f"<p>{esc(caption)}</p>\n"
-        return _section("headline", "Headline", lead + body), SWEEP_STEM
-    listed = ", ".join(f"{esc(k)} ({len(t)} rows)" for k, t in tables.items())
-    body = f"<p>No {SUMMARY_NAME} in this directory; its tables: {listed}.</p>\n"
-    return _section("headline", "Headline", body), None
+# -- findings ---------------------------------------------------------------------------------
+def _findings_section(found: Findings, figures: dict[str, list[Figure]], key: str | None) -> str:
+    """The sentences, then the comparison's figure and the key table's first figure."""
+    sentences = found.sentences or ["No comparison was recognised in this run's results."]
+    parts = [f"<p class='finding'>{esc(s)}</p>\n" for s in sentences]
+    if found.comparisons:
+        parts.append(_images("comparison", [_comparison_figure(found.comparisons[0])]))
+    if key is not None:
+        parts.append(_images(key, figures[key][:1]))
+    return _section("findings", "Findings", "".join(parts))
 
 
+def _comparison_figure(c: Comparison) -> Figure:
+    name, unit = metric_words(c.metric), unit_of(c.metric)
+    better = {True: "lower is better", False: "higher is better", None: ""}[c.lower]
+    said = "; ".join(s for s in (better, c.detail) if s)
+    per = f" per {c.by}" if c.by else ""
+    (context,) = c.groups if len(c.groups) == 1 else ("",)  # several: the legend names them
+    where = f", {context}" if context else ""
+    title = f"{name[:1].upper()}{name[1:]}{per}{where}" + (f" ({said})" if said else "")
+    return comparison_figure(c.groups, f"{name} ({unit})" if unit else name, c.by, title)
+
+
+def _key_stem(
+    tables: dict[str, pd.DataFrame], manifest: dict[str, Any], figures: dict[str, list[Figure]]
+) -> str | None:
+    """The table whose first figure joins the findings: the sweep's, else the first of
+    :data:`KEY_STEMS` with a figure."""
+    sweep = [SWEEP_STEM] if SWEEP_STEM in tables and manifest.get("cells") else []
+    return next((s for s in (*sweep, *KEY_STEMS) if figures.get(s)), None)
+
+
+# -- figures ----------------------------------------------------------------------------------
+def _figure_key(stem: str, manifest: dict[str, Any]) -> str | None:
+    return manifest.get("experiment") if stem == SWEEP_STEM else stem
+
+
+def _figures(table: pd.DataFrame, key: str | None, manifest: dict[str, Any]) -> list[Figure]:
+    """The table's own figures if any were registered, else the generic sweep figures."""
+    hook = FIGURES.get(key) if key else None
+    own = hook(table) if hook is not None else []
+    if own:
+        return own
+    swept = _swept(table, manifest)
+    replicates = replicate_columns(table, manifest.get("keys", []))
+    _, values = split_columns(table, swept, replicates)
+    return generic_figures(table, swept, values)
+
+
+def _figures_section(figures: dict[str, list[Figure]], key: str | None) -> str:
+    """Every table's figures, but the key table's first (shown with the findings)."""
+    figures = {stem: figs[1:] if stem == key else figs for stem, figs in figures.items()}
+    parts = [
+        f"<h3>{esc(stem)}</h3>\n{html}"
+        for stem, figs in figures.items()
+        if figs and (html := _images(stem, figs, first=2 if stem == key else 1))
+    ]
+    return _section("figures", "Figures", "".join(parts) or "<p>No other figures.</p>\n")
+
+
+def _images(stem: str, figures: list[Figure], first: int = 1) -> str:
+    """Each figure as an ``<img>`` (its empty axes removed, module docs), or a sentence for a
+    figure with nothing to draw; numbered from ``first``."""
+    return "".join(_image(fig, f"{stem}: figure {i}") for i, fig in enumerate(figures, first))
+
+
+def _image(fig: Figure, alt: str) -> str:
+    axes = data_axes(fig)
+    counts = [data_artists(ax) for ax in axes]
+    empty = [ax for ax, n in zip(axes, counts, strict=True) if n == 0]
+    titles = ", ".join(repr(ax.get_title()) for ax in empty if ax.get_title())
+    titles = f" ({titles})" if titles else ""
+    if len(empty) == len(axes):
+        said = f"{alt}: nothing to draw, no panel has visible data{titles}."
+        return f"<p class='note'>{esc(said)}</p>\n"
+    for ax in empty:
+        fig.delaxes(ax)
+    shown = [n for n in counts if n]
+    fit_titles(fig)
+    data, width = png_base64(fig)
+    note = (
+        f"<p class='note'>{len(empty)} panel(s) with no visible data not drawn{esc(titles)}.</p>\n"
+        if empty
+        else ""
+    )
+    return (
+        f"<img src='data:image/png;base64,{data}' alt='{esc(alt)}' width='{width}' "
+        f"data-artists='{sum(shown)}' data-min-artists='{min(shown)}'>\n{note}"
+    )
+
+
+# -- tables and the rest ----------------------------------------------------------------------
 def _summary(table: pd.DataFrame, manifest: dict[str, Any]) -> tuple[pd.DataFrame | None, str]:
     return summarize(table, _swept(table, manifest), list(manifest.get("keys", [])))
 
@@ -177,43 +289,29 @@ def _swept(table: pd.DataFrame, manifest: dict[str, Any]) -> list[str]:
     ]
 
 
-def _figures_section(tables: dict[str, pd.DataFrame], manifest: dict[str, Any]) -> str:
-    parts = []
-    for stem, table in tables.items():
-        key = manifest.get("experiment") if stem == SWEEP_STEM else stem
-        figures, note = _figures(table, key, manifest)
-        images = "".join(
-            f"<img src='data:image/png;base64,{png_base64(f)}' alt='{esc(stem)}: figure {i + 1}'>\n"
-            for i, f in enumerate(figures)
-        )
-        note_html = f"<p class='note'>{esc(note)}</p>\n" if note else ""
-        parts.append(f"<h3>{esc(stem)}</h3>\n{images}{note_html}" if images else "")
-    return _section("figures", "Figures", "".join(parts) or "<p>No figures.</p>\n")
-
-
-def _figures(
-    table: pd.DataFrame, key: str | None, manifest: dict[str, Any]
-) -> tuple[list[Figure], str]:
-    """The table's own figures if any were registered, else the generic ones; and a note."""
-    hook = FIGURES.get(key) if key else None
-    own = hook(table) if hook is not None else []
-    if own:
-        return own, ""
-    swept = _swept(table, manifest)
-    replicates = replicate_columns(table, manifest.get("keys", []))
-    _, values = split_columns(table, swept, replicates)
-    return generic_figures(table, swept, values)
-
-
 def _tables_section(tables: dict[str, pd.DataFrame], manifest: dict[str, Any]) -> str:
     parts = []
     for stem, table in tables.items():
         frame, caption = _summary(table, manifest)
         body = table_html(frame, caption) if frame is not None else f"<p>{esc(caption)}</p>\n"
         parts.append(f"<h3>{esc(stem)}</h3>\n{body}")
-    if not parts:
-        return ""
     return _section("tables", "Tables", "".join(parts))
+
+
+def _command_section(summary: dict[str, Any] | None) -> str:
+    """What the command printed with ``--json`` (its ``summary.json``), collapsed."""
+    if summary is None:
+        return _section(
+            "command",
+            "Command output",
+            f"<p class='note'>No {SUMMARY_NAME} in this directory.</p>\n",
+        )
+    body = (
+        "<details><summary>What the command printed with <code>--json</code></summary>\n"
+        + headline_html(summary)
+        + "</details>\n"
+    )
+    return _section("command", "Command output", body)
 
 
 def _run_section(manifest: dict[str, Any]) -> str:

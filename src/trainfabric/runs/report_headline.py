@@ -1,5 +1,5 @@
-"""The report's headline: a run's ``summary.json`` (what its command's ``--json`` printed),
-in words and numbers.
+"""A run's ``summary.json`` (what its command's ``--json`` printed) in words and numbers: the
+report's "Command output" section, collapsed at the end (the findings open the report).
 
 The summary is strict JSON written by :func:`trainfabric.io.write_json`, so a non-finite
 value arrives as ``null`` beside a ``<key>_nonfinite`` reason; it is turned back into the
@@ -40,6 +40,7 @@ from trainfabric.runs.report_tables import (
 
 SKIPPED = ("report",)  # the path of the page itself
 UNITS = {
+    "_per_s": "/s",
     "_s": "s",
     "_us": "µs",
     "_bps": "bit/s",

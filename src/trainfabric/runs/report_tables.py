@@ -7,8 +7,10 @@ Summaries answer the question the table was built for, per method and per grid p
   values, in every group of the categorical columns, swept parameters and replicates (e.g. the
   message sizes of a line-rate table, the failed fractions of a failure table).
 * **Replicates** are ``seed``, ``draw`` and the experiment's id ``keys`` (e.g. ``shard``):
-  the summary averages over them, and only over them. Identifiers (``cell_id``, ``*_id``) are
-  dropped. Neither is ever averaged as a value.
+  the summary averages over them, and only over them. Identifiers are dropped: ``cell_id``,
+  ``*_id``, and the indices of things a row is about (``link``, ``cable``, ``plane``,
+  ``src_node``, ``*_node``, ``*_index``; the link a draw failed is not a quantity). Neither is
+  ever averaged as a value, nor plotted.
 * A table whose groups hold one row each is shown as it is (keys first). A table whose groups
   hold several rows but that has no replicate column is a series (a timeline): it gets no
   summary, since a mean over it would average different things.
@@ -27,7 +29,9 @@ import numpy as np
 import pandas as pd
 
 REPLICATES = ("seed", "draw")
-IDENTIFIERS = ("cell_id",)
+IDENTIFIERS = ("cell_id", "id", "link", "cable", "plane", "node", "group", "index")
+IDENTIFIER_SUFFIXES = ("_id", "_node", "_index", "_idx")
+CONSTANT_RTOL = 1e-9  # a spread below this fraction of the magnitude is rounding, not variation
 MAX_ROWS = 50
 DASH = "—"
 NOTES = {
@@ -75,7 +79,7 @@ def split_columns(
     table: pd.DataFrame, swept: list[str], replicates: list[str]
 ) -> tuple[list[str], list[str]]:
     """(grouping keys, value columns) of ``table`` (module docs)."""
-    skip = set(replicates) | {c for c in table.columns if _is_identifier(c)}
+    skip = set(replicates) | {c for c in table.columns if is_identifier(c)}
     categorical = [
         c for c in table.columns if c not in skip and (c in swept or _is_categorical(table[c]))
     ]
@@ -103,8 +107,22 @@ def _mean_keep_nonfinite(column: pd.Series) -> float:
         return float(np.mean(column.to_numpy(dtype=float)))
 
 
-def _is_identifier(name: str) -> bool:
-    return name in IDENTIFIERS or name == "id" or name.endswith("_id")
+def is_identifier(name: str) -> bool:
+    """Names of identifiers and indices (module docs): never a value, never a figure."""
+    return name in IDENTIFIERS or name.endswith(IDENTIFIER_SUFFIXES)
+
+
+def varies(column: pd.Series) -> bool:
+    """A number (not a boolean) whose finite values spread by more than rounding:
+    ``max - min > CONSTANT_RTOL * max|v|`` (4.8e9 +- 2e-6 is constant)."""
+    if pd.api.types.is_bool_dtype(column) or not pd.api.types.is_numeric_dtype(column):
+        return False
+    values = column.to_numpy(dtype=float)
+    values = values[np.isfinite(values)]
+    if values.size < 2:
+        return False
+    spread = float(values.max() - values.min())
+    return spread > CONSTANT_RTOL * float(np.abs(values).max())
 
 
 def _is_categorical(column: pd.Series) -> bool:
