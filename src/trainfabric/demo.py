@@ -81,7 +81,14 @@ def presets_step(run_dir: Path, console: Console) -> dict[str, Any]:
         )
     console.print(table)
     write_parquet(run_dir / "presets.parquet", pd.DataFrame(rows))
-    return {"presets": len(rows)}
+    slowest = max(rows, key=lambda r: r["critical_path_s"] / max(r["compute_only_s"], 1e-12))
+    finding = (
+        f"Of the {len(rows)} presets, {slowest['preset']} is the most bound by the network: "
+        f"its critical path at 100 Gb/s per pod pair is {slowest['critical_path_s']:.3g} s, "
+        f"{slowest['critical_path_s'] / slowest['compute_only_s']:.3g}x its "
+        f"{slowest['compute_only_s']:.3g} s of compute alone."
+    )
+    return {"presets": len(rows), "findings": [finding]}
 
 
 def sweep_step(run_dir: Path, console: Console) -> dict[str, Any]:
@@ -127,7 +134,13 @@ def ocs_step(run_dir: Path, console: Console) -> dict[str, Any]:
     console.print(t)
     ours = table[table.method == "entropic"].set_index("workload")["hard_critical_path_s"]
     milp = table[table.method == "milp"].set_index("workload")["hard_critical_path_s"]
-    return {"gap_vs_milp": (ours / milp - 1).to_dict()}
+    gap = (ours / milp - 1).to_dict()
+    finding = (
+        "Our planner's wiring is "
+        + " and ".join(f"{100 * g:.2f}% above the MILP's on {w}" for w, g in gap.items())
+        + " (16 pods, 8 ports, 4 OCSes; the MILP's status in the table)."
+    )
+    return {"gap_vs_milp": gap, "findings": [finding]}
 
 
 def ocs_online_step(run_dir: Path, console: Console) -> dict[str, Any]:
@@ -359,7 +372,15 @@ def cross_pillar_step(run_dir: Path, console: Console) -> dict[str, Any]:
         )
     console.print(t)
     cells = table.drop_duplicates(["failed_fraction", "mode"])
+    worst = cells.loc[cells.failed_fraction.idxmax()].failed_fraction
+    p99 = {r.mode: r.sync_s_p99 for r in cells[cells.failed_fraction == worst].itertuples()}
+    finding = (
+        f"With {worst:.0%} of cables failed, the DiLoCo sync's p99 is "
+        + " and ".join(f"{v:.3g} s under {m}" for m, v in p99.items())
+        + f" ({len(table.policy.unique())} policies replayed on these measured sync times)."
+    )
     return {
+        "findings": [finding],
         "sync_s_p99": {
             f"{r.mode}@{r.failed_fraction:g}": float(r.sync_s_p99) for r in cells.itertuples()
         },
@@ -423,7 +444,14 @@ def imported_step(run_dir: Path, console: Console) -> dict[str, Any]:
         "DiLoCo sync of its DP gradients", f"{w.dp_gradient_bytes / 1e9:.1f} GB: {sync_s:.2f} s"
     )
     console.print(t)
-    return {k: v for k, v in row.items() if k != "workload"}
+    finding = (
+        f"SimAI's {w.name} file ({s['ranks']} GPUs): the OCS wiring's critical path is "
+        f"{ocs['hard_critical_path_s']:.3g} s against the best near-uniform wiring's "
+        f"{ocs['uniform_critical_path_s']:.3g} s; adaptive routing runs its iteration in "
+        f"{fabric['adaptive']:.3g} s against ECMP's {fabric['ecmp']:.3g} s; a DiLoCo sync of its "
+        f"{w.dp_gradient_bytes / 1e9:.1f} GB of gradients takes {sync_s:.2f} s."
+    )
+    return {k: v for k, v in row.items() if k != "workload"} | {"findings": [finding]}
 
 
 STEPS: list[tuple[str, Callable[[Path, Console], dict[str, Any]]]] = [
