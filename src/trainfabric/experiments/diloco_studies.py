@@ -1,5 +1,6 @@
-"""DiLoCo studies: figures of the protocol's verdicts (policy vs matched random vs no sync)
-and of its runs (SLO against progress, per regime)."""
+"""DiLoCo studies: figures of the protocol's verdicts (policy vs matched random vs no sync),
+of its runs (SLO against progress, per regime) and of when the syncs ran (the request rate
+over time with the sync windows shaded, per regime: the policy above its matched random)."""
 
 from __future__ import annotations
 
@@ -93,5 +94,36 @@ def run_figures(table: pd.DataFrame) -> list[Figure]:
     return [fig]
 
 
+def sync_time_figures(table: pd.DataFrame) -> list[Figure]:
+    """Per regime (seed 0): the request rate over time (requests/s per 1 s window, and its
+    60 s moving mean), one panel per policy, each window in which a sync ran shaded: when
+    each policy chose to sync."""
+    if not {"regime", "policy", "t_s", "request_rate_per_s", "in_sync"} <= set(table.columns):
+        return []
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    figs = []
+    for regime, rows in table.groupby("regime", sort=False):
+        policies = list(dict.fromkeys(rows["policy"]))
+        fig = Figure(figsize=(11, 2.2 * len(policies) + 0.6), layout="constrained")
+        FigureCanvasAgg(fig)
+        axes = np.atleast_1d(fig.subplots(len(policies), 1, sharex=True))
+        for ax, policy in zip(axes, policies, strict=True):
+            r = rows[rows["policy"] == policy].sort_values("t_s")
+            t, rate = r["t_s"].to_numpy(), r["request_rate_per_s"].to_numpy()
+            ax.plot(t, rate, lw=0.4, color="0.7", label="requests/s (1 s)")
+            mean = pd.Series(rate).rolling(60, min_periods=1, center=True).mean()
+            ax.plot(t, mean, lw=1.2, color="tab:blue", label="60 s moving mean")
+            for k, start in enumerate(t[r["in_sync"].to_numpy(bool)]):
+                ax.axvspan(start, start + 1.0, color="tab:orange", alpha=0.5, lw=0,
+                           label="sync running" if k == 0 else None)  # fmt: skip
+            ax.set(ylabel="requests/s", title=f"{regime}: {policy}")
+        axes[-1].set_xlabel("time (s)")
+        legend_outside(fig)
+        figs.append(fig)
+    return figs
+
+
 FIGURES["diloco_verdicts"] = verdict_figures
+FIGURES["sync_times"] = sync_time_figures
 FIGURES["diloco_runs"] = run_figures
