@@ -27,7 +27,7 @@ def runs(tmp_path_factory):
     out_dir = tmp_path_factory.mktemp("plan")
     printed = []
     for argv in (
-        ["ocs", "plan", *INSTANCE, "--out", str(out_dir), "--json"],
+        ["ocs", "plan", *INSTANCE, "--out", str(out_dir), "--report", "--json"],
         ["ocs", "compare", *INSTANCE, "--milp-time-limit-s", "20", "--json"],
     ):
         with pytest.raises(SystemExit) as exc, _stdout() as buf:

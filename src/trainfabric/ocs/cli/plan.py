@@ -77,16 +77,24 @@ def ocs_plan(
             help="Run directory: cross_connects.parquet and .csv (one row per cross-connect: "
             "ocs, a_port, a_pod, b_port, b_pod), wiring.parquet and .csv (u, v, circuits), "
             "critical_paths.parquet (the plan, both baselines, the lower bound), plan.json, "
-            "summary.json (with findings) and report.html.",
+            "summary.json (with findings), and report.html with --report.",
         ),
     ] = Path("runs/ocs-plan"),
+    report: Annotated[
+        bool,
+        typer.Option(
+            "--report",
+            help="Also render report.html (findings, the critical-path chart, the tables; "
+            "about a second; `trainfabric report DIR` renders it later).",
+        ),
+    ] = False,
     max_memory_gb: MaxMemoryOpt = None,
     show_progress: ProgressOpt = None,
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Plan the inter-pod wiring through parallel OCSes and write per-OCS cross-connect tables
-    (Parquet and CSV) and a report; prints the findings first."""
+    (Parquet and CSV), and with --report an HTML report; prints the findings first."""
     from trainfabric.ocs.wiring.planner import plan
     from trainfabric.runs.store import RunDir
 
@@ -98,20 +106,25 @@ def ocs_plan(
         prepare_dir(out_dir, "--out")
         with RunDir(out_dir).single_run(None), options(**NAMES):
             result = plan(w.dag, model, b1_rel=b1, b2_rel=b2, seed=seed)
-        summary = _write_run(out_dir, w.name, model, result)
+        summary = _write_run(out_dir, w.name, model, result, report)
     if json_out:
         return emit_json(summary)
     _print_findings(f"OCS plan: {_instance(w.name, model, ports, ocs)}", summary["findings"])
     print_records(out, _plan_rows(summary), [Col("quantity"), Col("value")])
     out.print(
         f"Run directory {escape(str(out_dir))}: cross_connects.parquet and .csv (per-OCS "
-        "cross-connects), wiring.parquet and .csv, summary.json, report.html"
+        "cross-connects), wiring.parquet and .csv, summary.json"
+        + (
+            ", report.html"
+            if report
+            else f"; its report: trainfabric report {escape(str(out_dir))}"
+        )
     )
 
 
-def _write_run(out_dir: Path, name: str, model, result) -> dict:
+def _write_run(out_dir: Path, name: str, model, result, report: bool) -> dict:
     """The plan's summary with its findings, written as tables, ``plan.json``,
-    ``summary.json`` and ``report.html`` into ``out_dir``."""
+    ``summary.json`` and (``report``) ``report.html`` into ``out_dir``."""
     from trainfabric.ocs.wiring.planner import CROSS_CONNECTS, WIRING, plan_findings, write_plan
     from trainfabric.runs import render_report
 
@@ -122,7 +135,8 @@ def _write_run(out_dir: Path, name: str, model, result) -> dict:
     summary["wiring_csv_path"] = str(out_dir / f"{WIRING}.csv")
     write_parquet(out_dir / "critical_paths.parquet", _critical_paths(summary))
     write_json(out_dir / "summary.json", {k: v for k, v in summary.items() if k != "ocs_configs"})
-    summary["report"] = str(render_report(out_dir))
+    if report:
+        summary["report"] = str(render_report(out_dir))
     return summary
 
 
