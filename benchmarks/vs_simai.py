@@ -215,7 +215,8 @@ def compare_file(simai: Path, key: str) -> tuple[dict, list[dict]]:
 
 
 def simai_build(simai: Path) -> dict:
-    """The commit (git, else as stated) and the log-path line as built."""
+    """The commit (git, else as stated) and the log-path line as built (the build folder
+    written ``<SIMAI_DIR>``)."""
     git = subprocess.run(
         ["git", "-C", str(simai), "rev-parse", "--short=8", "HEAD"],
         capture_output=True,
@@ -225,6 +226,8 @@ def simai_build(simai: Path) -> dict:
     header = simai / LOG_HEADER
     lines = header.read_text().splitlines() if header.is_file() else []
     log_line = next((s.strip() for s in lines if s.strip().startswith("#define LOG_PATH")), None)
+    if log_line is not None:  # the build's own folder is a machine path: named, not spelled
+        log_line = log_line.replace(str(simai.resolve()), "<SIMAI_DIR>")
     return {
         "commit": git.stdout.strip() if git.returncode == 0 else SIMAI_COMMIT,
         "commit_from": "git" if git.returncode == 0 else "stated (no .git in the build)",
