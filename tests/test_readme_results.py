@@ -125,11 +125,14 @@ def test_the_last_object_of_a_file_is_read_and_provenance_is_rendered(tmp_path):
         },
     }
     path.write_text(json.dumps(doc) + "\n" + json.dumps(newer) + "\n", encoding="utf-8")
+    older = results / "packet_speed.json"  # as a file written before provenance existed
+    doc = json.loads(older.read_text(encoding="utf-8"))
+    older.write_text(json.dumps({k: v for k, v in doc.items() if k != "provenance"}))
     new, blocks = R.render(README.read_text(encoding="utf-8"), R.Results(results))
     (rendered,) = [b for name, _, b in blocks if name == "diloco-reference"]
     assert "after 7 outer steps" in rendered
     assert "commit abc1234, 2026-12-06, `--quick`" in rendered
-    assert "no provenance (older run)" in new  # the other files have none yet
+    assert "packet_speed.json`, no provenance (older run)" in new
 
 
 @pytest.mark.parametrize(

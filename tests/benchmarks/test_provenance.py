@@ -3,6 +3,7 @@ project settled on, the commit it ran on, and no machine paths."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -50,6 +51,23 @@ def test_torch_is_null_unless_imported(started, monkeypatch):
 
 
 def test_paths_outside_the_repository_keep_only_their_name():
+    """A peer's checkout anywhere in a result keeps only its name."""
     assert C.relative("/elsewhere/peer/ATRO") == "<outside>/ATRO"
     assert C.relative({"a": [C.ROOT / "b"]}) == {"a": ["b"]}
     assert C.relative("ours / theirs") == "ours / theirs"
+
+
+RESULTS = sorted(C.RESULTS.glob("*.json"))
+MACHINE_PATH = re.compile(r'"/(tmp|work|root|home|opt|usr|var)/')
+
+
+@pytest.mark.parametrize("path", RESULTS, ids=[p.stem for p in RESULTS])
+def test_every_results_file_carries_provenance_and_no_machine_path(path, strict_loads):
+    """Every published figure names the committed code that made it: a clean tree, a full
+    commit hash, the settled keys, and no path of the machine it ran on."""
+    text = path.read_text()
+    prov = strict_loads(text).get("provenance")
+    assert prov is not None, f"{path.name} has no provenance: rerun its benchmark"
+    assert set(prov) >= KEYS and len(prov["commit"]) == 40
+    assert prov["dirty"] is False, f"{path.name} was written from a tree with uncommitted changes"
+    assert not MACHINE_PATH.search(text) and str(C.ROOT) not in text
