@@ -117,32 +117,13 @@ def _imported(path: Path, gpus_per_pod: int | None) -> Workload:
     if is_simai_file(path):
         s = load_simai(path, 8 if gpus_per_pod is None else gpus_per_pod)
         return Workload(s.name, s.dag, counts=s.counts, dp_gradient_bytes=s.dp_gradient_bytes)
-    from trainfabric.workloads.chakra import read_trace, trace_counts, trace_dag
+    from trainfabric.workloads.chakra import dp_gradient_bytes, read_trace, trace_counts, trace_dag
 
     g = 1 if gpus_per_pod is None else gpus_per_pod
-    if g < 1:
-        raise ConfigError("gpus_per_pod", f"must be >= 1, got {g}")
     trace = read_trace(path)
     dag = trace_dag(trace, g)
     return Workload(
-        trace.name, dag, counts=trace_counts(trace), dp_gradient_bytes=_dp_bytes(trace, g)
-    )
-
-
-def _dp_bytes(trace, gpus_per_pod: int) -> float:
-    """One data-parallel replica's gradient bytes: the ``comm_size`` of every all-reduce and
-    reduce-scatter whose group leaves its pod, once per collective (each such group holds
-    one shard of the replica; a tensor-parallel group stays inside its pod, so with one GPU
-    per pod every reducing collective counts)."""
-    from trainfabric.workloads.chakra.schema import CollectiveCommType as C
-
-    reducing = (C.ALL_REDUCE, C.REDUCE_SCATTER, C.REDUCE_SCATTER_BLOCK)
-    return float(
-        sum(
-            trace.ranks[c.ranks[0]].nodes[c.nodes[0]].comm_size
-            for c in trace.collectives
-            if c.comm_type in reducing and len({r // gpus_per_pod for r in c.ranks}) > 1
-        )
+        trace.name, dag, counts=trace_counts(trace), dp_gradient_bytes=dp_gradient_bytes(trace, g)
     )
 
 

@@ -18,13 +18,14 @@ per rank's node), ``collective_bytes`` (the sum of those nodes' ``comm_size``),
 ``comm_size``), ``compute_nodes`` (``COMP_NODE`` s).
 """
 
-from trainfabric.workloads.chakra.convert import load_chakra, trace_dag
+from trainfabric.workloads.chakra.convert import dp_gradient_bytes, load_chakra, trace_dag
 from trainfabric.workloads.chakra.trace import ChakraTrace, read_trace, trace_counts
 from trainfabric.workloads.chakra.writer import WrittenTrace, write_trace
 
 __all__ = [
     "ChakraTrace",
     "WrittenTrace",
+    "dp_gradient_bytes",
     "load_chakra",
     "read_trace",
     "trace_counts",

@@ -69,6 +69,8 @@ def trace_dag(
     comm node with start-up latency ``latency_s`` (s); ``algorithm`` (``ring`` or
     ``halving_doubling``) runs the all-reduces, reduce-scatters and all-gathers.
     ``gpu_flows``: keep each comm node's GPU transfers (``TaskDAG.gpu``)."""
+    if gpus_per_pod < 1:
+        raise ConfigError("gpus_per_pod", f"must be >= 1, got {gpus_per_pod}")
     prog = RankProgram(trace.n_ranks, gpus_per_pod, latency_s, algorithm, gpu_flows)
     ranks = trace.ranks
     index = [{node.id: i for i, node in enumerate(rt.nodes)} for rt in ranks]
@@ -129,7 +131,20 @@ def load_chakra(
     ``folder/NAME`` (:func:`~trainfabric.workloads.chakra.trace.read_trace`); the DAG is
     :func:`trace_dag`'s (with GPU transfers), the counts :func:`trace_counts`'. A malformed
     or inconsistent trace raises a FormatError naming the field, file, rank and node."""
-    if gpus_per_pod < 1:
-        raise ConfigError("gpus_per_pod", f"must be >= 1, got {gpus_per_pod}")
     trace = read_trace(path)
     return trace.name, trace_dag(trace, gpus_per_pod, latency_s, algorithm), trace_counts(trace)
+
+
+def dp_gradient_bytes(trace: ChakraTrace, gpus_per_pod: int = 1) -> float:
+    """One data-parallel replica's gradient bytes (the DiLoCo sync payload): the
+    ``comm_size`` of every all-reduce and reduce-scatter whose group leaves its pod, once per
+    collective (each such group holds one shard of the replica; a tensor-parallel group stays
+    inside its pod, so with one GPU per pod every reducing collective counts)."""
+    reducing = (C.ALL_REDUCE, C.REDUCE_SCATTER, C.REDUCE_SCATTER_BLOCK)
+    return float(
+        sum(
+            trace.ranks[c.ranks[0]].nodes[c.nodes[0]].comm_size
+            for c in trace.collectives
+            if c.comm_type in reducing and len({r // gpus_per_pod for r in c.ranks}) > 1
+        )
+    )
