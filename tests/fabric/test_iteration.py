@@ -500,7 +500,7 @@ def test_task_dag_json_gets_the_even_split_named_as_an_assumption(tmp_path):
     from trainfabric.io import dumps
     from trainfabric.workloads.interchange import dag_to_dict
 
-    loaded = I.load_job("llama3-70b", pods=8, layers=4)
+    loaded = I.load_job("llama3-70b", pods=8, layers=4, phase_nodes=False)
     path = tmp_path / "llama.json"
     path.write_text(dumps(dag_to_dict(loaded.dag)))
     res = SC.job_command(str(path), mode="spray", gpus_per_pod=8)

@@ -14,11 +14,12 @@ from hypothesis import strategies as st
 
 from trainfabric.errors import ConfigError
 from trainfabric.fabric import topology as T
+from trainfabric.fabric.events import LinkEvents
 from trainfabric.fabric.flows import mix64
 from trainfabric.fabric.maxmin import max_min_rates
 from trainfabric.fabric.routing import Router
 from trainfabric.fabric.tasks import loop as L
-from trainfabric.fabric.tasks.engine import run_tasks
+from trainfabric.fabric.tasks.engine import TaskSim, run_tasks
 from trainfabric.fabric.tasks.graph import BARRIER, COMM, TIMER, TaskGraph
 
 WIRE = 4160 / 4096
@@ -151,11 +152,15 @@ def test_random_small_graphs_match_a_brute_force_event_loop(g, mode, reuse):
 
 
 # -- reuse of solved flow sets against the step-by-step run -----------------------------------
-def pipeline_with_rings(servers: int, pp: int = 2, steps: int = 6, seed: int = 0) -> TaskGraph:
+def pipeline_with_rings(
+    servers: int, pp: int = 2, steps: int = 6, seed: int = 0, phase_form: bool = False
+) -> TaskGraph:
     """``pp`` stages of ``servers / pp`` servers (8 GPUs, 2 channels per GPU pair): per stage a
     compute timer per server, a PP send to the next stage (one comm task per server pair),
     then a ring of ``steps`` steps per stage; stages start at different times, so rings,
-    sends and compute overlap partly (replays are interrupted and materialised)."""
+    sends and compute overlap partly (replays are interrupted and materialised).
+    ``phase_form``: each ring step is one comm task holding every pair's flows (the phase
+    nodes of the fabric's DAGs) instead of one task per pair between barriers."""
     rng = np.random.default_rng(seed)
     d = servers // pp
     slot = rng.permutation(servers)
@@ -170,28 +175,35 @@ def pipeline_with_rings(servers: int, pp: int = 2, steps: int = 6, seed: int = 0
         flow_set.append(fs)
         return len(kind) - 1
 
-    def fset(a, b, nbytes):
-        if (a, b, nbytes) not in sets:
-            for gpu in range(8):
-                for ch in range(2):
-                    key = (a, b, gpu, ch)
-                    conns.setdefault(key, len(conns))
-                    flow_conn.append(conns[key])
-                    flow_bytes.append(nbytes)
+    def fset(pairs, nbytes):
+        if (pairs, nbytes) not in sets:
+            for a, b in pairs:
+                for gpu in range(8):
+                    for ch in range(2):
+                        key = (a, b, gpu, ch)
+                        conns.setdefault(key, len(conns))
+                        flow_conn.append(conns[key])
+                        flow_bytes.append(nbytes)
             set_ptr.append(len(flow_conn))
-            sets[a, b, nbytes] = len(set_ptr) - 2
-        return sets[a, b, nbytes]
+            sets[pairs, nbytes] = len(set_ptr) - 2
+        return sets[pairs, nbytes]
 
     for p in range(pp):
         comp = [add(TIMER, 1e-4 * (p + 1) * (1 + 0.1 * x)) for x in range(d)]
         prev = add(BARRIER)
         edges += [(c, prev) for c in comp]
         if p + 1 < pp:
-            sends = [add(COMM, fs=fset(p * d + x, (p + 1) * d + x, 2e5)) for x in range(d)]
+            sends = [add(COMM, fs=fset(((p * d + x, (p + 1) * d + x),), 2e5)) for x in range(d)]
             edges += [(comp[x], s) for x, s in enumerate(sends)]
+        ring = tuple((p * d + x, p * d + (x + 1) % d) for x in range(d))
         for k in range(steps):
             nb = 1e5 if k < steps // 2 else 5e4
-            tasks = [add(COMM, fs=fset(p * d + x, p * d + (x + 1) % d, nb)) for x in range(d)]
+            if phase_form:
+                step = add(COMM, fs=fset(ring, nb))
+                edges.append((prev, step))
+                prev = step
+                continue
+            tasks = [add(COMM, fs=fset((pair,), nb)) for pair in ring]
             ex = add(BARRIER)
             edges += [(prev, t) for t in tasks] + [(t, ex) for t in tasks]
             prev = ex
@@ -224,6 +236,52 @@ def test_reusing_solved_flow_sets_equals_the_step_by_step_run(mode):
     np.testing.assert_allclose(fast.link_bits, step.link_bits, rtol=1e-9, atol=1e-3)
     np.testing.assert_allclose(fast.bin_bits, step.bin_bits, rtol=1e-9, atol=1e-3)
     np.testing.assert_allclose(fast.delivered_bytes, g.task_bytes(), rtol=1e-9)
+
+
+@pytest.mark.parametrize("mode", ["ecmp", "spray", "adaptive", "flowlet"])
+@pytest.mark.parametrize("flap", [False, True])
+def test_set_level_replays_equal_the_step_by_step_run(mode, flap):
+    """One comm task per ring step: a step that starts alone runs as one event from its
+    set's memo (``set_replays``), is materialised when a send or the other stage's ring
+    starts meanwhile, and at a link event (a cable down and up in the middle of the run,
+    ``flap``); every task's finish, the delivered bytes and the link and class loads equal
+    the run without reuse."""
+    topo = T.multiplane(128, 2, 16, 800e9)
+    g = pipeline_with_rings(16, pp=2, steps=10, phase_form=True)
+    events = None
+    if flap:
+        quiet = run_tasks(topo, g, Router(topo, mode, seed=5), reuse=False)
+        link = int(np.argmax(quiet.link_bits))
+        t = 0.4 * quiet.end_s
+        events = LinkEvents(
+            np.array([t, t + 0.1 * quiet.end_s]), np.array([link, link]), np.array([False, True])
+        )
+    step = run_tasks(topo, g, Router(topo, mode, seed=5), reuse=False, events=events)
+    fast = run_tasks(topo, g, Router(topo, mode, seed=5), reuse=True, events=events)
+    assert step.set_replays == 0
+    if mode != "flowlet":  # flowlet re-hashes after every idle gap: no set repeats
+        assert fast.set_replays > 0
+    np.testing.assert_allclose(fast.start_s, step.start_s, rtol=1e-9)
+    np.testing.assert_allclose(fast.finish_s, step.finish_s, rtol=1e-9)
+    np.testing.assert_allclose(fast.link_bits, step.link_bits, rtol=1e-9, atol=1e-3)
+    np.testing.assert_allclose(fast.bin_bits, step.bin_bits, rtol=1e-9, atol=1e-3)
+    np.testing.assert_allclose(fast.delivered_bytes, step.delivered_bytes, rtol=1e-9)
+    assert fast.peak_flows == step.peak_flows
+
+
+def test_a_snapshot_inside_a_set_level_replay_resumes_to_the_same_run():
+    """A snapshot taken while a step runs as a set-level replay holds its flows in flight
+    (materialised); resuming from it gives the uninterrupted run's numbers."""
+    topo = T.multiplane(128, 2, 16, 800e9)
+    g = pipeline_with_rings(16, pp=2, steps=10, phase_form=True)
+    router = Router(topo, "ecmp", seed=5)
+    whole = run_tasks(topo, g, router)
+    for frac in (0.3, 0.55, 0.8):
+        sim = TaskSim(topo, g, router)
+        snap = sim.snapshot(frac * whole.end_s)
+        res = TaskSim.resume(snap, sim).run()
+        np.testing.assert_allclose(res.finish_s, whole.finish_s, rtol=1e-9)
+        np.testing.assert_allclose(res.link_bits, whole.link_bits, rtol=1e-9, atol=1e-3)
 
 
 # -- the local re-solves after departures against a full max-min solve -------------------------

@@ -72,11 +72,11 @@ def schedule(stages: int, micro_batches: int, stage: int, kind: str) -> list[tup
 class _Builder:
     """Holds the job, the rank -> pod map and the DagBuilder while the DAG is assembled."""
 
-    def __init__(self, job: Job, seed: int, gpu_flows: bool = False):
+    def __init__(self, job: Job, seed: int, gpu_flows: bool = False, phase_nodes: bool = False):
         self.job = job
         par, pl = job.parallelism, job.placement
         self.par = par
-        self.b = DagBuilder(pl.pods, pl.gpus_per_pod if gpu_flows else None)
+        self.b = DagBuilder(pl.pods, pl.gpus_per_pod if gpu_flows else None, phase_nodes)
         self.pod_phases = PodPhases(self.b, pl.gpus_per_pod, job.compute.latency_s)
         self.fps = job.compute.flops_per_s * par.tp
         self.tokens = sizes.tokens_per_micro_batch(job)
@@ -434,9 +434,12 @@ def _pairs(src_pods: np.ndarray, dst_pods: np.ndarray, n: int) -> int:
     return int(np.unique(src_pods[keep] * n + dst_pods[keep]).size)
 
 
-def _phase_nodes(pairs: int) -> int:
+def _phase_nodes(pairs: int, phase_nodes: bool = False) -> int:
     """Nodes of a phase of ``pairs`` pod pairs (:meth:`DagBuilder.phase`): comm nodes plus
-    an entry and an exit barrier (one barrier without pairs, none for a single pair)."""
+    an entry and an exit barrier (one barrier without pairs, none for a single pair); one
+    node with ``phase_nodes``."""
+    if phase_nodes:
+        return 1
     return pairs if pairs == 1 else pairs + (1 if pairs == 0 else 2)
 
 
@@ -459,7 +462,9 @@ def _n_buckets(job: Job, weights: int, denom: int) -> int:
     return bucket_bounds(weights, max(1, round(per_gpu * denom))).size
 
 
-def _gradient_nodes(job: Job, p: int, pods: np.ndarray) -> tuple[int, int]:
+def _gradient_nodes(
+    job: Job, p: int, pods: np.ndarray, phase_nodes: bool = False
+) -> tuple[int, int]:
     """Phase nodes of stage ``p``'s DP gradient collectives (as :meth:`_Builder.dp_gradients`
     builds them, on DP-rank indices mapped to pods; identical ring steps counted once;
     under bucketed overlap every bucket repeats the reduce-scatter or all-reduce), and the
@@ -486,13 +491,14 @@ def _gradient_nodes(job: Job, p: int, pods: np.ndarray) -> tuple[int, int]:
                 if k == 0 or step is not first[k - 1]:
                     src = pods[np.concatenate([g[k].src for g in per_group])]
                     dst = pods[np.concatenate([g[k].dst for g in per_group])]
-                    nodes = _phase_nodes(_pairs(src, dst, job.placement.pods))
+                    nodes = _phase_nodes(_pairs(src, dst, job.placement.pods), phase_nodes)
                 total += nodes * (1 if op == "all_gather" else buckets)
     return total, chunks
 
 
-def dag_size(job: Job) -> DagSize:
-    """Count the DAG's nodes without building it (module doc); cost ``O(GPUs + layers)``."""
+def dag_size(job: Job, phase_nodes: bool = False) -> DagSize:
+    """Count the DAG's nodes without building it (module doc); cost ``O(GPUs + layers)``;
+    ``phase_nodes``: a phase is one node (:class:`~trainfabric.workloads.dag.PairSets`)."""
     par, m, n = job.parallelism, job.model, job.placement.pods
     n_ops = 2 * par.micro_batches
     compute = phase = 0
@@ -504,17 +510,17 @@ def dag_size(job: Job) -> DagSize:
         moe = sum(m.is_moe_layer(layer) for layer in job.stage_layers(p))
         compute += n_ops * (2 * moe + 1) * stage_pods
         if moe:
-            phase += n_ops * 2 * moe * _phase_nodes(_moe_pairs(pods, par.ep))
+            phase += n_ops * 2 * moe * _phase_nodes(_moe_pairs(pods, par.ep), phase_nodes)
             flows = max(flows, par.dp * (par.ep - 1) * par.tp)
         if p + 1 < par.pp:
-            phase += n_ops * _phase_nodes(_pairs(pods, _pods_of(job, d, p + 1), n))
-        grad_phase, chunks = _gradient_nodes(job, p, pods)
+            phase += n_ops * _phase_nodes(_pairs(pods, _pods_of(job, d, p + 1), n), phase_nodes)
+        grad_phase, chunks = _gradient_nodes(job, p, pods, phase_nodes)
         phase += grad_phase
         compute += chunks * stage_pods if par.overlap == "bucketed" else 0
     return DagSize(compute, phase, flows)
 
 
-def check_dag_size(job: Job) -> DagSize:
+def check_dag_size(job: Job, phase_nodes: bool = False) -> DagSize:
     """Refuse (ConfigError) a DAG whose construction would exceed the memory limit.
 
     Raises, naming ``pods`` when communication phases hold most nodes (pod pairs grow with
@@ -525,7 +531,7 @@ def check_dag_size(job: Job) -> DagSize:
     par = job.parallelism
     floor = DAG_BYTES_PER_NODE * 2.0 * par.micro_batches * job.placement.pods
     check_memory("pods", floor + FLOW_BYTES * float(par.gpus), "the task DAG (lower bound)")
-    size = dag_size(job)
+    size = dag_size(job, phase_nodes)
     what = (
         f"a task DAG of ~{size.nodes:,} nodes ({size.compute_nodes:,} compute, "
         f"{size.phase_nodes:,} in communication phases)"
@@ -535,13 +541,17 @@ def check_dag_size(job: Job) -> DagSize:
     return size
 
 
-def build_dag(job: Job, seed: int = 0, gpu_flows: bool = False) -> TaskDAG:
+def build_dag(
+    job: Job, seed: int = 0, gpu_flows: bool = False, phase_nodes: bool = False
+) -> TaskDAG:
     """The pod-level task DAG of one training iteration of ``job`` (see the module doc).
 
     ``gpu_flows``: also keep each comm node's GPU-level transfers (``TaskDAG.gpu``, a
     :class:`~trainfabric.workloads.dag.GpuTransfers`); pod-pair bytes are then the sums of
     the merged GPU transfers (equal to the default's up to summation order).
+    ``phase_nodes``: a phase of several pod pairs is one node holding its pair set (the
+    fabric's form at scale, :class:`~trainfabric.workloads.dag.PairSets`).
     Refuses a DAG over the memory limit first (:func:`check_dag_size`: a ConfigError naming
     ``pods`` or ``layers``)."""
-    check_dag_size(job)
-    return _Builder(job, seed, gpu_flows).build()
+    check_dag_size(job, phase_nodes)
+    return _Builder(job, seed, gpu_flows, phase_nodes).build()

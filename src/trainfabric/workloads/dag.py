@@ -20,6 +20,14 @@ aggregates, as (source GPU index within the source pod, destination GPU index wi
 destination pod, share of the node's bytes). Comm nodes with the same transfers (a ring's
 steps, the pod pairs of one boundary) share one *pattern*: ``pattern[node]`` indexes a CSR
 table of distinct patterns, so a 16,384-GPU DAG holds 4 bytes per node plus a few patterns.
+
+**Phase nodes** (optional, :class:`PairSets`, for the fabric at scale): a phase of several pod
+pairs may be one COMM node (``pod = dst = -1``, ``bytes`` the phase's total) whose pairs sit
+in an interned *pair set* instead of one comm node per pair between an entry and an exit
+barrier. The two forms finish together (a phase ends with its slowest pair either way), but
+a ring's steps over ``n`` pods cost one node each instead of ``n + 2``: a 131,072-GPU job's
+DP rings are 33 thousand nodes, not 134 million. Only the fabric's engines read pair sets;
+everything else builds the per-pair form.
 """
 
 from __future__ import annotations
@@ -191,6 +199,82 @@ class PatternTable:
 
 
 @dataclass(frozen=True, eq=False)
+class PairSets:
+    """The pod pairs of phase nodes (module doc): node ``i`` with ``node_set[i] = q >= 0``
+    moves ``bytes[k]`` from pod ``src[k]`` to pod ``dst[k]`` for ``k`` in
+    ``ptr[q]:ptr[q+1]``, with GPU-transfer pattern ``pattern[k]`` (-1 without GPU
+    transfers); ``node_set[i] = -1`` for every other node."""
+
+    node_set: np.ndarray  # int32 [N]
+    ptr: np.ndarray  # int64 [S+1]
+    src: np.ndarray  # int32 [P]
+    dst: np.ndarray  # int32 [P]
+    bytes: np.ndarray  # float64 [P]
+    pattern: np.ndarray  # int32 [P]
+
+    @property
+    def n_sets(self) -> int:
+        return int(self.ptr.size - 1)
+
+    def rows(self, nodes: np.ndarray, dag: TaskDAG) -> tuple[np.ndarray, ...]:
+        """The pod pairs of ``nodes`` (comm nodes, in the order given; a plain comm node
+        is its own single pair): ``(node, src, dst, bytes, pattern)`` per pair, grouped by
+        node. ``pattern`` of a plain node is its ``dag.gpu`` pattern (-1 without)."""
+        nodes = np.asarray(nodes, np.int64)
+        q = self.node_set[nodes]
+        own = q >= 0
+        sizes = np.ones(nodes.size, np.int64)
+        sizes[own] = np.diff(self.ptr)[q[own]]
+        node = np.repeat(nodes, sizes)
+        first = np.full(nodes.size, -1, np.int64)
+        first[own] = self.ptr[q[own]]
+        k = np.repeat(first - np.cumsum(np.r_[0, sizes[:-1]]), sizes) + np.arange(sizes.sum())
+        plain = np.repeat(q < 0, sizes)
+        src, dst = dag.pod[node].astype(np.int64), dag.dst[node].astype(np.int64)
+        nbytes = dag.bytes[node].copy()
+        pattern = dag.gpu.pattern[node] if dag.gpu is not None else np.full(node.size, -1)
+        pattern = pattern.astype(np.int64)
+        kk = k[~plain]
+        src[~plain], dst[~plain] = self.src[kk], self.dst[kk]
+        nbytes[~plain], pattern[~plain] = self.bytes[kk], self.pattern[kk]
+        return node, src, dst, nbytes, pattern
+
+
+class PairSetTable:
+    """Interns the pair sets of phase nodes while building (equal sets, one id)."""
+
+    def __init__(self):
+        self._ids: dict[bytes, int] = {}
+        self._rows: list[tuple[np.ndarray, ...]] = []
+
+    def intern(self, src, dst, nbytes, pattern) -> int:
+        arrays = (
+            np.asarray(src, np.int32),
+            np.asarray(dst, np.int32),
+            np.asarray(nbytes, np.float64),
+            np.asarray(pattern, np.int32),
+        )
+        key = b"".join(a.tobytes() for a in arrays)
+        if key not in self._ids:
+            self._ids[key] = len(self._rows)
+            self._rows.append(arrays)
+        return self._ids[key]
+
+    def freeze(self, node_set: np.ndarray) -> PairSets:
+        rows = self._rows or [tuple(np.zeros(0, d) for d in (np.int32, np.int32, float, np.int32))]
+        cols = [np.concatenate([r[j] for r in rows]) for j in range(4)]
+        sizes = [r[0].size for r in self._rows]
+        return PairSets(
+            node_set=node_set.astype(np.int32),
+            ptr=np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(np.int64),
+            src=cols[0],
+            dst=cols[1],
+            bytes=cols[2],
+            pattern=cols[3],
+        )
+
+
+@dataclass(frozen=True, eq=False)
 class TaskDAG:
     """A training iteration as a node-weighted DAG over ``n_pods`` pods (see module doc)."""
 
@@ -207,6 +291,7 @@ class TaskDAG:
     phases: tuple[Phase, ...] = ()
     names: tuple[str, ...] = field(default=(), repr=False)
     gpu: GpuTransfers | None = field(default=None, repr=False)
+    pairs: PairSets | None = field(default=None, repr=False)
 
     @property
     def n_nodes(self) -> int:
@@ -235,8 +320,22 @@ class TaskDAG:
         rate = np.broadcast_to(np.asarray(rate_bps, dtype=float), self.kind.shape)
         t = self.duration_s.copy()
         m = self.kind == COMM
-        t[m] = self.latency_s[m] + 8.0 * self.bytes[m] / rate[m]
+        t[m] = self.latency_s[m] + 8.0 * self.slowest_pair_bytes()[m] / rate[m]
         return t
+
+    def slowest_pair_bytes(self) -> np.ndarray:
+        """Per node, the bytes of its largest pod pair: its own bytes, or the largest of a
+        phase node's pair set (the pair that sets the phase's time at a uniform rate)."""
+        if self.pairs is None:
+            return self.bytes
+        p = self.pairs
+        out = self.bytes.copy()
+        q = p.node_set
+        sets = np.flatnonzero(np.diff(p.ptr) > 0)
+        big = np.zeros(p.n_sets)
+        big[sets] = np.maximum.reduceat(p.bytes, p.ptr[sets])
+        out[q >= 0] = big[q[q >= 0]]
+        return out
 
     def critical_path(self, durations_s: np.ndarray) -> float:
         """Length (s) of the longest source-to-sink path under the given node durations."""
@@ -277,6 +376,11 @@ class TaskDAG:
             for a in (self.pod, self.dst)
         )
         edges = self.edges.astype(np.int64)
+        pairs = self.pairs
+        if pairs is not None:
+            pairs = replace(
+                pairs, src=perm[pairs.src].astype(np.int32), dst=perm[pairs.dst].astype(np.int32)
+            )
         return from_arrays(
             n,
             kind=self.kind,
@@ -291,6 +395,7 @@ class TaskDAG:
             phases=self.phases,
             names=self.names,
             gpu=self.gpu,
+            pairs=pairs,
         )
 
     def to_networkx(self) -> nx.DiGraph:
@@ -333,21 +438,24 @@ def _longest_finish(indptr, indices, dur):  # pragma: no cover - compiled
 class DagBuilder:
     """Accumulates nodes, edges and phases in any order; :meth:`build` sorts them topologically."""
 
-    def __init__(self, n_pods: int, gpus_per_pod: int | None = None):
-        """``gpus_per_pod`` given: comm nodes carry GPU-transfer patterns (module doc)."""
+    def __init__(self, n_pods: int, gpus_per_pod: int | None = None, phase_nodes: bool = False):
+        """``gpus_per_pod`` given: comm nodes carry GPU-transfer patterns; ``phase_nodes``:
+        a phase of several pairs is one node with a pair set (module doc)."""
         self.n_pods = n_pods
         self._cols: dict[str, list] = {
-            k: [] for k in ("kind", "pod", "dst", "dur", "bytes", "lat", "phase", "pat")
+            k: [] for k in ("kind", "pod", "dst", "dur", "bytes", "lat", "phase", "pat", "set")
         }
+        self.pair_sets = PairSetTable() if phase_nodes else None
         self._names: list[str] = []
         self._src: list[int] = []
         self._dst: list[int] = []
         self.phases: list[Phase] = []
         self.patterns = None if gpus_per_pod is None else PatternTable(gpus_per_pod)
 
-    def _node(self, kind, pod, dst, dur, nbytes, lat, phase, name, pattern=-1) -> int:
+    def _node(self, kind, pod, dst, dur, nbytes, lat, phase, name, pattern=-1, pair_set=-1) -> int:
         c = self._cols
-        for key, val in zip(c, (kind, pod, dst, dur, nbytes, lat, phase, pattern), strict=True):
+        values = (kind, pod, dst, dur, nbytes, lat, phase, pattern, pair_set)
+        for key, val in zip(c, values, strict=True):
             c[key].append(val)
         self._names.append(name)
         return len(self._names) - 1
@@ -388,8 +496,16 @@ class DagBuilder:
         c["lat"] += [latency_s] * m
         c["phase"] += [k] * m
         c["pat"] += [-1] * m if pair_pattern is None else np.asarray(pair_pattern).tolist()
+        c["set"] += [-1] * m
         self._names += [f"{name} {u}->{v}" for u, v in zip(src, dst, strict=True)]
         return list(range(first, first + m))
+
+    def _phase_node(self, k, name, pair_src, pair_dst, pair_bytes, latency_s, pair_pattern):
+        """One comm node for all pairs of phase ``k`` (``phase_nodes``, module doc)."""
+        nbytes = np.asarray(pair_bytes, dtype=float)
+        pattern = np.full(nbytes.size, -1) if pair_pattern is None else pair_pattern
+        q = self.pair_sets.intern(pair_src, pair_dst, nbytes, pattern)
+        return self._node(COMM, -1, -1, 0.0, float(nbytes.sum()), latency_s, k, name, -1, q)
 
     def edge(self, u: int, v: int) -> None:
         self._src.append(u)
@@ -417,15 +533,24 @@ class DagBuilder:
         """Add a phase of directed pod-pair transfers after ``preds`` and before ``succs``.
 
         No pair: one barrier; one pair: one comm node; more: entry barrier -> comm nodes in
-        parallel -> exit barrier. ``meta`` gives the collective fields of :class:`Phase`
-        (group, op, ranks); ``pair_pattern`` each pair's GPU-transfer pattern id. Returns the
-        phase's (entry, exit) nodes.
+        parallel -> exit barrier, or with ``phase_nodes`` one node holding the pair set.
+        ``meta`` gives the collective fields of :class:`Phase` (group, op, ranks);
+        ``pair_pattern`` each pair's GPU-transfer pattern id. Returns the phase's (entry,
+        exit) nodes.
         """
         k = len(self.phases)
         base = Phase(kind, name, float(intra_pod_bytes))
         if meta is not None:
             base = replace(meta, kind=kind, name=name, intra_pod_bytes=float(intra_pod_bytes))
         self.phases.append(base)
+        if self.pair_sets is not None and len(pair_bytes) > 1:
+            node = self._phase_node(
+                k, name, pair_src, pair_dst, pair_bytes, latency_s, pair_pattern
+            )
+            self.edges(preds, node)
+            for s in succs:
+                self.edge(node, s)
+            return node, node
         comms = self._comm_nodes(k, name, pair_src, pair_dst, pair_bytes, latency_s, pair_pattern)
         if len(comms) == 1:
             entry = exit_ = comms[0]
@@ -462,6 +587,9 @@ class DagBuilder:
             gpu=None
             if self.patterns is None
             else self.patterns.freeze(np.asarray(c["pat"], dtype=np.int32).reshape(n)),
+            pairs=None
+            if self.pair_sets is None
+            else self.pair_sets.freeze(np.asarray(c["set"], dtype=np.int32).reshape(n)),
         )
 
 
@@ -522,9 +650,11 @@ def from_arrays(
     phases=(),
     names=(),
     gpu: GpuTransfers | None = None,
+    pairs: PairSets | None = None,
 ) -> TaskDAG:
     """Build a TaskDAG from unordered arrays: renumber topologically, drop duplicate edges
-    (``gpu``, if given, is indexed by the unordered node ids and renumbered with them)."""
+    (``gpu`` and ``pairs``, if given, are indexed by the unordered node ids and renumbered
+    with them)."""
     n = kind.size
     order = topological_order(n, edge_src, edge_dst, names)
     new_id = np.empty(n, dtype=np.int64)
@@ -548,4 +678,5 @@ def from_arrays(
         phases=tuple(phases),
         names=tuple(names[i] for i in order) if names else (),
         gpu=None if gpu is None else replace(gpu, pattern=gpu.pattern[order]),
+        pairs=None if pairs is None else replace(pairs, node_set=pairs.node_set[order]),
     )

@@ -219,7 +219,13 @@ def _first(bad: np.ndarray) -> int | None:
 
 # -- task DAG ---------------------------------------------------------------------------------
 def dag_to_dict(dag: TaskDAG) -> dict[str, Any]:
-    """The DAG in interchange form (node ids are the DAG's topological indices)."""
+    """The DAG in interchange form (node ids are the DAG's topological indices); a DAG
+    with phase nodes (:class:`~trainfabric.workloads.dag.PairSets`) has none: a ValueError
+    says to build it with one node per pod pair."""
+    if dag.pairs is not None:
+        raise ValueError(
+            "a DAG with phase nodes has no interchange form: build it with phase_nodes=False"
+        )
     nodes = []
     for i in range(dag.n_nodes):
         k = int(dag.kind[i])

@@ -260,12 +260,16 @@ def load_job(
     overlap: str = "none",
     bucket_mb: float | None = None,
     seed: int = 0,
+    phase_nodes: bool = True,
 ) -> LoadedJob:
     """A preset name, a job TOML or a task-DAG JSON as a :class:`LoadedJob` (``pods``
     re-maps presets and jobs; ``layers`` cuts the model, :func:`cut_layers`; ``overlap``:
-    the DP gradients' overlap with the backward pass, none or bucketed of ``bucket_mb``)."""
+    the DP gradients' overlap with the backward pass, none or bucketed of ``bucket_mb``;
+    ``phase_nodes``: :func:`build_job`)."""
     job = resolve_job(workload, pods=pods, layers=layers, overlap=overlap, bucket_mb=bucket_mb)
-    return build_job(workload, job, pods=pods, gpus_per_pod=gpus_per_pod, seed=seed)
+    return build_job(
+        workload, job, pods=pods, gpus_per_pod=gpus_per_pod, seed=seed, phase_nodes=phase_nodes
+    )
 
 
 def resolve_job(
@@ -291,17 +295,26 @@ def resolve_job(
 
 
 def build_job(
-    workload: str, job: Job | None, *, pods=None, gpus_per_pod: int = 8, seed: int = 0
+    workload: str,
+    job: Job | None,
+    *,
+    pods=None,
+    gpus_per_pod: int = 8,
+    seed: int = 0,
+    phase_nodes: bool = True,
 ) -> LoadedJob:
     """The DAG with GPU transfers of ``job`` (:func:`resolve_job`), of an imported trace
     (its ranks in pods of ``gpus_per_pod``), or of the task-DAG JSON ``workload`` when
-    ``job`` is None (the even split, named as an assumption)."""
+    ``job`` is None (the even split, named as an assumption). ``phase_nodes`` (jobs only):
+    each communication phase is one node holding its pod pairs
+    (:class:`~trainfabric.workloads.dag.PairSets`), the same iteration with ``n + 2``
+    times fewer nodes per ring step; False keeps one node per pod pair."""
     from trainfabric.workloads.build import build_dag
     from trainfabric.workloads.dag import gpu_transfers
     from trainfabric.workloads.workload import load_workload
 
     if job is not None:
-        dag = build_dag(job, seed, gpu_flows=True)
+        dag = build_dag(job, seed, gpu_flows=True, phase_nodes=phase_nodes)
         return LoadedJob(job.name, dag, gpu_transfers(dag, job.placement.gpus_per_pod), job, ())
     w = load_workload(workload, pods, seed, gpus_per_pod)
     if w.dag.gpu is not None:  # an imported trace: its own GPU transfers
@@ -370,26 +383,50 @@ class JobOnHosts:
         """Every host (GPU) of the job, server by server."""
         return (self.servers[:, None] * self.g + np.arange(self.g)).ravel()
 
+    def pair_rows(self, nodes: np.ndarray) -> tuple[np.ndarray, ...]:
+        """The pod pairs of comm ``nodes``, grouped by node in the order given (a phase
+        node's pair set, a plain comm node itself): ``(node, src pod, dst pod, bytes, GPU
+        pattern)`` per pair."""
+        dag = self.dag
+        nodes = np.asarray(nodes, np.int64)
+        if dag.pairs is not None:
+            return dag.pairs.rows(nodes, dag)
+        pattern = self.loaded.gpu.pattern[nodes].astype(np.int64)
+        return nodes, dag.pod[nodes], dag.dst[nodes], dag.bytes[nodes], pattern
+
+    def _pair_transfers(self, pattern: np.ndarray) -> np.ndarray:
+        sizes = np.diff(self.loaded.gpu.indptr)
+        return np.where(pattern >= 0, sizes[np.maximum(pattern, 0)], 0)
+
     def transfer_counts(self, nodes: np.ndarray) -> np.ndarray:
-        """GPU transfers of each of ``nodes`` (0 for non-comm nodes)."""
-        gpu = self.loaded.gpu
-        q = gpu.pattern[nodes]
-        sizes = np.diff(gpu.indptr)
-        return np.where(q >= 0, sizes[np.maximum(q, 0)], 0)
+        """GPU transfers of each of ``nodes`` (comm nodes, in the order given)."""
+        nodes = np.asarray(nodes, np.int64)
+        _, _, _, _, q = self.pair_rows(nodes)
+        owner = np.repeat(np.arange(nodes.size), self._pairs_per_node(nodes))
+        return np.bincount(owner, self._pair_transfers(q), nodes.size).astype(np.int64)
+
+    def _pairs_per_node(self, nodes: np.ndarray) -> np.ndarray:
+        pairs = self.dag.pairs
+        if pairs is None:
+            return np.ones(nodes.size, np.int64)
+        q = pairs.node_set[nodes]
+        out = np.ones(nodes.size, np.int64)
+        out[q >= 0] = np.diff(pairs.ptr)[q[q >= 0]]
+        return out
 
     def flows(self, nodes: np.ndarray) -> dict[str, np.ndarray]:
         """The flows of comm ``nodes``, grouped by node in the order given: ``node``, ``src``,
         ``dst`` (hosts), ``bytes`` (payload), ``channel``, ``entropy`` (the connection's hash
         input: seeded mix of job, source host, destination host, channel)."""
-        dag, gpu, c = self.dag, self.loaded.gpu, self.channels
-        nodes = np.asarray(nodes, np.int64)
-        counts = self.transfer_counts(nodes)
-        node = np.repeat(nodes, counts)
-        first = gpu.indptr[np.maximum(gpu.pattern[nodes], 0)]
+        gpu, c = self.loaded.gpu, self.channels
+        node, su, sv, nb, q = self.pair_rows(nodes)
+        counts = self._pair_transfers(q)
+        first = gpu.indptr[np.maximum(q, 0)]
         k = np.repeat(first - np.cumsum(np.r_[0, counts[:-1]]), counts) + np.arange(counts.sum())
-        src = self.servers[dag.pod[node]] * self.g + gpu.src_gpu[k]
-        dst = self.servers[dag.dst[node]] * self.g + gpu.dst_gpu[k]
-        nbytes = dag.bytes[node] * gpu.share[k] / c
+        src = self.servers[np.repeat(su, counts)] * self.g + gpu.src_gpu[k]
+        dst = self.servers[np.repeat(sv, counts)] * self.g + gpu.dst_gpu[k]
+        nbytes = np.repeat(nb, counts) * gpu.share[k] / c
+        node = np.repeat(node, counts)
         chan = np.tile(np.arange(c, dtype=np.int64), node.size)
         src, dst = np.repeat(src, c), np.repeat(dst, c)
         job = np.full(src.size, self.job_id, np.int64)
@@ -409,21 +446,24 @@ def job_graph(jh: JobOnHosts) -> TaskGraph:
     DAG node ``i`` (compute -> timer, comm -> comm, barrier -> barrier; the same edges).
 
     Comm tasks share flow sets: nodes with the same (source pod, destination pod, GPU
-    pattern, bytes) — a ring's successive steps of one pod pair — point to one set, so the
-    graph holds the distinct transfers, not steps x transfers. Connections are the distinct
-    (source host, destination host, channel) of the job; a task's ``latency_s`` is 0 (the
-    fabric's per-hop latency replaces the DAG's, module doc).
+    pattern, bytes) — a ring's successive steps of one pod pair — or the same pair set (a
+    phase node, :class:`~trainfabric.workloads.dag.PairSets`: a ring's successive steps)
+    point to one set, so the graph holds the distinct transfers, not steps x transfers.
+    Connections are the distinct (source host, destination host, channel) of the job; a
+    task's ``latency_s`` is 0 (the fabric's per-hop latency replaces the DAG's, module doc).
     """
     from trainfabric.fabric.tasks.graph import TaskGraph
 
     dag = jh.dag
     comm = dag.comm_nodes
+    pair_set = dag.pairs.node_set[comm] if dag.pairs is not None else np.full(comm.size, -1)
     key = np.stack(
         [
             dag.pod[comm].astype(np.int64),
             dag.dst[comm].astype(np.int64),
             jh.loaded.gpu.pattern[comm].astype(np.int64),
             dag.bytes[comm].view(np.int64),
+            pair_set.astype(np.int64),
         ],
         axis=1,
     )

@@ -64,7 +64,20 @@ Speed, and what is exact:
   batches its completions as if alone (a timer event inside a batching window does not
   truncate it), so the batching error differs, still one-sided. Sets that overlap other
   traffic (e.g. the DP rings of two pipeline stages running at once) are simulated event by
-  event: their coupling through shared links is real and is not approximated.
+  event: their coupling through shared links is real and is not approximated;
+* *set-level replays* (``reuse=True``, no flowlets, ``batch_rtol = 0``): once a comm task's
+  flow set has been replayed alone in a routing epoch (every flow in flight its own), a
+  later start of that set with nothing in flight runs as one event: no flow enters the
+  slots; the task's last flow event, its finish (the last arrival), delivered bits and class
+  loads come from the set's memo, and its bits per route row are added when link loads are
+  read. A comm task starting meanwhile, a link event or a stop (``until_s``, a snapshot)
+  *materialises* it: the flows that the isolated evolution completed by then complete, the
+  others enter the slots with its remaining bits, and the run goes on flow by flow. The
+  memo of a set holds for its routing epoch only (routes and lost shares are fixed within
+  one). With one comm task per collective step (the phase nodes of
+  :class:`~trainfabric.workloads.dag.PairSets`) a ring that runs alone costs one event per
+  step, whatever the number of flows (``set_replays`` counts them; tested against
+  ``reuse=False`` to 1e-9).
 
 Exactness: ``batch_rtol = 0`` (default) is the exact fluid model with the flow engine's
 completion test (a flow within ``1e-9`` relative of done completes); ``batch_rtol > 0`` batches
@@ -98,6 +111,7 @@ from trainfabric.fabric.tasks.state import (
     LoopParams,
     ReplaySegments,
     Routes,
+    SetMemo,
     TaskState,
 )
 from trainfabric.fabric.topology import TIER_NAMES, Topology
@@ -131,6 +145,7 @@ class TaskResult(EngineResult):
     memo_hits: int
     memo_misses: int
     wall_s: float
+    set_replays: int = 0  # comm tasks run as one event from their set's memo (module doc)
 
     def critical_path(self, task: int | None = None) -> np.ndarray:
         """Tasks from a root to ``task`` (default: the last to finish) following
@@ -229,7 +244,8 @@ class TaskSim:
         self.batch_rtol = float(batch_rtol)
         self.reuse = bool(reuse)
         self.memo: dict[bytes, tuple] = {}
-        self.memo_hits = self.memo_misses = 0
+        self.vmemo: dict[int, tuple] = {}  # flow set -> its sorted flows' memo (this epoch)
+        self.memo_hits = self.memo_misses = self.set_replays = 0
         self.bin_s = float(bin_s)
         if link_class is None:
             link_class, class_names = tier_plane_classes(topo)
@@ -280,7 +296,7 @@ class TaskSim:
             "idle": np.full(g.n_conns, -np.inf),
             "flowlet": np.zeros(g.n_conns, np.int64),
             "ic": np.zeros(L.N_COUNTERS, np.int64),
-            "fc": np.zeros(1),
+            "fc": np.zeros(2),
             "bins": np.zeros((1, n_cls)),
             "link_bits": np.zeros(self.topo.n_links),
             "ldirty": np.zeros(self.topo.n_links, np.bool_),
@@ -289,6 +305,7 @@ class TaskSim:
         s["sl"] = tuple(np.zeros(0, dtype) for _, dtype, _ in L.SLOT_FIELDS)
         s["rp_seg_t"], s["rp_seg_b"] = np.zeros(1), np.zeros((0, n_cls))
         s["rp_set"] = None
+        s["vm"] = _empty_set_memo(g.set_ptr.size - 1, n_cls)
         s["routes"] = self._empty_routes(1, 1)
         roots = np.flatnonzero(pending == 0)
         ic = s["ic"]
@@ -330,8 +347,10 @@ class TaskSim:
 
     def _apply_events(self, t: float) -> None:
         """Apply every truth / view change due at ``t`` and start one epoch."""
-        if self.s["ic"][L.RP]:
+        if self.s["ic"][L.RP] == 1:
             self._materialize()
+        elif self.s["ic"][L.RP] == 2:
+            self._materialize_virtual()
         while self.pending_events and self.pending_events[0][0] <= t:
             _, _, what, link, up = heapq.heappop(self.pending_events)
             if what == "truth":
@@ -354,6 +373,7 @@ class TaskSim:
         self.router.begin_epoch(self.truth, self.views, self.conns, demand)
         self.n_epochs += 1
         s["conn_row"][:] = -1
+        s["vm"].ok[:] = False  # set memos hold this epoch's routes
         s["R"] = 0
         self._gclass_n = -1
         act = s["sl"][10][: s["ic"][L.M]]
@@ -392,6 +412,12 @@ class TaskSim:
 
     def _flush_link_bits(self) -> None:
         s = self.s
+        vm = s["vm"]
+        for q in np.flatnonzero(vm.count):  # the set-level replays' bits, per route row
+            rows, bits = self.vmemo[int(q)][0], self.vmemo[int(q)][4]
+            np.add.at(s["routes"].bits, rows, vm.count[q] * bits)
+            self.set_replays += int(vm.count[q])
+            vm.count[q] = 0
         R = s["R"]
         if R:
             rsg, rsw, rbits = s["routes"].group, s["routes"].weight, s["routes"].bits
@@ -509,6 +535,7 @@ class TaskSim:
         else:
             self.memo_hits += 1
         event_t, sent_t, deliv, sent_bits, seg_t, seg_b = entry
+        self._memo_set(f, entry)
         sl[L.RP_IDX][f] = np.arange(f.size)
         sl[L.RP_EVENT][f] = t + event_t
         sl[L.RP_SENT][f] = t + sent_t
@@ -517,6 +544,106 @@ class TaskSim:
         s["rp_seg_t"], s["rp_seg_b"] = t + seg_t, seg_b
         s["rp_set"] = (rows, wire, lost, t)
         ic[L.RP], ic[L.RP_LEFT], ic[L.RP_SEG] = 1, f.size, 0
+
+    def _memo_set(self, f: np.ndarray, entry: tuple) -> None:
+        """Keep the evolution of the fresh flows ``f`` (sorted as in the memo) for later
+        set-level replays, when they are exactly the flows of one comm task's flow set
+        (none of zero bytes) and this run can replay sets (module doc)."""
+        s, sl, g = self.s, self.s["sl"], self.graph
+        tasks = sl[L.TASK][f]
+        q = int(g.flow_set[tasks[0]])
+        lo, hi = g.set_ptr[q], g.set_ptr[q + 1]
+        vm = s["vm"]
+        if (
+            not self.reuse
+            or self._flowlet
+            or self.batch_rtol > 0
+            or vm.ok[q]
+            or (tasks != tasks[0]).any()
+            or hi - lo != f.size
+            or (self.flow_wire[lo:hi] <= 0).any()
+        ):
+            return
+        event_t, sent_t, deliv, sent_bits, seg_t, seg_b = entry
+        rows = sl[L.ROW][f].copy()
+        hops = s["routes"].hops[rows]
+        arrival = sent_t + hops * float(self.topo.hop_latency_s)
+        last = int(np.argmax(arrival))
+        self.vmemo[q] = (
+            rows,
+            sl[L.WIRE][f].copy(),
+            sl[L.LOST][f].copy(),
+            sl[L.CONN][f].copy(),
+            sent_bits,
+            event_t,
+            sent_t,
+            deliv,
+            hops,
+        )
+        vm = _append_segments(vm, q, seg_t, seg_b)
+        vm.ok[q] = True
+        vm.end[q] = event_t.max()
+        vm.last_sent[q], vm.last_hops[q] = sent_t[last], hops[last]
+        vm.tbits[q] = deliv.sum()
+        vm.n_flows[q] = f.size
+        s["vm"] = vm
+
+    def _materialize_virtual(self) -> None:
+        """Leave a set-level replay at the current time: its flows that completed in the
+        isolated evolution complete now, the others enter the slots with the remaining
+        bits of the evolution up to now (the same computation that made the memo)."""
+        s, g = self.s, self.graph
+        sl, ic, fc, t = s["sl"], s["ic"], s["fc"], self.time_s
+        i = int(ic[L.VTASK])
+        q = int(g.flow_set[i])
+        t0 = float(fc[1])
+        rows, wire, lost, conn, bits, event_t, sent_t, deliv, hops = self.vmemo[q]
+        out = self._evolve(rows, wire, lost, t - t0)
+        done = t0 + event_t <= t
+        hop_s = float(self.topo.hop_latency_s)
+        if done.any():
+            s["arrive"][i] = max(s["arrive"][i], ((t0 + sent_t[done]) + hops[done] * hop_s).max())
+            s["tbits"][i] += deliv[done].sum()
+            np.add.at(s["routes"].bits, rows[done], bits[done])
+        keep = np.flatnonzero(~done)
+        k = keep.size
+        s["left"][i] = k
+        ic[L.FLOWS_DONE] += int(done.sum())
+        if ic[L.NFREE] < k:
+            S_old = sl[0].size
+            sl, S = L._grow_slots(sl, k)
+            free = sl[L.FREE]
+            free[ic[L.NFREE] : ic[L.NFREE] + S - S_old] = np.arange(S_old, S)
+            ic[L.NFREE] += S - S_old
+        slots = sl[L.FREE][ic[L.NFREE] - k : ic[L.NFREE]][::-1].copy()
+        ic[L.NFREE] -= k
+        r = rows[keep]
+        c = conn[keep]
+        fields = {
+            L.ROW: r,
+            L.TASK: i,
+            L.CONN: c,
+            L.REM: out[4][keep],
+            L.WIRE: wire[keep],
+            L.START: t0,
+            L.DELIV: out[2][keep],
+            L.LOST: lost[keep],
+            L.HOPS: hops[keep],
+            L.FLOWLET: s["flowlet"][c],
+            L.RP_IDX: -1,
+            L.TL: t,
+            L.RATE: -1.0,
+            L.PROJ: np.inf,
+            L.DUE: np.inf,
+        }
+        for col, val in fields.items():
+            sl[col][slots] = val
+        np.add.at(s["routes"].bits, r, out[3][keep])
+        m = int(ic[L.M])
+        sl[L.ACT][m : m + k] = slots
+        ic[L.M] = m + k
+        ic[L.RP] = 0
+        s["sl"] = sl
 
     def _memo_store(self, key: bytes, entry: tuple) -> None:
         size = sum(a.nbytes for a in entry)
@@ -587,12 +714,15 @@ class TaskSim:
             ),
             ReplaySegments(seg_t=s["rp_seg_t"], seg_b=s["rp_seg_b"]),
             s["ldirty"],
+            s["vm"],
         )
         s["sl"], s["bins"] = sl, bins
         if status == L.FRESH:
             self._replay()
         elif status == L.MATERIALIZE:
             self._materialize()
+        elif status == L.VMATERIALIZE:
+            self._materialize_virtual()
         if status == L.NEED_ROUTES:
             conns = need[: s["ic"][L.NEED]].copy()
             fl = s["flowlet"][conns] if self._flowlet else None
@@ -620,7 +750,7 @@ class TaskSim:
 
     def _drive(self, until_s: float, advance: bool) -> None:
         wall0 = time.perf_counter()
-        resumable = (L.NEED_ROUTES, L.FRESH, L.MATERIALIZE)  # handled by _loop: call again
+        resumable = (L.NEED_ROUTES, L.FRESH, L.MATERIALIZE, L.VMATERIALIZE)  # call again
         while True:
             if self.pending_events and self.pending_events[0][0] <= until_s:
                 t_ev = self.pending_events[0][0]
@@ -633,6 +763,8 @@ class TaskSim:
                 continue
             if self._loop(until_s, advance) not in resumable:
                 break
+        if self.s["ic"][L.RP] == 2:  # stopped inside a set-level replay: its flows in flight
+            self._materialize_virtual()
         self.wall_s += time.perf_counter() - wall0
 
     def run(self, until_s: float = np.inf) -> TaskResult:
@@ -650,12 +782,14 @@ class TaskSim:
         state["_views"] = {m: v.copy() for m, v in self.views.items()}
         state["_pending"] = list(self.pending_events)
         state["_seq"] = self._seq
+        state["_vmemo"] = dict(self.vmemo)
         state["_counts"] = (
             self.n_epochs,
             self.n_routed,
             self.wall_s,
             self.memo_hits,
             self.memo_misses,
+            self.set_replays,
         )
         return Snapshot(self.time_s, state, _fork_router(self.router))
 
@@ -670,7 +804,10 @@ class TaskSim:
         sim.views = {m: v.copy() for m, v in st["_views"].items()}
         sim.pending_events = list(st["_pending"])
         sim._seq = st["_seq"]
-        sim.n_epochs, sim.n_routed, sim.wall_s, sim.memo_hits, sim.memo_misses = st["_counts"]
+        sim.vmemo = dict(st["_vmemo"])
+        counts = st["_counts"]
+        sim.n_epochs, sim.n_routed, sim.wall_s, sim.memo_hits, sim.memo_misses = counts[:5]
+        sim.set_replays = counts[5]
         sim.router = _fork_router(snap.router)
         sim._gclass_n = -1
         sim.add_events(events)
@@ -706,6 +843,7 @@ class TaskSim:
             memo_hits=self.memo_hits,
             memo_misses=self.memo_misses,
             wall_s=self.wall_s,
+            set_replays=self.set_replays,
         )
 
 
@@ -721,6 +859,42 @@ def _copy(v):
         copied = [_copy(a) for a in v]
         return type(v)(*copied) if hasattr(v, "_fields") else tuple(copied)
     return v
+
+
+def _empty_set_memo(n_sets: int, n_cls: int) -> SetMemo:
+    z = np.zeros(n_sets)
+    zi = np.zeros(n_sets, np.int64)
+    return SetMemo(
+        ok=np.zeros(n_sets, np.bool_),
+        end=z.copy(),
+        last_sent=z.copy(),
+        last_hops=zi.copy(),
+        tbits=z.copy(),
+        n_flows=zi.copy(),
+        count=zi.copy(),
+        seg_t_lo=zi.copy(),
+        seg_b_lo=zi.copy(),
+        n_seg=zi.copy(),
+        seg_t=np.zeros(16),
+        seg_b=np.zeros((16, n_cls)),
+    )
+
+
+def _append_segments(vm: SetMemo, q: int, seg_t: np.ndarray, seg_b: np.ndarray) -> SetMemo:
+    """``vm`` with the segments of set ``q`` appended (its arrays grown by doubling)."""
+    nt = int((vm.seg_t_lo + vm.n_seg + (vm.n_seg > 0)).max(initial=0))
+    nb = int((vm.seg_b_lo + vm.n_seg).max(initial=0))
+    k = seg_b.shape[0]
+    seg_t_all, seg_b_all = vm.seg_t, vm.seg_b
+    if nt + k + 1 > seg_t_all.size:
+        seg_t_all = np.concatenate([seg_t_all, np.zeros(max(seg_t_all.size, k + 1))])
+    if nb + k > seg_b_all.shape[0]:
+        grow = np.zeros((max(seg_b_all.shape[0], k), seg_b_all.shape[1]))
+        seg_b_all = np.concatenate([seg_b_all, grow])
+    seg_t_all[nt : nt + k + 1] = seg_t[: k + 1]
+    seg_b_all[nb : nb + k] = seg_b
+    vm.seg_t_lo[q], vm.seg_b_lo[q], vm.n_seg[q] = nt, nb, k
+    return vm._replace(seg_t=seg_t_all, seg_b=seg_b_all)
 
 
 def _widen(a: np.ndarray, W: int, fill) -> np.ndarray:

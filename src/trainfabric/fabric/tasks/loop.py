@@ -66,12 +66,13 @@ from trainfabric.fabric.heap import (
 from trainfabric.fabric.maxmin import pop_level, rebuild_base, solve_active
 
 COMM = 1
-DONE, UNTIL, NEED_ROUTES, UNCONSTRAINED, FRESH, MATERIALIZE = range(6)
+DONE, UNTIL, NEED_ROUTES, UNCONSTRAINED, FRESH, MATERIALIZE, VMATERIALIZE = range(7)
 # integer counters in ``ic``
 M, NFREE, HSIZE, HSEQ, EVENTS, SOLVES, PEAK, NEED, FLOWS_DONE, RP, RP_LEFT, RP_SEG = range(12)
 LOCAL = 12  # 1 + whether the last call solved component-locally (0: no call yet)
 SOLVED = 13  # flows whose rates were solved, summed over solves (the solves' work)
-N_COUNTERS = 14
+VTASK = 14  # the comm task of a set-level replay (``ic[RP] == 2``; it started at ``fc[1]``)
+N_COUNTERS = 15
 # widening a departure's re-solve stops (the departure rule then solves it once) past
 WIDEN_ROUNDS = 32  # rounds, or ``widen_flows`` flows (a parameter; default WIDEN_FLOWS)
 WIDEN_FLOWS = 1024
@@ -209,6 +210,32 @@ def _replay_bins(bins, bin_s, seg_t, seg_b, ic, t, t_adv):
         else:
             break
     ic[RP_SEG] = k
+
+
+@numba.njit(cache=True)
+def _vbins(bins, bin_s, vm, q, t0, ic, t, t_adv):
+    """:func:`_replay_bins` for a set-level replay of flow set ``q`` started at ``t0``
+    (its memo's segments, offsets from the start, in ``vm``)."""
+    k = ic[RP_SEG]
+    tlo, blo, nseg = vm.seg_t_lo[q], vm.seg_b_lo[q], vm.n_seg[q]
+    while k < nseg and t0 + vm.seg_t[tlo + k] < t_adv:
+        a, b = t0 + vm.seg_t[tlo + k], t0 + vm.seg_t[tlo + k + 1]
+        lo, hi = max(a, t), min(b, t_adv)
+        if hi > lo and b > a:
+            share = (hi - lo) / (b - a)
+            for c in range(vm.seg_b.shape[1]):
+                _bin_add(bins, bin_s, c, lo, hi, vm.seg_b[blo + k, c] * share)
+        if b <= t_adv:
+            k += 1
+        else:
+            break
+    ic[RP_SEG] = k
+
+
+@numba.njit(cache=True, inline="always")
+def _vend(vm, q, fc):
+    """When the set-level replay of flow set ``q`` has its last flow event."""
+    return fc[1] + vm.end[q]
 
 
 @numba.njit(cache=True, inline="always")
@@ -573,11 +600,12 @@ def _due_conns(t, kind, flow_set, set_ptr, flow_conn, conn_row, heap, ic, need, 
 
 @numba.njit(cache=True)
 def run_loop(
-    graph, tstate, heap, conn, routes, sl, bins, ic, fc, need, groups, params, replay, ldirty
+    graph, tstate, heap, conn, routes, sl, bins, ic, fc, need, groups, params, replay, ldirty, vm
 ):
     """Run the graph (``graph``, ``tstate``, ``heap``, ``conn``, ``routes``, ``groups``,
-    ``params``, ``replay``: the named tuples of :mod:`.state`) until done / ``until_s`` /
-    routes needed / a fresh flow set (``memo``) / a flow joining a replay (module doc).
+    ``params``, ``replay``, ``vm``: the named tuples of :mod:`.state`) until done /
+    ``until_s`` / routes needed / a fresh flow set (``memo``) / a flow joining a replay /
+    a comm task starting during a set-level replay (module doc).
     Returns ``(status, slots, bins)``: the slot arrays and
     bins may have been reallocated. Flows are settled lazily (only when their rate changes,
     they complete, or the call stops at ``until_s`` with ``advance``); ``ldirty`` marks the
@@ -600,6 +628,7 @@ def run_loop(
     gap, bin_s, memo = params.flowlet_gap_s, params.bin_s, params.memo
     local, widen = params.local, params.widen
     rp_seg_t, rp_seg_b = replay.seg_t, replay.seg_b
+    virt = memo and gap < 0.0 and batch_rtol == 0.0  # set-level replays (module doc)
     n = kind.size
     K = rsg.shape[1]
     n_groups = g_off + g_ptr.size - 1
@@ -681,7 +710,20 @@ def run_loop(
             i = e
             lo = hi = 0
             if kind[i] == COMM:
-                lo, hi = set_ptr[flow_set[i]], set_ptr[flow_set[i] + 1]
+                q = flow_set[i]
+                lo, hi = set_ptr[q], set_ptr[q + 1]
+                if ic[RP] == 2:  # flows would join a set-level replay: materialize it first
+                    fc[0] = t
+                    return VMATERIALIZE, sl, bins
+                if virt and ic[M] == 0 and ic[RP] == 0 and vm.ok[q]:  # alone, solved before
+                    _, ic[HSIZE] = heap_pop(ht, hs, hf, ic[HSIZE])
+                    tstart[i] = t
+                    left[i] = vm.n_flows[q]
+                    arrive[i] = t
+                    ic[RP], ic[VTASK], ic[RP_SEG] = 2, i, 0
+                    fc[1] = t
+                    ic[PEAK] = max(ic[PEAK], vm.n_flows[q])
+                    continue
                 if ic[NFREE] < hi - lo:
                     S_old = S
                     sl, S = _grow_slots(sl, hi - lo)
@@ -767,6 +809,8 @@ def run_loop(
         m = ic[M]
         act = sl[ACT]
         replaying = ic[RP] == 1
+        virtual = ic[RP] == 2
+        vq = flow_set[ic[VTASK]] if virtual else -1
         if replaying and joined:
             fc[0] = t
             return MATERIALIZE, sl, bins
@@ -779,6 +823,8 @@ def run_loop(
         if replaying:
             if hsz[1] > 0:
                 t1 = hk2[0]
+        elif virtual:
+            t1 = _vend(vm, vq, fc)
         else:
             if stale and m > 0:  # else only timers fired since the last solve: same rates
                 stale = False
@@ -914,7 +960,7 @@ def run_loop(
                 top = max(top, sl[PROJ][done_list[j]])
             t1 = min(top, t_other)
         t_next = min(t1, t_other)
-        if m == 0 and ic[HSIZE] == 0:
+        if m == 0 and ic[HSIZE] == 0 and not virtual:
             fc[0] = t
             return DONE, sl, bins
         stop = t_next > until_s or t_next == np.inf
@@ -926,13 +972,15 @@ def run_loop(
             t_adv = t
         # -- 4. advance (replays add the memo's loads; other flows settle lazily)
         dt = t_adv - t
-        if dt > 0 and m > 0:
+        if dt > 0 and (m > 0 or virtual):
             bins = _ensure_bins(bins, bin_s, t_adv)
             if replaying:
                 _replay_bins(bins, bin_s, rp_seg_t, rp_seg_b, ic, t, t_adv)
+            elif virtual:
+                _vbins(bins, bin_s, vm, vq, fc[1], ic, t, t_adv)
         t = t_adv
         if stop:
-            if not replaying:  # the driver may re-route: settle, rates solved again
+            if not replaying and not virtual:  # the driver may re-route: settle, re-solve
                 for j in range(m):
                     f = act[j]
                     _settle(f, t, sl, rbits, rcls, rclw, bins, bin_s)
@@ -941,6 +989,17 @@ def run_loop(
             return UNTIL, sl, bins
         ic[EVENTS] += 1
         # -- 5. completions
+        if virtual and t >= _vend(vm, vq, fc):  # the set-level replay's last flow is done
+            i = ic[VTASK]
+            tbits[i] += vm.tbits[vq]
+            arrive[i] = max(arrive[i], (fc[1] + vm.last_sent[vq]) + vm.last_hops[vq] * hop_s)
+            left[i] = 0
+            ic[FLOWS_DONE] += vm.n_flows[vq]
+            vm.count[vq] += 1
+            ic[HSIZE] = heap_push(ht, hs, hf, ic[HSIZE], arrive[i], ic[HSEQ], i + n)
+            ic[HSEQ] += 1
+            ic[RP] = 0
+            continue
         if done_list.size < hsz[1]:
             done_list = np.empty(S, np.int64)
         k = heap_le(hk2, hl2, hsz[1], t, done_list)

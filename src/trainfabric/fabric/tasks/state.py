@@ -104,3 +104,26 @@ class ReplaySegments(NamedTuple):
 
     seg_t: np.ndarray
     seg_b: np.ndarray
+
+
+class SetMemo(NamedTuple):
+    """Set-level replays (module doc of :mod:`trainfabric.fabric.tasks.engine`): per flow set
+    of the graph, whether its isolated evolution is known in this routing epoch (``ok``)
+    and what it gives, as offsets from the set's start (s): its last flow event (``end``),
+    the send time and hops of the flow that arrives last (``last_sent``, ``last_hops``),
+    delivered bits (``tbits``), flows (``n_flows``), replays done since the last flush of
+    link bits (``count``), and its class loads as ``n_seg`` constant-rate segments: times
+    ``seg_t[seg_t_lo : seg_t_lo + n_seg + 1]``, bits ``seg_b[seg_b_lo : seg_b_lo + n_seg]``."""
+
+    ok: np.ndarray
+    end: np.ndarray
+    last_sent: np.ndarray
+    last_hops: np.ndarray
+    tbits: np.ndarray
+    n_flows: np.ndarray
+    count: np.ndarray
+    seg_t_lo: np.ndarray
+    seg_b_lo: np.ndarray
+    n_seg: np.ndarray
+    seg_t: np.ndarray
+    seg_b: np.ndarray
