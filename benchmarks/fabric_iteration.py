@@ -26,6 +26,18 @@ Cases:
   critical path) / iteration.
 * ``iter_16k``: ``llama3-70b`` on 2,048 servers (16,384 GPUs), ECMP: ``wall_s_16k``,
   ``peak_gb_16k`` (the subprocess's peak RSS).
+* ``iter_131k:<mode>``: ``llama3-70b`` on 16,384 servers (131,072 GPUs: TP 8 x PP 4 x DP
+  4,096), on the fabric of ``configs/clusters/spectrum-x-128k.toml`` (4 planes of 2-tier
+  leaf-spine, 512 x 200G ports per switch): ECMP (``wall_s_131k``, ``peak_gb_131k``; a run
+  over its limit is ``null`` with the reason in ``not_finished``) and adaptive beside it
+  (``wall_s_131k_adaptive``, ``iteration_s_131k_adaptive``), with the adaptive run's time
+  broken down (``breakdown_131k_adaptive``: ``build_s`` = the DAG, fabric, placement and
+  task graph; ``route_s`` = routing connections; ``memo_s`` = isolated evolutions of flow
+  sets for set-level replays; ``loop_s`` = the compiled loop: events, rate solves and
+  replays).
+* ``failures_4k``: 10% failed cables on the 512-server job, adaptive, the first 2 of the
+  20 seeded draws (``failures_4k_draw_wall_s``: their mean wall per draw;
+  ``wall_s_failures_4k`` stays ``null``: 20 draws do not fit this run).
 * ``deepseek``: ``deepseek-v3`` on 128 servers, ECMP: ``wall_s_deepseek``. Its all-to-alls
   (``tp = 1``, EP 256: 64 GPU pairs per server pair and node, 4 channels each, skewed
   expert loads)
@@ -64,7 +76,13 @@ from _common import emit, parser, peak_rss_gb
 MODES = ("ecmp", "flowlet", "pinning", "spray", "adaptive")
 QUICK_MODES = ("ecmp", "pinning", "spray", "adaptive")
 FAULTS_JOB = {"workload": "llama3-70b", "pods": 32, "layers": 2, "switch_radix": 32}
-TARGETS = {"wall_s_4k": 60.0, "wall_s_16k": 300.0, "peak_gb_16k": 16.0}
+TARGETS = {
+    "wall_s_4k": 60.0,
+    "wall_s_16k": 20.0,
+    "peak_gb_16k": 16.0,
+    "wall_s_131k": 600.0,
+    "peak_gb_131k": 16.0,
+}
 ONE_THREAD = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 RESUMED: list[str] = []  # cases taken from --cache (an earlier invocation)
 FAILED: dict[str, str] = {}  # case -> "over N s" or "exit N"
@@ -75,6 +93,8 @@ LIMIT_S = {
     "iter_4k": 150,
     "exposed_4k": 150,
     "iter_16k": 300,
+    "iter_131k": 600,
+    "failures_4k": 400,
     "deepseek": 60,
     "deepseek_16": 150,
     "faults": 240,
@@ -91,13 +111,15 @@ def _job(workload: str, pods: int, overlap: str = "none", layers=None, **fabric)
     return I.JobOnHosts(loaded, servers, 4, seed=0), topo
 
 
-def iteration_case(workload: str, pods: int, mode: str, overlap: str = "none") -> dict:
+def iteration_case(workload: str, pods: int, mode: str, overlap: str = "none", **fabric) -> dict:
     from trainfabric.fabric.iteration import run as I
     from trainfabric.fabric.iteration.report import iteration_tables
 
     t0 = time.perf_counter()
-    jh, topo = _job(workload, pods, overlap)
-    run = I.run_iteration(jh, topo, mode, seed=0)
+    jh, topo = _job(workload, pods, overlap, **fabric)
+    graph = I.job_graph(jh)
+    build = time.perf_counter() - t0
+    run = I.run_iteration(jh, topo, mode, seed=0, graph=graph)
     wall = time.perf_counter() - t0
     summary = iteration_tables(run, top_links=5)["summary"]
     r = run.result
@@ -118,6 +140,32 @@ def iteration_case(workload: str, pods: int, mode: str, overlap: str = "none") -
         "peak_flows": int(r.peak_flows),
         "wall_s": wall,
         "sim_wall_s": float(r.wall_s),
+        "set_replays": int(r.set_replays),
+        "breakdown": {
+            "build_s": build,
+            "route_s": float(r.route_wall_s),
+            "memo_s": float(r.memo_wall_s),
+            "loop_s": float(r.wall_s - r.route_wall_s - r.memo_wall_s),
+        },
+        "peak_rss_gb": peak_rss_gb(),
+    }
+
+
+def failures_4k_case(draws: int = 2) -> dict:
+    from trainfabric.fabric.iteration import faults as IF
+    from trainfabric.fabric.iteration import run as I
+    from trainfabric.fabric.scenarios import FaultsConfig
+
+    jh, topo = _job("llama3-70b", 512)
+    run = I.run_iteration(jh, topo, "adaptive", seed=0)
+    faults = FaultsConfig(failed_fractions=[0.1], failure_draws=draws, flap_draws=1)
+    t0 = time.perf_counter()
+    table = IF.run_failures(run, faults, 0)
+    wall = time.perf_counter() - t0
+    return {
+        "draws": draws,
+        "draw_wall_s": wall / draws,
+        "slowdowns": table["slowdown"].tolist(),
         "peak_rss_gb": peak_rss_gb(),
     }
 
@@ -165,6 +213,10 @@ def run_case(case: str, flap_draws: int) -> dict:
         return iteration_case("llama3-70b", 512, "ecmp", overlap=arg)
     if kind == "iter_16k":
         return iteration_case("llama3-70b", 2048, "ecmp")
+    if kind == "iter_131k":
+        return iteration_case("llama3-70b", 16384, arg, switch_radix=512)
+    if kind == "failures_4k":
+        return failures_4k_case()
     if kind == "deepseek":
         return iteration_case("deepseek-v3", 128, "ecmp")
     if kind == "deepseek_16":
@@ -237,11 +289,13 @@ def _run_all(args, modes) -> dict:
     warm = _spawn("warmup", args.flap_draws, None)  # always run: the cache dir is new
     # the timed targets alone, one after the other; then the rest two at a time (2 cores)
     rows = {
-        c: _spawn(c, args.flap_draws, args.cache) for c in ("iter_4k:ecmp", "iter_16k", "deepseek")
+        c: _spawn(c, args.flap_draws, args.cache)
+        for c in ("iter_4k:ecmp", "iter_16k", "iter_131k:adaptive", "iter_131k:ecmp", "deepseek")
     }
     rest = [  # longest first (they share 2 cores): adaptive's flap resumes, bucketed overlap
         *(f"faults:{m}" for m in modes if m == "adaptive"),
         "exposed_4k:bucketed",
+        "failures_4k",
         "deepseek_16",
         *(f"faults:{m}" for m in modes if m != "adaptive"),
         *(f"iter_4k:{m}" for m in modes if m != "ecmp"),
@@ -254,6 +308,7 @@ def _run_all(args, modes) -> dict:
     faults = {m: rows[f"faults:{m}"] for m in modes}
     done = [r for r in faults.values() if r is not None]
     big = rows["iter_16k"]
+    huge, huge_ad = rows["iter_131k:ecmp"], rows["iter_131k:adaptive"]
     result = {
         "iteration_s_by_mode": {m: _value(rows[f"iter_4k:{m}"], "iteration_s") for m in modes},
         "exposed_comm_fraction": {
@@ -283,6 +338,14 @@ def _run_all(args, modes) -> dict:
         "wall_s_4k": _value(rows["iter_4k:ecmp"], "wall_s"),
         "wall_s_16k": _value(big, "wall_s"),
         "peak_gb_16k": _value(big, "peak_rss_gb"),
+        "wall_s_131k": _value(huge, "wall_s"),
+        "peak_gb_131k": _value(huge, "peak_rss_gb"),
+        "wall_s_131k_adaptive": _value(huge_ad, "wall_s"),
+        "iteration_s_131k_adaptive": _value(huge_ad, "iteration_s"),
+        "peak_gb_131k_adaptive": _value(huge_ad, "peak_rss_gb"),
+        "breakdown_131k_adaptive": _value(huge_ad, "breakdown"),
+        "wall_s_failures_4k": None,
+        "failures_4k_draw_wall_s": _value(rows["failures_4k"], "draw_wall_s"),
         "wall_s_deepseek": _value(rows["deepseek"], "wall_s"),
         "deepseek_16_servers": rows["deepseek_16"],
         "faults_job": FAULTS_JOB | {"gpus": done[0]["gpus"] if done else None},

@@ -146,6 +146,8 @@ class TaskResult(EngineResult):
     memo_misses: int
     wall_s: float
     set_replays: int = 0  # comm tasks run as one event from their set's memo (module doc)
+    route_wall_s: float = 0.0  # of wall_s: routing connections (the router)
+    memo_wall_s: float = 0.0  # of wall_s: isolated evolutions of flow sets (memos, materialising)
 
     def critical_path(self, task: int | None = None) -> np.ndarray:
         """Tasks from a root to ``task`` (default: the last to finish) following
@@ -246,6 +248,7 @@ class TaskSim:
         self.memo: dict[bytes, tuple] = {}
         self.vmemo: dict[int, tuple] = {}  # flow set -> its sorted flows' memo (this epoch)
         self.memo_hits = self.memo_misses = self.set_replays = 0
+        self.route_wall_s = self.memo_wall_s = 0.0
         self.bin_s = float(bin_s)
         if link_class is None:
             link_class, class_names = tier_plane_classes(topo)
@@ -430,7 +433,9 @@ class TaskSim:
     def _route(self, conns: np.ndarray, flowlet: np.ndarray | None) -> np.ndarray:
         """Route ``conns`` in the current epoch; returns their new route rows."""
         s = self.s
+        t0 = time.perf_counter()
         r = self.router.route(self.conns, conns, flowlet)
+        self.route_wall_s += time.perf_counter() - t0
         self.n_routed += conns.size
         cls, clw = self._class_rows(r.group, r.weight)
         routes, R, k = s["routes"], s["R"], conns.size
@@ -495,6 +500,7 @@ class TaskSim:
 
     def _evolve(self, rows, wire, lost, tau: float):
         routes = self.s["routes"]
+        t0 = time.perf_counter()
         out = L.evolve(
             rows,
             wire,
@@ -511,6 +517,7 @@ class TaskSim:
             float(tau),
             self._single_links(),
         )
+        self.memo_wall_s += time.perf_counter() - t0
         if out[-1]:
             raise ValueError("a flow in flight crosses no link")
         return out
@@ -844,6 +851,8 @@ class TaskSim:
             memo_misses=self.memo_misses,
             wall_s=self.wall_s,
             set_replays=self.set_replays,
+            route_wall_s=self.route_wall_s,
+            memo_wall_s=self.memo_wall_s,
         )
 
 
