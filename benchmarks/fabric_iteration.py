@@ -28,8 +28,10 @@ Cases:
   ``peak_gb_16k`` (the subprocess's peak RSS).
 * ``iter_131k:<mode>``: ``llama3-70b`` on 16,384 servers (131,072 GPUs: TP 8 x PP 4 x DP
   4,096), on the fabric of ``configs/clusters/spectrum-x-128k.toml`` (4 planes of 2-tier
-  leaf-spine, 512 x 200G ports per switch): ECMP (``wall_s_131k``, ``peak_gb_131k``; a run
-  over its limit is ``null`` with the reason in ``not_finished``) and adaptive beside it
+  leaf-spine, 512 x 200G ports per switch): ECMP (``wall_s_131k``, ``peak_gb_131k``; the
+  run goes in slices of 0.1 simulated seconds and stops itself a minute before its limit:
+  ``ecmp_131k_progress`` says how far it got, ``reached_s`` and the wall time at each
+  slice, and ``wall_s_131k`` is ``null`` unless it finished) and adaptive beside it
   (``wall_s_131k_adaptive``, ``iteration_s_131k_adaptive``), with the adaptive run's time
   broken down (``breakdown_131k_adaptive``: ``build_s`` = the DAG, fabric, placement and
   task graph; ``route_s`` = routing connections; ``memo_s`` = isolated evolutions of flow
@@ -88,6 +90,7 @@ RESUMED: list[str] = []  # cases taken from --cache (an earlier invocation)
 FAILED: dict[str, str] = {}  # case -> "over N s" or "exit N"
 LOCK = threading.Lock()
 PARALLEL = 2  # untimed cases run side by side (single-threaded each)
+PROGRESS_SLICE_S = 0.1  # simulated seconds per slice of a run reported by its progress
 LIMIT_S = {
     "warmup": 150,
     "iter_4k": 150,
@@ -147,6 +150,43 @@ def iteration_case(workload: str, pods: int, mode: str, overlap: str = "none", *
             "memo_s": float(r.memo_wall_s),
             "loop_s": float(r.wall_s - r.route_wall_s - r.memo_wall_s),
         },
+        "peak_rss_gb": peak_rss_gb(),
+    }
+
+
+def progress_case(workload: str, pods: int, mode: str, budget_s: float, **fabric) -> dict:
+    """An iteration run in slices of ``PROGRESS_SLICE_S`` simulated seconds until it ends or
+    ``budget_s`` of wall time has passed: how far the simulation got (``reached_s``) and at
+    what pace, for a run that does not finish within its limit."""
+    from trainfabric.fabric.iteration import run as I
+    from trainfabric.fabric.tasks.engine import TaskSim
+
+    t0 = time.perf_counter()
+    jh, topo = _job(workload, pods, **fabric)
+    graph = I.job_graph(jh)
+    sim = TaskSim(topo, graph, I.make_router(topo, mode, 0), bin_s=I.default_bin_s(jh, topo))
+    build = time.perf_counter() - t0
+    trace = []
+    while time.perf_counter() - t0 < budget_s:
+        res = sim.run(sim.time_s + PROGRESS_SLICE_S)
+        trace.append([sim.time_s, time.perf_counter() - t0])
+        if res.unfinished == 0:
+            break
+    res = sim.result()
+    return {
+        "workload": workload,
+        "gpus": pods * jh.g,
+        "mode": mode,
+        "finished": res.unfinished == 0,
+        "iteration_s": res.makespan_s if res.unfinished == 0 else None,
+        "reached_s": sim.time_s,
+        "budget_s": budget_s,
+        "build_s": build,
+        "wall_s": time.perf_counter() - t0,
+        "events": int(res.n_events),
+        "flows_solved": int(res.n_flows_solved),
+        "peak_flows": int(res.peak_flows),
+        "sim_s_and_wall_s": trace,
         "peak_rss_gb": peak_rss_gb(),
     }
 
@@ -213,6 +253,9 @@ def run_case(case: str, flap_draws: int) -> dict:
         return iteration_case("llama3-70b", 512, "ecmp", overlap=arg)
     if kind == "iter_16k":
         return iteration_case("llama3-70b", 2048, "ecmp")
+    if kind == "iter_131k" and arg == "ecmp":
+        budget = LIMIT_S[kind] - 60  # stops itself, reporting how far it got
+        return progress_case("llama3-70b", 16384, arg, budget, switch_radix=512)
     if kind == "iter_131k":
         return iteration_case("llama3-70b", 16384, arg, switch_radix=512)
     if kind == "failures_4k":
@@ -338,8 +381,9 @@ def _run_all(args, modes) -> dict:
         "wall_s_4k": _value(rows["iter_4k:ecmp"], "wall_s"),
         "wall_s_16k": _value(big, "wall_s"),
         "peak_gb_16k": _value(big, "peak_rss_gb"),
-        "wall_s_131k": _value(huge, "wall_s"),
+        "wall_s_131k": _value(huge, "wall_s") if huge and huge["finished"] else None,
         "peak_gb_131k": _value(huge, "peak_rss_gb"),
+        "ecmp_131k_progress": huge,
         "wall_s_131k_adaptive": _value(huge_ad, "wall_s"),
         "iteration_s_131k_adaptive": _value(huge_ad, "iteration_s"),
         "peak_gb_131k_adaptive": _value(huge_ad, "peak_rss_gb"),

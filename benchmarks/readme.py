@@ -1252,12 +1252,58 @@ def fabric_iteration_findings(r: _View) -> str:
         {secs(e16["iteration_s"], 3)}, {pct(e16["exposed_comm_fraction"])} exposed;
         {mega(e16["dag_nodes"], 2)} DAG nodes, {mega(e16["events"], 2)} events,
         {count(e16["peak_flows"])} flows in flight, {mega(e16["flows_solved"])} flow rate
-        solves.""",
+        solves. Its four stages' DP rings overlap under ECMP and share leaf uplinks, so no
+        ring step starts alone: each step's start re-solves the component it joins, which is
+        most of the time.""",
+        _scale_131k(fi),
         f"""**The `--quick` run** as a whole took {secs(fi["total_wall_s"], 0)} with the
         cold-cache warm-up (target 600 s,
         {"met" if fi["total_wall_s"] <= 600 else "**not met**"}); {finished}.""",
     ]
     return "\n".join("- " + paragraph(b) for b in bullets)
+
+
+def _scale_131k(fi: dict) -> str:
+    """The 131,072-GPU bullet: adaptive with its time broken down, ECMP against its target,
+    and the failure draws at 4,096 GPUs."""
+    c, t = fi["cases"], fi["targets"]
+    ad, ec = c["iter_131k:adaptive"], c["iter_131k:ecmp"]
+    bd = ad["breakdown"]
+    if ec is None:
+        ecmp = f"""ECMP, the target case, did not run to its end (target
+        {secs(t["wall_s_131k"], 0)}, **not met**)"""
+    elif not ec["finished"]:
+        ecmp = f"""ECMP, the target case, does not finish (target {secs(t["wall_s_131k"], 0)},
+        **not met**): in {secs(ec["wall_s"], 0)} it simulated the first
+        {secs(ec["reached_s"], 2)} of the iteration ({mega(ec["events"], 2)} events,
+        {mega(ec["flows_solved"])} flow rate solves, {count(ec["peak_flows"])} flows in
+        flight, {gb(ec["peak_rss_gb"])}); as at 16,384 GPUs, the stages' rings overlap under
+        ECMP and every step's start re-solves the flows it joins"""
+    else:
+        ecmp = f"""ECMP, the target case: iteration {secs(ec["iteration_s"], 3)} in
+        {secs(ec["wall_s"], 1)} (target {secs(t["wall_s_131k"], 0)},
+        {"met" if fi["met"]["wall_s_131k"] else "**not met**"}), {gb(ec["peak_rss_gb"])}"""
+    draw = fi["failures_4k_draw_wall_s"]
+    fail = (
+        ""
+        if draw is None
+        else f""" With 10% of the cables failed, 4,096 GPUs under adaptive take
+        {secs(draw, 0)} per draw ({c["failures_4k"]["draws"]} draws timed; 20 draws would take
+        about {secs(20 * draw, 0)} against a target of 120 s, **not met**): the split around
+        the dead cables is no longer symmetric, every flow of a step finishes at its own time,
+        and split routes re-solve every flow in flight at each completion."""
+    )
+    return f"""**{count(ad["gpus"])} GPUs** ({count(ad["servers"])} servers, TP8 x PP4 x DP
+    4,096, on `configs/clusters/spectrum-x-128k.toml`'s fabric: 4 planes of 512-port
+    switches). Adaptive: iteration {secs(ad["iteration_s"], 3)}
+    ({pct(ad["exposed_comm_fraction"])} exposed) in {secs(ad["wall_s"], 1)} and
+    {gb(ad["peak_rss_gb"])}: building the job {secs(bd["build_s"], 1)} (a ring step is one
+    DAG node holding its server pairs: {count(ad["dag_nodes"])} nodes), routing
+    {secs(bd["route_s"], 1)}, the isolated evolutions of its {count(ad["peak_flows"])}
+    flows' sets {secs(bd["memo_s"], 1)}, the compiled loop {secs(bd["loop_s"], 1)}; each
+    stage's ring runs alone, so after its first step every step is one event from the
+    set's memo ({count(ad["set_replays"])} such steps, the same iteration to the bit as step
+    by step at 4,096 and 16,384 GPUs). {ecmp}.{fail}"""
 
 
 REGIMES = ("bursty", "diurnal", "steady", "sync_heavy")
