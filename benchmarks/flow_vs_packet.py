@@ -16,13 +16,23 @@ Fit cases: 32 hosts, seed 0 (sizes in ``FIT``); test cases: 64 hosts, seed 1, ot
 (``TEST``). The calibration's two constants (:mod:`trainfabric.fabric.flow.calibration`:
 ``startup_s``, ``retx_gain``) minimise the mean squared log ratio flow/packet of the makespan
 and of the mean flow completion time over the fit cases of ``FIT_FAMILIES`` and the modes
-``FIT_MODES`` (a coordinate search on a grid); every family is then reported on both splits
-(the failure and flap families and all test cases are held out of the fit). A second test
-set runs on another fabric (``TEST_MULTIPLANE``: 32 hosts on 4 planes of 200G, 800G NICs,
-seed 2, other sizes). Reported per
-family and split: the relative error ``flow / packet - 1`` of the makespan and of the mean
-FCT, per mode, for the raw and the calibrated flow engine, and the largest absolute error
-over ``FIT_MODES`` (ecmp apart: each engine draws its own hash, see ``FIT_MODES``).
+``FIT_MODES`` (a coordinate search on a grid). Then the trimming model's four fitted
+constants (:mod:`trainfabric.fabric.flow.trimming`: ``reorder_gain``,
+``adaptive_reorder_gain``, ``loss_gain``, ``second_timeout_fraction``) minimise the same loss
+over ``TRIM_FIT``: the failure and flap families on the leaf-spine fit split and on a second
+fit fabric (``FIT_MULTIPLANE``: 24 hosts on 4 planes of 200G, 800G NICs, seed 0), and the
+permutation there (adaptive routing's plane queues need no fault), on the grids
+``TRIM_GRIDS`` (coordinate search, two sweeps, from all four at 0). Every family is then
+reported on every split; the test cases are held out of both fits. A second test set runs
+on a third fabric (``TEST_MULTIPLANE``: 32 hosts on 4 planes of 200G, 800G NICs, seeds 2,
+11, 21, other sizes). Reported per family and split: the relative error ``flow / packet -
+1`` of the makespan and of the mean FCT, per mode, for the raw flow engine, the calibrated
+one without the trimming model (``untrimmed``, the calibration before it) and the
+calibrated one, and the largest absolute error over ``FIT_MODES`` (ecmp apart: each engine
+draws its own hash, see ``FIT_MODES``). Top level: ``failures_max_error`` and
+``flaps_max_error`` (the calibrated error's worst over both test splits),
+``fault_errors_by_fabric`` (per family and split) and ``adaptive_multiplane_max_error``
+(adaptive alone, every family, the multiplane test split).
 FCT: ``finish - start``, start = the instant the message is posted (its dependencies done
 and its step latency elapsed), finish = its last byte delivered. Wall times: each engine's
 own ``wall_s`` (numba compile excluded: a warm-up run first).
@@ -45,17 +55,15 @@ MODES = ("spray", "ecmp", "adaptive")
 # routing.Router, the packet engine's per-switch hash), so which connections collide is a
 # different draw: its error is reported, not fitted.
 FIT_MODES = ("spray", "adaptive")
-# The regimes the fluid model does not describe, with the reason (their error is reported).
+# The regimes the calibrated fluid model does not describe, with the reason (their error is
+# reported).
 OUT_OF_MODEL = {
-    "failures": "spray: the packet NIC retires paths that trim or lose (MRC-like feedback), "
-    "the fluid spray splits obliviously over the alive paths (flow 15-45% slower); adaptive: "
-    "the packet engine's greedy per-packet least-queue choices against the fluid model's LP "
-    "split (flow 13-33% faster)",
-    "flaps": "loss recovery: packets lost on the failing link wait for a NACK or the 1 ms "
-    "retransmission timeout (spray: 1-2 timeouts), the fluid model only reroutes",
-    "adaptive on multiplane": "the packet NIC picks a plane by its own port's queue, the "
-    "fluid adaptive mode balances planes and spines exactly (permutation: flow up to 35% "
-    "faster)",
+    "spray under failures, fit case": "the packet engine's hash fallback sends a dead "
+    "uplink's or cable's share of paths to one next hop, the fluid split spreads it evenly "
+    "over the alive ones (100G leaf-spine, 10% of the cables down: packet 13% slower)",
+    "flaps: which flows need timeouts": "a matter of packet timing; the model deals out the "
+    "expected number (trimming module doc), so a case's mean FCT is off by the draw "
+    "(multiplane: up to 12%)",
     "alltoall_small on multiplane": "32 KiB messages on 200G planes: mean FCT up to +25% "
     "(raw +17%); within 3.4% on the 100G leaf-spine",
 }
@@ -103,10 +111,48 @@ TEST_MULTIPLANE = dict(
         "flaps": 16 * MiB,
     },
 )
-SPLITS = {"fit": FIT, "test": TEST, "test_multiplane": TEST_MULTIPLANE}
-FAIL_FRACTION = {"fit": 0.1, "test": 0.2, "test_multiplane": 0.1}
-INCAST_SENDERS = {"fit": 16, "test": 32, "test_multiplane": 24}
-RING_RANKS = {"fit": 16, "test": 32, "test_multiplane": 16}
+# The trimming model's multiplane fit cases: another multiplane fabric (24 hosts: 3 leaves per
+# plane), seed 0, other sizes than the multiplane test.
+FIT_MULTIPLANE = dict(
+    hosts=24,
+    seed=0,
+    sizes={
+        "permutation": 8 * MiB,
+        "alltoall_small": 16 * KiB,
+        "incast": 512 * KiB,
+        "ring_allreduce": 8 * MiB,
+        "failures": 8 * MiB,
+        "flaps": 8 * MiB,
+    },
+)
+SPLITS = {
+    "fit": FIT,
+    "fit_multiplane": FIT_MULTIPLANE,
+    "test": TEST,
+    "test_multiplane": TEST_MULTIPLANE,
+}
+MULTIPLANE = ("fit_multiplane", "test_multiplane")
+TEST_SPLITS = ("test", "test_multiplane")
+FAIL_FRACTION = {"fit": 0.1, "fit_multiplane": 0.1, "test": 0.2, "test_multiplane": 0.1}
+INCAST_SENDERS = {"fit": 16, "fit_multiplane": 16, "test": 32, "test_multiplane": 24}
+RING_RANKS = {"fit": 16, "fit_multiplane": 12, "test": 32, "test_multiplane": 16}
+# The trimming model's constants (trainfabric.fabric.flow.trimming) are fitted on these
+# families of the fit splits ("fit", "fit_multiplane"), modes FIT_MODES, after the two
+# calibration constants; the test splits are held out.
+FAULT_FAMILIES = ("failures", "flaps")
+FAULT_FIT_SPLITS = ("fit", "fit_multiplane")
+# (family, split) of the trimming fit (split seed): the fault families on both fit splits
+# and the multiplane permutation (adaptive routing's plane queues: no fault needed)
+TRIM_FIT = (
+    *((f, s) for f in FAULT_FAMILIES for s in FAULT_FIT_SPLITS),
+    ("permutation", "fit_multiplane"),
+)
+TRIM_GRIDS = {
+    "reorder_gain": np.arange(0.0, 4.0 + 1e-9, 0.5),
+    "adaptive_reorder_gain": np.arange(0.0, 2.0 + 1e-9, 0.1),
+    "loss_gain": np.array([0.0, 0.125, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 8.0]),
+    "second_timeout_fraction": np.arange(0.0, 1.0 + 1e-9, 0.05),
+}
 # Without --quick the test splits also run these seeds (placements, permutations, failure
 # draws, flapped cable); the worst error over all seeds is reported.
 EXTRA_TEST_SEEDS = (11, 21)
@@ -126,7 +172,7 @@ class Case:
 def _topology(hosts: int, split: str):
     from trainfabric.fabric import topology as T
 
-    if split == "test_multiplane":
+    if split in MULTIPLANE:
         return T.multiplane(hosts, planes=4, switch_radix=16, nic_rate_bps=800e9)
     return T.leaf_spine(hosts, switch_radix=16, nic_rate_bps=100e9)
 
@@ -182,7 +228,7 @@ def make_case(family: str, split: str, seed: int | None = None) -> Case:
         link_up = T.fail_links(topo, FAIL_FRACTION[split], seed=seed)
     if family == "flaps":
         events = _flap_events(topo, flows, seed, at_s=20e-6, duration_s=200e-6)
-    fabric = "4-plane 800G" if split == "test_multiplane" else "100G leaf-spine"
+    fabric = "4-plane 800G" if split in MULTIPLANE else "100G leaf-spine"
     label = f"{n} hosts ({fabric}), seed {seed}, {size / KiB:g} KiB" + (
         f", {FAIL_FRACTION[split]:.0%} cables down" if family == "failures" else ""
     )
@@ -240,9 +286,11 @@ def warm_up() -> None:
 
 
 def _rows(case: Case, packet: dict, cal) -> dict:
-    """Per mode: the packet figures and the raw and calibrated flow engine's errors."""
+    """Per mode: the packet figures and the errors of the raw flow engine, of the
+    calibrated one without the trimming model (``untrimmed``) and of the calibrated one."""
     from trainfabric.fabric.flow.calibration import RAW
 
+    untrimmed = replace(cal, trimming=None)
     rows = {}
     for mode in MODES:
         p = packet[mode]
@@ -252,6 +300,7 @@ def _rows(case: Case, packet: dict, cal) -> dict:
             "packet_mean_fct_us": p["mean_fct_s"] * 1e6,
             "packet_retransmit_fraction": p["retransmit_fraction"],
             "raw_error": _errors(raw, p),
+            "untrimmed_error": _errors(run_flow(case, mode, untrimmed), p),
             "calibrated_error": _errors(calib, p),
             "packet_wall_s": p["wall_s"],
             "flow_wall_s": calib["wall_s"],
@@ -270,66 +319,133 @@ def _worst(per_seed: list[dict]) -> dict:
 
     return {
         "raw_max_abs_error": top(FIT_MODES, "raw"),
+        "untrimmed_max_abs_error": top(FIT_MODES, "untrimmed"),
         "calibrated_max_abs_error": top(FIT_MODES, "calibrated"),
+        "adaptive_calibrated_max_abs_error": top(("adaptive",), "calibrated"),
         "ecmp_calibrated_max_abs_error": top(("ecmp",), "calibrated"),
     }
 
 
+def _fit_calibration(cases, packet) -> tuple:
+    """The two calibration constants on the fit cases of ``FIT_FAMILIES`` (split "fit"),
+    then the trimming model's on ``TRIM_FIT`` (module doc); returns the calibration and the
+    two fit losses."""
+    from trainfabric.fabric.flow.calibration import fit, fit_fields
+    from trainfabric.fabric.flow.trimming import TrimmingModel
+
+    def error_on(keys):
+        def error(cal) -> float:
+            losses = [
+                _loss(run_flow(cases[k], m, cal), packet[k][m]) for k in keys for m in FIT_MODES
+            ]
+            return float(np.mean(losses))
+
+        return error
+
+    fit_cases = [k for k in cases if k[1] == "fit" and k[0] in FIT_FAMILIES]
+    startup_grid = np.arange(0.0, 6e-6 + 1e-12, 0.25e-6)
+    gain_grid = np.arange(0.0, 2.0 + 1e-9, 0.25)
+    cal, fit_loss = fit(error_on(fit_cases), startup_grid, gain_grid)
+    trim_cases = [(f, s, SPLITS[s]["seed"]) for f, s in TRIM_FIT]
+    trim_error = error_on(trim_cases)
+    model, trim_loss = fit_fields(
+        lambda t: trim_error(replace(cal, trimming=t)), TrimmingModel(), TRIM_GRIDS
+    )
+    return replace(cal, trimming=model), fit_loss, trim_loss
+
+
+def _split_report(family, split, seeds, cases, packet, cal) -> dict:
+    from trainfabric.fabric.flow.calibration import MAX_RETX, first_window_retx
+
+    per_seed = {d: _rows(cases[(family, split, d)], packet[(family, split, d)], cal) for d in seeds}
+    main_seed = SPLITS[split]["seed"]
+    case = cases[(family, split, main_seed)]
+    retx = float(first_window_retx(case.flows, cal).max(initial=0.0))
+    errors = ("raw_error", "untrimmed_error", "calibrated_error")
+    return {
+        "case": case.label,
+        "seeds": list(seeds),
+        "modes": per_seed[main_seed],
+        "other_seeds": {
+            str(d): {m: {k: r[k] for k in errors} for m, r in rows.items()}
+            for d, rows in per_seed.items()
+            if d != main_seed
+        },
+        **_worst(list(per_seed.values())),
+        "predicted_retx_max": retx,
+        "fluid_valid": retx <= MAX_RETX,
+    }
+
+
+def _trimming_constants(model) -> dict:
+    from trainfabric.fabric.flow.trimming import TrimmingModel
+
+    return {name: getattr(model, name) for name in TrimmingModel.__dataclass_fields__}
+
+
 def main() -> None:
     args = parser(__doc__.splitlines()[0]).parse_args()
-    from trainfabric.fabric.flow.calibration import FITTED, MAX_RETX, first_window_retx, fit
+    from trainfabric.fabric.flow.calibration import FITTED
 
     t0 = time.perf_counter()
     warm_up()
     extra = () if args.quick else EXTRA_TEST_SEEDS
-    seeds = {s: (SPLITS[s]["seed"], *(extra if s != "fit" else ())) for s in SPLITS}
+    seeds = {s: (SPLITS[s]["seed"], *(extra if s in TEST_SPLITS else ())) for s in SPLITS}
     cases = {(f, s, d): make_case(f, s, d) for s in SPLITS for d in seeds[s] for f in FAMILIES}
     packet = {k: {m: run_packet(c, m) for m in MODES} for k, c in cases.items()}
-    fit_cases = [k for k in cases if k[1] == "fit" and k[0] in FIT_FAMILIES]
+    cal, fit_loss, trim_loss = _fit_calibration(cases, packet)
+    families = {
+        f: {s: _split_report(f, s, seeds[s], cases, packet, cal) for s in SPLITS} for f in FAMILIES
+    }
 
-    def error(cal) -> float:
-        losses = [
-            _loss(run_flow(cases[k], m, cal), packet[k][m]) for k in fit_cases for m in FIT_MODES
-        ]
-        return float(np.mean(losses))
+    def worst(family, which="calibrated_max_abs_error", splits=TEST_SPLITS) -> float:
+        return max(families[family][s][which] for s in splits)
 
-    startup_grid = np.arange(0.0, 6e-6 + 1e-12, 0.25e-6)
-    gain_grid = np.arange(0.0, 2.0 + 1e-9, 0.25)
-    cal, fit_loss = fit(error, startup_grid, gain_grid)
-    families = {}
-    for family in FAMILIES:
-        per_split = {}
-        for split in SPLITS:
-            per_seed = {
-                d: _rows(cases[(family, split, d)], packet[(family, split, d)], cal)
-                for d in seeds[split]
+    by_fabric = {
+        f: {
+            s: {
+                k: families[f][s][k]
+                for k in (
+                    "raw_max_abs_error",
+                    "untrimmed_max_abs_error",
+                    "calibrated_max_abs_error",
+                )
             }
-            main_seed = SPLITS[split]["seed"]
-            case = cases[(family, split, main_seed)]
-            retx = float(first_window_retx(case.flows, cal).max(initial=0.0))
-            per_split[split] = {
-                "case": case.label,
-                "seeds": list(seeds[split]),
-                "modes": per_seed[main_seed],
-                "other_seeds": {
-                    str(d): {
-                        m: {k: r[k] for k in ("raw_error", "calibrated_error")}
-                        for m, r in rows.items()
-                    }
-                    for d, rows in per_seed.items()
-                    if d != main_seed
-                },
-                **_worst(list(per_seed.values())),
-                "predicted_retx_max": retx,
-                "fluid_valid": retx <= MAX_RETX,
-            }
-        families[family] = per_split
+            for s in SPLITS
+        }
+        for f in FAULT_FAMILIES
+    }
     test = {f: families[f]["test"]["calibrated_max_abs_error"] for f in FAMILIES}
+    adaptive_mp = {
+        f: families[f]["test_multiplane"]["adaptive_calibrated_max_abs_error"] for f in FAMILIES
+    }
     result = {
         "quick": args.quick,
-        "fitted": {"startup_s": cal.startup_s, "retx_gain": cal.retx_gain, "fit_loss": fit_loss},
-        "committed_constants": {"startup_s": FITTED.startup_s, "retx_gain": FITTED.retx_gain},
+        "failures_max_error": worst("failures"),
+        "flaps_max_error": worst("flaps"),
+        "fault_errors_by_fabric": by_fabric,
+        "adaptive_multiplane_max_error": max(adaptive_mp.values()),
+        "adaptive_multiplane_calibrated_max_abs_error": adaptive_mp,
+        "fitted": {
+            "startup_s": cal.startup_s,
+            "retx_gain": cal.retx_gain,
+            "fit_loss": fit_loss,
+            "trimming": _trimming_constants(cal.trimming),
+            "trimming_fit_loss": trim_loss,
+        },
+        "committed_constants": {
+            "startup_s": FITTED.startup_s,
+            "retx_gain": FITTED.retx_gain,
+            "trimming": _trimming_constants(FITTED.trimming),
+        },
         "fit_cases": {"hosts": FIT["hosts"], "seed": FIT["seed"], "sizes_bytes": FIT["sizes"]},
+        "fit_multiplane_cases": {
+            "hosts": FIT_MULTIPLANE["hosts"],
+            "seed": FIT_MULTIPLANE["seed"],
+            "fabric": "multiplane, 4 planes, 800G NICs, radix 16",
+            "sizes_bytes": FIT_MULTIPLANE["sizes"],
+        },
+        "trimming_fit_cases": [list(k) for k in TRIM_FIT],
         "test_cases": {
             "hosts": TEST["hosts"],
             "seeds": list(seeds["test"]),
@@ -343,7 +459,8 @@ def main() -> None:
         },
         "error_definition": "flow / packet - 1 of makespan and of mean FCT; max |.| over "
         "the fitted modes (spray, adaptive) and the seeds; ecmp separately (a different "
-        "hash draw)",
+        "hash draw); failures_max_error, flaps_max_error: the calibrated error's max over "
+        "the test splits (leaf-spine and multiplane)",
         "fit_modes": list(FIT_MODES),
         "fit_families": list(FIT_FAMILIES),
         "out_of_model": OUT_OF_MODEL,

@@ -2,7 +2,9 @@
 
 :mod:`.engine` (:func:`simulate`, the Python loop and its reference) runs :mod:`.loop` (the
 compiled loop for static routes); :mod:`.collectives` turns collectives into dependent flows
-and NCCL-tests metrics; :mod:`.calibration` adds the packet engine's per-message start-up.
+and NCCL-tests metrics; :mod:`.calibration` adds the packet engine's per-message start-up,
+and :mod:`.trimming` what its trimming transport does on failed and flapping links and in
+adaptive routing's plane queues.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ _EXPORTS = {
     "CalibratedResult": "calibration",
     "simulate_calibrated": "calibration",
     "fit": "calibration",
+    "fit_fields": "calibration",
+    "TrimmingModel": "trimming",
 }
 __all__ = sorted(_EXPORTS)
 

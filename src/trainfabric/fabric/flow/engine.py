@@ -159,6 +159,7 @@ def simulate(
     mtu_bytes: int = MTU_BYTES,
     header_bytes: int = HEADER_BYTES,
     compiled: bool | None = None,
+    trimming=None,
 ) -> SimResult:
     """Run ``flows`` on ``topo`` under ``router`` until every flow finished (or ``until_s``).
 
@@ -166,7 +167,11 @@ def simulate(
     ``events``: timed link state changes. ``compiled``: run the event loop compiled
     (:mod:`trainfabric.fabric.flow.loop`; routes static: no ``events``, not ``flowlet``,
     no ``record_links``) or in Python (``False``, the reference); ``None`` picks the compiled
-    loop whenever it applies.
+    loop whenever it applies. ``trimming``: a
+    :class:`~trainfabric.fabric.flow.trimming.TrimmingModel`: where it applies (a link down
+    or a link event; adaptive routing whose queues outlast the reorder window) the rates
+    are what a trimming packet transport does (that module's doc; the Python loop);
+    ``None`` (default) and the other runs: the model above.
     """
     if router.topo is not topo:
         raise ConfigError("router", "the router was built for another topology")
@@ -176,6 +181,26 @@ def simulate(
     if not 0 <= batch_rtol < 1:
         raise ConfigError("batch_rtol", "must be in [0, 1)")
     wire_factor = (mtu_bytes + header_bytes) / mtu_bytes
+    if trimming is not None:
+        from trainfabric.fabric.flow.trimming import TrimmingSimulation, applies
+
+        if applies(trimming, topo, router, link_up, events):
+            if compiled:
+                raise ConfigError("compiled", "the trimming model runs in the Python loop")
+            packet_bits = 8.0 * (mtu_bytes + header_bytes)
+            sim = TrimmingSimulation(
+                topo,
+                flows,
+                router,
+                events,
+                link_up,
+                record_links,
+                wire_factor,
+                trimming,
+                packet_bits,
+            )
+            sim.batch_rtol = float(batch_rtol)
+            return sim.run(until_s)
     static = (
         (events is None or events.time_s.size == 0)
         and router.flowlet_gap_s is None
