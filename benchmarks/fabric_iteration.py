@@ -29,7 +29,8 @@ Cases:
 * ``iter_131k:<mode>``: ``llama3-70b`` on 16,384 servers (131,072 GPUs: TP 8 x PP 4 x DP
   4,096), on the fabric of ``configs/clusters/spectrum-x-128k.toml`` (4 planes of 2-tier
   leaf-spine, 512 x 200G ports per switch): ECMP (``wall_s_131k``, ``peak_gb_131k``; the
-  run goes in slices of 0.1 simulated seconds and stops itself a minute before its limit:
+  run goes in slices of simulated time sized to about 10 s of wall each and stops itself a
+  few minutes before its limit:
   ``ecmp_131k_progress`` says how far it got, ``reached_s`` and the wall time at each
   slice, and ``wall_s_131k`` is ``null`` unless it finished) and adaptive beside it
   (``wall_s_131k_adaptive``, ``iteration_s_131k_adaptive``), with the adaptive run's time
@@ -90,7 +91,8 @@ RESUMED: list[str] = []  # cases taken from --cache (an earlier invocation)
 FAILED: dict[str, str] = {}  # case -> "over N s" or "exit N"
 LOCK = threading.Lock()
 PARALLEL = 2  # untimed cases run side by side (single-threaded each)
-PROGRESS_SLICE_S = 0.1  # simulated seconds per slice of a run reported by its progress
+PROGRESS_SLICE_S = 0.005  # at most, simulated seconds per slice of a run reported by its progress
+PROGRESS_SLICE_WALL_S = 10.0  # the wall time a slice is sized for
 LIMIT_S = {
     "warmup": 150,
     "iter_4k": 150,
@@ -155,9 +157,11 @@ def iteration_case(workload: str, pods: int, mode: str, overlap: str = "none", *
 
 
 def progress_case(workload: str, pods: int, mode: str, budget_s: float, **fabric) -> dict:
-    """An iteration run in slices of ``PROGRESS_SLICE_S`` simulated seconds until it ends or
-    ``budget_s`` of wall time has passed: how far the simulation got (``reached_s``) and at
-    what pace, for a run that does not finish within its limit."""
+    """An iteration run in slices of simulated time until it ends or ``budget_s`` of wall
+    time has passed: how far the simulation got (``reached_s``) and at what pace, for a run
+    that does not finish within its limit. A slice is at most ``PROGRESS_SLICE_S`` and is
+    sized from the last slice's pace to take ``PROGRESS_SLICE_WALL_S`` of wall time, so the
+    run stops near its budget."""
     from trainfabric.fabric.iteration import run as I
     from trainfabric.fabric.tasks.engine import TaskSim
 
@@ -167,11 +171,15 @@ def progress_case(workload: str, pods: int, mode: str, budget_s: float, **fabric
     sim = TaskSim(topo, graph, I.make_router(topo, mode, 0), bin_s=I.default_bin_s(jh, topo))
     build = time.perf_counter() - t0
     trace = []
+    step = PROGRESS_SLICE_S
     while time.perf_counter() - t0 < budget_s:
-        res = sim.run(sim.time_s + PROGRESS_SLICE_S)
+        w0, s0 = time.perf_counter(), sim.time_s
+        res = sim.run(s0 + step)
         trace.append([sim.time_s, time.perf_counter() - t0])
         if res.unfinished == 0:
             break
+        pace = (sim.time_s - s0) / max(time.perf_counter() - w0, 1e-9)  # sim s per wall s
+        step = min(PROGRESS_SLICE_S, max(pace * PROGRESS_SLICE_WALL_S, 1e-6))
     res = sim.result()
     return {
         "workload": workload,
@@ -254,7 +262,7 @@ def run_case(case: str, flap_draws: int) -> dict:
     if kind == "iter_16k":
         return iteration_case("llama3-70b", 2048, "ecmp")
     if kind == "iter_131k" and arg == "ecmp":
-        budget = LIMIT_S[kind] - 60  # stops itself, reporting how far it got
+        budget = LIMIT_S[kind] - 180  # stops itself, reporting how far it got
         return progress_case("llama3-70b", 16384, arg, budget, switch_radix=512)
     if kind == "iter_131k":
         return iteration_case("llama3-70b", 16384, arg, switch_radix=512)

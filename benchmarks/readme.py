@@ -1283,8 +1283,10 @@ def _scale_131k(fi: dict) -> str:
     ad, ec = c["iter_131k:adaptive"], c["iter_131k:ecmp"]
     bd = ad["breakdown"]
     if ec is None:
-        ecmp = f"""ECMP, the target case, did not run to its end (target
-        {secs(t["wall_s_131k"], 0)}, **not met**)"""
+        ecmp = f"""ECMP, the target case, was stopped at its {secs(fi["limits_s"]["iter_131k"], 0)}
+        limit before its end (`not_finished`; target {secs(t["wall_s_131k"], 0)}, **not
+        met**): as at 16,384 GPUs, the stages' rings overlap under ECMP and every step's start
+        re-solves the flows it joins"""
     elif not ec["finished"]:
         ecmp = f"""ECMP, the target case, does not finish (target {secs(t["wall_s_131k"], 0)},
         **not met**): in {secs(ec["wall_s"], 0)} it simulated the first
