@@ -36,10 +36,10 @@ shorter run with fewer flows in its percentiles.
 Speed against htsim (:func:`whole_process_pairs`): whole process against whole process, both
 launched from here and timed from launch to exit, both reading the same ``.cm`` file and
 writing their completions to a file (htsim's stdout; ours from ``benchmarks/_htsim_ours.py``),
-with warm caches (one untimed run of each first: numba's on-disk cache, the page cache),
-interleaved ours, htsim, ours, htsim ... for at least 5 pairs; the ratio is ours / htsim, the
-median of the pair ratios with its min and max. Our process also reports its engine call's
-own time, named ``engine_only``.
+with warm caches (one untimed run of each first: numba's on-disk cache, Python's bytecode
+cache (:func:`bytecode_cache_env`), the page cache), interleaved ours, htsim, ours, htsim ...
+for at least 5 pairs; the ratio is ours / htsim, the median of the pair ratios with its min
+and max. Our process also reports its engine call's own time, named ``engine_only``.
 
 Strategy correspondence: htsim ``perm`` (per-packet spraying over all spines, source routed)
 ~ our ``spray``; ``ecmp_host -paths 1`` (per-flow hash at the switches) ~ ``ecmp``;
@@ -329,12 +329,17 @@ def _shown(cmd: list) -> str:
     return " ".join(Path(c).name if "/" in c else c for c in cmd)
 
 
-def _timed(cmd: list, sink: Path, cwd: Path, timeout_s: float) -> tuple[float, float]:
-    """Run ``cmd`` with stdout and stderr to the file ``sink``; (wall, CPU) seconds of the
-    whole process from launch to exit. A non-zero exit raises with the sink's tail."""
+def _timed(
+    cmd: list, sink: Path, cwd: Path, timeout_s: float, env: dict | None = None
+) -> tuple[float, float]:
+    """Run ``cmd`` (environment ``env``, default ours) with stdout and stderr to the file
+    ``sink``; (wall, CPU) seconds of the whole process from launch to exit. A non-zero exit
+    raises with the sink's tail."""
     with open(sink, "w") as out:
         c0, t0 = _child_cpu_s(), time.perf_counter()
-        rc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, timeout=timeout_s)
+        rc = subprocess.run(
+            cmd, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, timeout=timeout_s, env=env
+        )
         wall, cpu = time.perf_counter() - t0, _child_cpu_s() - c0
     if rc.returncode != 0:
         tail = Path(sink).read_text()[-800:]
@@ -776,6 +781,16 @@ def parse_ours(text: str, sc: Scenario) -> tuple[np.ndarray, np.ndarray, float, 
     return start, finish, wall, load
 
 
+def bytecode_cache_env(folder: Path) -> dict:
+    """Our process's environment for the timed pairs: Python's bytecode cache on, in
+    ``folder`` (``PYTHONPYCACHEPREFIX``; ``PYTHONDONTWRITEBYTECODE`` dropped), so that the
+    untimed run compiles our modules once and the timed runs load them, as an installed
+    program does (the caches are warm on both sides: htsim is a compiled binary)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(folder)
+    return env
+
+
 def _spread(values: list[float]) -> dict:
     return {
         "median": float(np.median(values)),
@@ -797,9 +812,10 @@ def whole_process_pairs(
 ) -> dict:
     """Ours / htsim, whole process against whole process (module doc): the same ``.cm``, htsim
     to ``-end`` just past its last completion (:func:`calibrated_run`, which also warms its
-    caches), one untimed run of ours (numba's on-disk cache), then ``pairs`` pairs launched
-    strictly in turn, ours then htsim, each timed from launch to exit with its stdout and
-    stderr written to a file. Every run of either side must finish every flow
+    caches), one untimed run of ours (numba's on-disk cache; Python's bytecode cache, in a
+    temporary folder: :func:`bytecode_cache_env`), then ``pairs`` pairs launched strictly in
+    turn, ours then htsim, each timed from launch to exit with its stdout and stderr written
+    to a file. Every run of either side must finish every flow
     (:class:`Unfinished`). ``ratio``: ours / htsim per pair; ``engine_only_ratio``: our
     engine call (reported by our process, kernels loaded first: ``benchmarks/_htsim_ours.py``)
     / htsim's whole process, named as such."""
@@ -811,10 +827,11 @@ def whole_process_pairs(
         cm = write_cm(sc, tmp / f"{sc.name}.cm")
         hcmd = htsim_command(exe, cm, sc, mode, cal.end_us, tmp / "logout.dat", htsim_seed)
         ocmd = ours_command(cm, engine, mode, ours_seed)
+        ours_env = bytecode_cache_env(tmp / "pycache")
         sink_o, sink_h = tmp / "ours.out", tmp / "htsim.out"
 
         def ours():
-            wall, cpu = _timed(ocmd, sink_o, tmp, timeout_s)
+            wall, cpu = _timed(ocmd, sink_o, tmp, timeout_s, ours_env)
             start, finish, ew, load = parse_ours(sink_o.read_text(), sc)
             check_finished(sc, finish, f"our {engine} engine process ({mode})")
             same["ours"] = summary(sc, start, finish, 0.0, 0, 0)
@@ -856,6 +873,8 @@ def whole_process_pairs(
         "engine": engine,
         "pairs": pairs,
         "cache": "warm",
+        "caches": "numba's on-disk cache, Python's bytecode cache (PYTHONPYCACHEPREFIX in the "
+        "pairs' temporary folder), the page cache: filled by the untimed runs",
         "warm_up": "one untimed run of each side before the pairs (htsim's: its -end calibration)",
         "order": "strictly alternating, ours then htsim, in every pair",
         "sink": "a file: each process's stdout and stderr redirected to a file",

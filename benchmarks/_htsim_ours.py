@@ -12,14 +12,23 @@ and a last line with the engine call's own wall and CPU seconds (``engine_only_w
 kernels from numba's on-disk cache (``kernel_load_s``), so that the engine call is timed as
 the packet engine's headline is (kernels compiled and loaded); the whole process, timed from
 outside, includes both. Exits 1 when a flow did not finish (:class:`_htsim.Unfinished`).
+
+The process calls no BLAS: OpenBLAS runs no thread pool (``OPENBLAS_NUM_THREADS=1`` unless
+set; numpy's and scipy's pools would otherwise spin beside the single-threaded engine on a
+2-core machine). It exits as any Python program does (garbage collector on, interpreter
+teardown included).
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
-import time
-from pathlib import Path
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy: no BLAS thread pools
+
+import argparse  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 

@@ -49,8 +49,6 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
-import scipy.sparse as sp
-from scipy.sparse.csgraph import maximum_flow
 
 from trainfabric.errors import ConfigError
 
@@ -483,5 +481,8 @@ def bisection_bps(topo: Topology, link_up: np.ndarray | None = None) -> float:
     rows = np.r_[topo.link_src, np.full(a.size, s), b]
     cols = np.r_[topo.link_dst, a, np.full(b.size, t)]
     vals = np.r_[cap, np.full(a.size + b.size, big)]
+    import scipy.sparse as sp  # lazily: 0.1 s of import that only this function needs
+    from scipy.sparse.csgraph import maximum_flow
+
     graph = sp.csr_matrix((vals.astype(np.int32), (rows, cols)), shape=(n_nodes + 2,) * 2)
     return float(maximum_flow(graph, s, t).flow_value) * unit

@@ -9,11 +9,12 @@ Size bound (:func:`check_size`): per data packet the engine keeps a fixed record
 bit, sender state, send time, retransmission link, path; a latency sample; the result's
 temporaries: ``SEQ_BYTES`` = 52 B), per flow ``FLOW_BYTES`` = 1,000 B (state, inputs,
 outputs and their temporaries) plus 72 B per plane (its round-robin sub-queues), per record
-of the packet pool ``POOL_BYTES`` = 152 B with its heap entry (the pool holds twice the sum
-over flows of ``min(packets, window)`` plus 8 per host, and doubles if a run overflows it),
-per link 200 B, plus 9.5 MB (the goodput timeline). Against tracemalloc peaks on 64-512-host
-runs (all-to-all, permutation, incast; ndp and dctcp) the estimate is 0.96-1.10 of the
-measured peak. A run whose data-packet count exceeds ``max_packets`` or whose estimate
+of the packet pool ``POOL_BYTES`` = 170 B with its room in the event queue (the pool holds
+twice the sum over flows of ``min(packets, window)`` plus 8 per host, and doubles if a run
+overflows it), per link ``LINK_BYTES`` = 550 B (its state and 4 slots of the event wheel),
+plus 9.5 MB (the goodput timeline). Against tracemalloc peaks on 32-512-host runs
+(all-to-all, permutation, incast; ndp and dctcp) the estimate is 1.05-1.12 of the measured
+peak. A run whose data-packet count exceeds ``max_packets`` or whose estimate
 exceeds ``max_memory_bytes`` is refused with a ConfigError naming ``flows.bytes`` (the
 input that sets it) before any array is allocated.
 """
@@ -31,7 +32,8 @@ from trainfabric.errors import ConfigError
 SWITCH_MODES = ("lossless", "lossy", "trim")
 TRANSPORTS = ("ndp", "dctcp")
 SEQ_BYTES = 52
-POOL_BYTES = 152
+POOL_BYTES = 170
+LINK_BYTES = 550
 FLOW_BYTES = 1000
 FIXED_BYTES = 9.5e6
 
@@ -112,7 +114,7 @@ def auto_window(cfg: PacketConfig, nic_rate_bps: float, hop_latency_s: float) ->
 def memory_bytes(n_packets: int, n_flows: int, pool: int, n_links: int, planes: int = 1) -> float:
     """Estimated peak bytes of a run (module doc); ``pool``: packet records."""
     flow = (FLOW_BYTES + 72 * planes) * n_flows
-    per = SEQ_BYTES * n_packets + POOL_BYTES * pool + flow + 200.0 * n_links
+    per = SEQ_BYTES * n_packets + POOL_BYTES * pool + flow + LINK_BYTES * n_links
     return per + FIXED_BYTES
 
 

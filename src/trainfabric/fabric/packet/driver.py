@@ -3,6 +3,7 @@ wrap its outputs (:func:`simulate_packets`)."""
 
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -30,6 +31,8 @@ TR_IDS = {"ndp": K.TR_NDP, "dctcp": K.TR_DCTCP}
 MAX_RETRIES = 6
 POOL_FACTOR = 2  # packet records per window packet (data + its ACK / pull); doubles on overflow
 TIMELINE_CELLS = 1 << 20  # jobs x bins of the goodput timeline (8 MB)
+WHEEL_SLOTS_PER_LINK = 4  # event wheel: slots per directed link (wheel_slots)
+WHEEL_SPAN = 2.0  # ... spanning this many full-packet hops (wheel_width_s)
 
 
 def simulate_packets(
@@ -81,6 +84,18 @@ def simulate_packets(
     return _result(out, flows, nbytes, total, time.perf_counter() - wall0)
 
 
+def successors(flows: FlowTable) -> tuple[np.ndarray, np.ndarray]:
+    """CSR of the reverse dependencies, as :meth:`FlowTable.successors`: ``succ[ptr[d] :
+    ptr[d + 1]]`` are the flows waiting on ``d``, in increasing id (a stable sort of the
+    dependency entries by the flow they wait on). In numpy: the engine then loads one
+    compiled function, not two, at start-up."""
+    deps = np.asarray(flows.deps, np.int64)
+    owner = np.repeat(np.arange(flows.n, dtype=np.int64), np.diff(flows.deps_ptr))
+    ptr = np.zeros(flows.n + 1, np.int64)
+    np.cumsum(np.bincount(deps, minlength=flows.n), out=ptr[1:])
+    return ptr, owner[np.argsort(deps, kind="stable")]
+
+
 def _link_state(topo: T.Topology, link_up) -> np.ndarray:
     if link_up is None:
         return np.ones(topo.n_links, bool)
@@ -122,7 +137,7 @@ def _run_once(topo, flows, mode, cfg, ev, up, seed, until_s, nbytes, npk, pool, 
     total = int(npk.sum())
     fl, flf, fi, ff, n_conn = _flow_arrays(topo, flows, mode, nbytes, npk)
     fl[:, K.FL_LAST] = nbytes - (npk - 1) * cfg.mtu_bytes
-    succ_ptr, succ = flows.successors()
+    succ_ptr, succ = successors(flows)
     li = np.zeros((L, K.N_LI), np.int64)
     li[:, [K.L_QH0, K.L_QT0, K.L_QH1, K.L_QT1]] = -1
     li[:, K.L_TRUTH] = up
@@ -132,6 +147,8 @@ def _run_once(topo, flows, mode, cfg, ev, up, seed, until_s, nbytes, npk, pool, 
     pi[:, K.P_NEXT] = np.r_[np.arange(1, pool), -1]
     pf = np.zeros((pool, K.N_PF))
     n_heap = pool + 2 * L + H + 3 * n + 4 * ev.time_s.size + 64
+    ctr = np.zeros(K.N_CTR, np.int64)
+    hp, wl = event_queue(n_heap, wheel_width_s(topo, cfg), wheel_slots(L), ctr)
     view = np.tile(up.astype(np.uint8), (3, 1))
     spray = mode == "spray"
     ret_path = np.full((n if spray else 0, K.N_RETIRE), -1, np.int64)
@@ -149,7 +166,8 @@ def _run_once(topo, flows, mode, cfg, ev, up, seed, until_s, nbytes, npk, pool, 
         lf=lf,
         pi=pi,
         pf=pf,
-        hp=_aligned_rows(n_heap + K.HEAP_OFF + 1),
+        hp=hp,
+        wl=wl,
         views=view,
         ret_path=ret_path,
         ret_until=ret_until,
@@ -165,7 +183,6 @@ def _run_once(topo, flows, mode, cfg, ev, up, seed, until_s, nbytes, npk, pool, 
     )
     tp = _topo_tuple(topo)
     fp, ip = _params(topo, cfg, mode, until_s, windows)
-    ctr = np.zeros(K.N_CTR, np.int64)
     ctr[K.C_FREE] = 0
     ctr[K.C_DOWN0 : K.C_DOWN2 + 1] = int((~up).sum())
     rng = np.array([np.uint64(0x853C49E6748FEA9B) ^ np.uint64(seed * 2 + 1)], np.uint64)
@@ -208,10 +225,55 @@ def _run_once(topo, flows, mode, cfg, ev, up, seed, until_s, nbytes, npk, pool, 
 
 
 def _aligned_rows(n: int) -> np.ndarray:
-    """``zeros((n, 2))`` whose data starts on a 64-byte boundary (the heap's layout)."""
+    """``zeros((n, 2))`` whose data starts on a 64-byte boundary (the event wheel's chunks are
+    64-byte lines)."""
     raw = np.zeros(2 * n + 8)
     skip = (-raw.ctypes.data % 64) // 8
     return raw[skip : skip + 2 * n].reshape(n, 2)
+
+
+def wheel_slots(n_links: int) -> int:
+    """Slots of the event queue's wheel: a power of two, ``WHEEL_SLOTS_PER_LINK`` per
+    directed link (each busy link has an event or two per hop time), within
+    ``[64, 2**22]``. Only the speed depends on it, never the order of events."""
+    want = min(max(WHEEL_SLOTS_PER_LINK * n_links, 64), 1 << 22)
+    return 1 << (want - 1).bit_length()
+
+
+def wheel_width_s(topo: T.Topology, cfg: PacketConfig) -> float:
+    """Bucket width (s) of the wheel: ``WHEEL_SPAN`` hops of a full packet (serialisation
+    on the slowest link + propagation: the farthest ahead most events are scheduled) over
+    the slots, so that the wheel spans ``WHEEL_SPAN`` such hops."""
+    rates = topo.capacity_bps[topo.capacity_bps > 0]
+    slowest = float(rates.min()) if rates.size else 1e9
+    hop = cfg.wire_bytes * 8.0 / slowest + topo.hop_latency_s
+    return WHEEL_SPAN * hop / wheel_slots(topo.n_links)
+
+
+def event_queue(
+    n_events: int, width_s: float, slots: int, ctr: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The kernel's event queue for at most ``n_events + 1`` pending events, buckets of
+    ``width_s`` seconds, ``slots`` wheel slots (a power of two >= 64): its rows ``hp``,
+    its links ``wl`` and its state in ``ctr`` (kernel, section "event queue")."""
+    if not (0.0 < width_s < math.inf and 1.0 / width_s < math.inf):
+        width_s = 1e-6  # any width keeps the order exact: this one for degenerate inputs
+    if slots < 64 or slots & (slots - 1):
+        raise ValueError(f"wheel slots must be a power of two >= 64, got {slots}")
+    cap = n_events + 1
+    chunks = (cap + 3) // 4 + slots + 1  # full chunks, and one partly filled per slot
+    hp = _aligned_rows((K.Q_OFF + cap + 3) // 4 * 4 + 4 * chunks)
+    hp[0, 0] = 1.0 / width_s
+    links = 2 * slots + slots // 64
+    wl = np.zeros(links + chunks, np.int64)
+    wl[:slots] = -1
+    wl[links:] = np.arange(1, chunks + 1)
+    wl[-1] = -1
+    ctr[K.C_QCAP] = cap
+    ctr[K.C_QCUR] = -(1 << 62) - slots  # below every bucket: the first pushes go far
+    ctr[K.C_QACT] = ctr[K.C_QFAR] = ctr[K.C_QWHEEL] = ctr[K.C_QFREE] = ctr[K.C_QHEAD] = 0
+    ctr[K.C_QNB] = slots
+    return hp, wl
 
 
 def _topo_tuple(topo: T.Topology):
@@ -304,7 +366,7 @@ def _per_flow_count(mask: np.ndarray, npk: np.ndarray) -> np.ndarray:
 
 def _result(out, flows: FlowTable, nbytes, total: int, wall: float) -> PacketResult:
     st, ctr = out["st"], out["ctr"]
-    fi, ff, lf = st[0], st[1], st[7]
+    fi, ff, lf = st.fi, st.ff, st.lf
     end = float(out["end"])
     n_lat = int(ctr[K.C_NLAT])
     return PacketResult(
@@ -318,7 +380,7 @@ def _result(out, flows: FlowTable, nbytes, total: int, wall: float) -> PacketRes
         flow_job=flows.job.copy(),
         reorder_max=fi[:, K.FI_ROMAX].copy(),
         in_order_packets=fi[:, K.FI_RCVNXT].copy(),
-        received_packets=_per_flow_count(st[21] == 1, out["npk"]),
+        received_packets=_per_flow_count(st.got == 1, out["npk"]),
         queue_max_bytes=lf[:, K.LF_MAX].copy(),
         queue_mean_bytes=lf[:, K.LF_AREA] / end if end > 0 else np.zeros(lf.shape[0]),
         link_bytes=lf[:, K.LF_BYTES].copy(),

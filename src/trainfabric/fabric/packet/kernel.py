@@ -7,10 +7,11 @@ State is plain arrays sized up front, by name in a
 ``ff[f, FF_*]``, per directed link ``li`` / ``lf``,
 per packet in flight a pool record ``pi[k, P_*]`` / ``pf[k, PF_*]`` (free list through
 ``P_NEXT``), per data packet of every flow (global sequence ``g = off[f] + s``) the receiver
-bit ``got``, the sender state ``sst`` and send time ``stime``. Events are a 4-ary min-heap
-of ``(time, item)`` rows; the item packs ``id * 16 + kind`` and orders equal times, so a
-run is a pure function of its inputs and seed (the only randomness is the xorshift64*
-generator ``rng``).
+bit ``got``, the sender state ``sst`` and send time ``stime``. Events are popped in the
+order of ``(time, item)``, the item packing ``id * 16 + kind`` (equal times: the smaller
+item first), from a timing wheel (section "event queue"), so a run is a pure function of
+its inputs and seed (the only randomness is the xorshift64* generator ``rng``). The loop
+prefetches the records of the next events (:func:`prefetch_ahead`): the wheel knows them.
 
 Event kinds: ``ARRIVE`` (a packet's last bit reaches the far end of its link), ``WAKE``
 (a busy link finished serialising: start the next queued packet), ``RELEASE`` (a flow
@@ -26,6 +27,10 @@ from __future__ import annotations
 
 import numba
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 # helpers never allocate: compiled without reference counting (NRT), which otherwise costs an
 # atomic increment and decrement per array argument of every call; numpy's error model: no
@@ -75,7 +80,10 @@ ST_OK, ST_POOL, ST_HEAP = 0, 1, 2
     C_HMAX,
     C_KIND,  # 9 slots: events per kind
 ) = range(26)
-N_CTR = C_KIND + 9
+# the event queue's state (section "event queue"): capacity, current bucket, the run's, far
+# heap's and wheel's counts, the wheel's free list, its slot count and the run's first row
+C_QCAP, C_QCUR, C_QACT, C_QFAR, C_QWHEEL, C_QFREE, C_QNB, C_QHEAD = range(C_KIND + 9, C_KIND + 17)
+N_CTR = C_KIND + 17
 # -- float parameters (fp) ------------------------------------------------------------------
 (
     F_PROP,
@@ -252,66 +260,406 @@ def gcd(a, b):
     return a
 
 
-# == event heap ================================================================================
-HEAP_OFF = 3  # the root sits in row 3: the 4 children of a node fill one 64-byte line
+@intrinsic
+def prefetch(typingctx, arr, row, col):
+    """A hint: bring ``arr[row, col]`` (2-D array) into the cache, for a read soon (LLVM's
+    ``llvm.prefetch``: changes no value, never faults, so any index is safe)."""
+    if not (isinstance(arr, types.Array) and arr.ndim == 2):
+        return None
+
+    def codegen(context, builder, signature, args):
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        kinds = signature.args[1:]
+        idx = [
+            context.cast(builder, a, t, types.intp) for a, t in zip(args[1:], kinds, strict=True)
+        ]
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, idx, wraparound=False)
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32])
+        fn = builder.module.declare_intrinsic("llvm.prefetch", [i8p], fnty)  # llvmlite mangles
+        builder.call(fn, [builder.bitcast(ptr, i8p), i32(0), i32(3), i32(1)])  # read, keep, data
+        return context.get_dummy_value()
+
+    return types.void(arr, row, col), codegen
+
+
+# == event queue ===============================================================================
+# A bucketed timing wheel (a calendar queue) that pops events in exactly the order of one
+# min-heap on ``(time, item)``. That order is total up to interchangeable events (an equal
+# time and item is the same event on the same object at the same instant; flags keep one
+# pending per object for most kinds), so every exact priority queue pops the same sequence,
+# and the run is the same.
+#
+# Time is cut into buckets of width ``w``: ``b(t) = trunc(t / w)``, monotone in ``t``, so an
+# earlier bucket holds only earlier events. With ``c`` the bucket being served:
+#
+# * the **run** holds the events of buckets ``<= c``, sorted by ``(time, item)``; a pop takes
+#   its first;
+# * the **wheel** holds those of buckets ``c < b < c + NB``, unsorted, in slot ``b mod NB``
+#   (one bucket per slot: a slot is emptied when ``c`` reaches its bucket), with a bitmap of
+#   the non-empty slots;
+# * the **far heap** (a 4-ary min-heap) holds those that were ``NB`` or more buckets ahead
+#   when pushed (timeouts, releases, link events).
+#
+# When the run is empty, ``c`` moves to the earlier of the next non-empty slot's bucket and
+# the far heap's top bucket; the slot's events are sorted into the run and every far event
+# of a bucket ``<= c`` is inserted into it. An event pushed for a bucket ``<= c`` is inserted
+# into the run (binary search, shifting the shorter side). Most events are scheduled less
+# than ``NB x w`` ahead (one hop: serialisation + propagation), so a push is O(1), and a
+# pop costs its share of one bucket's sort: insertion sort (the events come nearly in
+# order), heapsort above ``SORT_SMALL`` events. A symmetric fabric makes clumps of events
+# at one instant (ordered by item): a bucket of the 512-host permutation holds 16 events on
+# average and up to a few hundred, however narrow the buckets.
+#
+# Storage (sized by the driver, :func:`~trainfabric.fabric.packet.driver.event_queue`):
+# ``hp[r] = (time, item)`` rows, ``Q = ctr[C_QCAP]`` (the most events pending at once): the
+# run in rows ``Q_OFF + ctr[C_QHEAD] + i``, ``i < ctr[C_QACT]``, the far heap's node
+# ``i`` in row ``Q_OFF + Q - 1 - i`` (the two never hold more than ``Q`` together), and
+# the wheel's chunks: chunk ``j`` is the 4 rows (one 64-byte line) from ``chunk_row(Q, j)``;
+# row 0 holds ``1 / w``. A slot's events are a list of chunks, the newest first and only
+# it partly filled. ``wl`` (int64): per slot its newest chunk ``wl[s]`` (-1: empty) and
+# its event count ``wl[NB + s]``, the bitmap ``wl[2 NB : 2 NB + NB/64]`` and each chunk's
+# next ``wl[2 NB + NB/64 + j]`` (a free list through the same links). Counts, the current
+# bucket and the free list's head are in ``ctr``.
+Q_OFF = 1  # rows before the run (row 0: 1 / w)
+SORT_SMALL = 96  # a bucket of more events is heapsorted
+AHEAD_1, AHEAD_2 = 6, 2  # prefetch distances in events (prefetch_ahead)
+NEVER = np.int64(1) << np.int64(62)  # the bucket of an infinite (or NaN) time
+_DEBRUIJN = np.uint64(0x03F79D71B4CB0A89)  # count trailing zeros: x & -x times this, >> 58
+_CTZ = np.zeros(64, np.int64)
+for _i in range(64):
+    _CTZ[(((1 << _i) * 0x03F79D71B4CB0A89) & ((1 << 64) - 1)) >> 58] = _i
 
 
 @hot
-def push(hp, ctr, t, kind, ident):
-    """Insert event ``(t, kind, ident)`` into the 4-ary min-heap ``hp[:, 0]`` = time,
-    ``hp[:, 1]`` = item (ties: the smaller item first); node ``i`` is row ``i + HEAP_OFF``
-    and its children ``4i + 1 .. 4i + 4`` share a cache line. Sets ST_HEAP when full."""
-    n = ctr[C_HN]
-    if n + HEAP_OFF >= hp.shape[0]:
-        ctr[C_STATUS] = ST_HEAP
-        return
-    item = float(ident * 16 + kind)
+def bucket(hp, t):
+    """``trunc(t / w)`` clipped to ``+-NEVER`` (monotone in ``t``; NaN and +inf: NEVER)."""
+    x = t * hp[0, 0]
+    if not x < 4.6e18:
+        return NEVER
+    if x < -4.6e18:
+        return -NEVER
+    return np.int64(x)
+
+
+@hot
+def before(t1, i1, t2, i2):
+    """``(t1, i1) < (t2, i2)`` lexicographically: the queue's order."""
+    return t1 < t2 or (t1 == t2 and i1 < i2)
+
+
+@hot
+def far_push(hp, top, n, t, item):
+    """Insert ``(t, item)`` into the far heap of ``n`` entries (node ``i`` in row
+    ``top - i``, children ``4i + 1 .. 4i + 4``)."""
     i = n
     while i > 0:
         p = (i - 1) >> 2
-        tp = hp[p + HEAP_OFF, 0]
-        if tp < t or (tp == t and hp[p + HEAP_OFF, 1] < item):
+        if before(hp[top - p, 0], hp[top - p, 1], t, item):
             break
-        hp[i + HEAP_OFF, 0] = tp
-        hp[i + HEAP_OFF, 1] = hp[p + HEAP_OFF, 1]
+        hp[top - i, 0] = hp[top - p, 0]
+        hp[top - i, 1] = hp[top - p, 1]
         i = p
-    hp[i + HEAP_OFF, 0] = t
-    hp[i + HEAP_OFF, 1] = item
+    hp[top - i, 0] = t
+    hp[top - i, 1] = item
+
+
+@hot
+def far_pop(hp, top, n):
+    """Remove the far heap's root (``n`` entries before)."""
+    n -= 1
+    if n == 0:
+        return
+    t = hp[top - n, 0]
+    it = hp[top - n, 1]
+    i = 0
+    while True:
+        c = 4 * i + 1
+        if c >= n:
+            break
+        m, mt, mi = c, hp[top - c, 0], hp[top - c, 1]
+        for j in range(c + 1, min(c + 4, n)):
+            if before(hp[top - j, 0], hp[top - j, 1], mt, mi):
+                m, mt, mi = j, hp[top - j, 0], hp[top - j, 1]
+        if before(t, it, mt, mi):
+            break
+        hp[top - i, 0] = mt
+        hp[top - i, 1] = mi
+        i = m
+    hp[top - i, 0] = t
+    hp[top - i, 1] = it
+
+
+@hot
+def run_insert(hp, ctr, t, item):
+    """Insert ``(t, item)`` into the sorted run after every entry before it, shifting the
+    shorter side that has room (rows below the run's head are free)."""
+    head, na = ctr[C_QHEAD], ctr[C_QACT]
+    lo, hi = head, head + na
+    while lo < hi:  # the first entry after (t, item)
+        mid = (lo + hi) >> 1
+        r = Q_OFF + mid
+        if before(hp[r, 0], hp[r, 1], t, item):
+            lo = mid + 1
+        else:
+            hi = mid
+    room_right = head + na + ctr[C_QFAR] < ctr[C_QCAP]
+    if head > 0 and (lo - head < head + na - lo or not room_right):
+        for r in range(Q_OFF + head - 1, Q_OFF + lo - 1):
+            hp[r, 0] = hp[r + 1, 0]
+            hp[r, 1] = hp[r + 1, 1]
+        ctr[C_QHEAD] = head - 1
+        lo -= 1
+    else:
+        for r in range(Q_OFF + head + na, Q_OFF + lo, -1):
+            hp[r, 0] = hp[r - 1, 0]
+            hp[r, 1] = hp[r - 1, 1]
+    hp[Q_OFF + lo, 0] = t
+    hp[Q_OFF + lo, 1] = item
+    ctr[C_QACT] = na + 1
+
+
+@hot
+def after_nb(t1, i1, t2, i2):
+    """``(t1, i1) > (t2, i2)`` without a branch (bitwise on the comparisons: a select, not a
+    jump, where the outcome is a coin toss)."""
+    return (t1 > t2) | ((t1 == t2) & (i1 > i2))
+
+
+@hot
+def insertion_sort(hp, lo, hi):
+    """Sort rows ``lo .. hi - 1`` by ``(time, item)`` (few, nearly sorted)."""
+    for i in range(lo + 1, hi):
+        t, it = hp[i, 0], hp[i, 1]
+        j = i - 1
+        while j >= lo and after_nb(hp[j, 0], hp[j, 1], t, it):
+            hp[j + 1, 0] = hp[j, 0]
+            hp[j + 1, 1] = hp[j, 1]
+            j -= 1
+        hp[j + 1, 0] = t
+        hp[j + 1, 1] = it
+
+
+@hot
+def heapsort(hp, lo, hi):
+    """Sort rows ``lo .. hi - 1`` by ``(time, item)`` in place, O(n log n): a binary
+    max-heap, and Floyd's bottom-up deletion (the hole left by the root goes down to a leaf
+    along the larger children, choosing each without a branch, then the last entry climbs
+    back from there: about one unpredictable branch per entry)."""
+    n = hi - lo
+    for i in range(n // 2 - 1, -1, -1):  # heapify: sift node i down
+        t, it = hp[lo + i, 0], hp[lo + i, 1]
+        j = i
+        while True:
+            c = 2 * j + 1
+            if c >= n:
+                break
+            if c + 1 < n:
+                c += np.int64(
+                    after_nb(hp[lo + c + 1, 0], hp[lo + c + 1, 1], hp[lo + c, 0], hp[lo + c, 1])
+                )
+            if not after_nb(hp[lo + c, 0], hp[lo + c, 1], t, it):
+                break
+            hp[lo + j, 0], hp[lo + j, 1] = hp[lo + c, 0], hp[lo + c, 1]
+            j = c
+        hp[lo + j, 0], hp[lo + j, 1] = t, it
+    for m in range(n - 1, 0, -1):  # the root (largest) goes to row m
+        t, it = hp[lo + m, 0], hp[lo + m, 1]
+        hp[lo + m, 0], hp[lo + m, 1] = hp[lo, 0], hp[lo, 1]
+        j = 0
+        while 2 * j + 2 < m:  # the hole down to a leaf of the m remaining
+            c = 2 * j + 1
+            c += np.int64(
+                after_nb(hp[lo + c + 1, 0], hp[lo + c + 1, 1], hp[lo + c, 0], hp[lo + c, 1])
+            )
+            hp[lo + j, 0], hp[lo + j, 1] = hp[lo + c, 0], hp[lo + c, 1]
+            j = c
+        if 2 * j + 1 < m:
+            c = 2 * j + 1
+            hp[lo + j, 0], hp[lo + j, 1] = hp[lo + c, 0], hp[lo + c, 1]
+            j = c
+        while j > 0:  # the former last entry climbs back
+            p = (j - 1) >> 1
+            if not after_nb(t, it, hp[lo + p, 0], hp[lo + p, 1]):
+                break
+            hp[lo + j, 0], hp[lo + j, 1] = hp[lo + p, 0], hp[lo + p, 1]
+            j = p
+        hp[lo + j, 0], hp[lo + j, 1] = t, it
+
+
+@hot
+def chunk_row(cap, j):
+    """First row of wheel chunk ``j`` (64-byte aligned: ``hp`` starts on a line)."""
+    return ((Q_OFF + cap + 3) & ~3) + 4 * j
+
+
+@hot
+def push(hp, wl, ctr, t, kind, ident):
+    """Schedule event ``(t, kind, ident)``, item ``ident x 16 + kind``: into the run, the
+    wheel or the far heap by its bucket (section doc). Sets ST_HEAP when ``ctr[C_QCAP]``
+    events are pending."""
+    n = ctr[C_HN]
+    cap = ctr[C_QCAP]
+    if n >= cap:
+        ctr[C_STATUS] = ST_HEAP
+        return
+    item = float(ident * 16 + kind)
+    b = bucket(hp, t)
+    c = ctr[C_QCUR]
+    if b <= c:
+        run_insert(hp, ctr, t, item)
+    elif b < c + ctr[C_QNB]:  # (b - c could overflow: c starts near -2**62)
+        nb = ctr[C_QNB]
+        slot = b & (nb - 1)
+        fill = wl[nb + slot] & 3
+        if fill == 0:  # the newest chunk is full (or there is none): a fresh one
+            links = 2 * nb + (nb >> 6)
+            j = ctr[C_QFREE]
+            ctr[C_QFREE] = wl[links + j]
+            wl[links + j] = wl[slot]
+            wl[slot] = j
+            wl[2 * nb + (slot >> 6)] |= np.int64(1) << (slot & 63)
+        r = chunk_row(cap, wl[slot]) + fill
+        hp[r, 0] = t
+        hp[r, 1] = item
+        wl[nb + slot] += 1
+        ctr[C_QWHEEL] += 1
+    else:
+        far_push(hp, Q_OFF + cap - 1, ctr[C_QFAR], t, item)
+        ctr[C_QFAR] += 1
     ctr[C_HN] = n + 1
     if n >= ctr[C_HMAX]:
         ctr[C_HMAX] = n + 1
 
 
 @hot
-def pop(hp, ctr):
-    """Remove the earliest event; returns ``(t, item)``."""
-    n = ctr[C_HN] - 1
-    t0 = hp[HEAP_OFF, 0]
-    item0 = np.int64(hp[HEAP_OFF, 1])
-    ctr[C_HN] = n
-    if n > 0:
-        t = hp[n + HEAP_OFF, 0]
-        it = hp[n + HEAP_OFF, 1]
-        i = 0
-        while True:
-            c = 4 * i + 1
-            if c >= n:
-                break
-            m = c
-            mt = hp[c + HEAP_OFF, 0]
-            mi = hp[c + HEAP_OFF, 1]
-            for j in range(c + 1, min(c + 4, n)):
-                tj = hp[j + HEAP_OFF, 0]
-                if tj < mt or (tj == mt and hp[j + HEAP_OFF, 1] < mi):
-                    m, mt, mi = j, tj, hp[j + HEAP_OFF, 1]
-            if t < mt or (t == mt and it < mi):
-                break
-            hp[i + HEAP_OFF, 0] = mt
-            hp[i + HEAP_OFF, 1] = mi
-            i = m
-        hp[i + HEAP_OFF, 0] = t
-        hp[i + HEAP_OFF, 1] = it
-    return t0, item0
+def next_slot(wl, nb, s0):
+    """The first non-empty wheel slot at or after ``s0``, cyclically (one exists)."""
+    words = nb >> 6
+    w = s0 >> 6
+    x = np.uint64(wl[2 * nb + w]) & (~np.uint64(0) << np.uint64(s0 & 63))
+    while x == 0:
+        w = (w + 1) & (words - 1)
+        x = np.uint64(wl[2 * nb + w])
+    low = x & (~x + np.uint64(1))
+    return (w << 6) + _CTZ[(low * _DEBRUIJN) >> np.uint64(58)]
+
+
+@hot
+def drain_slot(hp, wl, ctr, slot, cap):
+    """Move wheel slot ``slot``'s events into the (empty) run, in push order (chunks newest
+    first, each filled in order), and sort it."""
+    nb = ctr[C_QNB]
+    links = 2 * nb + (nb >> 6)
+    k = wl[nb + slot]
+    end = Q_OFF + k
+    m = ((k - 1) & 3) + 1  # events in the newest chunk
+    j = wl[slot]
+    while True:
+        r = chunk_row(cap, j)
+        for i in range(m):
+            hp[end - m + i, 0] = hp[r + i, 0]
+            hp[end - m + i, 1] = hp[r + i, 1]
+        end -= m
+        m = 4
+        if wl[links + j] < 0:
+            break
+        j = wl[links + j]
+    wl[links + j] = ctr[C_QFREE]  # the slot's chunks join the free list whole
+    ctr[C_QFREE] = wl[slot]
+    wl[slot] = -1
+    wl[nb + slot] = 0
+    wl[2 * nb + (slot >> 6)] &= ~(np.int64(1) << (slot & 63))
+    ctr[C_QWHEEL] -= k
+    if k <= SORT_SMALL:
+        insertion_sort(hp, Q_OFF, Q_OFF + k)
+    else:
+        heapsort(hp, Q_OFF, Q_OFF + k)
+    ctr[C_QACT] = k
+
+
+@hot
+def advance(hp, wl, ctr):
+    """The run is empty: move to the next bucket holding events and fill the run with them
+    (the wheel slot's, and the far heap's up to that bucket)."""
+    nb, cap = ctr[C_QNB], ctr[C_QCAP]
+    c = ctr[C_QCUR]
+    top = Q_OFF + cap - 1
+    b_wheel = NEVER
+    slot = -1
+    if ctr[C_QWHEEL] > 0:
+        s0 = (c + 1) & (nb - 1)
+        slot = next_slot(wl, nb, s0)
+        b_wheel = c + 1 + ((slot - s0) & (nb - 1))
+    b_far = bucket(hp, hp[top, 0]) if ctr[C_QFAR] > 0 else NEVER
+    c = min(b_wheel, b_far)
+    ctr[C_QCUR] = c
+    ctr[C_QHEAD] = 0
+    ctr[C_QACT] = 0
+    if slot >= 0 and b_wheel == c:
+        drain_slot(hp, wl, ctr, slot, cap)
+    while ctr[C_QFAR] > 0 and bucket(hp, hp[top, 0]) <= c:
+        t, item = hp[top, 0], hp[top, 1]
+        far_pop(hp, top, ctr[C_QFAR])
+        ctr[C_QFAR] -= 1
+        run_insert(hp, ctr, t, item)
+
+
+@hot
+def pop(hp, wl, ctr):
+    """Remove the earliest event (``ctr[C_HN] > 0``); returns ``(t, item)``."""
+    if ctr[C_QACT] == 0:
+        advance(hp, wl, ctr)
+    r = Q_OFF + ctr[C_QHEAD]
+    ctr[C_QHEAD] += 1
+    ctr[C_QACT] -= 1
+    ctr[C_HN] -= 1
+    return hp[r, 0], np.int64(hp[r, 1])
+
+
+@hot
+def peek(hp, ctr, d):
+    """The item of the run's ``d``-th next event, or -1 (the run holds fewer)."""
+    if ctr[C_QACT] > d:
+        return np.int64(hp[Q_OFF + ctr[C_QHEAD] + d, 1])
+    return np.int64(-1)
+
+
+@hot
+def prefetch_ahead(hp, ctr, pi, pf, li, lf, link_tier, sq):
+    """Software pipelining of the next events' first reads (their records are out of the
+    cache since the events were scheduled): ``AHEAD_1`` events ahead, an arrival's pool
+    record or a wake's link; ``AHEAD_2`` ahead (those are in the cache by then), the
+    arrival's link and the packet at the head of the waking link's queue."""
+    far = peek(hp, ctr, AHEAD_1)
+    if far >= 0:
+        if far & 15 == K_ARRIVE:
+            prefetch(pi, far >> 4, 0)
+            prefetch(pi, far >> 4, N_PI - 1)
+            prefetch(pf, far >> 4, 0)
+        elif far & 15 == K_WAKE:
+            prefetch(li, far >> 4, 0)
+            prefetch(lf, far >> 4, 0)
+            prefetch(lf, far >> 4, N_LF - 1)
+    near = peek(hp, ctr, AHEAD_2)
+    if near >= 0:
+        if near & 15 == K_ARRIVE:
+            lk = pi[near >> 4, P_LINK]
+            if lk >= 0:
+                prefetch(li, lk, 0)
+                prefetch(lf, lk, 0)
+                prefetch(lf, lk, N_LF - 1)
+        elif near & 15 == K_WAKE:
+            lk = near >> 4
+            k = li[lk, L_QH1]
+            if k < 0:
+                k = li[lk, L_QH0]
+                if k >= 0 and link_tier[lk] == 0:  # a host port: the head of its first sub-queue
+                    k = sq[k, SQ_H]
+            if k >= 0:
+                prefetch(pi, k, 0)
+                prefetch(pi, k, N_PI - 1)
 
 
 # == packet pool ===============================================================================
@@ -464,7 +812,7 @@ def q_pop(li, lf, pi, sq, link_tier, lk, now):
 
 
 @hot
-def transmit(lk, k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier):
+def transmit(lk, k, now, li, lf, pi, pf, fp, ip, ctr, hp, wl, link_tier):
     """Start serialising packet ``k`` on link ``lk`` at ``now``: ARRIVE after serialisation +
     propagation; the data packet in service still counts in its queue until it has left
     (``LF_S0`` bytes until ``LF_E0``); PFC: the packet leaves its ingress buffer (XON below
@@ -487,27 +835,27 @@ def transmit(lk, k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier):
         lf[inl, LF_ING] -= size
         if li[inl, L_PFC] == 1 and lf[inl, LF_ING] <= fp[F_XON]:
             li[inl, L_PFC] = 0
-            push(hp, ctr, now + fp[F_PROP], K_POFF, inl)
+            push(hp, wl, ctr, now + fp[F_PROP], K_POFF, inl)
     pi[k, P_INLINK] = -1
-    push(hp, ctr, end + fp[F_PROP], K_ARRIVE, k)
+    push(hp, wl, ctr, end + fp[F_PROP], K_ARRIVE, k)
 
 
 @once
-def wake(lk, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier, sq):
+def wake(lk, now, li, lf, pi, pf, fp, ip, ctr, hp, wl, link_tier, sq):
     """The link is free (or resumed): serialise the next queued packet."""
     li[lk, L_WAKE] = 0
     if li[lk, L_PAUSED] == 1 or lf[lk, LF_BUSY] > now:
         if li[lk, L_PAUSED] == 0:
             li[lk, L_WAKE] = 1
-            push(hp, ctr, lf[lk, LF_BUSY], K_WAKE, lk)
+            push(hp, wl, ctr, lf[lk, LF_BUSY], K_WAKE, lk)
         return
     k = q_pop(li, lf, pi, sq, link_tier, lk, now)
     if k < 0:
         return
-    transmit(lk, k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier)
+    transmit(lk, k, now, li, lf, pi, pf, fp, ip, ctr, hp, wl, link_tier)
     if li[lk, L_QH0] >= 0 or li[lk, L_QH1] >= 0:
         li[lk, L_WAKE] = 1
-        push(hp, ctr, lf[lk, LF_BUSY], K_WAKE, lk)
+        push(hp, wl, ctr, lf[lk, LF_BUSY], K_WAKE, lk)
 
 
 @hot
@@ -521,7 +869,7 @@ def swap_records(pi, pf, a, b):
 
 
 @hot
-def enqueue(lk, k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier, rng, sq):
+def enqueue(lk, k, now, li, lf, pi, pf, fp, ip, ctr, hp, wl, link_tier, rng, sq):
     """Packet ``k`` joins the output queue of link ``lk`` (module doc of the package: ECN,
     drop tail, trimming, PFC ingress accounting happen in the caller and here)."""
     typ = pi[k, P_TYPE]
@@ -560,12 +908,14 @@ def enqueue(lk, k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier, rng, sq):
             # idle: at once. A header first in the strict-priority class will start when the
             # port frees whatever comes later, so it is committed now (no WAKE event); not
             # under PFC, which may pause the port before that
-            transmit(lk, k, max(now, lf[lk, LF_BUSY]), li, lf, pi, pf, fp, ip, ctr, hp, link_tier)
+            transmit(
+                lk, k, max(now, lf[lk, LF_BUSY]), li, lf, pi, pf, fp, ip, ctr, hp, wl, link_tier
+            )
             return
     q_append(li, lf, pi, sq, ip, link_tier, lk, k, cls, now)
     if li[lk, L_WAKE] == 0 and li[lk, L_PAUSED] == 0:
         li[lk, L_WAKE] = 1
-        push(hp, ctr, max(now, lf[lk, LF_BUSY]), K_WAKE, lk)
+        push(hp, wl, ctr, max(now, lf[lk, LF_BUSY]), K_WAKE, lk)
 
 
 # == load balancing ============================================================================
@@ -861,11 +1211,11 @@ def next_spray_path(f, now, fi, rng, ret_path, ret_until):
 
 
 @hot
-def arm_rto(f, now, fi, ff, fp, ctr, hp):
+def arm_rto(f, now, fi, ff, fp, ctr, hp, wl):
     if fi[f, FI_RTOPEND] == 0:
         fi[f, FI_RTOPEND] = 1
         ff[f, FF_RTODL] = now + fp[F_RTO]
-        push(hp, ctr, now + fp[F_RTO], K_RTO, f)
+        push(hp, wl, ctr, now + fp[F_RTO], K_RTO, f)
 
 
 @hot
@@ -924,6 +1274,7 @@ def send_data(f, s, now, st, fl, fle, ctr, fp, ip, rng):
     """Packet ``s`` of flow ``f`` goes to the source NIC (plane and entropy by mode)."""
     fi, ff, sst, stime, rqn, spath = st.fi, st.ff, st.sst, st.stime, st.rqn, st.spath
     li, lf, pi, pf, hp = st.li, st.lf, st.pi, st.pf, st.hp
+    wl = st.wl
     view, ret_path, ret_until = st.views, st.ret_path, st.ret_until
     conn_last, conn_fl = st.conn_last, st.conn_fl
     link_tier, host_up, host_down = st.link_tier, st.host_up, st.host_down
@@ -985,8 +1336,10 @@ def send_data(f, s, now, st, fl, fle, ctr, fp, ip, rng):
     else:
         pi[k, P_PLANE] = plane
         pf[k, PF_SENT] = now
-        enqueue(host_up[plane, src], k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier, rng, st.sq)
-    arm_rto(f, now, fi, ff, fp, ctr, hp)
+        enqueue(
+            host_up[plane, src], k, now, li, lf, pi, pf, fp, ip, ctr, hp, wl, link_tier, rng, st.sq
+        )
+    arm_rto(f, now, fi, ff, fp, ctr, hp, wl)
 
 
 @hot
@@ -1118,12 +1471,13 @@ def rto_fire(f, now, st, fl, fle, ctr, fp, ip, rng):
     are declared lost and resent (NDP: with a credit each; DCTCP: window to one MTU)."""
     fi, ff, sst, stime = st.fi, st.ff, st.sst, st.stime
     hp = st.hp
+    wl = st.wl
     fi[f, FI_RTOPEND] = 0
     if fi[f, FI_SDONE] == 1 or fi[f, FI_INFL] <= 0:
         return
     if now < ff[f, FF_RTODL]:
         fi[f, FI_RTOPEND] = 1
-        push(hp, ctr, ff[f, FF_RTODL], K_RTO, f)
+        push(hp, wl, ctr, ff[f, FF_RTODL], K_RTO, f)
         return
     off = fl[f, FL_OFF]
     n = 0
@@ -1140,7 +1494,7 @@ def rto_fire(f, now, st, fl, fle, ctr, fp, ip, rng):
             ff[f, FF_CWND] = float(ip[I_MTU])
     ff[f, FF_RTODL] = now + fp[F_RTO]
     try_send(f, now, st, fl, fle, ctr, fp, ip, rng)
-    arm_rto(f, now, fi, ff, fp, ctr, hp)
+    arm_rto(f, now, fi, ff, fp, ctr, hp, wl)
 
 
 # == receiver ==================================================================================
@@ -1157,6 +1511,7 @@ def ctrl_send(k, now, st, fl, fle, fp, ip, ctr, rng):
         st.host_up,
         st.host_down,
     )
+    wl = st.wl
     f = pi[k, P_FLOW]
     src = fl[f, FL_DST]
     dst = fl[f, FL_SRC]
@@ -1179,7 +1534,7 @@ def ctrl_send(k, now, st, fl, fle, fp, ip, ctr, rng):
         return
     pi[k, P_EV] = np.int64(ev)
     pi[k, P_PLANE] = plane
-    enqueue(host_up[plane, src], k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier, rng, st.sq)
+    enqueue(host_up[plane, src], k, now, li, lf, pi, pf, fp, ip, ctr, hp, wl, link_tier, rng, st.sq)
 
 
 @once
@@ -1188,6 +1543,7 @@ def issue_pull(f, now, st, fl, fp, ip, ctr):
     pacer is idle and its last pull left ``pace`` ago (returns the pull number), else a
     PULL packet waits in the pacer, served round-robin over flows (returns -1)."""
     fi, pi, pf, hp, hq, hfq = st.fi, st.pi, st.pf, st.hp, st.hq, st.hfq
+    wl = st.wl
     h = fl[f, FL_DST]
     if hq[h, H_PQH] < 0 and now >= hfq[h, HF_NEXT]:
         fi[f, FI_PULLNO] += 1
@@ -1199,7 +1555,7 @@ def issue_pull(f, now, st, fl, fp, ip, ctr):
     rr_push(st.sq, hq, h, H_PQH, H_PQT, sq_key(pi, k, ip), k, pi)
     if hq[h, H_ARMED] == 0:
         hq[h, H_ARMED] = 1
-        push(hp, ctr, max(now, hfq[h, HF_NEXT]), K_PACE, h)
+        push(hp, wl, ctr, max(now, hfq[h, HF_NEXT]), K_PACE, h)
     return -1
 
 
@@ -1208,6 +1564,7 @@ def pace(h, now, st, fl, fle, fp, ip, ctr, rng):
     """Host ``h``'s pull pacer releases the next pull (pulls of flows already complete at
     this receiver are dropped without using a slot)."""
     fi, pi, hp, hq, hfq = st.fi, st.pi, st.hp, st.hq, st.hfq
+    wl = st.wl
     hq[h, H_ARMED] = 0
     while hq[h, H_PQH] >= 0:
         k = rr_pop(st.sq, hq, h, H_PQH, H_PQT, pi)
@@ -1222,7 +1579,7 @@ def pace(h, now, st, fl, fle, fp, ip, ctr, rng):
         break
     if hq[h, H_PQH] >= 0:
         hq[h, H_ARMED] = 1
-        push(hp, ctr, hfq[h, HF_NEXT], K_PACE, h)
+        push(hp, wl, ctr, hfq[h, HF_NEXT], K_PACE, h)
 
 
 @hot
@@ -1242,14 +1599,14 @@ def respond(f, s, typ, marked, pull, now, st, fl, fle, fp, ip, ctr, rng):
 
 
 @hot
-def release_successors(f, now, fi, ff, flf, succ_ptr, succ, ctr, hp):
+def release_successors(f, now, fi, ff, flf, succ_ptr, succ, ctr, hp, wl):
     """Flow ``f`` completed: its dependants start at ``max(release, finishes) + delay``."""
     for i in range(succ_ptr[f], succ_ptr[f + 1]):
         q = succ[i]
         fi[q, FI_PENDING] -= 1
         ff[q, FF_READY] = max(ff[q, FF_READY], now)
         if fi[q, FI_PENDING] == 0:
-            push(hp, ctr, max(ff[q, FF_READY], flf[q, 0]) + flf[q, 1], K_RELEASE, q)
+            push(hp, wl, ctr, max(ff[q, FF_READY], flf[q, 0]) + flf[q, 1], K_RELEASE, q)
 
 
 @once
@@ -1362,6 +1719,7 @@ def link_event(i, now, st, ev_link, ev_up, fp, ctr):
     """Link ``ev_link[i]`` changes state in truth (a down link drops what is sent onto it
     and what is in flight on it); every mechanism learns it after its reaction time."""
     li, hp = st.li, st.hp
+    wl = st.wl
     lk = ev_link[i]
     up = 1 if ev_up[i] else 0
     if li[lk, L_TRUTH] != up:
@@ -1369,7 +1727,7 @@ def link_event(i, now, st, ev_link, ev_up, fp, ctr):
         if up == 0:
             li[lk, L_EPOCH] += 1
     for m in range(3):
-        push(hp, ctr, now + fp[F_REACT0 + m], K_VIEW, i * 3 + m)
+        push(hp, wl, ctr, now + fp[F_REACT0 + m], K_VIEW, i * 3 + m)
 
 
 @once
@@ -1396,6 +1754,7 @@ def arrive(k, now, st, fl, fle, fp, ip, ctr, rng, lat, tp, link_dst):
         st.views,
         st.link_tier,
     )
+    wl = st.wl
     lk = pi[k, P_LINK]
     f = pi[k, P_FLOW]
     if li[lk, L_TRUTH] == 0 or pi[k, P_EPOCH] != li[lk, L_EPOCH]:
@@ -1416,7 +1775,7 @@ def arrive(k, now, st, fl, fle, fp, ip, ctr, rng, lat, tp, link_dst):
         lf[lk, LF_ING] += size
         if li[lk, L_PFC] == 0 and lf[lk, LF_ING] > fp[F_XOFF]:
             li[lk, L_PFC] = 1
-            push(hp, ctr, now + fp[F_PROP], K_PON, lk)
+            push(hp, wl, ctr, now + fp[F_PROP], K_PON, lk)
         pi[k, P_INLINK] = lk
     out = route(k, node, now, pi, lf, fp, ip, ctr, tp, view, rng)
     if out < 0:
@@ -1428,7 +1787,7 @@ def arrive(k, now, st, fl, fle, fp, ip, ctr, rng, lat, tp, link_dst):
             lf[lk, LF_ING] -= size
         free(pi, ctr, k)
         return f, 0.0, False
-    enqueue(out, k, now, li, lf, pi, pf, fp, ip, ctr, hp, link_tier, rng, st.sq)
+    enqueue(out, k, now, li, lf, pi, pf, fp, ip, ctr, hp, wl, link_tier, rng, st.sq)
     return f, 0.0, False
 
 
@@ -1454,20 +1813,22 @@ def run(
 ):
     """The event loop (module doc). Returns ``(end time, timeline resolution)``."""
     fi, ff, li, lf, hp = st.fi, st.ff, st.li, st.lf, st.hp
+    wl = st.wl
     n = fl.shape[0]
     res = fp[F_TLRES]
     ackrel = ip[I_ACKREL] == 1
     for f in range(n):
         if fi[f, FI_PENDING] == 0:
-            push(hp, ctr, flf[f, 0] + flf[f, 1], K_RELEASE, f)
+            push(hp, wl, ctr, flf[f, 0] + flf[f, 1], K_RELEASE, f)
     for i in range(ev_time.size):
-        push(hp, ctr, ev_time[i], K_LINKEV, i)
+        push(hp, wl, ctr, ev_time[i], K_LINKEV, i)
     now = 0.0
     until = fp[F_UNTIL]
     while ctr[C_HN] > 0 and ctr[C_STATUS] == ST_OK:
         if ctr[C_DONE] == n and ctr[C_SDONE] == n:
             break
-        t, item = pop(hp, ctr)
+        t, item = pop(hp, wl, ctr)
+        prefetch_ahead(hp, ctr, st.pi, st.pf, li, lf, st.link_tier, st.sq)
         if t > until:
             now = until
             break
@@ -1486,11 +1847,11 @@ def run(
                     ff[f, FF_FINISH] = now
                     ctr[C_DONE] += 1
                     if not ackrel:
-                        release_successors(f, now, fi, ff, flf, succ_ptr, succ, ctr, hp)
+                        release_successors(f, now, fi, ff, flf, succ_ptr, succ, ctr, hp, wl)
             if sdone and ackrel:
-                release_successors(f, now, fi, ff, flf, succ_ptr, succ, ctr, hp)
+                release_successors(f, now, fi, ff, flf, succ_ptr, succ, ctr, hp, wl)
         elif kind == K_WAKE:
-            wake(ident, now, li, lf, st.pi, st.pf, fp, ip, ctr, hp, st.link_tier, st.sq)
+            wake(ident, now, li, lf, st.pi, st.pf, fp, ip, ctr, hp, wl, st.link_tier, st.sq)
         elif kind == K_PACE:
             pace(ident, now, st, fl, fle, fp, ip, ctr, rng)
         elif kind == K_RELEASE:
@@ -1509,7 +1870,7 @@ def run(
             li[ident, L_PAUSED] = 0
             if li[ident, L_WAKE] == 0 and (li[ident, L_QH0] >= 0 or li[ident, L_QH1] >= 0):
                 li[ident, L_WAKE] = 1
-                push(hp, ctr, max(now, lf[ident, LF_BUSY]), K_WAKE, ident)
+                push(hp, wl, ctr, max(now, lf[ident, LF_BUSY]), K_WAKE, ident)
     for lk in range(li.shape[0]):
         q_account(lf, lk, now)
     return now, res

@@ -97,8 +97,8 @@ class PacketResult(EngineResult):
     wall_s: float
     timeline: np.ndarray
     timeline_res_s: float
-    pool_peak: int
-    heap_peak: int
+    pool_peak: int  # the most packet records in use at once
+    heap_peak: int  # the most events pending at once in the event queue
     events_by_kind: dict
 
     def _has_makespan(self) -> bool:

@@ -24,7 +24,8 @@ class PacketState(NamedTuple):
     lf: np.ndarray  # [directed links, LF_*] float64: per link (busy until, ingress bytes, ...)
     pi: np.ndarray  # [pool, P_*] int64: packets in flight (free list through P_NEXT)
     pf: np.ndarray  # [pool, PF_*] float64: their times
-    hp: np.ndarray  # event heap rows (time, id * 16 + kind), 4-ary
+    hp: np.ndarray  # event queue rows (time, id * 16 + kind): its heaps and wheel nodes
+    wl: np.ndarray  # event queue links (int64): wheel slots, their bitmap, node links
     views: np.ndarray  # [3 mechanisms, links] uint8: 1 where the mechanism believes it is up
     ret_path: np.ndarray  # [flows, N_RETIRE] paths a spraying flow retired after a loss ...
     ret_until: np.ndarray  # ... each until this time (s)
