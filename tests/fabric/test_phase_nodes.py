@@ -88,3 +88,19 @@ def test_a_phase_dag_has_no_interchange_form():
     dag = I.load_job("llama3-70b", pods=8, layers=4).dag
     with pytest.raises(ValueError, match="phase_nodes=False"):
         dag_to_dict(dag)
+
+
+def test_a_medium_job_with_set_level_replays_equals_the_run_without_reuse():
+    """llama3-70b on 64 servers (512 GPUs), adaptive: the DP ring steps run as set-level
+    replays; every task's start and finish and the link bits equal the run that reuses
+    nothing."""
+    loaded = I.load_job("llama3-70b", pods=64)
+    topo = job_fabric(loaded.pods, loaded.gpus_per_pod)
+    servers = I.place_servers(topo, loaded.pods, loaded.gpus_per_pod, "random", 0)
+    jh = I.JobOnHosts(loaded, servers, 4, seed=0)
+    fast = I.run_iteration(jh, topo, "adaptive", seed=0)
+    slow = I.run_iteration(jh, topo, "adaptive", seed=0, reuse=False)
+    assert fast.result.set_replays > 0 and slow.result.set_replays == 0
+    np.testing.assert_allclose(fast.result.start_s, slow.result.start_s, rtol=1e-9)
+    np.testing.assert_allclose(fast.result.finish_s, slow.result.finish_s, rtol=1e-9)
+    np.testing.assert_allclose(fast.result.link_bits, slow.result.link_bits, rtol=1e-9, atol=1)
