@@ -985,7 +985,9 @@ def flow_vs_packet(r: _View) -> str:
 
 @block("fabric-f3", "fabric_dimensions")
 def fabric_f3(r: _View) -> str:
-    f3 = r["fabric_dimensions"]["F3_failures"]
+    fd = r["fabric_dimensions"]
+    f3, full = fd["F3_failures"], fd["F3_full"]
+    reason = fd["adaptive_over_maxflow_full_reason"]
     fracs = ["0.05", "0.1", "0.2"]
     g = f3["goodput_over_maxflow"]["adaptive"]
     mf = f3["maxflow_bisection_mean"]
@@ -995,7 +997,11 @@ def fabric_f3(r: _View) -> str:
         max-flow bound at {" / ".join(pct(float(f), 0) for f in fracs)} failed cables:
         {" / ".join(fixed(g[f], 3) for f in fracs)}
         ({"met" if f3["met_adaptive"] else "**not met**"}), max-flow bisection
-        {" / ".join(fixed(mf[f], 3) for f in fracs)}.
+        {" / ".join(fixed(mf[f], 3) for f in fracs)}. At full size
+        ({count(full["topology"]["gpus"])} GPUs, {full["draws"]} draws per fraction) it is
+        {fixed(fd["adaptive_over_maxflow_10pct_full"], 3)} /
+        {fixed(fd["adaptive_over_maxflow_20pct_full"], 3)} at 10% / 20% (target
+        {fixed(full["target"], 2)}, {"met" if full["met"] else "**not met**"}): {reason}.
         """
     )
 
