@@ -444,19 +444,23 @@ class _Simulation:
         self.n_solves += 1
         if ok.size == 0:
             return np.zeros(act.size), np.zeros(self.topo.n_links)
+        r, load = self._max_min(ok, self.cap)
+        self.rate[act] = 0.0
+        self.rate[ok] = r
+        return self.rate[act] * (1.0 - self.lost[act]), load
+
+    def _max_min(self, ok: np.ndarray, cap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Max-min rates (bits/s) of the flows ``ok`` on link capacities ``cap`` and the link
+        loads, on the group incidence of ``ok`` (built after releases, reused while flows
+        only complete)."""
         groups = self.router.groups
-        if self.incidence is None:  # reused while flows only complete
+        if self.incidence is None:
             if self.base is not None:
                 self.pos[self.base] = -1
             self.incidence = build_incidence(self.sg, self.sw, groups.offset + groups.n, ok)
             self.base = ok
             self.pos[ok] = np.arange(ok.size)
-        r, load = max_min_rates(
-            self.sg, self.sw, groups, self.cap, ok, self.incidence, self.pos[ok]
-        )
-        self.rate[act] = 0.0
-        self.rate[ok] = r
-        return self.rate[act] * (1.0 - self.lost[act]), load
+        return max_min_rates(self.sg, self.sw, groups, cap, ok, self.incidence, self.pos[ok])
 
     def _next_time(self, t: float, goodput: np.ndarray) -> float:
         """The next event time; sets ``self.proj`` (projected send completion per active

@@ -98,7 +98,7 @@ import numpy as np
 from trainfabric.errors import ConfigError
 from trainfabric.fabric import topology as T
 from trainfabric.fabric.flow.engine import _Simulation
-from trainfabric.fabric.maxmin import build_incidence, link_load, max_min_rates, path_sum
+from trainfabric.fabric.maxmin import link_load, path_sum
 
 CORE_ORDER = (T.UP1, T.UP2, T.DOWN2, T.DOWN1)  # fabric tiers in the order packets cross them
 OVER_RTOL = 1e-6  # a link is overloaded (trims, holds a full queue) above c_l (1 + OVER_RTOL)
@@ -224,17 +224,7 @@ class TrimmingSimulation(_Simulation):
 
     def _send_rates(self, ok: np.ndarray) -> np.ndarray:
         """Max-min fair rates (bits/s) of the flows ``ok`` on the host links alone."""
-        groups = self.router.groups
-        if self.incidence is None:  # reused while flows only complete
-            if self.base is not None:
-                self.pos[self.base] = -1
-            self.incidence = build_incidence(self.sg, self.sw, groups.offset + groups.n, ok)
-            self.base = ok
-            self.pos[ok] = np.arange(ok.size)
-        x, _ = max_min_rates(
-            self.sg, self.sw, groups, self.host_cap, ok, self.incidence, self.pos[ok]
-        )
-        return x
+        return self._max_min(ok, self.host_cap)[0]
 
     def _fabric(self, ok: np.ndarray, x: np.ndarray):
         """Tier by tier (module doc, items 2 and 3): the share ``keep`` of each flow's sends
