@@ -43,7 +43,12 @@ rate changed are settled; a departed flow leaves ``act`` in O(1). The loop also 
 ``FRESH`` when the flows in flight were all released now with nothing else in flight (the
 driver then installs a replay of the set's isolated evolution, :func:`evolve`) and
 ``MATERIALIZE`` when a flow joins during a replay (the driver recomputes the replayed flows'
-remaining bits at that time); see :mod:`trainfabric.fabric.tasks.engine`.
+remaining bits at that time). A comm task whose flow set has a memo in this epoch
+(``vm``, :class:`~trainfabric.fabric.tasks.state.SetMemo`) and starts with nothing in flight
+runs as a *set-level replay* (``ic[RP] == 2``): one event at the memo's last flow event, no
+flows in the slots; a comm task starting meanwhile returns ``VMATERIALIZE`` (the driver puts
+the set's flows in flight with their remaining bits); see
+:mod:`trainfabric.fabric.tasks.engine`.
 
 The per-flow helpers that take tuples of arrays (the slot arrays ``sl``, the heap) are
 inlined into the loop (``inline="always"``): a call passes every array's struct by value,
