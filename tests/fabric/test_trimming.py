@@ -77,7 +77,7 @@ def test_adaptive_plane_queues_slow_intra_leaf_flows_most():
     topo = T.multiplane(32, planes=4, switch_radix=16, nic_rate_bps=800e9)
     flows = permutation(topo, 32, 8 * 2**20)
     model = M.TrimmingModel(adaptive_reorder_gain=1.0)
-    res = simulate(topo, flows, Router(topo, "adaptive"), trimming=model)
+    res = M.simulate_trimmed(topo, flows, Router(topo, "adaptive"), model)
     raw = simulate(topo, flows, Router(topo, "adaptive"))
     fct, raw_fct = res.finish_s - res.start_s, raw.finish_s - raw.start_s
     intra = topo.leaf_of(flows.src) == topo.leaf_of(flows.dst)
@@ -95,7 +95,7 @@ def test_trimming_keeps_the_rate_max_min_would_halve():
     up = cable_down(topo, int(topo.tables["spine_down"][0, 0, 1, 0]))
     flows = FlowTable.simple(np.arange(4), np.arange(4, 8), 2**20)
     model = M.TrimmingModel()
-    res = simulate(topo, flows, Router(topo, "spray"), link_up=up, trimming=model)
+    res = M.simulate_trimmed(topo, flows, Router(topo, "spray"), model, link_up=up)
     raw = simulate(topo, flows, Router(topo, "spray"), link_up=up)
     wire_bits = 2**20 * WIRE * 8
     assert res.finish_s == pytest.approx(wire_bits / (0.75 * LINE) + 4 * HOP, rel=1e-9)
@@ -113,13 +113,13 @@ def test_a_flow_losing_past_its_nack_delay_waits_for_timeouts(second):
     flap = LinkEvents.flap([link, int(topo.reverse[link])], 20e-6, 220e-6)
     flows = FlowTable.simple([0], [4], 4 * 2**20)
     model = M.TrimmingModel(loss_gain=1.0, second_timeout_fraction=second)
-    res = simulate(topo, flows, Router(topo, "spray"), events=flap, trimming=model)
+    res = M.simulate_trimmed(topo, flows, Router(topo, "spray"), model, events=flap)
     tau = 64 * 4160 * 8 / LINE + 2 * 4 * HOP
     span = 200e-6
     k = 2 if second else 1
     expected = 20e-6 + max(tau, span / 2) + k * model.rto_s + 4 * HOP
     assert res.finish_s[0] == pytest.approx(expected, rel=1e-9)
-    quiet = simulate(topo, flows, Router(topo, "spray"), events=flap, trimming=M.TrimmingModel())
+    quiet = M.simulate_trimmed(topo, flows, Router(topo, "spray"), M.TrimmingModel(), events=flap)
     assert quiet.finish_s[0] < 1e-3
 
 
@@ -131,7 +131,7 @@ def test_a_loss_shorter_than_the_nack_delay_needs_no_timeout():
     flap = LinkEvents.flap([link, int(topo.reverse[link])], 20e-6, 220e-6)
     flows = FlowTable.simple([0], [4], 4 * 2**20)
     model = M.TrimmingModel(loss_gain=100.0, second_timeout_fraction=1.0)
-    res = simulate(topo, flows, Router(topo, "adaptive"), events=flap, trimming=model)
+    res = M.simulate_trimmed(topo, flows, Router(topo, "adaptive"), model, events=flap)
     assert res.finish_s[0] < 1e-3
 
 
@@ -144,7 +144,7 @@ def test_a_stalled_flow_always_times_out():
     flap = LinkEvents.flap(np.r_[links, topo.reverse[links]], 20e-6, 220e-6)
     flows = FlowTable.simple([0], [4], 2**20)
     model = M.TrimmingModel()
-    res = simulate(topo, flows, Router(topo, "spray"), events=flap, trimming=model)
+    res = M.simulate_trimmed(topo, flows, Router(topo, "spray"), model, events=flap)
     assert res.finish_s[0] == pytest.approx(20e-6 + model.rto_s + 4 * HOP, rel=1e-9)
 
 

@@ -51,6 +51,7 @@ _EXPORTS = {
     "fit": "calibration",
     "fit_fields": "calibration",
     "TrimmingModel": "trimming",
+    "simulate_trimmed": "trimming",
 }
 __all__ = sorted(_EXPORTS)
 

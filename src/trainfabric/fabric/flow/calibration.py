@@ -69,7 +69,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from trainfabric.errors import ConfigError
-from trainfabric.fabric.flow.trimming import TrimmingModel
+from trainfabric.fabric.flow.trimming import TrimmingModel, simulate_trimmed
 from trainfabric.fabric.flows import FlowTable
 from trainfabric.fabric.result import EngineResult
 
@@ -176,7 +176,11 @@ def simulate_calibrated(topo, flows: FlowTable, router, cal: Calibration = FITTE
     to the engine (events, link_up, ...)."""
     from trainfabric.fabric.flow.engine import simulate
 
-    res = simulate(topo, calibrated_flows(flows, cal), router, trimming=cal.trimming, **kwargs)
+    flows = calibrated_flows(flows, cal)
+    if cal.trimming is None:
+        res = simulate(topo, flows, router, **kwargs)
+    else:
+        res = simulate_trimmed(topo, flows, router, cal.trimming, **kwargs)
     return CalibratedResult(start_s=res.start_s - cal.startup_s, finish_s=res.finish_s, raw=res)
 
 

@@ -146,6 +146,18 @@ class _Timeline:
         return t, g, a, imp, loads
 
 
+def _check(topo, flows, router, mtu_bytes, header_bytes, batch_rtol) -> float:
+    """Refuse a bad call (ConfigError naming the field); returns the wire factor."""
+    if router.topo is not topo:
+        raise ConfigError("router", "the router was built for another topology")
+    flows.check_hosts(topo.n_hosts)
+    if mtu_bytes <= 0 or header_bytes < 0:
+        raise ConfigError("mtu_bytes", "MTU must be > 0 and headers >= 0")
+    if not 0 <= batch_rtol < 1:
+        raise ConfigError("batch_rtol", "must be in [0, 1)")
+    return (mtu_bytes + header_bytes) / mtu_bytes
+
+
 def simulate(
     topo: Topology,
     flows: FlowTable,
@@ -159,7 +171,6 @@ def simulate(
     mtu_bytes: int = MTU_BYTES,
     header_bytes: int = HEADER_BYTES,
     compiled: bool | None = None,
-    trimming=None,
 ) -> SimResult:
     """Run ``flows`` on ``topo`` under ``router`` until every flow finished (or ``until_s``).
 
@@ -167,40 +178,10 @@ def simulate(
     ``events``: timed link state changes. ``compiled``: run the event loop compiled
     (:mod:`trainfabric.fabric.flow.loop`; routes static: no ``events``, not ``flowlet``,
     no ``record_links``) or in Python (``False``, the reference); ``None`` picks the compiled
-    loop whenever it applies. ``trimming``: a
-    :class:`~trainfabric.fabric.flow.trimming.TrimmingModel`: where it applies (a link down
-    or a link event; adaptive routing whose queues outlast the reorder window) the rates
-    are what a trimming packet transport does (that module's doc; the Python loop);
-    ``None`` (default) and the other runs: the model above.
+    loop whenever it applies. What a trimming packet transport does on failed and flapping
+    links is :func:`trainfabric.fabric.flow.trimming.simulate_trimmed`.
     """
-    if router.topo is not topo:
-        raise ConfigError("router", "the router was built for another topology")
-    flows.check_hosts(topo.n_hosts)
-    if mtu_bytes <= 0 or header_bytes < 0:
-        raise ConfigError("mtu_bytes", "MTU must be > 0 and headers >= 0")
-    if not 0 <= batch_rtol < 1:
-        raise ConfigError("batch_rtol", "must be in [0, 1)")
-    wire_factor = (mtu_bytes + header_bytes) / mtu_bytes
-    if trimming is not None:
-        from trainfabric.fabric.flow.trimming import TrimmingSimulation, applies
-
-        if applies(trimming, topo, router, link_up, events):
-            if compiled:
-                raise ConfigError("compiled", "the trimming model runs in the Python loop")
-            packet_bits = 8.0 * (mtu_bytes + header_bytes)
-            sim = TrimmingSimulation(
-                topo,
-                flows,
-                router,
-                events,
-                link_up,
-                record_links,
-                wire_factor,
-                trimming,
-                packet_bits,
-            )
-            sim.batch_rtol = float(batch_rtol)
-            return sim.run(until_s)
+    wire_factor = _check(topo, flows, router, mtu_bytes, header_bytes, batch_rtol)
     static = (
         (events is None or events.time_s.size == 0)
         and router.flowlet_gap_s is None

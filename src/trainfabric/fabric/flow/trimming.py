@@ -97,7 +97,8 @@ import numpy as np
 
 from trainfabric.errors import ConfigError
 from trainfabric.fabric import topology as T
-from trainfabric.fabric.flow.engine import _Simulation
+from trainfabric.fabric.flow.engine import _check, _Simulation, simulate
+from trainfabric.fabric.flows import HEADER_BYTES, MTU_BYTES
 from trainfabric.fabric.maxmin import link_load, path_sum
 
 CORE_ORDER = (T.UP1, T.UP2, T.DOWN2, T.DOWN1)  # fabric tiers in the order packets cross them
@@ -358,3 +359,47 @@ def deal(total: float, p: float) -> tuple[bool, float]:
     if total >= 0.5:
         return True, total - 1.0
     return False, total
+
+
+def simulate_trimmed(
+    topo,
+    flows,
+    router,
+    model: TrimmingModel,
+    *,
+    events=None,
+    link_up=None,
+    until_s: float = np.inf,
+    record_links: bool = False,
+    batch_rtol: float = 0.0,
+    mtu_bytes: int = MTU_BYTES,
+    header_bytes: int = HEADER_BYTES,
+    compiled: bool | None = None,
+):
+    """:func:`trainfabric.fabric.flow.engine.simulate` (same arguments) with ``model``:
+    where it applies (a link down or a link event; adaptive routing whose queues outlast the
+    reorder window) the rates are what a trimming packet transport does (module doc; the
+    Python loop); elsewhere the engine's own run, unchanged."""
+    if not applies(model, topo, router, link_up, events):
+        return simulate(
+            topo,
+            flows,
+            router,
+            events=events,
+            link_up=link_up,
+            until_s=until_s,
+            record_links=record_links,
+            batch_rtol=batch_rtol,
+            mtu_bytes=mtu_bytes,
+            header_bytes=header_bytes,
+            compiled=compiled,
+        )
+    wire_factor = _check(topo, flows, router, mtu_bytes, header_bytes, batch_rtol)
+    if compiled:
+        raise ConfigError("compiled", "the trimming model runs in the Python loop")
+    packet_bits = 8.0 * (mtu_bytes + header_bytes)
+    sim = TrimmingSimulation(
+        topo, flows, router, events, link_up, record_links, wire_factor, model, packet_bits
+    )
+    sim.batch_rtol = float(batch_rtol)
+    return sim.run(until_s)
