@@ -397,7 +397,8 @@ def _fill(st_, fl, rate, bott) -> int:
 def _search(st_, seeds, dl, thr):
     s, fl = st_, np.empty(st_["n"], np.int64)
     args = (s["rate"], s["task"], s["fg"], s["fw"], s["lhead"], s["lnext"], s["vis"], s["lvis"])
-    nf = L._dirty_flows(seeds, seeds.size, dl, dl.size, thr, *args, fl, s["fz"])
+    lq = np.empty(s["lvis"].size, np.int64)
+    nf = L._dirty_flows(seeds, seeds.size, dl, dl.size, thr, *args, fl, s["fz"], lq)
     return fl[:nf]
 
 

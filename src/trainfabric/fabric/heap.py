@@ -12,6 +12,8 @@ Two kinds, both on plain arrays sized by the caller (nothing here allocates but
   ``O(n)`` (:func:`heapify`), and its items with key ``<= x`` listed without popping them
   (:func:`heap_le`).
 
+Every function but :func:`heap_le` is compiled without reference counting (``_nrt=False``:
+they allocate nothing), so the loops calling them per flow pay no atomic count per array.
 Numba's on-disk cache keys a compiled function on its own file: after editing this module,
 clear the cache (``make clean-numba``) so that the loops that call it recompile.
 """
@@ -23,19 +25,19 @@ import numpy as np
 
 
 # -- the event heap ------------------------------------------------------------------------------
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def _less(ht, hs, i, j):
     return ht[i] < ht[j] or (ht[i] == ht[j] and hs[i] < hs[j])
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def _swap(ht, hs, hf, i, j):
     ht[i], ht[j] = ht[j], ht[i]
     hs[i], hs[j] = hs[j], hs[i]
     hf[i], hf[j] = hf[j], hf[i]
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def heap_push(ht, hs, hf, size, t, seq, f):
     """Push ``(t, seq, f)``; the arrays have room for every flow. Returns the new size."""
     i = size
@@ -49,7 +51,7 @@ def heap_push(ht, hs, hf, size, t, seq, f):
     return size + 1
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def heap_pop(ht, hs, hf, size):
     """Remove the top; returns ``(flow, new size)``."""
     f = hf[0]
@@ -71,7 +73,7 @@ def heap_pop(ht, hs, hf, size):
 
 
 # -- the indexed heap ---------------------------------------------------------------------------
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def sift(hk, hl, pos, i, size):
     """Restore the heap property around index ``i`` (up, then down)."""
     key, link = hk[i], hl[i]
@@ -86,7 +88,7 @@ def sift(hk, hl, pos, i, size):
     sift_down(hk, hl, pos, i, size)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def sift_down(hk, hl, pos, i, size):
     """Move the item at index ``i`` down while a child has a smaller key."""
     key, link = hk[i], hl[i]
@@ -105,7 +107,7 @@ def sift_down(hk, hl, pos, i, size):
     pos[link] = i
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def heap_set(hk, hl, pos, size, link, key):
     """Insert ``link`` with ``key`` or change its key (indexed heap); returns the size."""
     i = pos[link]
@@ -118,7 +120,7 @@ def heap_set(hk, hl, pos, size, link, key):
     return size
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def heap_remove(hk, hl, pos, size, link):
     """Remove ``link`` if present; returns the size."""
     i = pos[link]
@@ -156,7 +158,7 @@ def heap_le(hk, hl, size, x, out):
     return n
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def heapify(hk, hl, pos, size):
     """Make ``hk[:size]``/``hl[:size]`` an indexed min-heap bottom-up (O(size)): sift each
     parent down, the last first."""

@@ -187,10 +187,10 @@ class Snapshot:
     def flows_in_flight(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``(task, connection, groups[k, K], weights[k, K])`` of the flows in flight."""
         st = self.state
-        sl = st["sl"]
-        act = sl[L.ACT][: st["ic"][L.M]]
-        rows = sl[L.ROW][act]
-        return sl[L.TASK][act], sl[L.CONN][act], st["routes"].group[rows], st["routes"].weight[rows]
+        si = st["si"]
+        act = si[L.ACT][: st["ic"][L.M]]
+        rows = si[L.ROW][act]
+        return si[L.TASK][act], si[L.CONN][act], st["routes"].group[rows], st["routes"].weight[rows]
 
     def links_in_flight(self) -> np.ndarray:
         """Mask of the links that carry some flow in flight."""
@@ -305,7 +305,8 @@ class TaskSim:
             "ldirty": np.zeros(self.topo.n_links, np.bool_),
             "R": 0,
         }
-        s["sl"] = tuple(np.zeros(0, dtype) for _, dtype, _ in L.SLOT_FIELDS)
+        s["si"] = np.zeros((len(L.INT_FIELDS), 0), np.int64)
+        s["sf"] = np.zeros((len(L.REAL_FIELDS), 0))
         s["rp_seg_t"], s["rp_seg_b"] = np.zeros(1), np.zeros((0, n_cls))
         s["rp_set"] = None
         s["vm"] = _empty_set_memo(g.set_ptr.size - 1, n_cls)
@@ -379,19 +380,19 @@ class TaskSim:
         s["vm"].ok[:] = False  # set memos hold this epoch's routes
         s["R"] = 0
         self._gclass_n = -1
-        act = s["sl"][10][: s["ic"][L.M]]
+        act = s["si"][L.ACT][: s["ic"][L.M]]
         if act.size:  # re-route the flows in flight
-            conn = s["sl"][2][act]
-            fl = s["sl"][9][act]
+            conn = s["si"][L.CONN][act]
+            fl = s["si"][L.FLOWLET][act]
             key = conn.astype(np.int64) * (int(fl.max()) + 1) + fl
             _, first, inv = np.unique(key, return_index=True, return_inverse=True)
             rows = self._route(conn[first], fl[first] if self._flowlet else None)
             r = rows[inv.ravel()]
-            sl = s["sl"]
-            sl[L.ROW][act] = r
+            si, sf = s["si"], s["sf"]
+            si[L.ROW][act] = r
             routes = s["routes"]
-            sl[L.LOST][act] = routes.lost[r]
-            sl[L.HOPS][act] = routes.hops[r]
+            sf[L.LOST][act] = routes.lost[r]
+            si[L.HOPS][act] = routes.hops[r]
             cur = fl[first] == s["flowlet"][conn[first]]
             s["conn_row"][conn[first][cur]] = rows[cur]
 
@@ -402,10 +403,10 @@ class TaskSim:
     def _demand(self) -> np.ndarray:
         """Unfinished wire bits per connection: in flight plus comm tasks not started."""
         g, s = self.graph, self.s
-        sl = s["sl"]
-        act = sl[L.ACT][: s["ic"][L.M]]
+        si, sf = s["si"], s["sf"]
+        act = si[L.ACT][: s["ic"][L.M]]
         d = np.zeros(g.n_conns)
-        np.add.at(d, sl[L.CONN][act], sl[L.REM][act])
+        np.add.at(d, si[L.CONN][act], sf[L.REM][act])
         todo = (g.kind == COMM) & np.isnan(s["tstart"])
         if todo.any():
             per_set = np.bincount(g.flow_set[todo], minlength=g.set_ptr.size - 1)
@@ -482,10 +483,11 @@ class TaskSim:
         """Digest of a fresh flow set: per flow (sorted by connection, then bits) its
         connection, wire bits, lost share and route slots. Pair groups are numbered per epoch,
         so a set routed on any pair group is keyed to its epoch as well."""
-        s, sl = self.s, self.s["sl"]
-        rows = sl[L.ROW][act[order]]
+        s = self.s
+        si, sf = s["si"], s["sf"]
+        rows = si[L.ROW][act[order]]
         h = hashlib.blake2b(digest_size=32)
-        for a in (sl[L.CONN][act[order]], sl[L.WIRE][act[order]], sl[L.LOST][act[order]]):
+        for a in (si[L.CONN][act[order]], sf[L.WIRE][act[order]], sf[L.LOST][act[order]]):
             h.update(np.ascontiguousarray(a).tobytes())
         rsg = s["routes"].group[rows]
         h.update(np.ascontiguousarray(rsg).tobytes())
@@ -526,12 +528,12 @@ class TaskSim:
         """The flows in flight form a fresh set (all started now, nothing else in flight):
         take its isolated evolution from the memo (computing it on a miss) and replay it."""
         s = self.s
-        sl, ic, t = s["sl"], s["ic"], self.time_s
-        act = sl[L.ACT][: ic[L.M]].copy()
-        order = np.lexsort((sl[L.WIRE][act], sl[L.CONN][act]))
+        si, sf, ic, t = s["si"], s["sf"], s["ic"], self.time_s
+        act = si[L.ACT][: ic[L.M]].copy()
+        order = np.lexsort((sf[L.WIRE][act], si[L.CONN][act]))
         key = self._memo_key(order, act)
         f = act[order]
-        rows, wire, lost = sl[L.ROW][f].copy(), sl[L.WIRE][f].copy(), sl[L.LOST][f].copy()
+        rows, wire, lost = si[L.ROW][f].copy(), sf[L.WIRE][f].copy(), sf[L.LOST][f].copy()
         entry = self.memo.get(key)
         if entry is None:
             self.memo_misses += 1
@@ -543,11 +545,11 @@ class TaskSim:
             self.memo_hits += 1
         event_t, sent_t, deliv, sent_bits, seg_t, seg_b = entry
         self._memo_set(f, entry)
-        sl[L.RP_IDX][f] = np.arange(f.size)
-        sl[L.RP_EVENT][f] = t + event_t
-        sl[L.RP_SENT][f] = t + sent_t
-        sl[L.RP_DELIV][f] = deliv
-        sl[L.RP_BITS][f] = sent_bits
+        si[L.RP_IDX][f] = np.arange(f.size)
+        sf[L.RP_EVENT][f] = t + event_t
+        sf[L.RP_SENT][f] = t + sent_t
+        sf[L.RP_DELIV][f] = deliv
+        sf[L.RP_BITS][f] = sent_bits
         s["rp_seg_t"], s["rp_seg_b"] = t + seg_t, seg_b
         s["rp_set"] = (rows, wire, lost, t)
         ic[L.RP], ic[L.RP_LEFT], ic[L.RP_SEG] = 1, f.size, 0
@@ -556,8 +558,9 @@ class TaskSim:
         """Keep the evolution of the fresh flows ``f`` (sorted as in the memo) for later
         set-level replays, when they are exactly the flows of one comm task's flow set
         (none of zero bytes) and this run can replay sets (module doc)."""
-        s, sl, g = self.s, self.s["sl"], self.graph
-        tasks = sl[L.TASK][f]
+        s, g = self.s, self.graph
+        si, sf = s["si"], s["sf"]
+        tasks = si[L.TASK][f]
         q = int(g.flow_set[tasks[0]])
         lo, hi = g.set_ptr[q], g.set_ptr[q + 1]
         vm = s["vm"]
@@ -572,15 +575,15 @@ class TaskSim:
         ):
             return
         event_t, sent_t, deliv, sent_bits, seg_t, seg_b = entry
-        rows = sl[L.ROW][f].copy()
+        rows = si[L.ROW][f].copy()
         hops = s["routes"].hops[rows]
         arrival = sent_t + hops * float(self.topo.hop_latency_s)
         last = int(np.argmax(arrival))
         self.vmemo[q] = (
             rows,
-            sl[L.WIRE][f].copy(),
-            sl[L.LOST][f].copy(),
-            sl[L.CONN][f].copy(),
+            sf[L.WIRE][f].copy(),
+            sf[L.LOST][f].copy(),
+            si[L.CONN][f].copy(),
             sent_bits,
             event_t,
             sent_t,
@@ -600,7 +603,7 @@ class TaskSim:
         isolated evolution complete now, the others enter the slots with the remaining
         bits of the evolution up to now (the same computation that made the memo)."""
         s, g = self.s, self.graph
-        sl, ic, fc, t = s["sl"], s["ic"], s["fc"], self.time_s
+        si, sf, ic, fc, t = s["si"], s["sf"], s["ic"], s["fc"], self.time_s
         i = int(ic[L.VTASK])
         q = int(g.flow_set[i])
         t0 = float(fc[1])
@@ -617,40 +620,43 @@ class TaskSim:
         s["left"][i] = k
         ic[L.FLOWS_DONE] += int(done.sum())
         if ic[L.NFREE] < k:
-            S_old = sl[0].size
-            sl, S = L._grow_slots(sl, k)
-            free = sl[L.FREE]
+            S_old = si.shape[1]
+            si, sf, S = L._grow_slots(si, sf, k)
+            free = si[L.FREE]
             free[ic[L.NFREE] : ic[L.NFREE] + S - S_old] = np.arange(S_old, S)
             ic[L.NFREE] += S - S_old
-        slots = sl[L.FREE][ic[L.NFREE] - k : ic[L.NFREE]][::-1].copy()
+        slots = si[L.FREE][ic[L.NFREE] - k : ic[L.NFREE]][::-1].copy()
         ic[L.NFREE] -= k
         r = rows[keep]
         c = conn[keep]
-        fields = {
+        ints = {
             L.ROW: r,
             L.TASK: i,
             L.CONN: c,
+            L.HOPS: hops[keep],
+            L.FLOWLET: s["flowlet"][c],
+            L.RP_IDX: -1,
+        }
+        reals = {
             L.REM: out[4][keep],
             L.WIRE: wire[keep],
             L.START: t0,
             L.DELIV: out[2][keep],
             L.LOST: lost[keep],
-            L.HOPS: hops[keep],
-            L.FLOWLET: s["flowlet"][c],
-            L.RP_IDX: -1,
             L.TL: t,
             L.RATE: -1.0,
             L.PROJ: np.inf,
             L.DUE: np.inf,
         }
-        for col, val in fields.items():
-            sl[col][slots] = val
+        for arr, fields in ((si, ints), (sf, reals)):
+            for col, val in fields.items():
+                arr[col, slots] = val
         np.add.at(s["routes"].bits, r, out[3][keep])
         m = int(ic[L.M])
-        sl[L.ACT][m : m + k] = slots
+        si[L.ACT][m : m + k] = slots
         ic[L.M] = m + k
         ic[L.RP] = 0
-        s["sl"] = sl
+        s["si"], s["sf"] = si, sf
 
     def _memo_store(self, key: bytes, entry: tuple) -> None:
         size = sum(a.nbytes for a in entry)
@@ -664,18 +670,18 @@ class TaskSim:
         """Leave a replay at the current time: the remaining bits of its flows from the
         isolated evolution up to now (the same computation that made the memo)."""
         s = self.s
-        sl, ic = s["sl"], s["ic"]
+        si, sf, ic = s["si"], s["sf"], s["ic"]
         rows, wire, lost, t0 = s["rp_set"]
         out = self._evolve(rows, wire, lost, self.time_s - t0)
-        act = sl[L.ACT][: ic[L.M]]
-        f = act[sl[L.RP_IDX][act] >= 0]
-        k = sl[L.RP_IDX][f]
-        sl[L.REM][f] = out[4][k]
-        sl[L.DELIV][f] = out[2][k]
-        sl[L.TL][f] = self.time_s  # settled now; the loop solves their rates again
-        sl[L.RATE][f] = -1.0
-        np.add.at(s["routes"].bits, sl[L.ROW][f], out[3][k])
-        sl[L.RP_IDX][f] = -1
+        act = si[L.ACT][: ic[L.M]]
+        f = act[si[L.RP_IDX][act] >= 0]
+        k = si[L.RP_IDX][f]
+        sf[L.REM][f] = out[4][k]
+        sf[L.DELIV][f] = out[2][k]
+        sf[L.TL][f] = self.time_s  # settled now; the loop solves their rates again
+        sf[L.RATE][f] = -1.0
+        np.add.at(s["routes"].bits, si[L.ROW][f], out[3][k])
+        si[L.RP_IDX][f] = -1
         ic[L.RP], ic[L.RP_LEFT] = 0, 0
         s["rp_set"] = None
 
@@ -684,7 +690,7 @@ class TaskSim:
         s, g, topo = self.s, self.graph, self.topo
         routes, gap = s["routes"], self.router.flowlet_gap_s
         need = np.empty(max(g.n_conns, 1), np.int64)
-        status, sl, bins = L.run_loop(
+        status, si, sf, bins = L.run_loop(
             GraphArrays(
                 kind=g.kind,
                 duration_s=g.duration_s,
@@ -700,7 +706,8 @@ class TaskSim:
             EventHeap(time=s["ht"], seq=s["hs"], item=s["hf"]),
             Connections(row=s["conn_row"], idle=s["idle"], flowlet=s["flowlet"]),
             routes,
-            s["sl"],
+            s["si"],
+            s["sf"],
             s["bins"],
             s["ic"],
             s["fc"],
@@ -723,7 +730,7 @@ class TaskSim:
             s["ldirty"],
             s["vm"],
         )
-        s["sl"], s["bins"] = sl, bins
+        s["si"], s["sf"], s["bins"] = si, sf, bins
         if status == L.FRESH:
             self._replay()
         elif status == L.MATERIALIZE:
@@ -828,7 +835,7 @@ class TaskSim:
         if bins.shape[0] < nb:
             bins = np.vstack([bins, np.zeros((nb - bins.shape[0], bins.shape[1]))])
         fin = s["tfinish"]
-        state_bytes = sum(a.nbytes for a in s["sl"]) + sum(a.nbytes for a in s["routes"])
+        state_bytes = s["si"].nbytes + s["sf"].nbytes + sum(a.nbytes for a in s["routes"])
         return TaskResult(
             start_s=s["tstart"].copy(),
             finish_s=fin.copy(),

@@ -50,9 +50,10 @@ flows in the slots; a comm task starting meanwhile returns ``VMATERIALIZE`` (the
 the set's flows in flight with their remaining bits); see
 :mod:`trainfabric.fabric.tasks.engine`.
 
-The per-flow helpers that take tuples of arrays (the slot arrays ``sl``, the heap) are
-inlined into the loop (``inline="always"``): a call passes every array's struct by value,
-which cost a tenth of a 16,384-GPU run.
+The per-flow helpers take arrays, not tuples of them, and are compiled without numba's
+reference counting (``_nrt=False``; they allocate nothing): every array a compiled function
+receives or unpacks from a tuple costs an atomic increment and decrement wherever numba's
+pruning fails (loops with early exits), which was 40% of an ECMP run's time.
 """
 
 from __future__ import annotations
@@ -81,21 +82,23 @@ N_COUNTERS = 15
 # widening a departure's re-solve stops (the departure rule then solves it once) past
 WIDEN_ROUNDS = 32  # rounds, or ``widen_flows`` flows (a parameter; default WIDEN_FLOWS)
 WIDEN_FLOWS = 1024
-# slot arrays (the flows in flight), in this order in the ``sl`` tuple
-SLOT_FIELDS = (
+# slot arrays (the flows in flight): one row per field, one column per slot, integer fields
+# in ``si`` and real ones in ``sf`` (two 2-D arrays, not a tuple of 21: every read of a tuple's
+# array in the loop cost numba a reference count, 40% of an ECMP run's time)
+SLOT_FIELDS = (  # name, dtype, fill of a free slot: the rows of ``si``, then those of ``sf``
     ("row", np.int64, -1),
     ("task", np.int64, -1),
     ("conn", np.int64, -1),
-    ("rem", np.float64, 0.0),
-    ("wire", np.float64, 0.0),
-    ("start", np.float64, 0.0),
-    ("deliv", np.float64, 0.0),
-    ("lost", np.float64, 0.0),
     ("hops", np.int64, 0),
     ("flowlet", np.int64, 0),
     ("act", np.int64, -1),
     ("free", np.int64, -1),
     ("rp_idx", np.int64, -1),
+    ("rem", np.float64, 0.0),
+    ("wire", np.float64, 0.0),
+    ("start", np.float64, 0.0),
+    ("deliv", np.float64, 0.0),
+    ("lost", np.float64, 0.0),
     ("rp_event", np.float64, 0.0),
     ("rp_sent", np.float64, 0.0),
     ("rp_deliv", np.float64, 0.0),
@@ -105,9 +108,13 @@ SLOT_FIELDS = (
     ("proj", np.float64, np.inf),
     ("due", np.float64, np.inf),
 )
-ROW, TASK, CONN, REM, WIRE, START, DELIV, LOST, HOPS, FLOWLET, ACT, FREE = range(12)
-RP_IDX, RP_EVENT, RP_SENT, RP_DELIV, RP_BITS = range(12, 17)
-TL, RATE, PROJ, DUE = range(17, 21)  # lazy settlement: last settle time, rate, completions
+INT_FIELDS = tuple(f for f in SLOT_FIELDS if f[1] is np.int64)
+REAL_FIELDS = tuple(f for f in SLOT_FIELDS if f[1] is np.float64)
+INT_FILL = np.array([fill for _, _, fill in INT_FIELDS], np.int64)
+REAL_FILL = np.array([fill for _, _, fill in REAL_FIELDS])
+ROW, TASK, CONN, HOPS, FLOWLET, ACT, FREE, RP_IDX = range(8)  # rows of ``si``
+REM, WIRE, START, DELIV, LOST, RP_EVENT, RP_SENT, RP_DELIV, RP_BITS = range(9)  # rows of ``sf``
+TL, RATE, PROJ, DUE = range(9, 13)  # lazy settlement: last settle time, rate, completions
 
 
 @numba.njit(cache=True)
@@ -125,36 +132,22 @@ def _grown2(a, rows, fill):
 
 
 @numba.njit(cache=True)
-def _grow_slots(sl, k):
+def _grow_slots(si, sf, k):
     """Slot arrays with room for at least ``k`` more free slots (capacity doubles)."""
-    S2 = max(2 * sl[0].size, sl[0].size + k, 16)
-    new = (
-        _grown(sl[0], S2, -1),
-        _grown(sl[1], S2, -1),
-        _grown(sl[2], S2, -1),
-        _grown(sl[3], S2, 0.0),
-        _grown(sl[4], S2, 0.0),
-        _grown(sl[5], S2, 0.0),
-        _grown(sl[6], S2, 0.0),
-        _grown(sl[7], S2, 0.0),
-        _grown(sl[8], S2, 0),
-        _grown(sl[9], S2, 0),
-        _grown(sl[10], S2, -1),
-        _grown(sl[11], S2, -1),
-        _grown(sl[12], S2, -1),
-        _grown(sl[13], S2, 0.0),
-        _grown(sl[14], S2, 0.0),
-        _grown(sl[15], S2, 0.0),
-        _grown(sl[16], S2, 0.0),
-        _grown(sl[17], S2, 0.0),
-        _grown(sl[18], S2, -1.0),
-        _grown(sl[19], S2, np.inf),
-        _grown(sl[20], S2, np.inf),
-    )
-    return new, S2
+    S = si.shape[1]
+    S2 = max(2 * S, S + k, 16)
+    si2 = np.empty((si.shape[0], S2), np.int64)
+    sf2 = np.empty((sf.shape[0], S2))
+    for j in range(si.shape[0]):
+        si2[j, :S] = si[j]
+        si2[j, S:] = INT_FILL[j]
+    for j in range(sf.shape[0]):
+        sf2[j, :S] = sf[j]
+        sf2[j, S:] = REAL_FILL[j]
+    return si2, sf2, S2
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def _bin_add(bins, bin_s, c, a, b, bits):
     """Spread ``bits`` evenly over ``[a, b]`` into the time bins of class ``c``."""
     if bits == 0.0 or b <= a:
@@ -183,10 +176,9 @@ def _ensure_bins(bins, bin_s, t_end):
     return out
 
 
-@numba.njit(cache=True, inline="always")
-def _finish_task(i, tf, succ_ptr, succ, pending, ready, rel_by, lat, tfinish, heap, ic):
+@numba.njit(cache=True, _nrt=False)
+def _finish_task(i, tf, succ_ptr, succ, pending, ready, rel_by, lat, tfinish, ht, hs, hf, ic):
     """Task ``i`` finished at ``tf``: count down its successors (module doc)."""
-    ht, hs, hf = heap.time, heap.seq, heap.item
     tfinish[i] = tf
     for e in range(succ_ptr[i], succ_ptr[i + 1]):
         s = succ[e]
@@ -199,7 +191,7 @@ def _finish_task(i, tf, succ_ptr, succ, pending, ready, rel_by, lat, tfinish, he
             ic[HSEQ] += 1
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def _replay_bins(bins, bin_s, seg_t, seg_b, ic, t, t_adv):
     """Add the memo's class loads of ``[t, t_adv]`` (segments are constant-rate)."""
     k = ic[RP_SEG]
@@ -217,7 +209,7 @@ def _replay_bins(bins, bin_s, seg_t, seg_b, ic, t, t_adv):
     ic[RP_SEG] = k
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def _vbins(bins, bin_s, vm, q, t0, ic, t, t_adv):
     """:func:`_replay_bins` for a set-level replay of flow set ``q`` started at ``t0``
     (its memo's segments, offsets from the start, in ``vm``)."""
@@ -243,7 +235,7 @@ def _vend(vm, q, fc):
     return fc[1] + vm.end[q]
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, _nrt=False)
 def _start_comm(
     i,
     t,
@@ -258,7 +250,8 @@ def _start_comm(
     rhops,
     hop_s,
     gap,
-    sl,
+    si,
+    sf,
     left,
     arrive,
     ic,
@@ -278,75 +271,74 @@ def _start_comm(
                 idle[c] = t
             continue
         ic[NFREE] -= 1
-        f = sl[FREE][ic[NFREE]]
-        sl[ROW][f] = r
-        sl[TASK][f] = i
-        sl[CONN][f] = c
-        sl[REM][f] = flow_wire[q]
-        sl[WIRE][f] = flow_wire[q]
-        sl[START][f] = t
-        sl[DELIV][f] = 0.0
-        sl[LOST][f] = rlost[r]
-        sl[HOPS][f] = rhops[r]
-        sl[FLOWLET][f] = flowlet[c]
-        sl[RP_IDX][f] = -1
-        sl[ACT][ic[M]] = f
+        f = si[FREE][ic[NFREE]]
+        si[ROW, f] = r
+        si[TASK, f] = i
+        si[CONN, f] = c
+        sf[REM, f] = flow_wire[q]
+        sf[WIRE, f] = flow_wire[q]
+        sf[START, f] = t
+        sf[DELIV, f] = 0.0
+        sf[LOST, f] = rlost[r]
+        si[HOPS, f] = rhops[r]
+        si[FLOWLET, f] = flowlet[c]
+        si[RP_IDX, f] = -1
+        si[ACT][ic[M]] = f
         ic[M] += 1
         added = True
     ic[PEAK] = max(ic[PEAK], ic[M])
     return added
 
 
-@numba.njit(cache=True, inline="always")
-def _complete(f, sent_t, deliv, hop_s, gap, sl, idle, left, arrive, tbits, heap, ic, n):
+@numba.njit(cache=True, _nrt=False)
+def _complete(f, sent_t, deliv, hop_s, gap, si, sf, idle, left, arrive, tbits, ht, hs, hf, ic, n):
     """Flow ``f`` sent its last bit at ``sent_t``; its task finishes with its last arrival."""
-    ht, hs, hf = heap.time, heap.seq, heap.item
-    i = sl[TASK][f]
-    arrive[i] = max(arrive[i], sent_t + sl[HOPS][f] * hop_s)
+    i = si[TASK, f]
+    arrive[i] = max(arrive[i], sent_t + si[HOPS, f] * hop_s)
     tbits[i] += deliv
-    sl[REM][f] = 0.0
+    sf[REM, f] = 0.0
     left[i] -= 1
     ic[FLOWS_DONE] += 1
     if gap >= 0.0:
-        idle[sl[CONN][f]] = sent_t
+        idle[si[CONN, f]] = sent_t
     if left[i] == 0:
         ic[HSIZE] = heap_push(ht, hs, hf, ic[HSIZE], arrive[i], ic[HSEQ], i + n)
         ic[HSEQ] += 1
-    sl[TASK][f] = -1
-    sl[RP_IDX][f] = -1
-    sl[FREE][ic[NFREE]] = f
+    si[TASK, f] = -1
+    si[RP_IDX, f] = -1
+    si[FREE][ic[NFREE]] = f
     ic[NFREE] += 1
 
 
-@numba.njit(cache=True)
-def _fresh(sl, m, t):
+@numba.njit(cache=True, _nrt=False)
+def _fresh(si, sf, m, t):
     """Every flow in flight started at ``t`` and has sent nothing."""
     for j in range(m):
-        f = sl[ACT][j]
-        if sl[START][f] != t or sl[REM][f] != sl[WIRE][f]:
+        f = si[ACT, j]
+        if sf[START, f] != t or sf[REM, f] != sf[WIRE, f]:
             return False
     return True
 
 
-@numba.njit(cache=True, inline="always")
-def _settle(f, ts, sl, rbits, rcls, rclw, bins, bin_s):
+@numba.njit(cache=True, _nrt=False)
+def _settle(f, ts, si, sf, rbits, rcls, rclw, bins, bin_s):
     """Bring flow ``f`` from its last settle time to ``ts`` at its current rate: remaining
     and delivered bits, bits per route row and per class and time bin (the rate is constant
     over ``[TL, ts]``, so one uniform spread equals the per-event sums)."""
-    r0 = sl[RATE][f]
-    a = sl[TL][f]
-    sl[TL][f] = ts
+    r0 = sf[RATE, f]
+    a = sf[TL, f]
+    sf[TL, f] = ts
     if r0 <= 0.0:
         return
-    b = min(sl[PROJ][f], ts)
+    b = min(sf[PROJ, f], ts)
     busy = b - a
     if busy <= 0.0:
         return
-    gp = r0 * (1.0 - sl[LOST][f])
-    sl[REM][f] -= gp * busy
-    sl[DELIV][f] += gp * busy
+    gp = r0 * (1.0 - sf[LOST, f])
+    sf[REM, f] -= gp * busy
+    sf[DELIV, f] += gp * busy
     sent = r0 * busy
-    r = sl[ROW][f]
+    r = si[ROW, f]
     rbits[r] += sent
     last = bins.shape[0] - 1
     k0 = min(int(a // bin_s), last)
@@ -363,25 +355,27 @@ def _settle(f, ts, sl, rbits, rcls, rclw, bins, bin_s):
         _bin_add(bins, bin_s, c, a, b, sent * rclw[r, w])
 
 
-@numba.njit(cache=True, inline="always")
-def _set_rate(f, t, nr, sl, acc, h1, h2, sizes):
+@numba.njit(cache=True, _nrt=False)
+def _set_rate(
+    f, t, nr, si, sf, rbits, rcls, rclw, bins, bin_s, done_rtol, hk1, hl1, hp1, hk2, hl2, hp2, sizes
+):
     """Flow ``f`` runs at ``nr`` from ``t``: settle at the old rate, then its projected
-    completion ``PROJ`` (last bit sent) and ``DUE`` (remaining <= done_rtol x wire)."""
-    rbits, rcls, rclw, bins, bin_s, done_rtol = acc
-    _settle(f, t, sl, rbits, rcls, rclw, bins, bin_s)
-    sl[RATE][f] = nr
-    gp = nr * (1.0 - sl[LOST][f])
+    completion ``PROJ`` (last bit sent) and ``DUE`` (remaining <= done_rtol x wire), keyed in
+    the indexed heaps ``hk1, hl1, hp1`` and ``hk2, hl2, hp2``."""
+    _settle(f, t, si, sf, rbits, rcls, rclw, bins, bin_s)
+    sf[RATE, f] = nr
+    gp = nr * (1.0 - sf[LOST, f])
     if gp > 0.0:
-        sl[PROJ][f] = t + sl[REM][f] / gp
-        sl[DUE][f] = t + (sl[REM][f] - done_rtol * sl[WIRE][f]) / gp
+        sf[PROJ, f] = t + sf[REM, f] / gp
+        sf[DUE, f] = t + (sf[REM, f] - done_rtol * sf[WIRE, f]) / gp
     else:
-        sl[PROJ][f] = np.inf
-        sl[DUE][f] = np.inf
-    sizes[0] = heap_set(h1[0], h1[1], h1[2], sizes[0], f, sl[PROJ][f])
-    sizes[1] = heap_set(h2[0], h2[1], h2[2], sizes[1], f, sl[DUE][f])
+        sf[PROJ, f] = np.inf
+        sf[DUE, f] = np.inf
+    sizes[0] = heap_set(hk1, hl1, hp1, sizes[0], f, sf[PROJ, f])
+    sizes[1] = heap_set(hk2, hl2, hp2, sizes[1], f, sf[DUE, f])
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def _link_insert(f, r, rsg, rsw, fg, fw, lhead, lnext, lprev):
     """Copy route row ``r``'s links (those with weight, inside ``lhead``) into slot ``f``'s
     compact ``fg``/``fw`` (int32 links then -1; the flows in flight stay in cache, not the
@@ -405,7 +399,7 @@ def _link_insert(f, r, rsg, rsw, fg, fw, lhead, lnext, lprev):
         fg[f, k] = -1
 
 
-@numba.njit(cache=True, inline="always")
+@numba.njit(cache=True, _nrt=False)
 def _link_remove(f, fg, lhead, lnext, lprev, ldirty, dl, ndl):
     """Unlink flow ``f`` from its links and mark them dirty (their components changed)."""
     K = fg.shape[1]
@@ -427,8 +421,8 @@ def _link_remove(f, fg, lhead, lnext, lprev, ldirty, dl, ndl):
     return ndl
 
 
-@numba.njit(cache=True)
-def _dirty_flows(seeds, ns, dl, ndl, thr, rate, task, fg, fw, lhead, lnext, vis, lvis, fl, fz):
+@numba.njit(cache=True, _nrt=False)
+def _dirty_flows(seeds, ns, dl, ndl, thr, rate, task, fg, fw, lhead, lnext, vis, lvis, fl, fz, lq):
     """The flows to solve (in search order) and the load ``fz`` of the others, held at
     their rates, on the links of those entered.
 
@@ -442,10 +436,10 @@ def _dirty_flows(seeds, ns, dl, ndl, thr, rate, task, fg, fw, lhead, lnext, vis,
     a link the departed flows do not cross, before they could matter, so its rate stands;
     by the bottleneck characterisation, the flows entered are then max-min fair on the
     capacity those held flows leave, and a flow at or above ``thr`` that the search cannot
-    reach shares no link with any change."""
+    reach shares no link with any change. ``lq`` is the caller's queue of links (one entry
+    per link at most: a link is queued once)."""
     K = fg.shape[1]
     nf = 0
-    lq = np.empty(ndl + 16, np.int64)
     nl = 0
     for j in range(ns):
         f = seeds[j]
@@ -470,8 +464,6 @@ def _dirty_flows(seeds, ns, dl, ndl, thr, rate, task, fg, fw, lhead, lnext, vis,
                     break
                 if not lvis[g]:
                     lvis[g] = True
-                    if nl == lq.size:
-                        lq = np.concatenate((lq, np.empty(nl, np.int64)))
                     lq[nl] = g
                     nl += 1
         while pl < nl:
@@ -605,7 +597,22 @@ def _due_conns(t, kind, flow_set, set_ptr, flow_conn, conn_row, heap, ic, need, 
 
 @numba.njit(cache=True)
 def run_loop(
-    graph, tstate, heap, conn, routes, sl, bins, ic, fc, need, groups, params, replay, ldirty, vm
+    graph,
+    tstate,
+    heap,
+    conn,
+    routes,
+    si,
+    sf,
+    bins,
+    ic,
+    fc,
+    need,
+    groups,
+    params,
+    replay,
+    ldirty,
+    vm,
 ):
     """Run the graph (``graph``, ``tstate``, ``heap``, ``conn``, ``routes``, ``groups``,
     ``params``, ``replay``, ``vm``: the named tuples of :mod:`.state`) until done /
@@ -638,7 +645,7 @@ def run_loop(
     K = rsg.shape[1]
     n_groups = g_off + g_ptr.size - 1
     n_links = cap.size
-    S = sl[0].size
+    S = si.shape[1]
     bsg = np.empty((max(16, ic[M]), K), np.int64)
     bsw = np.empty((max(16, ic[M]), K))
     bpos = np.full(S, -1, np.int64)
@@ -670,6 +677,7 @@ def run_loop(
     seeds = np.empty(S, np.int64)
     ns = 0
     dl = np.empty(n_links, np.int64)
+    lq = np.empty(n_links, np.int64)  # _dirty_flows' queue of links
     ndl = 0
     for g in range(n_links):
         if ldirty[g]:
@@ -685,17 +693,17 @@ def run_loop(
     same = ic[LOCAL] == 1 + local  # else the last call solved in the other way: all again
     ic[LOCAL] = 1 + local
     for j in range(ic[M]):
-        f = sl[ACT][j]
+        f = si[ACT, j]
         apos[f] = j
-        _link_insert(f, sl[ROW][f], rsg, rsw, fg, fw, lhead, lnext, lprev)
+        _link_insert(f, si[ROW, f], rsg, rsw, fg, fw, lhead, lnext, lprev)
         if batch_rtol > 0:
-            hsz[2] = heap_set(hk3, hl3, hp3, hsz[2], f, sl[START][f])
+            hsz[2] = heap_set(hk3, hl3, hp3, hsz[2], f, sf[START, f])
         if ic[RP] == 1:  # a replay: its flows complete at their memo's event times
-            hsz[1] = heap_set(hk2, hl2, hp2, hsz[1], f, sl[RP_EVENT][f])
-        elif sl[RATE][f] >= 0.0:
-            hsz[0] = heap_set(hk1, hl1, hp1, hsz[0], f, sl[PROJ][f])
-            hsz[1] = heap_set(hk2, hl2, hp2, hsz[1], f, sl[DUE][f])
-        if (sl[RATE][f] < 0.0 or not same) and ic[RP] == 0:
+            hsz[1] = heap_set(hk2, hl2, hp2, hsz[1], f, sf[RP_EVENT, f])
+        elif sf[RATE, f] >= 0.0:
+            hsz[0] = heap_set(hk1, hl1, hp1, hsz[0], f, sf[PROJ, f])
+            hsz[1] = heap_set(hk2, hl2, hp2, hsz[1], f, sf[DUE, f])
+        if (sf[RATE, f] < 0.0 or not same) and ic[RP] == 0:
             seeds[ns] = f
             ns += 1
             stale = True
@@ -709,7 +717,7 @@ def run_loop(
                 tf = ht[0]
                 _, ic[HSIZE] = heap_pop(ht, hs, hf, ic[HSIZE])
                 _finish_task(
-                    e - n, tf, succ_ptr, succ, pending, ready, rel_by, lat, tfinish, heap, ic
+                    e - n, tf, succ_ptr, succ, pending, ready, rel_by, lat, tfinish, ht, hs, hf, ic
                 )
                 continue
             i = e
@@ -719,7 +727,7 @@ def run_loop(
                 lo, hi = set_ptr[q], set_ptr[q + 1]
                 if ic[RP] == 2:  # flows would join a set-level replay: materialize it first
                     fc[0] = t
-                    return VMATERIALIZE, sl, bins
+                    return VMATERIALIZE, si, sf, bins
                 if virt and ic[M] == 0 and ic[RP] == 0 and vm.ok[q]:  # alone, solved before
                     _, ic[HSIZE] = heap_pop(ht, hs, hf, ic[HSIZE])
                     tstart[i] = t
@@ -731,9 +739,9 @@ def run_loop(
                     continue
                 if ic[NFREE] < hi - lo:
                     S_old = S
-                    sl, S = _grow_slots(sl, hi - lo)
+                    si, sf, S = _grow_slots(si, sf, hi - lo)
                     for q in range(S_old, S):
-                        sl[FREE][ic[NFREE]] = q
+                        si[FREE][ic[NFREE]] = q
                         ic[NFREE] += 1
                     bpos = np.full(S, -1, np.int64)
                     hk1, hl1, hp1 = _grown(hk1, S, 0.0), _grown(hl1, S, -1), _grown(hp1, S, -1)
@@ -770,7 +778,7 @@ def run_loop(
                         )
                     ic[NEED] = n_need
                     fc[0] = t
-                    return NEED_ROUTES, sl, bins
+                    return NEED_ROUTES, si, sf, bins
             _, ic[HSIZE] = heap_pop(ht, hs, hf, ic[HSIZE])
             tstart[i] = t
             if kind[i] != COMM:
@@ -792,18 +800,19 @@ def run_loop(
                 rhops,
                 hop_s,
                 gap,
-                sl,
+                si,
+                sf,
                 left,
                 arrive,
                 ic,
             ):
                 rebuild = joined = stale = whole = True
                 for j in range(m0, ic[M]):
-                    f = sl[ACT][j]
+                    f = si[ACT, j]
                     apos[f] = j
-                    sl[TL][f] = t
-                    sl[RATE][f] = -1.0
-                    _link_insert(f, sl[ROW][f], rsg, rsw, fg, fw, lhead, lnext, lprev)
+                    sf[TL, f] = t
+                    sf[RATE, f] = -1.0
+                    _link_insert(f, si[ROW, f], rsg, rsw, fg, fw, lhead, lnext, lprev)
                     if batch_rtol > 0:
                         hsz[2] = heap_set(hk3, hl3, hp3, hsz[2], f, t)
                     seeds[ns] = f
@@ -812,16 +821,16 @@ def run_loop(
                 ic[HSIZE] = heap_push(ht, hs, hf, ic[HSIZE], arrive[i], ic[HSEQ], i + n)
                 ic[HSEQ] += 1
         m = ic[M]
-        act = sl[ACT]
+        act = si[ACT]
         replaying = ic[RP] == 1
         virtual = ic[RP] == 2
         vq = flow_set[ic[VTASK]] if virtual else -1
         if replaying and joined:
             fc[0] = t
-            return MATERIALIZE, sl, bins
-        if not replaying and joined and memo and m > 0 and _fresh(sl, m, t):
+            return MATERIALIZE, si, sf, bins
+        if not replaying and joined and memo and m > 0 and _fresh(si, sf, m, t):
             fc[0] = t
-            return FRESH, sl, bins
+            return FRESH, si, sf, bins
         joined = False
         # -- 2. rates (or the memo's completion times)
         t1 = np.inf
@@ -843,8 +852,8 @@ def run_loop(
                             dl,
                             nd,
                             thr_r,
-                            sl[RATE],
-                            sl[TASK],
+                            sf[RATE],
+                            si[TASK],
                             fg,
                             fw,
                             lhead,
@@ -853,6 +862,7 @@ def run_loop(
                             lvis,
                             fl,
                             fz,
+                            lq,
                         )
                         bad = 0
                         if nf > 0:
@@ -861,7 +871,7 @@ def run_loop(
                                 nf,
                                 fg,
                                 fw,
-                                sl[LOST],
+                                sf[LOST],
                                 cap,
                                 lmap,
                                 rtol,
@@ -883,7 +893,7 @@ def run_loop(
                             fg,
                             fw,
                             newr,
-                            sl[RATE],
+                            sf[RATE],
                             bnew,
                             bott,
                             cap,
@@ -914,13 +924,13 @@ def run_loop(
                             bsg = np.empty((2 * m, K), np.int64)
                             bsw = np.empty((2 * m, K))
                         nb, mptr, members = rebuild_base(
-                            act, m, sl[ROW], rsg, rsw, sl[LOST], n_groups, bsg, bsw, bpos
+                            act, m, si[ROW], rsg, rsw, sf[LOST], n_groups, bsg, bsw, bpos
                         )
                         rebuild = False
                     rate, bad = solve_active(
                         act,
                         m,
-                        sl[LOST],
+                        sf[LOST],
                         cap,
                         g_off,
                         g_ptr,
@@ -941,16 +951,33 @@ def run_loop(
                         newr[act[j]] = rate[j]
                 if bad:
                     fc[0] = t
-                    return UNCONSTRAINED, sl, bins
+                    return UNCONSTRAINED, si, sf, bins
                 for j in range(ndl):
                     ldirty[dl[j]] = False
                 ndl = ns = 0
-                h1, h2 = (hk1, hl1, hp1), (hk2, hl2, hp2)
-                acc = (rbits, rcls, rclw, bins, bin_s, done_rtol)
                 for j in range(nf):
                     f = fl[j]
-                    if newr[f] != sl[RATE][f]:  # settle at the old rate, project the new
-                        _set_rate(f, t, newr[f], sl, acc, h1, h2, hsz)
+                    if newr[f] != sf[RATE, f]:  # settle at the old rate, project the new
+                        _set_rate(
+                            f,
+                            t,
+                            newr[f],
+                            si,
+                            sf,
+                            rbits,
+                            rcls,
+                            rclw,
+                            bins,
+                            bin_s,
+                            done_rtol,
+                            hk1,
+                            hl1,
+                            hp1,
+                            hk2,
+                            hl2,
+                            hp2,
+                            hsz,
+                        )
             if hsz[0] > 0:
                 t1 = hk1[0]
         # -- 3. next event
@@ -962,16 +989,16 @@ def run_loop(
             k = heap_le(hk1, hl1, hsz[0], window, done_list)
             top = -np.inf
             for j in range(k):
-                top = max(top, sl[PROJ][done_list[j]])
+                top = max(top, sf[PROJ][done_list[j]])
             t1 = min(top, t_other)
         t_next = min(t1, t_other)
         if m == 0 and ic[HSIZE] == 0 and not virtual:
             fc[0] = t
-            return DONE, sl, bins
+            return DONE, si, sf, bins
         stop = t_next > until_s or t_next == np.inf
         if stop and not advance:
             fc[0] = t
-            return UNTIL, sl, bins
+            return UNTIL, si, sf, bins
         t_adv = min(until_s, t_next) if stop else t_next
         if t_adv == np.inf:
             t_adv = t
@@ -988,10 +1015,10 @@ def run_loop(
             if not replaying and not virtual:  # the driver may re-route: settle, re-solve
                 for j in range(m):
                     f = act[j]
-                    _settle(f, t, sl, rbits, rcls, rclw, bins, bin_s)
-                    sl[RATE][f] = -1.0
+                    _settle(f, t, si, sf, rbits, rcls, rclw, bins, bin_s)
+                    sf[RATE, f] = -1.0
             fc[0] = t
-            return UNTIL, sl, bins
+            return UNTIL, si, sf, bins
         ic[EVENTS] += 1
         # -- 5. completions
         if virtual and t >= _vend(vm, vq, fc):  # the set-level replay's last flow is done
@@ -1019,14 +1046,16 @@ def run_loop(
             if batch_rtol > 0:
                 hsz[2] = heap_remove(hk3, hl3, hp3, hsz[2], f)
             if replaying:
-                rbits[sl[ROW][f]] += sl[RP_BITS][f]
-                sent_t, deliv = sl[RP_SENT][f], sl[RP_DELIV][f]
+                rbits[si[ROW, f]] += sf[RP_BITS, f]
+                sent_t, deliv = sf[RP_SENT, f], sf[RP_DELIV, f]
                 ic[RP_LEFT] -= 1
             else:
-                thr = min(thr, sl[RATE][f])
-                _settle(f, t, sl, rbits, rcls, rclw, bins, bin_s)
-                sent_t, deliv = min(sl[PROJ][f], t), sl[DELIV][f]
-            _complete(f, sent_t, deliv, hop_s, gap, sl, idle, left, arrive, tbits, heap, ic, n)
+                thr = min(thr, sf[RATE, f])
+                _settle(f, t, si, sf, rbits, rcls, rclw, bins, bin_s)
+                sent_t, deliv = min(sf[PROJ, f], t), sf[DELIV, f]
+            _complete(
+                f, sent_t, deliv, hop_s, gap, si, sf, idle, left, arrive, tbits, ht, hs, hf, ic, n
+            )
             last = act[m - 1]  # out of ``act`` in O(1): the last entry takes its place
             act[apos[f]] = last
             apos[last] = apos[f]

@@ -4,9 +4,9 @@
 ``NamedTuple`` is a plain tuple to numba (a field is resolved at compile time), so the names
 cost nothing at run time. Arrays are per task (``[n]``), per flow of the graph, per
 connection, per route row or per link as stated; times in seconds, bits and bits/s.
-The slot arrays ``sl`` (per flow in flight) and the integer counters ``ic`` stay arrays
-indexed by the loop's named constants (``sl[REM]``, ``ic[HSIZE]``): the loop grows the one and
-writes the other in place.
+The slot arrays ``si`` and ``sf`` (a row per field, a column per flow in flight) and the
+integer counters ``ic`` stay arrays indexed by the loop's named constants (``sf[REM, f]``,
+``ic[HSIZE]``): the loop grows the one and writes the other in place.
 """
 
 from __future__ import annotations
