@@ -2,9 +2,10 @@
 
 Defaults (the DiLoCo recipe pinned in CLARIFICATIONS, "DiLoCo part 2"):
 
-* inner optimiser AdamW (lr 1e-3, betas (0.9, 0.95), weight decay 0.1), one per learner, whose
-  moments and step count carry over across syncs (``reset_inner_optimizer`` = the WA-DiLoCo
-  artifact's reset at every sync, off by default);
+* inner optimiser AdamW (lr 1e-3, betas ``inner_betas`` (0.9, 0.95), eps ``inner_eps`` 1e-8
+  (torch's default), weight decay 0.1), one per learner, whose moments and step count carry
+  over across syncs (``reset_inner_optimizer`` = the WA-DiLoCo artifact's reset at every
+  sync, off by default);
 * pseudo-gradient ``Δ = θ_global − θ_local``, averaged over the ``M`` learners by a real
   ``all_reduce`` (sum, then ``/ M``) of flattened buckets of at most ``bucket_mb`` MB;
 * outer step: ``Δ`` is set as the gradient of the global parameters and
@@ -14,14 +15,17 @@ Defaults (the DiLoCo recipe pinned in CLARIFICATIONS, "DiLoCo part 2"):
   every inner step, control window 1 s of wall clock (0: consult the controller at every step);
 * model: byte-level GPT, 4 layers, d_model 128, 4 heads (0.83 M parameters), context 64
   bytes, batch 8 sequences
-  (512 tokens a step per learner), dropout 0.
+  (512 tokens a step per learner), dropout 0;
+* ``streaming`` None: the whole model syncs at once. A :class:`StreamingConfig` turns on
+  Streaming DiLoCo (:mod:`~trainfabric.diloco.train.streaming`).
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationError, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from trainfabric.config import MAX_SEED, Config
 
@@ -59,6 +63,30 @@ class ShapingConfig(Config):
     qdisc: Literal["tbf", "htb"] = "tbf"
 
 
+class StreamingConfig(Config):
+    """Streaming DiLoCo (Douillard et al., 2025, arXiv 2501.18512): the model's blocks split
+    into ``fragments`` P fragments (``layout`` strided: fragment p holds blocks p, p+P, ...;
+    contiguous: consecutive runs; the parameters outside the blocks join fragment 0), fragment
+    p synced every ``H`` inner steps at steps t with ``(t − ⌊pH/P⌋) mod H = 0``; its outer
+    gradient's communication overlaps ``overlap`` (τ) inner steps, after which the fragment's
+    local parameters become ``alpha · local + (1 − alpha) · global`` (α = 0: the global ones);
+    ``quantize`` the outer gradients each learner sends (none, fp8 e4m3 or emulated int4,
+    :mod:`~trainfabric.diloco.train.quantize`)."""
+
+    fragments: int = Field(2, ge=1, le=48)
+    overlap: int = Field(1, ge=0, le=MAX_STEPS)
+    alpha: float = Field(0.5, ge=0, le=1)
+    quantize: Literal["none", "fp8", "int4"] = "none"
+    layout: Literal["strided", "contiguous"] = "strided"
+
+
+def _field_error(loc: tuple[str, ...], value: object, message: str) -> ValidationError:
+    """A validation error located at ``loc`` (so that it names the field, not the model)."""
+    err = PydanticCustomError("value_error", message)
+    detail = InitErrorDetails(type=err, loc=loc, input=value)
+    return ValidationError.from_exception_data("TrainConfig", [detail])
+
+
 class TrainConfig(Config):
     """One DiLoCo run of ``learners`` processes for ``steps`` inner steps each (or until
     ``max_seconds`` of wall clock, whichever comes first).
@@ -79,6 +107,10 @@ class TrainConfig(Config):
     model: ModelConfig = ModelConfig()
     inner: Literal["adamw", "sgd"] = "adamw"
     inner_lr: float = Field(1e-3, gt=0, le=10)
+    inner_betas: tuple[Annotated[float, Field(ge=0, lt=1)], Annotated[float, Field(ge=0, lt=1)]] = (
+        Field((0.9, 0.95), strict=False)
+    )
+    inner_eps: float = Field(1e-8, gt=0, le=1)
     weight_decay: float = Field(0.1, ge=0, le=10)
     outer_lr: float = Field(0.7, gt=0, le=10)
     outer_momentum: float = Field(0.9, ge=0, lt=1)
@@ -96,9 +128,33 @@ class TrainConfig(Config):
     final_sync: bool = True
     save_final: bool = False
     corpus_bytes: int = Field(1_000_000, ge=10_000, le=1_000_000_000)
+    streaming: StreamingConfig | None = None
 
     @model_validator(mode="after")
     def _shaping_explicit(self) -> TrainConfig:
         if self.shaping is None and not self.unshaped_ok:
             raise ValueError("shaping is off: set unshaped_ok to run over loopback unshaped")
+        return self
+
+    @model_validator(mode="after")
+    def _streaming_fits(self) -> TrainConfig:
+        st = self.streaming
+        if st is None:
+            return self
+        if st.overlap >= self.H:
+            raise _field_error(
+                ("streaming", "overlap"), st.overlap, f"must be less than H ({self.H})"
+            )
+        if st.fragments > self.model.layers:
+            raise _field_error(
+                ("streaming", "fragments"),
+                st.fragments,
+                f"must be at most the model's layers ({self.model.layers})",
+            )
+        if st.fragments > self.H:
+            raise _field_error(
+                ("streaming", "fragments"), st.fragments, f"must be at most H ({self.H})"
+            )
+        if self.reset_inner_optimizer:
+            raise _field_error(("reset_inner_optimizer",), True, "is not supported with streaming")
         return self

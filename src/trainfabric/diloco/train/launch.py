@@ -34,7 +34,7 @@ from typing import Any, Protocol
 from trainfabric.diloco.train import checkpoint, corpus, netns
 from trainfabric.diloco.train.config import TrainConfig
 from trainfabric.diloco.train.controller import FixedH, Progress
-from trainfabric.diloco.train.learner import STATUS_WIDTH, WorkerSpec, main
+from trainfabric.diloco.train.learner import STATUS_WIDTH, BatchFn, WorkerSpec, main
 from trainfabric.diloco.train.report import TrainResult, finish
 from trainfabric.errors import ConfigError
 from trainfabric.io import writing
@@ -56,9 +56,17 @@ class Restart:
 class TrainingRun:
     """A running group of learners (see the module docstring)."""
 
-    def __init__(self, cfg: TrainConfig, run_dir: Path, controller: Controller | None = None):
+    def __init__(
+        self,
+        cfg: TrainConfig,
+        run_dir: Path,
+        controller: Controller | None = None,
+        model: Any = None,
+        batch: BatchFn | None = None,
+    ):
         # absolute: the learners rendezvous by this path
         self.cfg, self.run_dir = cfg, Path(run_dir).resolve()
+        self.model, self.batch = model, batch  # see WorkerSpec
         self.controller = controller or FixedH(cfg.H)
         self.ctx = mp.get_context("spawn")
         self.status = self.ctx.Array("d", cfg.learners * STATUS_WIDTH, lock=False)
@@ -157,8 +165,9 @@ class TrainingRun:
         self.procs = []
         for r in range(self.cfg.learners):
             spec = WorkerSpec(
-                r, self.cfg, self.run_dir, master, spaces[r], ifaces[r], resume, attempt
-            )
+                r, self.cfg, self.run_dir, master, spaces[r], ifaces[r], resume, attempt,
+                self.model, self.batch,
+            )  # fmt: skip
             p = self.ctx.Process(
                 target=main,
                 args=(spec, self.status, child if r == 0 else None, self.stop_flag, self.errors),
@@ -267,13 +276,22 @@ def start(
     run_dir: str | Path,
     controller: Controller | None = None,
     resume: bool = False,
+    model: Any = None,
+    batch: BatchFn | None = None,
 ) -> TrainingRun:
-    """Start a DiLoCo run (returns at once; ``.wait()`` for the result)."""
+    """Start a DiLoCo run (returns at once; ``.wait()`` for the result). ``model`` and
+    ``batch`` replace the GPT and its corpus batches (:class:`~.learner.WorkerSpec`)."""
     if not isinstance(cfg, TrainConfig):
         raise ConfigError("config", "expected a TrainConfig")
-    return TrainingRun(cfg, Path(run_dir), controller).start(resume)
+    return TrainingRun(cfg, Path(run_dir), controller, model, batch).start(resume)
 
 
-def train(cfg: TrainConfig, run_dir: str | Path, controller: Controller | None = None):
+def train(
+    cfg: TrainConfig,
+    run_dir: str | Path,
+    controller: Controller | None = None,
+    model: Any = None,
+    batch: BatchFn | None = None,
+):
     """Run DiLoCo training to the end and return its :class:`TrainResult`."""
-    return start(cfg, run_dir, controller).wait()
+    return start(cfg, run_dir, controller, model=model, batch=batch).wait()

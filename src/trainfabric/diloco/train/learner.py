@@ -9,14 +9,28 @@ learner's tokens and all learners' ``tokens_all``) and ``evals.jsonl`` (rank 0: 
 at every sync and at the end, of rank 0's model, which after a sync is the global model);
 rank 0 sends every sync's record (unix start/end, duration, inner steps ``h`` it closed,
 bytes all-reduced) to the launcher, which adds the link's byte counters.
+
+With ``streaming`` set the syncs are Streaming DiLoCo's fragment syncs on their fixed
+schedule (:mod:`~trainfabric.diloco.train.streaming`): the controller is not consulted,
+each fragment's merge is one sync record (with its ``fragment`` and ``step_start``), and
+rank 0 evaluates its model (partly merged) after each.
+
+A learner trains the byte-level GPT on the run's corpus unless its :class:`WorkerSpec`
+brings a ``model`` (an ``nn.Module`` with ``loss(x, y)``; every learner starts from a copy
+of it, cast to ``dtype``) and a ``batch`` function, ``batch(step, rank) -> (x, y)``: learner
+``rank``'s batch for its inner step ``step`` (0-based; floating tensors are cast to
+``dtype``); the held-out evaluation then averages the loss over ``batch(-1 - i, 0)`` for
+``i < eval_batches``.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,11 +38,18 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch import nn
 
 from trainfabric.diloco.train import checkpoint
 from trainfabric.diloco.train.config import TrainConfig
 from trainfabric.diloco.train.model import GPT
 from trainfabric.diloco.train.outer import make_outer, outer_step
+from trainfabric.diloco.train.streaming import (
+    Collectives,
+    Streamer,
+    TorchCollectives,
+    fragment_params,
+)
 from trainfabric.errors import WriteError
 from trainfabric.io import writing
 
@@ -36,6 +57,7 @@ CONTINUE, SYNC, STOP = 0, 1, 2
 STATUS_WIDTH = 5  # per rank: step, checkpointing, syncing, tokens, checkpoint seconds
 EWMA = 0.1
 HAND_OVER_S = 60.0  # the longest a learner waits to be stopped after a refused write
+BatchFn = Callable[[int, int], tuple[torch.Tensor, torch.Tensor]]
 
 
 @dataclass(frozen=True)
@@ -48,6 +70,8 @@ class WorkerSpec:
     iface: str | None
     resume_step: int | None
     attempt: int
+    model: nn.Module | None = None  # None: the GPT of cfg.model
+    batch: BatchFn | None = None  # None: windows of the run's corpus
 
 
 def data_generator(seed: int, rank: int) -> torch.Generator:
@@ -72,16 +96,20 @@ class Learner:
         self.dtype = getattr(torch, self.cfg.dtype)
         gpu = self.backend() == "nccl"
         self.device = torch.device("cuda", self.rank) if gpu else torch.device("cpu")
-        self.data = torch.from_numpy(np.fromfile(spec.run_dir / "train.bin", np.uint8)).long()
-        held = np.fromfile(spec.run_dir / "heldout.bin", np.uint8)
-        self.heldout = torch.from_numpy(held).long()
+        self.batches = spec.batch
+        if self.batches is None:
+            train = np.fromfile(spec.run_dir / "train.bin", np.uint8)
+            self.data = torch.from_numpy(train).long()
+            held = np.fromfile(spec.run_dir / "heldout.bin", np.uint8)
+            self.heldout = torch.from_numpy(held).long()
         torch.manual_seed(self.cfg.seed)
-        self.model = GPT(self.cfg.model).to(self.device, self.dtype)
+        model = GPT(self.cfg.model) if spec.model is None else copy.deepcopy(spec.model)
+        self.model = model.to(self.device, self.dtype)
         self.params = list(self.model.parameters())
         self.glob = [p.detach().clone() for p in self.params]
-        self.outer = make_outer(
-            self.glob, self.cfg.outer_lr, self.cfg.outer_momentum, self.cfg.nesterov
-        )
+        # one outer optimiser for the whole model, or one per fragment in the streamer
+        self.stream = None if self.cfg.streaming is None else self.new_streamer()
+        self.outer = self.new_outer(self.glob) if self.stream is None else None
         self.inner = self.new_inner()
         self.gen = data_generator(self.cfg.seed, self.rank)
         self.c: dict[str, Any] = dict(
@@ -114,18 +142,52 @@ class Learner:
         return torch.optim.AdamW(
             self.params,
             lr=self.cfg.inner_lr,
-            betas=(0.9, 0.95),
+            betas=self.cfg.inner_betas,
+            eps=self.cfg.inner_eps,
             weight_decay=self.cfg.weight_decay,
         )
 
+    def new_outer(self, params: list[torch.Tensor]) -> torch.optim.Optimizer:
+        cfg = self.cfg
+        return make_outer(params, cfg.outer_lr, cfg.outer_momentum, cfg.nesterov)
+
+    def new_streamer(self) -> Streamer:
+        st = self.cfg.streaming
+        frags = fragment_params(self.model, st.fragments, st.layout)
+        return Streamer(
+            st,
+            self.cfg.H,
+            self.glob,
+            [p.data for p in self.params],
+            frags,
+            self.new_outer,
+            self.collectives(),
+            self.cfg.bucket_mb * 1e6,
+        )
+
+    def collectives(self) -> Collectives:
+        """The group's collectives for the fragment syncs."""
+        return TorchCollectives(self.world)
+
     # ---- data ------------------------------------------------------------------------
     def batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.batches is not None:
+            return self.placed(self.batches(self.c["step"], self.rank))
         x, y = sample(self.data, self.gen, self.cfg.batch, self.cfg.model.context)
         return x.to(self.device), y.to(self.device)
 
+    def placed(self, xy: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+        """A ``batch`` function's tensors on the device, floating ones in ``dtype``."""
+        dt = self.dtype
+        return tuple(t.to(self.device, dt if t.is_floating_point() else t.dtype) for t in xy)
+
     @torch.no_grad()
     def eval_loss(self) -> float:
-        """Mean loss over ``eval_batches`` fixed, evenly spaced held-out windows × batch."""
+        """Mean loss over ``eval_batches`` fixed, evenly spaced held-out windows × batch
+        (with a ``batch`` function: over its batches ``batch(-1 - i, 0)``)."""
+        if self.batches is not None:
+            held = (self.placed(self.batches(-1 - i, 0)) for i in range(self.cfg.eval_batches))
+            return float(np.mean([self.model.loss(x, y).item() for x, y in held]))
         ctx, n = self.cfg.model.context, self.cfg.eval_batches * self.cfg.batch
         starts = np.linspace(0, len(self.heldout) - ctx - 2, n).astype(np.int64)
         losses = []
@@ -139,7 +201,7 @@ class Learner:
         return {
             "model": self.model.state_dict(),
             "inner": self.inner.state_dict(),
-            "outer": self.outer.state_dict(),
+            "outer": self.outer.state_dict() if self.stream is None else self.stream.state(),
             "global": [g.clone() for g in self.glob],
             "counters": dict(self.c, wall_before=self.c["wall_before"] + self.wall()),
             "gen": self.gen.get_state(),
@@ -153,7 +215,10 @@ class Learner:
         with torch.no_grad():
             for g, s in zip(self.glob, st["global"], strict=True):
                 g.copy_(s)
-        self.outer.load_state_dict(st["outer"])
+        if self.stream is None:
+            self.outer.load_state_dict(st["outer"])
+        else:
+            self.stream.load_state(st["outer"])
         self.c = dict(st["counters"])
         self.gen.set_state(st["gen"].cpu())
         torch.set_rng_state(st["torch_rng"].cpu())
@@ -214,6 +279,8 @@ class Learner:
         cfg, c = self.cfg, self.c
         if cfg.max_seconds is not None and c["wall_before"] + self.wall() >= cfg.max_seconds:
             return STOP
+        if self.stream is not None:  # the fragments' schedule is fixed
+            return CONTINUE
         now = time.time()
         if now - self.last_consult < cfg.control_window_s:
             return CONTINUE
@@ -243,6 +310,11 @@ class Learner:
     def reduce(self, flat: torch.Tensor) -> None:
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)
 
+    def fence(self) -> None:
+        """A barrier of all learners (none when alone)."""
+        if self.world > 1:
+            dist.barrier()
+
     def sync(self) -> None:
         """One DiLoCo sync. With several learners it is fenced by two barriers so that the
         launcher's link counters (read when rank 0 announces the sync and after it) bracket
@@ -252,8 +324,7 @@ class Learner:
         if self.rank == 0:
             self.conn.send(("sync_start", {"step": c["step"]}))
             self.conn.recv()  # the launcher has read the counters
-        if self.world > 1:
-            dist.barrier()
+        self.fence()
         t0 = time.time()
         nbytes = outer_step(
             self.glob,
@@ -263,32 +334,36 @@ class Learner:
             self.world,
             self.cfg.bucket_mb * 1e6,
         )
-        if self.world > 1:
-            dist.barrier()
+        self.fence()
         t1 = time.time()
         self.set_status(2, 0)
         if self.cfg.reset_inner_optimizer:
             self.inner = self.new_inner()
+        self.synced({"t_start": t0, "t_end": t1, "duration_s": t1 - t0, "h": c["h"]}, nbytes)
+
+    def synced(self, timing: dict, nbytes: int, extra: dict | None = None) -> None:
+        """Bookkeeping after a sync (``timing``: t_start, t_end, duration_s and the inner
+        steps ``h`` it closed); rank 0 reports it and evaluates."""
+        c = self.c
         c["syncs"] += 1
-        h, c["h"] = c["h"], 0
+        c["h"] = 0
         c["tokens_since_sync"] = 0
-        c["last_sync_s"] = t1 - t0
-        self.sync_end = t1
+        c["last_sync_s"] = timing["duration_s"]
+        self.sync_end = timing["t_end"]
         if self.rank == 0:
-            row = {
-                "sync": c["syncs"],
-                "step": c["step"],
-                "t_start": t0,
-                "t_end": t1,
-                "duration_s": t1 - t0,
-                "h": h,
-                "tokens_all": c["tokens"] * self.world,
-                "bytes": nbytes,
-                "attempt": self.spec.attempt,
-            }
+            row = {"sync": c["syncs"], "step": c["step"]} | timing
+            row |= {"tokens_all": c["tokens"] * self.world, "bytes": nbytes}
+            row |= {"attempt": self.spec.attempt} | (extra or {})
             self.conn.send(("sync_end", row))
             self.log_eval("sync")
         c["loss_at_sync"] = c["loss"]
+
+    def stream_synced(self, records: list[dict]) -> None:
+        """Bookkeeping of the fragment syncs merged after this step."""
+        for rec in records:
+            timing = {k: rec[k] for k in ("t_start", "t_end", "duration_s", "h")}
+            self.synced(timing, rec["bytes"], {k: rec[k] for k in ("fragment", "step_start")})
+        self.set_status(2, float(self.stream.busy()))
 
     def log_eval(self, at: str) -> None:
         c = self.c
@@ -314,6 +389,8 @@ class Learner:
         self.last_consult = 0.0
         while self.c["step"] < cfg.steps:
             self.inner_step()
+            if self.stream is not None:
+                self.stream_synced(self.stream.step(self.c["step"]))
             cmd = self.command(self.decide(last=self.c["step"] >= cfg.steps))
             if cmd == SYNC:
                 self.sync()
@@ -321,7 +398,9 @@ class Learner:
                 break
             if self.c["step"] % cfg.checkpoint_every == 0:
                 self.save()
-        if cfg.final_sync and self.c["h"] > 0:
+        if self.stream is not None:
+            self.stream_synced(self.stream.close(self.c["step"], cfg.final_sync))
+        elif cfg.final_sync and self.c["h"] > 0:
             self.sync()
         if self.rank == 0:
             self.log_eval("end")

@@ -71,13 +71,23 @@ def outer_step(
     """One DiLoCo sync: average pseudo-gradient, outer step, local ← global. Returns bytes
     all-reduced (per learner's buffer)."""
     delta, nbytes = pseudo_gradient(global_params, local_params, reduce, world, bucket_bytes)
+    apply_outer(global_params, delta, outer_opt)
+    for g, p in zip(global_params, local_params, strict=True):
+        p.copy_(g)
+    return nbytes
+
+
+@torch.no_grad()
+def apply_outer(
+    global_params: Sequence[torch.Tensor],
+    delta: Sequence[torch.Tensor],
+    outer_opt: torch.optim.Optimizer,
+) -> None:
+    """The outer step on ``global_params`` with ``delta`` as their gradient."""
     for g, d in zip(global_params, delta, strict=True):
         g.grad = d.clone()
     outer_opt.step()
     outer_opt.zero_grad(set_to_none=True)
-    for g, p in zip(global_params, local_params, strict=True):
-        p.copy_(g)
-    return nbytes
 
 
 def make_outer(global_params: Sequence[torch.Tensor], lr: float, momentum: float, nesterov: bool):
