@@ -432,8 +432,9 @@ def test_widening_by_violators_after_departures_equals_a_full_solve(seed, which,
     while True:
         assert _fill(s, fl, new, bnew) == 0
         args = (s["fg"], s["fw"], new, s["rate"], bnew, s["bott"], s["cap"], s["lhead"])
+        lq = np.empty(s["lvis"].size, np.int64)
         nv = L._violators(
-            fl, fl.size, dl, dl.size, *args, s["lnext"], s["mark"], s["lvis"], viol, 4e-9
+            fl, fl.size, dl, dl.size, *args, s["lnext"], s["mark"], s["lvis"], viol, 4e-9, lq
         )
         if nv == 0:
             break

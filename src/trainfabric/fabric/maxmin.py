@@ -137,7 +137,7 @@ def group_members(sg, sw, n_groups):
     return count, members
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def pop_level(hk, hl, pos, size, cap, F, W, live, level, rtol, batch):
     """One step of progressive filling: pop from the heap of link levels every link that
     saturates within ``rtol`` of the smallest level ``(cap − F)/W`` into ``batch``.

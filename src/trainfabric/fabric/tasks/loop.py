@@ -492,9 +492,9 @@ def _dirty_flows(seeds, ns, dl, ndl, thr, rate, task, fg, fw, lhead, lnext, vis,
     return nf
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def _violators(
-    fl, nf, dl, ndl, fg, fw, newr, rate, bnew, bott, cap, lhead, lnext, mark, lvis, out, tol
+    fl, nf, dl, ndl, fg, fw, newr, rate, bnew, bott, cap, lhead, lnext, mark, lvis, out, tol, lq
 ):
     """The held flows that may not keep their rates once ``fl[:nf]`` has its new rates
     ``newr`` and bottlenecks ``bnew`` (into ``out``; returns their count). The others then
@@ -509,11 +509,11 @@ def _violators(
     than the level of a solved flow's bottleneck it crosses, when its own bottleneck was
     touched and fails the test, or when that bottleneck is unknown (``-1``). Comparisons are
     relative, to ``tol``. ``mark`` (per slot) and ``lvis`` (per link) are scratch arrays of
-    0 / False, restored."""
+    0 / False, restored; ``lq`` (per link) holds the links touched."""
     K = fg.shape[1]
     for j in range(nf):
         mark[fl[j]] = 1
-    touched = np.empty(nf * K + ndl + 1, np.int64)
+    touched = lq  # each link once (lvis)
     nt = 0
     for j in range(ndl):
         if not lvis[dl[j]]:
@@ -903,6 +903,7 @@ def run_loop(
                             lvis,
                             viol,
                             4.0 * rtol,
+                            lq,
                         )
                         if nv == 0:
                             break
