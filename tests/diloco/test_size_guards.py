@@ -17,8 +17,8 @@ from trainfabric.errors import ConfigError
 from trainfabric.limits import memory_limit
 
 
-def _run(windows: int, regime: str, seeds: int):
-    blocks = [Block(make_policy("wa_diloco"), np.arange(seeds))]
+def _run(windows: int, regime: str, seeds: int, runs_per_seed: int = 1):
+    blocks = [Block(make_policy("wa_diloco"), np.repeat(np.arange(seeds), runs_per_seed))]
     return simulate(FleetConfig(windows=windows), REGIMES[regime], blocks)
 
 
@@ -38,25 +38,30 @@ def test_huge_horizon_refused_before_drawing_requests(allocates_at_most):
 
 
 def test_memory_closed_form():
-    """32 B per run-window, 56 B per request, +512 B per run-window in seed_compat mode."""
+    """32 B per run-window, 56 B per request, +512 B per run-window in seed_compat mode;
+    runs sharing a seed add its no-sync trajectory, 41 B + 8 B per replica per window."""
     cfg = FleetConfig(windows=1000)
-    assert fleet_memory_bytes(cfg, REGIMES["steady"], 20, 5) == 20 * 1000 * 32 + 5 * 3000 * 56
+    assert fleet_memory_bytes(cfg, REGIMES["steady"], 5, 5) == 5 * 1000 * 32 + 5 * 3000 * 56
+    shared = 20 * 1000 * 32 + 5 * 3000 * 56 + 5 * 1000 * (41 + 8 * 2)
+    assert fleet_memory_bytes(cfg, REGIMES["steady"], 20, 5) == shared
     compat = fleet_memory_bytes(cfg, REGIMES["seed_bursty"], 2, 2)
     assert compat == 2 * 1000 * (32 + 512) + 2 * REGIMES["seed_bursty"].rate * 1000 * 56
 
 
 @pytest.mark.parametrize(
-    ("regime", "windows", "seeds"), [("steady", 2000, 10), ("seed_bursty", 1000, 10)]
+    ("regime", "windows", "seeds", "per_seed"),
+    [("steady", 2000, 10, 1), ("seed_bursty", 1000, 10, 1), ("steady", 2000, 4, 10)],
 )
-def test_estimate_within_a_factor_of_the_measured_peak(traced, regime, windows, seeds):
+def test_estimate_within_a_factor_of_the_measured_peak(traced, regime, windows, seeds, per_seed):
     """Measured: steady 2,000 windows x 10 runs 3.7 MB (estimate 4.0 MB); seed_bursty
-    ~0.68 kB per run-window (estimate 0.71 kB)."""
-    _run(20, regime, 2)  # compile the serving kernel outside the measurement
+    ~0.68 kB per run-window (estimate 0.71 kB); 40 runs sharing 4 seeds (their no-sync
+    trajectories kept) within the same factor."""
+    _run(20, regime, 2, per_seed)  # compile the serving kernel outside the measurement
     with memory_limit(1.0):  # a moderate size under an explicit limit still runs
-        result, peak = traced(_run, windows, regime, seeds)
-    table = result.table
-    assert len(table) == seeds
-    estimate = fleet_memory_bytes(FleetConfig(windows=windows), REGIMES[regime], seeds, seeds)
+        result, peak = traced(_run, windows, regime, seeds, per_seed)
+    runs = seeds * per_seed
+    assert len(result.table) == runs
+    estimate = fleet_memory_bytes(FleetConfig(windows=windows), REGIMES[regime], runs, seeds)
     assert 0.5 * peak <= estimate <= 4.0 * peak
 
 

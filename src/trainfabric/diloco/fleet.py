@@ -54,15 +54,18 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
+import numba
 import numpy as np
 import pandas as pd
 from pydantic import AfterValidator, Field
 
 from trainfabric.config import Config
+from trainfabric.diloco import fleet_kernel
 from trainfabric.diloco import requests as R
 from trainfabric.diloco.learners import ProgressModel, SyncModel
 from trainfabric.diloco.policies import Policy
@@ -90,6 +93,8 @@ from trainfabric.diloco.telemetry import (
 )
 from trainfabric.errors import ConfigError
 from trainfabric.limits import check_memory
+
+TTFT_BOUNDS, ITL_BOUNDS = np.array(TTFT_BUCKETS), np.array(ITL_BUCKETS)
 
 
 class Regime(Config):
@@ -236,6 +241,9 @@ MAX_WINDOWS = 100_000_000  # over three years of 1 s windows
 RUN_WINDOW_BYTES = 32
 REQUEST_BYTES = 56
 COMPAT_RUN_WINDOW_BYTES = 512
+# per distinct seed and window of a shared no-sync trajectory (fleet_kernel.record): four
+# outcome counters, the pressure, the idle flag (plus 8 bytes per replica: its next request)
+SHARED_WINDOW_BYTES = 41
 
 
 def _at_most_windows(value: int) -> int:
@@ -354,10 +362,14 @@ def fleet_memory_bytes(config: FleetConfig, regime: Regime, runs: int, seeds: in
     """Peak bytes of :func:`simulate` for ``runs`` runs over ``seeds`` distinct seeds:
     ``runs x windows x RUN_WINDOW_BYTES`` (plus ``COMPAT_RUN_WINDOW_BYTES`` in seed_compat
     mode) ``+ seeds x rate x horizon x REQUEST_BYTES`` (``rate``: the regime's mean
-    requests/s)."""
+    requests/s), and when runs share a seed (outside seed_compat) its no-sync trajectory,
+    ``seeds x windows x (SHARED_WINDOW_BYTES + 8 x replicas)``."""
     per_run = RUN_WINDOW_BYTES + (COMPAT_RUN_WINDOW_BYTES if regime.seed_compat else 0)
     requests = float(seeds) * regime.rate * config.horizon_s
-    return float(runs) * config.windows * per_run + requests * REQUEST_BYTES
+    shared = runs > seeds and not regime.seed_compat
+    per_seed = SHARED_WINDOW_BYTES + 8 * config.serving.replicas if shared else 0
+    windows = float(config.windows)
+    return runs * windows * per_run + requests * REQUEST_BYTES + seeds * windows * per_seed
 
 
 def check_fleet_size(config: FleetConfig, regime: Regime, runs: int, seeds: int) -> None:
@@ -428,41 +440,109 @@ def simulate(
     *,
     sync: bool = True,
     durations: SyncDurations | None = None,
+    reference: bool = False,
 ) -> FleetResult:
     """Run every block's policy on its seeds (module doc); ``sync=False`` removes every sync
     (the no-sync load match: the same offered load, nothing else); ``durations`` draws each
     sync's duration (:class:`SyncDurations`) instead of the regime's scalar. Refuses a run
     over the memory limit before drawing any request (:func:`check_fleet_size`, field
-    ``windows``)."""
+    ``windows``).
+
+    The window loop is compiled (:mod:`~.fleet_kernel`, bit for bit the Python loop) unless
+    ``durations`` is given, a policy is of another class than the known ones, or
+    ``reference`` asks for the Python loop (:func:`_python_loop`, the reference)."""
     seeds = np.concatenate([np.asarray(b.seeds, np.int64) for b in blocks])
     uniq, req_of = np.unique(seeds, return_inverse=True)
     check_fleet_size(config, regime, seeds.size, uniq.size)
     sets = [regime.requests(config.horizon_s, int(s)) for s in uniq]
-    arrival, prompt, output, n_req = _pack(sets)
-    W, dt, K = config.windows, config.window_s, seeds.size
+    packed = _pack(sets)
+    W, dt = config.windows, config.window_s
     counts = np.stack(
         [np.histogram(r.arrival_s, bins=W + 1, range=(0, (W + 1) * dt))[0] for r in sets]
     )
-    load = serve_load(counts, regime.rate, dt)[req_of]  # [K, W+1]
-    net, bg_inf, ckpt, burst = regime.pressure(np.arange(W + 1) * dt)
-    compat = regime.seed_compat
-    if compat:  # the artifact's serving signals: bursts now, next window's overlap with one
-        load = np.tile(burst[: W + 1], (K, 1))
+    inputs = _Inputs.of(config, regime, counts, uniq, req_of)
+    bounds = np.cumsum([0] + [len(b.seeds) for b in blocks])
+    for b, lo in zip(blocks, bounds[:-1], strict=False):
+        b.policy.reset(len(b.seeds), seeds[lo : lo + len(b.seeds)], inputs.learners)
+    enc = None if reference or durations is not None else fleet_kernel.encode_policies(blocks, W)
+    if enc is None:
+        streams = None if durations is None else durations.streams(uniq)
+        out = _python_loop(config, regime, blocks, bounds, packed, req_of, inputs, sync, streams)
+    else:
+        out = _compiled_loop(config, regime, enc, packed, req_of, inputs, sync)
+    return _result(config, regime, blocks, seeds, req_of, counts, out)
+
+
+@dataclass
+class _Inputs:
+    """What every run sees per window, one row per distinct seed (``row[k]``: run ``k``'s):
+    the serving load (``serve_now`` before the EWMA) and the next window's serving cost
+    (``serve_next``), the background series, and in seed_compat mode the sidecar's noise."""
+
+    load: np.ndarray  # [rows, W + 1]
+    load_row: np.ndarray  # [runs]
+    next_cost: np.ndarray  # [rows, W + 1]
+    next_row: np.ndarray  # [runs]
+    background: np.ndarray  # [3, W + 1]: network, inference, checkpoint
+    noise: np.ndarray | None  # [distinct seeds, W, SEED_REQUESTS_PER_S] (seed_compat)
+    compat: bool
+    learners: int
+
+    @classmethod
+    def of(cls, config: FleetConfig, regime: Regime, counts, uniq, req_of) -> _Inputs:
+        W, dt = config.windows, config.window_s
+        net, bg_inf, ckpt, burst = regime.pressure(np.arange(W + 1) * dt)
+        background = np.stack([net, bg_inf, ckpt])
+        if not regime.seed_compat:
+            load = serve_load(counts, regime.rate, dt)
+            return cls(load, req_of, load, req_of, background, None, False, 1)
+        # the artifact's serving signals: bursts now, next window's overlap with one
         ahead = int(SEED_SYNC_WINDOW_S / dt)
         overlap = np.convolve(np.r_[burst, np.zeros(ahead)], np.ones(ahead) / ahead)[ahead - 1 :]
-        next_cost = np.tile(overlap[: W + 1], (K, 1))
         noise = np.stack(
             [
                 np.random.default_rng([int(s), 29]).lognormal(0.0, 0.18, (W, SEED_REQUESTS_PER_S))
                 for s in uniq
             ]
-        )[req_of]
-    bounds = np.cumsum([0] + [len(b.seeds) for b in blocks])
-    for b, lo in zip(blocks, bounds[:-1], strict=False):
-        b.policy.reset(len(b.seeds), seeds[lo : lo + len(b.seeds)], SEED_LEARNERS if compat else 1)
+        )
+        same = np.zeros(req_of.size, np.int64)
+        load, next_cost = burst[None, : W + 1], overlap[None, : W + 1]
+        return cls(load, same, next_cost, same, background, noise, True, SEED_LEARNERS)
+
+
+@dataclass
+class _LoopOut:
+    """What a window loop leaves per run: syncs started, violated and finished requests per
+    window, counters summed (the compiled loop sums the outcome counters ``FINISHED`` ..
+    ``TPOT_VIOL`` only, all :func:`~.serving.violation_rates` reads) and of the last
+    window, time syncing, drawn sync time, and the learners' ``h``, ``tokens`` since the
+    last sync and effective tokens."""
+
+    started: np.ndarray
+    viol: np.ndarray
+    fin: np.ndarray
+    totals: np.ndarray
+    last: np.ndarray
+    syncing_s: np.ndarray
+    drawn_s: np.ndarray
+    h: np.ndarray
+    tokens: np.ndarray
+    eff: np.ndarray
+    streams: list | None = None
+
+
+def _python_loop(config, regime, blocks, bounds, packed, req_of, inputs, sync, streams):
+    """The window loop in Python, vectorised over runs: the reference of the compiled loop
+    (:mod:`~.fleet_kernel`), and the loop for sync durations from a distribution."""
+    arrival, prompt, output, n_req = packed
+    W, dt, K = config.windows, config.window_s, req_of.size
+    load = inputs.load[inputs.load_row]  # [K, W+1]
+    next_cost = inputs.next_cost[inputs.next_row]
+    net, bg_inf, ckpt = inputs.background
+    compat = inputs.compat
+    noise = inputs.noise[req_of] if compat else None
     prog = config.progress
     D = regime.sync_s
-    streams = None if durations is None else durations.streams(uniq)
     outer = prog.averaging_efficiency if compat else 1.0
     params = regime.sync.params
     pressure = pressure_model(config)
@@ -490,7 +570,7 @@ def simulate(
                 network=net[w],
                 inference=bg_inf[w] if compat else inference,
                 checkpoint=ckpt[w],
-                serve_next=next_cost[:, w] if compat else load[:, w],
+                serve_next=next_cost[:, w],
             )
             want = np.concatenate(
                 [
@@ -528,12 +608,152 @@ def simulate(
         h += steps
         tokens += steps * prog.tokens_per_step
         tel.update(load=load[:, w])
+    return _LoopOut(started, viol, fin, totals, c, syncing_s, drawn_s, h, tokens, eff, streams)
+
+
+def _compiled_loop(config, regime, enc, packed, req_of, inputs, sync) -> _LoopOut:
+    """The window loop of :mod:`~.fleet_kernel` over every run, split over
+    ``numba.get_num_threads()`` threads (runs are independent); stopped runs get their
+    ``loss_delta`` projected here with numpy (the kernel module doc says why) and resume."""
+    fk = fleet_kernel
+    kind, pp, prow, fixed = enc
+    W, K = config.windows, req_of.size
+    prog, params = config.progress, regime.sync.params
+    sc, ib = _scalars(config, regime)
+    state = np.zeros((K, fk.STATE))
+    state[:, fk.SYNC_UNTIL] = -np.inf
+    eng = EngineState.empty(K, config.serving)
+    engine = (eng.t, eng.head, eng.slot_req, eng.slot_left, eng.slot_first, eng.kv, eng.top)
+    serving = (config.serving.params(), np.zeros((1, 1, 2)), TTFT_BOUNDS, ITL_BOUNDS)
+    noise = inputs.noise if inputs.compat else np.zeros((1, 1, 1))
+    wcur = np.zeros(K, np.int64)
+    M = min(fk.LOSS_WINDOWS, W)  # at most 8 bytes per run and window (check_fleet_size)
+    loss = np.zeros((K, M))
+    loss_w0, loss_n = np.zeros(K, np.int64), np.zeros(K, np.int64)
+    wc, totals = np.zeros((K, N_COUNTERS)), np.zeros((K, N_COUNTERS))
+    started = np.zeros((K, W), bool)
+    viol, fin = np.zeros((K, W)), np.zeros((K, W))
+    joined = np.full(K, -1, np.int64)
+    seeds = packed[3].size
+    shared = sync and not inputs.compat and seeds < K  # runs of one seed share its engines
+    ref = _shared_trajectories(config, packed, sc, ib, serving, shared)
+
+    def advance_runs(todo):
+        fk.run(
+            todo, W, sync, inputs.compat, sc, ib, kind, pp, prow, fixed, state, wcur, loss,
+            loss_w0, loss_n, req_of, inputs.load, inputs.load_row, inputs.next_cost,
+            inputs.next_row, inputs.background, noise, engine, packed, serving, wc, totals,
+            started, viol, fin, ref, joined,
+        )  # fmt: skip
+
+    todo = np.arange(K)
+    with _Pool(K) as pool:
+        while todo.size:
+            pool.each(advance_runs, todo)
+            todo = np.flatnonzero(wcur < W)  # the runs stopped for a loss_delta
+            for part in np.array_split(todo, max(1, -(-todo.size * M // 2**17))):  # 1 MB each
+                eff = state[part, fk.EFF]  # as the Python loop: L(eff) − L(eff + gain)
+                gained = fk.project(part, wcur, state, sc, M)
+                loss[part] = prog.loss(eff, params)[:, None] - prog.loss(gained, params)
+                loss_w0[part], loss_n[part] = wcur[part], M
+    st = state.T
+    return _LoopOut(
+        started, viol, fin, totals, wc, st[fk.SYNCING].copy(), np.zeros(K),
+        st[fk.H].copy(), st[fk.TOKENS_].copy(), st[fk.EFF].copy(),
+    )  # fmt: skip
+
+
+class _Pool:
+    """``numba.get_num_threads()`` threads (at most one per item) running a ``nogil``
+    kernel on parts of the items: blocks of ``block`` items dealt in turn (for runs, 8: the
+    threads get runs of every policy, and write no cache line of a per-run array together)."""
+
+    def __init__(self, items: int):
+        self.threads = max(1, min(numba.get_num_threads(), items))
+        self.pool = ThreadPoolExecutor(self.threads)
+
+    def __enter__(self) -> _Pool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.pool.shutdown()
+
+    def each(self, kernel, todo: np.ndarray, block: int = 8) -> None:
+        """``kernel(part)`` for every thread's part of ``todo``, waiting for all."""
+        parts = [todo[(todo // block) % self.threads == i] for i in range(self.threads)]
+        list(self.pool.map(kernel, [p for p in parts if p.size]))
+
+
+def _shared_trajectories(config: FleetConfig, packed, sc, ib, serving, shared: bool) -> tuple:
+    """Every request set's no-sync trajectory (:func:`~.fleet_kernel.record`): the
+    windows its runs share between their syncs; empty arrays when ``shared`` is off."""
+    S, W = (packed[3].size, config.windows) if shared else (0, 0)
+    R = config.serving.replicas
+    ref = (
+        np.zeros((S, W, 4)),
+        np.zeros((S, W)),
+        np.zeros((S, W), bool),
+        np.zeros((S, W, R), np.int64),
+        np.zeros((S, N_COUNTERS)),
+    )
+    if shared:
+        eng = EngineState.empty(S, config.serving)
+        engine = (eng.t, eng.head, eng.slot_req, eng.slot_left, eng.slot_first, eng.kv, eng.top)
+        wc = np.zeros((S, N_COUNTERS))
+        with _Pool(S) as pool:
+            pool.each(
+                lambda todo: fleet_kernel.record(todo, W, sc, ib, engine, packed, serving, wc, ref),
+                np.arange(S),
+                block=1,  # few seeds, each a whole run
+            )
+    return ref
+
+
+def _scalars(config: FleetConfig, regime: Regime) -> tuple[np.ndarray, np.ndarray]:
+    """The compiled loop's scalars (:data:`~.fleet_kernel.DT` ...) and the histogram buckets
+    holding the TTFT and TPOT SLOs."""
+    fk, prog = fleet_kernel, config.progress
+    pm = pressure_model(config)
+    sc = np.zeros(fk.N_SCALARS)
+    sc[fk.DT], sc[fk.SYNC_S] = config.window_s, regime.sync_s
+    sc[fk.OUTER] = prog.averaging_efficiency if regime.seed_compat else 1.0
+    sc[fk.STEPS_PER_S], sc[fk.TOKENS_PER_STEP] = prog.steps_per_s, prog.tokens_per_step
+    sc[fk.DRIFT], sc[fk.ALPHA] = prog.drift_steps, config.forecast_alpha
+    sc[fk.KEEP] = 1 - config.forecast_alpha
+    b_ttft, sc[fk.TTFT_KEEP] = _slo_bucket(pm.ttft_slo_s, TTFT_BOUNDS)
+    b_itl, sc[fk.ITL_KEEP] = _slo_bucket(pm.tpot_slo_s, ITL_BOUNDS)
+    sc[fk.TAIL], sc[fk.QUEUE_SCALE], sc[fk.SLO_MS] = pm.tail, pm.queue_scale, SEED_SLO_MS
+    return sc, np.array([b_ttft, b_itl], np.int64)
+
+
+def _slo_bucket(x: float, bounds: np.ndarray) -> tuple[int, float]:
+    """The bucket ``b`` holding latency ``x`` and ``1 − frac``, the share of it above ``x``
+    under linear interpolation (:func:`~.telemetry.share_above_per_bucket`)."""
+    b = int(np.searchsorted(bounds, x, side="left"))
+    if b >= bounds.size:
+        return b, 0.0
+    lo = bounds[b - 1] if b > 0 else 0.0
+    frac = min(max((x - lo) / (bounds[b] - lo), 0.0), 1.0)
+    return b, 1.0 - frac
+
+
+def _result(config, regime, blocks, seeds, req_of, counts, out: _LoopOut) -> FleetResult:
+    """The per-run table and the per-window arrays of a finished loop (module doc)."""
+    prog = config.progress
+    W, dt, K = config.windows, config.window_s, req_of.size
+    D = regime.sync_s
+    outer = prog.averaging_efficiency if regime.seed_compat else 1.0
+    params = regime.sync.params
+    streams = out.streams
     trained = (
         config.horizon_s * prog.steps_per_s * prog.tokens_per_step
-        - syncing_s * prog.steps_per_s * prog.tokens_per_step
+        - out.syncing_s * prog.steps_per_s * prog.tokens_per_step
     )
-    syncs = started.sum(axis=1)
-    mean_sync_s = D if streams is None else np.where(syncs > 0, drawn_s / np.maximum(syncs, 1), D)
+    syncs = out.started.sum(axis=1)
+    mean_sync_s = (
+        D if streams is None else np.where(syncs > 0, out.drawn_s / np.maximum(syncs, 1), D)
+    )
+    effective = out.eff + out.tokens * prog.efficiency(out.h) * outer
     table = pd.DataFrame(
         {
             "policy": np.concatenate([[b.policy.name] * len(b.seeds) for b in blocks]),
@@ -541,21 +761,21 @@ def simulate(
             "seed": seeds,
             "regime": regime.name,
             "windows": W,
-            **violation_rates(totals, c),  # unfinished past their SLO count as violations
+            **violation_rates(out.totals, out.last),  # unfinished past their SLO: violations
             "syncs": syncs,
             "sync_s": mean_sync_s,
-            "sync_time_fraction": syncing_s / config.horizon_s,
+            "sync_time_fraction": out.syncing_s / config.horizon_s,
             "tokens_trained": trained,
-            "effective_tokens": eff + tokens * prog.efficiency(h) * outer,
-            "final_loss": prog.loss(eff + tokens * prog.efficiency(h) * outer, params),
+            "effective_tokens": effective,
+            "final_loss": prog.loss(effective, params),
         }
     )
     ends = tuple(
-        np.flatnonzero(started[k]) * dt
+        np.flatnonzero(out.started[k]) * dt
         + (D if streams is None else np.array([streams[req_of[k]][j] for j in range(syncs[k])]))
         for k in range(K)
     )
-    return FleetResult(table, started, viol, fin, counts[:, :W], req_of, ends, dt)
+    return FleetResult(table, out.started, out.viol, out.fin, counts[:, :W], req_of, ends, dt)
 
 
 def pressure_model(config: FleetConfig) -> PressureModel:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numba
 import numpy as np
 
 from trainfabric.errors import ConfigError
@@ -231,6 +232,38 @@ POLICY_NAMES = (
 
 
 # -- matched random deferral ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class GapTable:
+    """The scaled completion counts of :func:`matched_schedule`: ``rows[j, r]`` for ``j``
+    syncs left in ``r`` windows, ``0 <= j <= budget`` (a row does not depend on the budget,
+    so one table serves every budget up to its own)."""
+
+    windows: int
+    gap_min: int
+    gap_max: int
+    rows: np.ndarray  # [budget + 1, windows + 1]
+
+    @classmethod
+    def build(cls, budget: int, windows: int, gap_min: int, gap_max: int) -> GapTable:
+        r = np.arange(windows + 1)
+        rows = np.empty((budget + 1, windows + 1))
+        rows[0] = (r <= gap_max).astype(float)
+        hi = np.clip(r - gap_min + 1, 0, windows + 1)
+        lo = np.clip(r - gap_max, 0, windows + 1)
+        for j in range(1, budget + 1):
+            prefix = np.r_[0.0, np.cumsum(rows[j - 1])]  # prefix[x] = sum of the row below x
+            support = (r >= j * gap_min) & (r <= (j + 1) * gap_max)
+            row = np.where(support, prefix[hi] - prefix[lo], 0.0)
+            rows[j] = np.maximum(row, 0.0) / max(row.max(), 1e-300)
+        return cls(windows, gap_min, gap_max, rows)
+
+    def serves(self, budget: int, windows: int, gap_min: int, gap_max: int) -> bool:
+        """Is this the table of these windows and gaps, with a row for ``budget`` syncs?"""
+        return (self.windows, self.gap_min, self.gap_max) == (windows, gap_min, gap_max) and (
+            budget < self.rows.shape[0]
+        )
+
+
 def matched_schedule(
     budget: int,
     windows: int,
@@ -238,9 +271,12 @@ def matched_schedule(
     gap_max: int,
     rng: np.random.Generator,
     draws: int | None = None,
+    table: GapTable | None = None,
 ) -> np.ndarray:
     """A uniformly random sync schedule with exactly ``budget`` syncs in ``windows`` windows
-    (``draws`` of them, ``[draws, windows]``, when given: the counting table is built once).
+    (``draws`` of them, ``[draws, windows]``, when given: the counting table is built once;
+    ``table``, a :class:`GapTable` for these windows and gaps and at least this budget, is
+    used instead of building one).
 
     Gaps (windows from the start, or from the previous sync, to a sync) lie in
     ``[gap_min, gap_max]`` and the tail after the last sync is at most ``gap_max``, as the
@@ -249,8 +285,9 @@ def matched_schedule(
     ``N_0(r) = [r <= gap_max]``, ``N_j(r) = Σ_{g=gap_min}^{gap_max} N_{j−1}(r − g)``, computed
     row by row with prefix sums, each row scaled by its maximum (only ratios within a row are
     used) and set to 0 outside its exact support ``j·gap_min <= r <= (j+1)·gap_max``; each
-    gap is then drawn with probability ``∝ N_{j−1}(r − g)``. ``InfeasibleError`` when no
-    schedule exists.
+    gap is then drawn with probability ``∝ N_{j−1}(r − g)``, exactly as
+    ``rng.choice(gaps, p=w / w.sum())`` draws it (one uniform per gap, compiled:
+    :func:`_draw_gaps`). ``InfeasibleError`` when no schedule exists.
     """
     from trainfabric.errors import InfeasibleError
 
@@ -262,23 +299,97 @@ def matched_schedule(
         raise InfeasibleError(
             f"no schedule of {budget} syncs in {windows} windows with gaps {gap_min}..{gap_max}"
         )
-    r = np.arange(windows + 1)
-    rows = [(r <= gap_max).astype(float)]
-    for j in range(1, budget + 1):
-        prefix = np.r_[0.0, np.cumsum(rows[-1])]  # prefix[x] = sum of the row below x
-        hi = np.clip(r - gap_min + 1, 0, windows + 1)
-        lo = np.clip(r - gap_max, 0, windows + 1)
-        support = (r >= j * gap_min) & (r <= (j + 1) * gap_max)
-        row = np.where(support, prefix[hi] - prefix[lo], 0.0)
-        rows.append(np.maximum(row, 0.0) / max(row.max(), 1e-300))
+    if table is None or not table.serves(budget, windows, gap_min, gap_max):
+        table = GapTable.build(budget, windows, gap_min, gap_max)
     out = np.zeros((draws or 1, windows), bool)
-    for d in range(draws or 1):
+    u = rng.random(out.shape[0] * budget)  # what rng.choice would draw, in the same order
+    _draw_gaps(table.rows, budget, windows, gap_min, gap_max, u, out)
+    return out if draws is not None else out[0]
+
+
+@numba.njit(cache=True)
+def _draw_gaps(rows, budget, windows, gap_min, gap_max, u, out):
+    """Each draw's gaps, last sync first: ``w_g = rows[j − 1, left − g]`` for the gaps ``g``
+    that fit, ``p = w / Σw`` (numpy's pairwise sum), ``cdf = cumsum(p) / cdf[-1]`` and the
+    gap of ``searchsorted(cdf, u, 'right')`` — ``Generator.choice`` with ``p``, step by step."""
+    w = np.empty(gap_max - gap_min + 1)
+    cdf = np.empty_like(w)
+    for d in range(out.shape[0]):
         left, pos = windows, 0
         for j in range(budget, 0, -1):
-            gaps = np.arange(gap_min, min(gap_max, left) + 1)
-            w = rows[j - 1][left - gaps]
-            g = int(rng.choice(gaps, p=w / w.sum()))
-            pos += g
+            n = min(gap_max, left) - gap_min + 1
+            for i in range(n):
+                w[i] = rows[j - 1, left - gap_min - i]
+            total = pairwise_sum(w, 0, n)
+            if not total > 0:
+                raise ValueError("no gap fits: the schedule table is inconsistent")
+            acc = 0.0
+            for i in range(n):
+                acc += w[i] / total
+                cdf[i] = acc
+            x, last = u[d * budget + budget - j], cdf[n - 1]
+            idx, hi = 0, n  # the first cdf[i] / last above x (the cdf only rises)
+            while idx < hi:
+                mid = (idx + hi) // 2
+                if cdf[mid] / last <= x:
+                    idx = mid + 1
+                else:
+                    hi = mid
+            pos += gap_min + idx
             out[d, pos - 1] = True
-            left -= g
-    return out if draws is not None else out[0]
+            left -= gap_min + idx
+
+
+@numba.njit(cache=True)
+def pairwise_sum(a, lo, n):
+    """``a[lo : lo + n].sum()`` exactly as numpy adds a contiguous float64 array: below 8
+    elements one by one from 0; blocks of at most 128 by 8 interleaved accumulators; longer
+    ones as the sum of two halves (the first rounded down to a multiple of 8), each summed
+    the same way (evaluated with an explicit stack: a cached recursive kernel crashes)."""
+    if n <= 128:
+        return _block_sum(a, lo, n)
+    # frames to do, (lo, n, halves summed?); depth <= 64 halvings, 2 frames more per level
+    f_lo, f_n, f_sum = np.empty(192, np.int64), np.empty(192, np.int64), np.empty(192, np.bool_)
+    values = np.empty(64)
+    top, depth = 1, 0
+    f_lo[0], f_n[0], f_sum[0] = lo, n, False
+    while top:
+        top -= 1
+        at, size = f_lo[top], f_n[top]
+        if f_sum[top]:
+            depth -= 1
+            values[depth - 1] += values[depth]
+        elif size <= 128:
+            values[depth] = _block_sum(a, at, size)
+            depth += 1
+        else:
+            half = size // 2
+            half -= half % 8
+            f_sum[top] = True
+            f_lo[top + 1], f_n[top + 1], f_sum[top + 1] = at + half, size - half, False
+            f_lo[top + 2], f_n[top + 2], f_sum[top + 2] = at, half, False
+            top += 3
+    return values[0]
+
+
+@numba.njit(cache=True)
+def _block_sum(a, lo, n):
+    """numpy's sum of ``a[lo : lo + n]`` for ``n <= 128`` (:func:`pairwise_sum`)."""
+    if n < 8:
+        res = 0.0
+        for i in range(lo, lo + n):
+            res += a[i]
+        return res
+    r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
+    r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
+    i = 8
+    while i < n - n % 8:
+        b = lo + i
+        r0, r1, r2, r3 = r0 + a[b], r1 + a[b + 1], r2 + a[b + 2], r3 + a[b + 3]
+        r4, r5, r6, r7 = r4 + a[b + 4], r5 + a[b + 5], r6 + a[b + 6], r7 + a[b + 7]
+        i += 8
+    res = ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7))
+    while i < n:
+        res += a[lo + i]
+        i += 1
+    return res

@@ -112,12 +112,13 @@ from trainfabric.diloco.fleet import (
 )
 from trainfabric.diloco.policies import (
     POLICY_NAMES,
+    GapTable,
     Policy,
     Schedule,
     make_policy,
     matched_schedule,
 )
-from trainfabric.errors import ConfigError, InfeasibleError
+from trainfabric.errors import ConfigError
 from trainfabric.progress import track
 
 CALIBRATION_SEED0 = 10_000
@@ -253,20 +254,26 @@ def matched_blocks(
     fleet,
     durations: SyncDurations | None = None,
 ) -> list[Block]:
-    """One schedule block per policy: ``draws`` schedules per seed with that seed's budget."""
+    """One schedule block per policy: ``draws`` schedules per seed with that seed's budget
+    (the counting table is built once per gap range, for the largest budget it serves)."""
     W = fleet.windows
     busy = math.ceil(sync_bound_s(regime, durations) / fleet.window_s)
     lo, hi = gaps(make_policy("wa_diloco"), regime, fleet, durations)  # the seed's guards
+    # a budget the guards cannot hold keeps only the sync's own duration between syncs
+    held = (budgets * lo <= W) & ((budgets + 1) * hi >= W)
+    tables = {  # one counting table per gap range, for the largest feasible budget in it
+        (a, b): GapTable.build(min(int(budgets[ok].max(initial=0)), W // a), W, a, b)
+        for (a, b), ok in (((lo, hi), held), ((busy, W), ~held))
+        if ok.any()
+    }
     blocks = []
     for p, policy in enumerate(policies):
         rows = []
         for i, seed in enumerate(seeds):
             rng = np.random.default_rng([int(seed), p, 7919])
             budget = int(budgets[p, i])
-            try:
-                rows.append(matched_schedule(budget, W, lo, hi, rng, draws))
-            except InfeasibleError:  # a budget the guards cannot hold: only the sync's own
-                rows.append(matched_schedule(budget, W, busy, W, rng, draws))  # duration apart
+            a, b = (lo, hi) if held[p, i] else (busy, W)
+            rows.append(matched_schedule(budget, W, a, b, rng, draws, tables[a, b]))
         sched = Schedule(name=f"matched_random[{policy.name}]", sync_at=np.concatenate(rows))
         blocks.append(Block(sched, np.repeat(seeds, draws)))
     return blocks

@@ -330,11 +330,13 @@ def mmpp(
         raise ConfigError("burst_factor", "need burst_factor >= 1 and 0 < on_s < period_s")
     quiet = rate * period_s / (period_s + (burst_factor - 1) * on_s)
     k = int(np.ceil(horizon_s / period_s)) + 1
-    starts = np.arange(k) * period_s + rng.uniform(-jitter_s, jitter_s, k)
+    starts = np.sort(np.arange(k) * period_s + rng.uniform(-jitter_s, jitter_s, k))
 
     def fn(t):
-        phase = t[:, None] - starts[None, :]
-        busy = ((phase >= 0) & (phase < on_s)).any(axis=1)
+        """In a burst: ``0 <= t − start < on_s`` for some start. ``t − start`` falls as the
+        start rises (also rounded), so the latest start at or before ``t`` decides."""
+        latest = np.searchsorted(starts, t, side="right") - 1
+        busy = (latest >= 0) & (t - starts[np.maximum(latest, 0)] < on_s)
         return np.where(busy, quiet * burst_factor, quiet)
 
     return _thinned(fn, quiet * burst_factor, horizon_s, rng, lengths)

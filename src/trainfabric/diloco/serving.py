@@ -146,6 +146,7 @@ class EngineState:
     slot_left: np.ndarray  # [K, R, B] tokens left to decode
     slot_first: np.ndarray  # [K, R, B] first-token time
     kv: np.ndarray  # [K, R] reserved KV tokens
+    top: np.ndarray  # [K, R] one past the highest occupied slot (every slot above is free)
 
     @classmethod
     def empty(cls, runs: int, model: ServingModel) -> EngineState:
@@ -158,6 +159,7 @@ class EngineState:
             slot_left=np.zeros((runs, R, B)),
             slot_first=np.zeros((runs, R, B)),
             kv=np.zeros((runs, R)),
+            top=np.zeros((runs, R), np.int64),
         )
 
 
@@ -188,6 +190,7 @@ def advance(
         state.slot_left,
         state.slot_first,
         state.kv,
+        state.top,
         arrival,
         prompt,
         output,
@@ -205,7 +208,10 @@ def advance(
     return counters
 
 
-@numba.njit(cache=True)
+# The engine's kernels allocate nothing, so they run without numba's reference counting
+# (``_nrt=False``): counting every array argument of every call (atomic increments) took most
+# of the engine's time, and two threads sharing the arrays contended for the same counters.
+@numba.njit(cache=True, _nrt=False)
 def _work_end(t, work, sync_until, slow):
     """When ``work`` engine-seconds started at ``t`` end, at speed ``1/slow`` before
     ``sync_until`` and 1 after."""
@@ -217,7 +223,7 @@ def _work_end(t, work, sync_until, slow):
     return sync_until + (work - slowed)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def _work_done(t0, t1, sync_until, slow):
     """Engine-seconds of work done in ``[t0, t1]``."""
     if t1 <= sync_until:
@@ -227,13 +233,13 @@ def _work_done(t0, t1, sync_until, slow):
     return (sync_until - t0) / slow + (t1 - sync_until)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def _observe(counters, k, col, bounds, value, weight):
     """Add ``weight`` observations of ``value`` to the histogram at column ``col``."""
     counters[k, col + np.searchsorted(bounds, value)] += weight
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def _finish(k, i, t, first, arr, out, par, counters, rec, recording, itl_b):
     ttft = first - arr
     tpot = (t - first) / (out - 1) if out > 1 else 0.0
@@ -250,7 +256,7 @@ def _finish(k, i, t, first, arr, out, par, counters, rec, recording, itl_b):
         rec[k, i, 1] = t
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def _advance(
     T,
     head,
@@ -258,6 +264,7 @@ def _advance(
     sleft,
     sfirst,
     kv,
+    top,
     arrival,
     prompt,
     output,
@@ -272,114 +279,173 @@ def _advance(
     ttft_b,
     itl_b,
 ):
+    """Every run's engines up to ``t_end`` (:func:`advance_run` per run)."""
+    for k in range(T.shape[0]):
+        advance_run(
+            k,
+            T,
+            head,
+            sreq,
+            sleft,
+            sfirst,
+            kv,
+            top,
+            arrival,
+            prompt,
+            output,
+            n_req,
+            req_of[k],
+            t_end,
+            sync_until[k],
+            par,
+            counters,
+            rec,
+            recording,
+            ttft_b,
+            itl_b,
+        )
+
+
+@numba.njit(cache=True, _nrt=False)
+def advance_run(
+    k,
+    T,
+    head,
+    sreq,
+    sleft,
+    sfirst,
+    kv,
+    top,
+    arrival,
+    prompt,
+    output,
+    n_req,
+    s,
+    t_end,
+    su,
+    par,
+    counters,
+    rec,
+    recording,
+    ttft_b,
+    itl_b,
+):
+    """Run ``k``'s engines (request set ``s``, sync until ``su``) up to ``t_end``, adding its
+    window counters to ``counters[k]`` (the body of :func:`advance` for one run, shared with
+    the compiled fleet loop, :mod:`~.fleet_kernel`)."""
     c_pf, d0, d1, interf, kv_cap, bmax = par[0], par[1], par[2], par[3], par[6], int(par[7])
     slow = 1.0 + interf
-    K, R = T.shape
-    for k in range(K):
-        s = req_of[k]
-        n = n_req[s]
-        su = sync_until[k]
-        for q in range(R):
-            t = T[k, q]
-            busy = 0.0
-            while t < t_end:
-                h = head[k, q]
-                n_run = 0
-                free = -1
-                min_left = 1e300
-                for b in range(bmax):
-                    if sreq[k, q, b] >= 0:
-                        n_run += 1
-                        min_left = min(min_left, sleft[k, q, b])
-                    elif free < 0:
-                        free = b
-                # admit the FIFO head if it fits (an oversized one only into an empty engine)
-                if h < n and arrival[s, h] <= t and free >= 0:
-                    need = prompt[s, h] + output[s, h]
-                    if kv[k, q] + need <= kv_cap or n_run == 0:
-                        t_pf = _work_end(t, c_pf * prompt[s, h], su, slow)  # decoding pauses
-                        busy += t_pf - t
-                        t = t_pf
-                        head[k, q] = h + R
-                        _observe(counters, k, TTFT_HIST, ttft_b, t - arrival[s, h], 1.0)
-                        if output[s, h] <= 1:
-                            _finish(
-                                k,
-                                h,
-                                t,
-                                t,
-                                arrival[s, h],
-                                output[s, h],
-                                par,
-                                counters,
-                                rec,
-                                recording,
-                                itl_b,
-                            )
-                        else:
-                            kv[k, q] += need
-                            sreq[k, q, free] = h
-                            sleft[k, q, free] = output[s, h] - 1.0
-                            sfirst[k, q, free] = t
-                        continue
-                nxt = t_end
-                if h < n and arrival[s, h] > t:  # the head may be admitted when it arrives
-                    nxt = min(nxt, arrival[s, h])
-                if n_run == 0:
-                    t = nxt
-                    continue
-                if t < su < nxt:
-                    nxt = su
-                tau = d0 + d1 * n_run  # engine-seconds per token
-                t1 = min(nxt, _work_end(t, min_left * tau, su, slow))
-                tokens = _work_done(t, t1, su, slow) / tau
-                busy += t1 - t
-                t = t1
-                for b in range(bmax):
-                    r = sreq[k, q, b]
-                    if r < 0:
-                        continue
-                    sleft[k, q, b] -= tokens
-                    if sleft[k, q, b] <= 1e-7:
-                        kv[k, q] -= prompt[s, r] + output[s, r]
+    R = T.shape[1]
+    n = n_req[s]
+    for q in range(R):
+        t = T[k, q]
+        busy = 0.0
+        while t < t_end:
+            h = head[k, q]
+            n_run = 0
+            free = -1
+            min_left = 1e300
+            hi = top[k, q]  # slots are taken lowest first: scan only the occupied prefix
+            for b in range(hi):
+                if sreq[k, q, b] >= 0:
+                    n_run += 1
+                    min_left = min(min_left, sleft[k, q, b])
+                elif free < 0:
+                    free = b
+            if free < 0 and hi < bmax:
+                free = hi
+            # admit the FIFO head if it fits (an oversized one only into an empty engine)
+            if h < n and arrival[s, h] <= t and free >= 0:
+                need = prompt[s, h] + output[s, h]
+                if kv[k, q] + need <= kv_cap or n_run == 0:
+                    t_pf = _work_end(t, c_pf * prompt[s, h], su, slow)  # decoding pauses
+                    busy += t_pf - t
+                    t = t_pf
+                    head[k, q] = h + R
+                    _observe(counters, k, TTFT_HIST, ttft_b, t - arrival[s, h], 1.0)
+                    if output[s, h] <= 1:
                         _finish(
                             k,
-                            r,
+                            h,
                             t,
-                            sfirst[k, q, b],
-                            arrival[s, r],
-                            output[s, r],
+                            t,
+                            arrival[s, h],
+                            output[s, h],
                             par,
                             counters,
                             rec,
                             recording,
                             itl_b,
                         )
-                        sreq[k, q, b] = -1
-            T[k, q] = t
-            counters[k, BUSY_S] += busy
-            _gauges(
-                k,
-                q,
-                s,
-                n,
-                R,
-                head,
-                sreq,
-                sleft,
-                sfirst,
-                arrival,
-                prompt,
-                output,
-                t_end,
-                par,
-                counters,
-            )
+                    else:
+                        kv[k, q] += need
+                        sreq[k, q, free] = h
+                        sleft[k, q, free] = output[s, h] - 1.0
+                        sfirst[k, q, free] = t
+                        top[k, q] = max(hi, free + 1)
+                    continue
+            nxt = t_end
+            if h < n and arrival[s, h] > t:  # the head may be admitted when it arrives
+                nxt = min(nxt, arrival[s, h])
+            if n_run == 0:
+                t = nxt
+                continue
+            if t < su < nxt:
+                nxt = su
+            tau = d0 + d1 * n_run  # engine-seconds per token
+            t1 = min(nxt, _work_end(t, min_left * tau, su, slow))
+            tokens = _work_done(t, t1, su, slow) / tau
+            busy += t1 - t
+            t = t1
+            for b in range(hi):
+                r = sreq[k, q, b]
+                if r < 0:
+                    continue
+                sleft[k, q, b] -= tokens
+                if sleft[k, q, b] <= 1e-7:
+                    kv[k, q] -= prompt[s, r] + output[s, r]
+                    _finish(
+                        k,
+                        r,
+                        t,
+                        sfirst[k, q, b],
+                        arrival[s, r],
+                        output[s, r],
+                        par,
+                        counters,
+                        rec,
+                        recording,
+                        itl_b,
+                    )
+                    sreq[k, q, b] = -1
+            while hi > 0 and sreq[k, q, hi - 1] < 0:
+                hi -= 1
+            top[k, q] = hi
+        T[k, q] = t
+        counters[k, BUSY_S] += busy
+        _gauges(
+            k,
+            q,
+            s,
+            n,
+            R,
+            head,
+            sreq,
+            sleft,
+            sfirst,
+            top,
+            arrival,
+            prompt,
+            output,
+            t_end,
+            par,
+            counters,
+        )
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, _nrt=False)
 def _gauges(
-    k, q, s, n, R, head, sreq, sleft, sfirst, arrival, prompt, output, t_end, par, counters
+    k, q, s, n, R, head, sreq, sleft, sfirst, top, arrival, prompt, output, t_end, par, counters
 ):
     """Waiting, running, KV in flight and the unfinished requests past their SLO at ``t_end``."""
     waiting = 0
@@ -393,7 +459,7 @@ def _gauges(
     counters[k, WAITING] += waiting
     running = 0
     in_flight = 0.0
-    for b in range(sreq.shape[2]):
+    for b in range(top[k, q]):
         r = sreq[k, q, b]
         if r < 0:
             continue
