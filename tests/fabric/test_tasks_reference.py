@@ -391,7 +391,8 @@ def _departures(seed: int, which: str, k: int):
 def _fill(st_, fl, rate, bott) -> int:
     s = st_
     args = (s["fg"], s["fw"], np.zeros(s["n"]), s["cap"], s["lmap"], 1e-9, rate, s["fz"])
-    return L.fill_local(fl, fl.size, *args, s["lhead"], s["lnext"], s["mark"], bott)
+    wf, wi = L.fill_scratch(s["cap"].size)
+    return L.fill_local(fl, fl.size, *args, s["lhead"], s["lnext"], s["mark"], bott, wf, wi)
 
 
 def _search(st_, seeds, dl, thr):

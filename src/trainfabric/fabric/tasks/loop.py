@@ -678,6 +678,7 @@ def run_loop(
     ns = 0
     dl = np.empty(n_links, np.int64)
     lq = np.empty(n_links, np.int64)  # _dirty_flows' queue of links
+    fwf, fwi = fill_scratch(n_links)  # fill_local's scratch
     ndl = 0
     for g in range(n_links):
         if ldirty[g]:
@@ -881,6 +882,8 @@ def run_loop(
                                 lnext,
                                 fstate,
                                 bnew,
+                                fwf,
+                                fwi,
                             )
                         ic[SOLVED] += nf
                         if bad or whole or rounds < 0:  # components: none next to them held
@@ -1153,6 +1156,7 @@ def evolve(
     dirty = np.zeros(m0, np.bool_)
     fl = np.empty(m0, np.int64)
     lmap = np.full(cap.size if local else 0, -1, np.int32)
+    fwf, fwi = fill_scratch(cap.size)  # fill_local's scratch
     fz = np.zeros(lmap.size)  # no flow held: whole components are solved
     lhead = np.full(lmap.size, -1, np.int32)  # member lists (finished flows stay, skipped)
     lnext = np.full(m0 * K if local else 0, -1, np.int32)
@@ -1179,7 +1183,22 @@ def evolve(
             for j in range(nf):
                 dirty[comp[fl[j]]] = False
             bad = fill_local(
-                fl, nf, fg, fw, lost, cap, lmap, rtol, srate, fz, lhead, lnext, fstate, bott
+                fl,
+                nf,
+                fg,
+                fw,
+                lost,
+                cap,
+                lmap,
+                rtol,
+                srate,
+                fz,
+                lhead,
+                lnext,
+                fstate,
+                bott,
+                fwf,
+                fwi,
             )
             rate = np.empty(m)
             for j in range(m):
@@ -1326,7 +1345,15 @@ def components(act, m, row, rsg, rsw, parent, owner, comp):
 
 
 @numba.njit(cache=True)
-def fill_local(fl, nf, fg, fw, lost, cap, lmap, rtol, rate, fz, lhead, lnext, state, bott):
+def fill_scratch(n_links):
+    """Scratch of :func:`fill_local` for a fabric of ``n_links`` links (a solve uses each
+    link once): rows of reals (weights, capacities, frozen load, heap keys) and of integers
+    (links, live flows, heap items, heap positions, a batch)."""
+    return np.empty((4, n_links + 1)), np.empty((5, n_links + 1), np.int64)
+
+
+@numba.njit(cache=True, _nrt=False)
+def fill_local(fl, nf, fg, fw, lost, cap, lmap, rtol, rate, fz, lhead, lnext, state, bott, wf, wi):
     """Max-min rates (into ``rate[f]``) of the flows ``fl[:nf]`` whose slots are all single
     links (``fg``/``fw``: per slot its links, -1 after the last, and weights): the
     progressive filling of :func:`trainfabric.fabric.maxmin.progressive_fill` on the links they use
@@ -1336,11 +1363,11 @@ def fill_local(fl, nf, fg, fw, lost, cap, lmap, rtol, rate, fz, lhead, lnext, st
     ``f x K + k``; ``state`` is a per-slot scratch of 0, restored). Flows with ``lost >= 1``
     get 0. ``bott[f]``: the link at which ``f`` froze (its bottleneck; -1 if none). Exact
     when every other flow in flight sharing a link with ``fl`` is held at its max-min rate
-    (:func:`_dirty_flows`, :func:`_violators`). Returns the count of unconstrained flows."""
+    (:func:`_dirty_flows`, :func:`_violators`). ``wf``, ``wi``: the scratch of
+    :func:`fill_scratch`. Returns the count of unconstrained flows."""
     K = fg.shape[1]
-    links = np.empty(nf * K + 1, np.int64)
-    W = np.zeros(nf * K + 1)
-    live = np.zeros(nf * K + 1, np.int64)
+    W, capl, F, hk = wf[0], wf[1], wf[2], wf[3]
+    links, live, hl, pos, batch = wi[0], wi[1], wi[2], wi[3], wi[4]
     nl = 0
     remaining = 0
     for j in range(nf):
@@ -1359,14 +1386,11 @@ def fill_local(fl, nf, fg, fw, lost, cap, lmap, rtol, rate, fz, lhead, lnext, st
             if lk < 0:
                 lk = lmap[g] = nl
                 links[nl] = g
+                W[nl] = 0.0
+                live[nl] = 0
                 nl += 1
             W[lk] += fw[f, k]
             live[lk] += 1
-    capl = np.empty(nl)
-    F = np.empty(nl)
-    hk = np.empty(nl)
-    hl = np.empty(nl, np.int64)
-    pos = np.empty(nl, np.int64)
     for lk in range(nl):
         g = links[lk]
         capl[lk] = cap[g]
@@ -1376,7 +1400,6 @@ def fill_local(fl, nf, fg, fw, lost, cap, lmap, rtol, rate, fz, lhead, lnext, st
         hl[lk] = lk
     heapify(hk, hl, pos, nl)
     size = nl
-    batch = np.empty(nl + 1, np.int64)
     level = 0.0
     while remaining > 0 and size > 0:
         size, n_batch, level = pop_level(hk, hl, pos, size, capl, F, W, live, level, rtol, batch)
