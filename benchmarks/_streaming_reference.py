@@ -92,6 +92,19 @@ class Recipe:
     final_sync: bool = True
 
 
+def recipe_of(cfg, **kw) -> Recipe:
+    """The recipe of a run configured by ``cfg`` (a ``TrainConfig`` with ``streaming`` set,
+    read by attribute name only), with ``kw`` changed."""
+    s = cfg.streaming
+    base = dict(
+        learners=cfg.learners, steps=cfg.steps, H=cfg.H, fragments=s.fragments, tau=s.overlap,
+        alpha=s.alpha, quantize=s.quantize, layout=s.layout, inner_lr=cfg.inner_lr,
+        betas=cfg.inner_betas, eps=cfg.inner_eps, weight_decay=cfg.weight_decay,
+        outer_lr=cfg.outer_lr, momentum=cfg.outer_momentum, final_sync=cfg.final_sync,
+    )  # fmt: skip
+    return Recipe(**(base | kw))
+
+
 def fragment_names(model: nn.Module, P: int, layout: str = "strided") -> list[list[str]]:
     """Parameter names of each fragment."""
     runs = np.array_split(np.arange(len(model.blocks)), P)

@@ -88,18 +88,6 @@ def tiny_config(streaming=None, **kw) -> TrainConfig:
     return TrainConfig(**(base | kw), streaming=streaming)
 
 
-def recipe(cfg: TrainConfig, **kw) -> ref.Recipe:
-    s = cfg.streaming
-    base = dict(
-        learners=cfg.learners, steps=cfg.steps, H=cfg.H, fragments=s.fragments, tau=s.overlap,
-        alpha=s.alpha, quantize=s.quantize, layout=s.layout, inner_lr=cfg.inner_lr,
-        betas=cfg.inner_betas,
-        eps=cfg.inner_eps, weight_decay=cfg.weight_decay, outer_lr=cfg.outer_lr,
-        momentum=cfg.outer_momentum, final_sync=cfg.final_sync,
-    )  # fmt: skip
-    return ref.Recipe(**(base | kw))
-
-
 def finals(run_dir: Path, learners: int) -> list[list[torch.Tensor]]:
     return [torch.load(run_dir / f"final-rank{r}.pt") for r in range(learners)]
 
@@ -142,7 +130,7 @@ def fragments_vs_reference(work: Path) -> tuple[dict, list[list[torch.Tensor]]]:
         cfg = tiny_config(**case)
         train(cfg, work / name, model=net, batch=batches)
         ours = finals(work / name, cfg.learners)
-        out[name] = ref.max_abs_diff(ours, ref.run(recipe(cfg), net, batches), net)
+        out[name] = ref.max_abs_diff(ours, ref.run(ref.recipe_of(cfg), net, batches), net)
         first = first or ours
     return out, first
 
@@ -151,7 +139,7 @@ def controls(ours: list[list[torch.Tensor]]) -> dict:
     net, batches = ref.TinyNet(blocks=BLOCKS), ref.Batches()
     cfg = tiny_config(**next(iter(CASES.values())))
     return {
-        name: ref.max_abs_diff(ours, ref.run(recipe(cfg, **change), net, batches), net)
+        name: ref.max_abs_diff(ours, ref.run(ref.recipe_of(cfg, **change), net, batches), net)
         for name, change in CONTROLS.items()
     }
 

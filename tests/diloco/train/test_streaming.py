@@ -53,18 +53,6 @@ def config(streaming=None, **kw) -> TrainConfig:
     return TrainConfig(**(base | kw), streaming=streaming)
 
 
-def recipe(cfg: TrainConfig, **kw) -> ref.Recipe:
-    s = cfg.streaming
-    base = dict(
-        learners=cfg.learners, steps=cfg.steps, H=cfg.H, fragments=s.fragments, tau=s.overlap,
-        alpha=s.alpha, quantize=s.quantize, layout=s.layout, inner_lr=cfg.inner_lr,
-        betas=cfg.inner_betas,
-        eps=cfg.inner_eps, weight_decay=cfg.weight_decay, outer_lr=cfg.outer_lr,
-        momentum=cfg.outer_momentum, final_sync=cfg.final_sync,
-    )  # fmt: skip
-    return ref.Recipe(**(base | kw))
-
-
 # ---- the in-process group ------------------------------------------------------------------
 class World:
     """``world`` learner threads exchanging values through a barrier."""
@@ -235,7 +223,7 @@ def test_fragments_equal_reference(tmp_path, case):
     cfg = config(**CASES[case])
     net = ref.TinyNet(blocks=cfg.model.layers)
     ours, syncs = run_threads(cfg, tmp_path, net)
-    want = ref.run(recipe(cfg), net, ref.Batches())
+    want = ref.run(ref.recipe_of(cfg), net, ref.Batches())
     assert ref.max_abs_diff(ours, want, net) <= TOL
     P = cfg.streaming.fragments
     assert {s["fragment"] for s in syncs} == set(range(P))
@@ -254,7 +242,8 @@ def test_controls_differ(tmp_path):
         dict(H=5), dict(offsets=(1, 3)), dict(quantize="fp8"), dict(betas=(0.9, 0.999)),
     ]  # fmt: skip
     diffs = [
-        ref.max_abs_diff(ours, ref.run(recipe(cfg, **c), net, ref.Batches()), net) for c in changes
+        ref.max_abs_diff(ours, ref.run(ref.recipe_of(cfg, **c), net, ref.Batches()), net)
+        for c in changes
     ]
     assert min(diffs) > 1e-6, dict(zip(map(str, changes), diffs, strict=True))
 
@@ -380,9 +369,10 @@ def test_real_processes_equal_reference_and_diloco(tmp_path):
 
     net, batches = ref.TinyNet(blocks=BLOCKS), ref.Batches()
     cfg = config(StreamingConfig(fragments=2, overlap=1, alpha=0.5), save_final=True)
-    train(cfg, tmp_path / "s", model=net, batch=batches)
+    res = train(cfg, tmp_path / "s", model=net, batch=batches)
+    assert res.params == sum(p.numel() for p in net.parameters())  # the model it trained
     ours = [torch.load(tmp_path / "s" / f"final-rank{r}.pt") for r in range(2)]
-    assert ref.max_abs_diff(ours, ref.run(recipe(cfg), net, batches), net) <= TOL
+    assert ref.max_abs_diff(ours, ref.run(ref.recipe_of(cfg), net, batches), net) <= TOL
     one = config(StreamingConfig(fragments=1, overlap=0, alpha=0.0), save_final=True)
     train(one, tmp_path / "one", model=net, batch=batches)
     train(config(None, save_final=True), tmp_path / "d", model=net, batch=batches)

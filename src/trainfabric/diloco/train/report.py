@@ -80,7 +80,7 @@ def finish(run) -> TrainResult:
     res = TrainResult(
         run_dir=str(d),
         learners=cfg.learners,
-        params=n_params(GPT(cfg.model)),
+        params=n_params(GPT(cfg.model) if run.model is None else run.model),
         steps=int(done["step"]),
         tokens=int(done["tokens"]) * cfg.learners,
         syncs=int(done["syncs"]),
