@@ -12,6 +12,8 @@
   ``WARM_TOL`` of the cold plan's on the drifted job.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -19,7 +21,7 @@ from trainfabric.errors import ConfigError
 from trainfabric.ocs.model import OcsModel
 from trainfabric.ocs.online.drift import drift_traffic, traffic_matrix
 from trainfabric.ocs.wiring.cost import PathCost, temperatures
-from trainfabric.ocs.wiring.planner import plan
+from trainfabric.ocs.wiring.planner import EFFORTS, WARM_MAX_ITER, plan
 from trainfabric.ocs.wiring.prior import uniform_prior
 from trainfabric.ocs.wiring.solver import solve
 from trainfabric.workloads import build_dag, get_preset
@@ -132,3 +134,63 @@ def test_warm_plan_never_loses_to_the_wiring_it_started_from(moe):
     warm = plan(drifted, model, warm_start=cold.x)
     model.check_wiring(warm.x)
     assert warm.hard_critical_path_s <= cold.hard_critical_path_s
+
+
+@pytest.mark.parametrize(("name", "pods"), [("moe", 8), ("hybrid", 8), ("dp-ring", 16)])
+def test_cost_with_new_bytes_equals_a_cost_built_afresh(name, pods):
+    """The reused compression gives the same value, gradient and hard path as a new PathCost
+    (to the last bits: only the members' bits changed, the sweeps are the same)."""
+    dag = build_dag(get_preset(name, pods=pods))
+    model = OcsModel.uniform(pods, 8, 4)
+    drifted = drift_traffic(dag, 0.3, seed=5)
+    reused = PathCost(dag, model).with_bytes(drifted, model)
+    fresh = PathCost(drifted, model)
+    assert reused is not None
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        x = rng.uniform(0, 2, model.n_pairs)
+        u1, g1 = reused.value_and_grad(x, 20.0)
+        u2, g2 = fresh.value_and_grad(x, 20.0)
+        assert u1 == pytest.approx(u2, rel=1e-12)
+        np.testing.assert_allclose(g1, g2, rtol=1e-10, atol=1e-15)
+        assert reused.hard(x) == pytest.approx(fresh.hard(x), rel=1e-12)
+        np.testing.assert_allclose(reused.marginals(x, 20.0), fresh.marginals(x, 20.0), atol=1e-12)
+
+
+def test_cost_with_new_bytes_refuses_what_breaks_the_compression():
+    """Bytes that make two once-identical phases differ split a type: no reuse. Nor with a
+    different structure or pod count."""
+    dag = build_dag(get_preset("dp-ring", pods=8))
+    model = OcsModel.uniform(8, 8, 4)
+    cost = PathCost(dag, model)
+    assert cost.compressed.n_types < len(cost.compressed.bundle_nodes())  # shared types exist
+    one = dag.bytes.copy()
+    one[dag.comm_nodes[0]] *= 2.0  # one transfer of one ring step only
+    assert cost.with_bytes(dataclasses.replace(dag, bytes=one), model) is None
+    latency = dataclasses.replace(dag, latency_s=dag.latency_s * 2)
+    assert cost.with_bytes(latency, model) is None
+    assert cost.with_bytes(build_dag(get_preset("moe", pods=8)), model) is None
+    assert cost.with_bytes(dag, OcsModel.uniform(9, 8, 4)) is None
+
+
+def test_reuse_changes_nothing_but_the_time(moe):
+    """A warm plan that reuses the previous plan's cost and near-uniform candidates equals the
+    warm plan that rebuilds them (same wiring, critical paths and bound)."""
+    dag, model = moe
+    before = plan(dag, model)
+    drifted = drift_traffic(dag, 0.1, seed=4)
+    warm = plan(drifted, model, warm_start=before)
+    rebuilt = plan(drifted, model, warm_start=dataclasses.replace(before, reuse=None))
+    np.testing.assert_array_equal(warm.x, rebuilt.x)
+    for key in ("hard_critical_path_s", "uniform_critical_path_s", "lower_bound_s"):
+        assert getattr(warm, key) == pytest.approx(getattr(rebuilt, key), rel=1e-12)
+    assert warm.iterations <= WARM_MAX_ITER
+
+
+def test_effort_levels_and_a_bad_level(moe):
+    dag, model = moe
+    for effort in EFFORTS:
+        model.check_wiring(plan(dag, model, effort=effort).x)
+    with pytest.raises(ConfigError) as err:
+        plan(dag, model, effort="quick")
+    assert err.value.field == "effort"

@@ -44,6 +44,13 @@ B2Opt = Annotated[
         help="Smoothing b2_rel > 0 (b2 = b2_rel log|paths| / CP0).", callback=finite(gt=0)
     ),
 ]
+EffortOpt = Annotated[
+    str,
+    typer.Option(
+        help="Work budgets: fast (20 solver iterations per stage, a quarter of the search), "
+        "default (50), thorough (300, ten times the search); figures per level in the README."
+    ),
+]
 # Internal field names of the workloads and OCS APIs -> what the user typed.
 NAMES = {
     "workload": "--workload",
@@ -61,5 +68,6 @@ NAMES = {
     "b2": "--b2",
     "b2_rel": "--b2",
     "seed": "--seed",
+    "effort": "--effort",
     "time_limit_s": "--milp-time-limit-s",
 }

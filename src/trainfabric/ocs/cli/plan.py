@@ -35,6 +35,7 @@ from trainfabric.ocs.cli.options import (
     NAMES,
     B1Opt,
     B2Opt,
+    EffortOpt,
     FallbackOpt,
     OcsOpt,
     PodsOpt,
@@ -70,6 +71,7 @@ def ocs_plan(
     rate_gbps: RateOpt = 100.0,
     fallback_gbps: FallbackOpt = 5.0,
     gpus_per_pod: GpusPerPodOpt = None,
+    effort: EffortOpt = "default",
     out_dir: Annotated[
         Path,
         typer.Option(
@@ -95,17 +97,19 @@ def ocs_plan(
 ) -> None:
     """Plan the inter-pod wiring through parallel OCSes and write per-OCS cross-connect tables
     (Parquet and CSV), and with --report an HTML report; prints the findings first."""
-    from trainfabric.ocs.wiring.planner import plan
+    from trainfabric.ocs.wiring.planner import effort_budgets, plan
     from trainfabric.runs.store import RunDir
 
     with progress(json_out, "ocs plan", show_progress):
         # The workload and the options first: a refused job leaves no empty --out behind.
+        with options(**NAMES):
+            effort_budgets(effort)
         w, model = _ocs_instance(
             workload, pods, ports, ocs, rate_gbps, fallback_gbps, seed, gpus_per_pod
         )
         prepare_dir(out_dir, "--out")
         with RunDir(out_dir).single_run(None), options(**NAMES):
-            result = plan(w.dag, model, b1_rel=b1, b2_rel=b2, seed=seed)
+            result = plan(w.dag, model, b1_rel=b1, b2_rel=b2, seed=seed, effort=effort)
         summary = _write_run(out_dir, w.name, model, result, report)
     if json_out:
         return emit_json(summary)

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 from trainfabric.errors import ConfigError
@@ -52,9 +53,14 @@ def uniform_mesh(model: OcsModel) -> np.ndarray:
 
 
 def best_near_uniform(
-    cost, model: OcsModel, samples: int = 4, seed: int = 0, uniform: np.ndarray | None = None
+    cost,
+    model: OcsModel,
+    samples: int = 4,
+    seed: int = 0,
+    uniform: np.ndarray | None = None,
+    mesh: list[np.ndarray] | None = None,
 ) -> np.ndarray:
-    """The best integer near-uniform wiring found among ``samples + 1`` candidates (Int64 [P]).
+    """The best integer near-uniform wiring found among ``samples + 2`` candidates (Int64 [P]).
 
     Every candidate is ``round_to_degrees(model, M·q, score)``: each pair within one circuit
     of the fractional mesh ``M·q`` (``floor`` or ``ceil``), degrees exact where realisable.
@@ -64,45 +70,100 @@ def best_near_uniform(
     the least hard critical path ``cost.hard`` wins (ties: the first). This is the honest
     baseline of ``improvement_vs_uniform``: when ``d < n − 1`` half the pairs of
     any integer mesh have no circuit, and which half matters. ``uniform``: the caller's
-    :func:`uniform_mesh` (the first candidate), so that it is not rounded twice.
+    :func:`uniform_mesh` (the first candidate), so that it is not rounded twice; ``mesh``: the
+    traffic-free candidates already rounded (:func:`mesh_candidates` with the same ``samples``
+    and ``seed``), so that a re-plan of the same pods rounds only the bytes-scored one.
     """
-    mesh = model.total_circuits * uniform_prior(model)
+    if mesh is None:
+        mesh = mesh_candidates(model, samples, seed, uniform)
     up, down = directed_pair_bytes(cost.dag, model)
+    busiest = round_to_degrees(model, model.total_circuits * uniform_prior(model), up + down)
+    cands = [mesh[0], busiest, *mesh[1:]]
+    cps = [cost.hard(x) for x in cands]
+    return cands[int(np.argmin(cps))]
+
+
+def mesh_candidates(
+    model: OcsModel, samples: int = 4, seed: int = 0, uniform: np.ndarray | None = None
+) -> list[np.ndarray]:
+    """The traffic-free candidates of :func:`best_near_uniform`: the uniform mesh (``uniform``
+    when given), then ``samples`` roundings of ``M·q`` by seeded uniform random scores."""
+    mesh = model.total_circuits * uniform_prior(model)
     rng = np.random.default_rng(seed)
-    scores = [None, up + down, *(rng.random(model.n_pairs) for _ in range(samples))]
-    best, best_cp = None, np.inf
-    for i, score in enumerate(scores):
-        x = uniform if i == 0 and uniform is not None else round_to_degrees(model, mesh, score)
-        cp = cost.hard(x)
-        if cp < best_cp:
-            best, best_cp = x, cp
-    return best
+    scores = [rng.random(model.n_pairs) for _ in range(samples)]
+    first = uniform_mesh(model) if uniform is None else uniform
+    return [first, *(round_to_degrees(model, mesh, score) for score in scores)]
 
 
 def proportional_fill(model: OcsModel, demand: np.ndarray) -> np.ndarray:
     """Fractional circuits ``x_e = t_e·demand_e`` by progressive filling (all in circuits).
 
-    Every pair with demand grows at rate ``demand_e`` (a common scale ``t``); when a pod's ports
+    Every pair with demand grows at rate ``demand_e`` (a common level ``t``); when a pod's ports
     are used up its pairs stop (``t_e`` freezes). Ends when every growing pair touches a full
     pod. So ``x ∝ demand`` wherever no port budget binds, ``Σ_u x_uv ≤ d_v``, and ports stay
-    free only at pods that have no demand towards a pod with free ports. At most ``n`` rounds.
+    free only at pods that have no demand towards a pod with free ports. At most ``n`` rounds,
+    each ``O(n)`` plus the pairs it freezes (:func:`_fill_rounds`): ``O(n² + |P|)`` in all.
     """
     demand = np.asarray(demand, dtype=float)
-    iu, iv = model.pairs
-    free = model.degrees.astype(float)
-    x = np.zeros(model.n_pairs)
+    if demand.shape != (model.n_pairs,):
+        raise ConfigError("demand", f"has shape {demand.shape}, expected ({model.n_pairs},)")
+    return _fill_rounds(model.n, demand, model.degrees.astype(float))
+
+
+@numba.njit(cache=True)
+def _fill_rounds(n, demand, degrees):  # pragma: no cover - compiled
+    """Progressive filling on the complete graph of ``n`` pods (pairs in ``triu`` order).
+
+    Round: ``step = min_v free_v / load_v`` over pods with growing pairs (``load_v`` = their
+    summed demand), the level ``t`` rises by ``step``, every such pod's ``free_v`` drops by
+    ``step·load_v``, pods left with ``free_v ≤ 1e-12·d_v`` are full and freeze their growing
+    pairs at ``x_e = t·demand_e``. Loads are updated per frozen pair; a pod's load is reset to
+    exactly 0 when its last growing pair freezes (no rounding residue keeps it busy).
+    """
+    p = demand.size
+    x = np.zeros(p)
+    free = degrees.copy()
+    load = np.zeros(n)
+    count = np.zeros(n, dtype=np.int64)
     grow = demand > 0
-    while grow.any():
-        load = np.bincount(iu[grow], demand[grow], model.n) + np.bincount(
-            iv[grow], demand[grow], model.n
-        )
-        busy = load > 0
-        step = np.min(free[busy] / load[busy])
-        x[grow] += step * demand[grow]
-        free = np.where(busy, free - step * load, free)
-        full = busy & (free <= 1e-12 * model.degrees)
-        free[full] = 0.0
-        grow &= ~(full[iu] | full[iv])
+    e = 0
+    for u in range(n - 1):
+        for v in range(u + 1, n):
+            if grow[e]:
+                load[u] += demand[e]
+                load[v] += demand[e]
+                count[u] += 1
+                count[v] += 1
+            e += 1
+    full = np.zeros(n, dtype=np.bool_)
+    level = 0.0
+    while True:
+        step = np.inf
+        for v in range(n):
+            if count[v] > 0:
+                step = min(step, free[v] / load[v])
+        if step == np.inf:
+            break
+        level += step
+        for v in range(n):
+            if count[v] > 0:
+                free[v] -= step * load[v]
+                if free[v] <= 1e-12 * degrees[v]:
+                    free[v] = 0.0
+                    full[v] = True
+        for v in range(n):
+            if full[v] and count[v] > 0:
+                for u in range(n):
+                    if u == v:
+                        continue
+                    a, b = min(u, v), max(u, v)
+                    e = a * n - a * (a + 1) // 2 + (b - a - 1)
+                    if grow[e]:
+                        grow[e] = False
+                        x[e] = level * demand[e]
+                        for w in (u, v):
+                            count[w] -= 1
+                            load[w] = load[w] - demand[e] if count[w] > 0 else 0.0
     return x
 
 

@@ -50,6 +50,7 @@ non-decreasing in every argument).
 
 from __future__ import annotations
 
+import copy
 from functools import cached_property
 
 import numba
@@ -61,6 +62,9 @@ from trainfabric.ocs.model import OcsModel
 from trainfabric.ocs.wiring.compress import CompressedDag
 from trainfabric.ocs.wiring.prior import uniform_prior
 from trainfabric.workloads.dag import COMM, TaskDAG, _longest_finish
+
+# TaskDAG fields that fix the compressed DAG (with the compute nodes' durations)
+_STRUCTURE = ("kind", "pod", "dst", "latency_s", "indptr", "indices")
 
 
 def check_b2(b2) -> float:
@@ -107,6 +111,42 @@ class PathCost:
         bt = np.zeros(c.n_nodes)
         bt[self._bundles] = np.log(np.diff(c.t_ptr))[self._bundle_type]
         self._log_paths = float(_forward_value(c.pindptr, c.pindices, c.leaves, bt))
+
+    def with_bytes(self, dag: TaskDAG, model: OcsModel) -> PathCost | None:
+        """This cost for ``dag`` on ``model`` when ``dag`` differs from ``self.dag`` at most in
+        its comm nodes' bytes (a traffic drift) and ``model`` has as many pods (rates may
+        differ), reusing the compression; None when either differs in more.
+
+        Bytes enter the compression only through the bundle types (bundles with identical
+        ``(pair, bits, latency)`` contents share one type). Every comm node maps to its type
+        member ``k = comm_member[c]``; when all comm nodes mapped to one member carry the same
+        new bits, the types are still exact and only the members' bits change (the compressed
+        DAG, the types and ``log|Π|`` are unchanged). Otherwise (bytes that split a type) the
+        compression is no longer valid and None is returned. Costs O(N + E) comparisons.
+        """
+        old = self.dag
+        fixed = old.kind != COMM
+        same = (
+            model.n == self.model.n
+            and dag.n_pods == old.n_pods
+            and dag.n_nodes == old.n_nodes
+            and all(np.array_equal(getattr(dag, f), getattr(old, f)) for f in _STRUCTURE)
+            and np.array_equal(dag.duration_s[fixed], old.duration_s[fixed])
+        )
+        if not same:
+            return None
+        bits = 8.0 * dag.bytes[self.comm_nodes]
+        k = self.compressed.comm_member
+        m_bits = np.empty_like(self.compressed.m_bits)
+        m_bits[k] = bits
+        if not np.array_equal(m_bits[k], bits):
+            return None
+        new = copy.copy(self)
+        new.dag, new.model = dag, model
+        new._comm_bits = bits
+        new.compressed = copy.copy(self.compressed)
+        new.compressed.m_bits = m_bits
+        return new
 
     @cached_property
     def _pred_csr(self) -> tuple[np.ndarray, np.ndarray]:
