@@ -1,7 +1,11 @@
 """``trainfabric diloco ...``: workload-aware DiLoCo sync policies and the protocol.
 
 ``diloco sim``: one policy on one regime and seed (SLO, syncs, progress, and when the syncs
-ran: ``--json`` lists every sync's ``start_s``, ``end_s`` and ``request_rate_per_s``);
+ran: ``--json`` lists every sync's ``start_s``, ``end_s`` and ``request_rate_per_s``; with
+``--fragments P`` the fragment model of :mod:`~.fleet`, the policy deciding per fragment:
+``syncs`` counts fragment syncs, ``fragment_syncs`` each fragment's, ``sync_s`` and
+``sync_payload_bytes`` are one fragment's, and ``sync_times`` lists each start of fragment
+syncs run back to back);
 ``diloco protocol``: every policy against its matched-random control over paired seeds and
 regimes, with statistics, verdicts and their reasons, into a run directory with a report.
 
@@ -93,6 +97,8 @@ NAMES = {
     "max_seeds": "--max-seeds",
     "workload": "--workload",
     "gpus_per_pod": "--gpus-per-pod",
+    "fragments": "--fragments",
+    "stagger_steps": "--stagger-steps",
 }
 
 
@@ -124,17 +130,31 @@ def sim_cmd(
         ),
     ] = None,
     gpus_per_pod: GpusPerPodOpt = None,
+    fragments: Annotated[
+        int,
+        typer.Option(
+            help="Streaming DiLoCo fragments P: the policy decides per fragment, each sync "
+            "moves 1/P of the bytes (1: the whole model).",
+        ),
+    ] = 1,
+    stagger_steps: Annotated[
+        int,
+        typer.Option(help="H of the fragments' staggered schedule (inner steps)."),
+    ] = 256,
     max_memory_gb: MaxMemoryOpt = None,
     show_progress: ProgressOpt = None,
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Simulate one policy on one regime and seed (a trace regime: the seed's own segment)."""
+    """Simulate one policy on one regime and seed (a trace regime: the seed's own segment);
+    with ``--fragments`` P > 1 on the fragment model (syncs counted per fragment)."""
     import numpy as np
 
+    from trainfabric.config import validate
     from trainfabric.diloco.fleet import (
         Block,
         FleetConfig,
+        FragmentModel,
         check_segments,
         segment_windows,
         simulate,
@@ -143,6 +163,7 @@ def sim_cmd(
     from trainfabric.diloco.policies import make_policy
 
     with progress(json_out, "diloco sim", show_progress), options(**NAMES):
+        frag = validate(FragmentModel, {"fragments": fragments, "stagger_steps": stagger_steps})
         reg = _regime(regime, trace, rate_scale, allow_overlap)
         if workload is not None:
             reg = _sized_by(reg, workload, gpus_per_pod)
@@ -157,10 +178,16 @@ def sim_cmd(
         windows = 10_000 if windows is None else windows
         fleet = FleetConfig(windows=max(windows, 10))
         check_segments(reg, seed + 1, fleet.horizon_s, "--seed")
-        res = simulate(fleet, reg, [Block(make_policy(policy), np.array([seed]))])
+        blocks = [Block(make_policy(policy), np.array([seed]))]
+        res = simulate(fleet, reg, blocks, fragments=frag)
     row = {k: (v.item() if hasattr(v, "item") else v) for k, v in res.table.iloc[0].items()}
     row |= {k: int(row[k]) for k in ("requests", "unfinished_requests", "late_unfinished")}
-    row |= {"sync_payload_bytes": reg.sync.params * reg.sync.bytes_per_param, "sync_s": reg.sync_s}
+    row |= {
+        "sync_payload_bytes": reg.sync.params * reg.sync.bytes_per_param / fragments,
+        "sync_s": frag.sync_s(reg),
+        "fragments": fragments,
+        "fragment_syncs": res.fragment_syncs[0].tolist(),
+    }
     if reg.is_trace:
         row |= {
             "segment_s": fleet.horizon_s,

@@ -42,9 +42,36 @@ default horizon of a trace regime is the segment length for the seeds asked for,
 (:class:`SyncDurations`: measured samples or a callable) drawn per seed with common random
 numbers.
 
+**Fragments** (:class:`FragmentModel`, Streaming DiLoCo, :mod:`~.train.streaming`): the
+model in P fragments, each with its own steps ``h_p`` and tokens since its last sync, its own
+staleness and a *guard clock* ``g_p = h_p + lead_p`` (``lead_p = (H − ⌊pH/P⌋) mod H`` until
+its first sync, then 0), so that fragment ``p`` is due on the staggered schedule of
+``streaming.py``. Per window the policy decides for every fragment, on its own observation
+(``h`` = ``g_p``, ``tokens``, ``staleness_s`` and ``loss_delta`` of fragment ``p``, the
+pressures of the run): the guarded policies consult their score only while ``min_h <= g_p <
+max_h``, defer below, and are forced at ``max_h``; ``fixed_h`` is due at ``g_p >= H``. A
+deferral drops nothing: the fragment stays due (its staleness grows) until the policy
+syncs it or ``max_h`` forces it. **The budget rule**: fragments are synced only at
+window starts where the link is free (no fragment sync in flight); there, every fragment
+whose policy says sync starts, back to back, each for ``D_p`` = the sync of ``params / P``
+(1/P of the bytes, the ring's per-step latency and the outer step in full), training pausing
+for all of them; a policy's decision while the link is busy is ignored (as for whole syncs),
+but with P > 1 a matched-random schedule's sync that finds the link busy is queued (a
+count per fragment) and starts at the first free window, one per window and fragment, so a
+schedule's count per fragment is exact when every wait ends before the horizon
+(:func:`~.protocol.matched_fragment_blocks` leaves the room; with P = 1 a matched schedule's
+gaps include the sync: it never finds the link busy). Fragments started together all take
+the block's end as their last sync (staleness counts from there). A fragment sync
+realises ``gain_p = tokens_p · e(h_p) · outer / P`` effective tokens (the fragment's share
+of the model); its ``loss_delta`` is ``L(eff) − L(eff + P·gain_p)``, the loss a whole-model
+sync in the fragment's state would realise, so the score keeps its scales. With P = 1 this
+is the whole-model simulator operation for operation (``tests/diloco/test_fragments.py``
+checks it to the bit). Not with seed_compat or drawn sync durations (ConfigError).
+
 Outcomes per run: SLO violation rate (requests over the TTFT or TPOT SLO or unfinished at the
 horizon / requests arrived, :func:`~.serving.violation_rates`),
-syncs, the share of time spent syncing, tokens trained, effective tokens and the final loss
+syncs (fragment syncs with P > 1; per fragment in ``FleetResult.fragment_syncs``), the share
+of time spent syncing, tokens trained, effective tokens and the final loss
 ``L(effective tokens)`` at the horizon (equal wall-clock), the work since the last sync valued
 as if a closing sync happened then — so a policy is not charged for where the horizon cuts
 its last interval, only for the spacing of its syncs.
@@ -68,7 +95,7 @@ from trainfabric.config import Config
 from trainfabric.diloco import fleet_kernel
 from trainfabric.diloco import requests as R
 from trainfabric.diloco.learners import ProgressModel, SyncModel
-from trainfabric.diloco.policies import Policy
+from trainfabric.diloco.policies import Policy, Schedule
 from trainfabric.diloco.serving import (
     FINISHED,
     ITL_HIST,
@@ -272,6 +299,45 @@ class FleetConfig(Config):
         return self.windows * self.window_s
 
 
+class FragmentModel(Config):
+    """Streaming DiLoCo's fragments in the simulator (module doc, *Fragments*): the model in
+    ``fragments`` P parts, fragment ``p`` staggered by ``o_p = ⌊p·H/P⌋`` inner steps of a
+    schedule of period ``stagger_steps`` H (as :mod:`~.train.streaming`). P = 1 is the
+    whole-model simulator, to the bit."""
+
+    fragments: int = Field(1, ge=1, le=64, description="fragments P")
+    stagger_steps: int = Field(
+        256, ge=1, le=10_000_000, description="H of the staggered schedule (inner steps)"
+    )
+
+    def leads(self) -> np.ndarray:
+        """Steps each fragment's guard clock starts ahead: ``(H − o_p) mod H``, so a
+        fixed-H policy with ``H = stagger_steps`` syncs fragment ``p`` first after ``o_p``
+        steps (fragment 0 after H), then every H, as :func:`~.train.streaming.starts_at`."""
+        H, P = self.stagger_steps, self.fragments
+        return np.array([(H - p * H // P) % H for p in range(P)], float)
+
+    def sync_s(self, regime: Regime) -> float:
+        """One fragment's sync: the regime's sync model on ``params / P`` (its ring moves 1/P
+        of the bytes; the per-step latency and the outer step stay); P = 1: ``regime.sync_s``."""
+        if self.fragments == 1:
+            return regime.sync_s
+        part = regime.sync.model_copy(update={"params": regime.sync.params / self.fragments})
+        return part.duration_s()
+
+    def check(self, regime: Regime, durations) -> None:
+        """ConfigError naming ``fragments`` for what the fragment model does not cover."""
+        if self.fragments == 1:
+            return
+        if regime.seed_compat:
+            raise ConfigError("fragments", "must be 1 in seed_compat (the artifact's 8 s window)")
+        if durations is not None:
+            raise ConfigError("fragments", "must be 1 with sync durations from a distribution")
+
+
+WHOLE = FragmentModel()
+
+
 @dataclass
 class Block:
     """A policy controlling one run per seed (``seeds[i]`` is run ``i`` of the block)."""
@@ -296,6 +362,7 @@ class FleetResult:
     seed_row: np.ndarray  # [runs] the row of ``arrivals`` whose requests the run serves
     sync_ends_s: tuple[np.ndarray, ...]  # per run: end (s) of each of its syncs, in order
     window_s: float
+    fragment_syncs: np.ndarray | None = None  # [runs, P] syncs of each fragment
 
     @property
     def horizon_s(self) -> float:
@@ -441,6 +508,7 @@ def simulate(
     sync: bool = True,
     durations: SyncDurations | None = None,
     reference: bool = False,
+    fragments: FragmentModel = WHOLE,
 ) -> FleetResult:
     """Run every block's policy on its seeds (module doc); ``sync=False`` removes every sync
     (the no-sync load match: the same offered load, nothing else); ``durations`` draws each
@@ -450,7 +518,12 @@ def simulate(
 
     The window loop is compiled (:mod:`~.fleet_kernel`, bit for bit the Python loop) unless
     ``durations`` is given, a policy is of another class than the known ones, or
-    ``reference`` asks for the Python loop (:func:`_python_loop`, the reference)."""
+    ``reference`` asks for the Python loop (:func:`_python_loop`, the reference).
+
+    ``fragments``: the fragment model (module doc, *Fragments*; :class:`FragmentModel`),
+    run by the Python loop when P > 1; P = 1 (the default) is the whole-model simulator."""
+    fragments.check(regime, durations)
+    P = fragments.fragments
     seeds = np.concatenate([np.asarray(b.seeds, np.int64) for b in blocks])
     uniq, req_of = np.unique(seeds, return_inverse=True)
     check_fleet_size(config, regime, seeds.size, uniq.size)
@@ -463,14 +536,19 @@ def simulate(
     inputs = _Inputs.of(config, regime, counts, uniq, req_of)
     bounds = np.cumsum([0] + [len(b.seeds) for b in blocks])
     for b, lo in zip(blocks, bounds[:-1], strict=False):
-        b.policy.reset(len(b.seeds), seeds[lo : lo + len(b.seeds)], inputs.learners)
-    enc = None if reference or durations is not None else fleet_kernel.encode_policies(blocks, W)
+        # one policy row per run and fragment; fragment p of seed s draws as seed s·P + p
+        own = (seeds[lo : lo + len(b.seeds), None] * P + np.arange(P)).ravel()
+        b.policy.reset(len(b.seeds) * P, own, inputs.learners)
+    python = reference or durations is not None or P > 1
+    enc = None if python else fleet_kernel.encode_policies(blocks, W)
     if enc is None:
         streams = None if durations is None else durations.streams(uniq)
-        out = _python_loop(config, regime, blocks, bounds, packed, req_of, inputs, sync, streams)
+        out = _python_loop(
+            config, regime, blocks, bounds, packed, req_of, inputs, sync, streams, fragments
+        )
     else:
         out = _compiled_loop(config, regime, enc, packed, req_of, inputs, sync)
-    return _result(config, regime, blocks, seeds, req_of, counts, out)
+    return _result(config, regime, blocks, seeds, req_of, counts, out, fragments)
 
 
 @dataclass
@@ -529,30 +607,41 @@ class _LoopOut:
     tokens: np.ndarray
     eff: np.ndarray
     streams: list | None = None
+    fragment_syncs: np.ndarray | None = None  # [runs, P] syncs per fragment (the Python loop)
+    fragment_starts: np.ndarray | None = None  # [runs, W] fragments started per window (P > 1)
 
 
-def _python_loop(config, regime, blocks, bounds, packed, req_of, inputs, sync, streams):
-    """The window loop in Python, vectorised over runs: the reference of the compiled loop
-    (:mod:`~.fleet_kernel`), and the loop for sync durations from a distribution."""
+def _python_loop(config, regime, blocks, bounds, packed, req_of, inputs, sync, streams, frag=None):
+    """The window loop in Python, vectorised over runs and fragments (``[runs, P]``, module
+    doc, *Fragments*): the reference of the compiled loop (:mod:`~.fleet_kernel`, P = 1),
+    and the loop for sync durations from a distribution and for fragments."""
+    frag = WHOLE if frag is None else frag
     arrival, prompt, output, n_req = packed
-    W, dt, K = config.windows, config.window_s, req_of.size
+    W, dt, K, P = config.windows, config.window_s, req_of.size, frag.fragments
     load = inputs.load[inputs.load_row]  # [K, W+1]
     next_cost = inputs.next_cost[inputs.next_row]
     net, bg_inf, ckpt = inputs.background
     compat = inputs.compat
     noise = inputs.noise[req_of] if compat else None
     prog = config.progress
-    D = regime.sync_s
+    D = frag.sync_s(regime)
     outer = prog.averaging_efficiency if compat else 1.0
     params = regime.sync.params
     pressure = pressure_model(config)
-    tel = Telemetry(K, regime.rate, dt, config.forecast_alpha)
+    tel = Telemetry(K * P, regime.rate, dt, config.forecast_alpha)
     state = EngineState.empty(K, config.serving)
-    h, tokens, eff = np.zeros(K), np.zeros(K), np.zeros(K)
+    h, tokens, eff = np.zeros((K, P)), np.zeros((K, P)), np.zeros(K)
+    guard = np.tile(frag.leads(), (K, 1))  # the guards' steps: h plus the fragment's lead
     sync_until = np.full(K, -np.inf)
-    last_sync = np.zeros(K)
+    last_sync = np.zeros((K, P))
     inference = np.zeros(K)
     started = np.zeros((K, W), bool)
+    n_started = np.zeros((K, W), np.int8) if P > 1 else None
+    frag_syncs = np.zeros((K, P), np.int64)
+    # P > 1: a schedule's syncs that find the link busy (another fragment's) wait for it
+    exact = np.concatenate([[isinstance(b.policy, Schedule)] * len(b.seeds) for b in blocks])
+    exact &= P > 1
+    queued = np.zeros((K, P), np.int64)
     viol = np.zeros((K, W))
     fin = np.zeros((K, W))
     totals = np.zeros((K, N_COUNTERS))
@@ -560,36 +649,47 @@ def _python_loop(config, regime, blocks, bounds, packed, req_of, inputs, sync, s
     for w in range(W):
         t0 = w * dt
         if sync:
-            gain = tokens * prog.efficiency(h) * outer
+            gain = tokens * prog.efficiency(h) * outer  # the whole model's gain in this state
             obs = tel.observe(
                 w,
-                h=h,
-                tokens=tokens,
-                loss_delta=prog.loss(eff, params) - prog.loss(eff + gain, params),
-                staleness_s=t0 - last_sync,
+                h=guard.ravel(),
+                tokens=tokens.ravel(),
+                loss_delta=(
+                    prog.loss(eff, params)[:, None] - prog.loss(eff[:, None] + gain, params)
+                ).ravel(),
+                staleness_s=(t0 - last_sync).ravel(),
                 network=net[w],
-                inference=bg_inf[w] if compat else inference,
+                inference=bg_inf[w] if compat else np.repeat(inference, P),
                 checkpoint=ckpt[w],
-                serve_next=next_cost[:, w],
+                serve_next=np.repeat(next_cost[:, w], P),
             )
             want = np.concatenate(
                 [
-                    np.asarray(b.policy.decide(obs.slice(lo, hi)), bool)
+                    np.asarray(b.policy.decide(obs.slice(lo * P, hi * P)), bool)
                     for b, lo, hi in zip(blocks, bounds[:-1], bounds[1:], strict=True)
                 ]
-            )
-            go = want & (sync_until <= t0)
-            eff[go] += gain[go]
+            ).reshape(K, P)
+            pending = queued + want  # P > 1: a schedule's syncs never merge or vanish
+            free = (sync_until <= t0)[:, None]
+            go = (pending > 0) & free
+            queued = (pending - go) * exact[:, None]
+            eff += np.where(go, gain / P, 0.0).sum(axis=1)
             h[go] = 0.0
             tokens[go] = 0.0
-            dur = np.full(K, D)
+            guard[go] = 0.0
+            n_go = go.sum(axis=1)
+            now = n_go > 0
+            dur = n_go * D  # the fragments started together run back to back
             if streams is not None:
-                for k in np.flatnonzero(go):
+                for k in np.flatnonzero(now):
                     dur[k] = streams[req_of[k]][int(started[k].sum())]
-                drawn_s[go] += dur[go]
-            sync_until[go] = t0 + dur[go]
-            last_sync[go] = t0 + dur[go]
-            started[:, w] = go
+                drawn_s[now] += dur[now]
+            sync_until[now] = t0 + dur[now]
+            last_sync[go] = np.broadcast_to((t0 + dur)[:, None], (K, P))[go]
+            started[:, w] = now
+            frag_syncs += go
+            if n_started is not None:
+                n_started[:, w] = n_go
         if compat:
             lat = sidecar_latency_ms(net[w], bg_inf[w], ckpt[w], sync_until > t0, noise[:, w])
             c = np.zeros((K, N_COUNTERS))
@@ -605,10 +705,14 @@ def _python_loop(config, regime, blocks, bounds, packed, req_of, inputs, sync, s
         busy_sync = np.clip(np.minimum(sync_until, t0 + dt) - t0, 0.0, dt)
         syncing_s += busy_sync
         steps = (dt - busy_sync) * prog.steps_per_s
-        h += steps
-        tokens += steps * prog.tokens_per_step
-        tel.update(load=load[:, w])
-    return _LoopOut(started, viol, fin, totals, c, syncing_s, drawn_s, h, tokens, eff, streams)
+        h += steps[:, None]
+        tokens += (steps * prog.tokens_per_step)[:, None]
+        guard += steps[:, None]
+        tel.update(load=np.repeat(load[:, w], P))
+    return _LoopOut(
+        started, viol, fin, totals, c, syncing_s, drawn_s, h, tokens, eff, streams,
+        frag_syncs, n_started,
+    )  # fmt: skip
 
 
 def _compiled_loop(config, regime, enc, packed, req_of, inputs, sync) -> _LoopOut:
@@ -737,11 +841,12 @@ def _slo_bucket(x: float, bounds: np.ndarray) -> tuple[int, float]:
     return b, 1.0 - frac
 
 
-def _result(config, regime, blocks, seeds, req_of, counts, out: _LoopOut) -> FleetResult:
+def _result(config, regime, blocks, seeds, req_of, counts, out: _LoopOut, frag=None) -> FleetResult:
     """The per-run table and the per-window arrays of a finished loop (module doc)."""
+    frag = WHOLE if frag is None else frag
     prog = config.progress
-    W, dt, K = config.windows, config.window_s, req_of.size
-    D = regime.sync_s
+    W, dt, K, P = config.windows, config.window_s, req_of.size, frag.fragments
+    D = frag.sync_s(regime)
     outer = prog.averaging_efficiency if regime.seed_compat else 1.0
     params = regime.sync.params
     streams = out.streams
@@ -749,11 +854,15 @@ def _result(config, regime, blocks, seeds, req_of, counts, out: _LoopOut) -> Fle
         config.horizon_s * prog.steps_per_s * prog.tokens_per_step
         - out.syncing_s * prog.steps_per_s * prog.tokens_per_step
     )
-    syncs = out.started.sum(axis=1)
+    by_fragment = out.fragment_syncs
+    if by_fragment is None:
+        by_fragment = out.started.sum(axis=1)[:, None]
+    syncs = by_fragment.sum(axis=1)  # fragment syncs (P = 1: whole-model syncs)
     mean_sync_s = (
         D if streams is None else np.where(syncs > 0, out.drawn_s / np.maximum(syncs, 1), D)
     )
-    effective = out.eff + out.tokens * prog.efficiency(out.h) * outer
+    tok, hh = out.tokens.reshape(K, -1), out.h.reshape(K, -1)
+    effective = out.eff + (tok * prog.efficiency(hh) * outer / P).sum(axis=1)
     table = pd.DataFrame(
         {
             "policy": np.concatenate([[b.policy.name] * len(b.seeds) for b in blocks]),
@@ -773,9 +882,12 @@ def _result(config, regime, blocks, seeds, req_of, counts, out: _LoopOut) -> Fle
     ends = tuple(
         np.flatnonzero(out.started[k]) * dt
         + (D if streams is None else np.array([streams[req_of[k]][j] for j in range(syncs[k])]))
+        * (1 if out.fragment_starts is None else out.fragment_starts[k][out.started[k]])
         for k in range(K)
     )
-    return FleetResult(table, out.started, out.viol, out.fin, counts[:, :W], req_of, ends, dt)
+    return FleetResult(
+        table, out.started, out.viol, out.fin, counts[:, :W], req_of, ends, dt, by_fragment
+    )
 
 
 def pressure_model(config: FleetConfig) -> PressureModel:

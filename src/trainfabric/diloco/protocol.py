@@ -100,6 +100,7 @@ from trainfabric.diloco.fleet import (
     PROTOCOL_REGIMES,
     Block,
     FleetConfig,
+    FragmentModel,
     Regime,
     SyncDurations,
     check_fleet_size,
@@ -234,11 +235,15 @@ def sync_bound_s(regime, durations: SyncDurations | None = None) -> float:
     return regime.sync_s if durations is None else durations.max_s
 
 
-def gaps(policy: Policy, regime, fleet: FleetConfig, durations=None) -> tuple[int, int]:
+def gaps(
+    policy: Policy, regime, fleet: FleetConfig, durations=None, sync_s: float | None = None
+) -> tuple[int, int]:
     """Window gaps a guarded schedule allows: ``min_h``/``max_h`` steps plus the sync itself
-    (the window the policies obey: 8 s in seed_compat, the longest drawn duration)."""
+    (the window the policies obey: 8 s in seed_compat, the longest drawn duration; or
+    ``sync_s``, a fragment's sync)."""
     per_window = fleet.progress.steps_per_s * fleet.window_s
-    sync_windows = math.ceil(sync_bound_s(regime, durations) / fleet.window_s)
+    bound = sync_bound_s(regime, durations) if sync_s is None else sync_s
+    sync_windows = math.ceil(bound / fleet.window_s)
     return (
         max(1, math.ceil(policy.min_h / per_window) + sync_windows),
         math.floor(policy.max_h / per_window) + sync_windows,
@@ -274,6 +279,66 @@ def matched_blocks(
             budget = int(budgets[p, i])
             a, b = (lo, hi) if held[p, i] else (busy, W)
             rows.append(matched_schedule(budget, W, a, b, rng, draws, tables[a, b]))
+        sched = Schedule(name=f"matched_random[{policy.name}]", sync_at=np.concatenate(rows))
+        blocks.append(Block(sched, np.repeat(seeds, draws)))
+    return blocks
+
+
+def matched_fragment_blocks(
+    policies: list[Policy],
+    budgets: np.ndarray,
+    seeds: np.ndarray,
+    draws: int,
+    regime,
+    fleet: FleetConfig,
+    fragments: FragmentModel,
+) -> list[Block]:
+    """Matched random per fragment: for every policy, seed and fragment ``f``, ``draws``
+    schedules with exactly ``budgets[policy, seed, f]`` syncs of fragment ``f`` (the
+    policy's own count of that fragment on that seed), each drawn uniformly as
+    :func:`~.policies.matched_schedule` draws them, independently per fragment, with the gaps
+    of the seed's guards plus one fragment sync (``D_p``, :meth:`~.fleet.FragmentModel.sync_s`;
+    a budget the guards cannot hold keeps only that sync between syncs). Rows are run-major,
+    fragment-minor (the fragment model's policy rows). A sync that finds the link busy
+    waits for it (:mod:`~.fleet`, *Fragments*); the schedules are drawn over the first
+    ``W − slack`` windows so that every wait ends before the horizon: with every fragment's
+    syncs ``lo`` windows apart, a stretch of ``L`` busy windows holds at most ``P·(L/lo + 1)``
+    fragment syncs of ``d = D_p / window_s`` windows, so ``L <= P·d / (1 − P·d/lo)``, the
+    ``slack`` (``P·d`` when ``P·d >= lo``, where no bound holds: the counts are then
+    checked, not assured); ConfigError naming ``windows`` when no room is left.
+    ``budgets``: ``[policies, seeds, P]``."""
+    P = fragments.fragments
+    d_p = fragments.sync_s(regime)
+    d = d_p / fleet.window_s
+    busy = max(1, math.ceil(d))
+    lo, hi = gaps(make_policy("wa_diloco"), regime, fleet, sync_s=d_p)
+    slack = P * d / (1 - P * d / lo) if P * d < lo else P * d
+    room = fleet.windows - math.ceil(slack)
+    if room < lo:
+        raise ConfigError(
+            "windows",
+            f"per-fragment matched random needs more than {math.ceil(slack) + lo:,} windows "
+            f"(the guards' gap and {math.ceil(slack):,} for fragment syncs waiting for the "
+            f"link), got {fleet.windows:,}",
+        )
+    held = (budgets * lo <= room) & ((budgets + 1) * hi >= room)
+    tables = {
+        (a, b): GapTable.build(min(int(budgets[ok].max(initial=0)), room // a), room, a, b)
+        for (a, b), ok in (((lo, hi), held), ((busy, room), ~held))
+        if ok.any()
+    }
+    blocks = []
+    for p, policy in enumerate(policies):
+        rows = []
+        for i, seed in enumerate(seeds):
+            per_fragment = []
+            for f in range(P):
+                rng = np.random.default_rng([int(seed), p, 7919, f])
+                a, b = (lo, hi) if held[p, i, f] else (busy, room)
+                budget = int(budgets[p, i, f])
+                per_fragment.append(matched_schedule(budget, room, a, b, rng, draws, tables[a, b]))
+            drawn = np.stack(per_fragment, axis=1).reshape(draws * P, room)
+            rows.append(np.pad(drawn, ((0, 0), (0, fleet.windows - room))))
         sched = Schedule(name=f"matched_random[{policy.name}]", sync_at=np.concatenate(rows))
         blocks.append(Block(sched, np.repeat(seeds, draws)))
     return blocks

@@ -71,16 +71,20 @@ class StreamingConfig(Config):
     gradient's communication overlaps ``overlap`` (τ) inner steps, after which the fragment's
     local parameters become ``alpha · local + (1 − alpha) · global`` (α = 0: the global ones);
     ``quantize`` the outer gradients each learner sends (none, fp8 e4m3 or emulated int4,
-    :mod:`~trainfabric.diloco.train.quantize`)."""
+    :mod:`~trainfabric.diloco.train.quantize`); ``defer``: ``(fragment, step)`` pairs at
+    which a due fragment's sync is deferred (a scripted fragment gate,
+    :class:`~trainfabric.diloco.train.controller.Scripted`: it stays due and is offered
+    again after the next step), at most 10,000 pairs."""
 
     fragments: int = Field(2, ge=1, le=48)
     overlap: int = Field(1, ge=0, le=MAX_STEPS)
     alpha: float = Field(0.5, ge=0, le=1)
     quantize: Literal["none", "fp8", "int4"] = "none"
     layout: Literal["strided", "contiguous"] = "strided"
+    defer: list[tuple[int, int]] = Field(default_factory=list, max_length=10_000)
 
 
-def _field_error(loc: tuple[str, ...], value: object, message: str) -> ValidationError:
+def _field_error(loc: tuple[str | int, ...], value: object, message: str) -> ValidationError:
     """A validation error located at ``loc`` (so that it names the field, not the model)."""
     err = PydanticCustomError("value_error", message)
     detail = InitErrorDetails(type=err, loc=loc, input=value)
@@ -157,4 +161,11 @@ class TrainConfig(Config):
             )
         if self.reset_inner_optimizer:
             raise _field_error(("reset_inner_optimizer",), True, "is not supported with streaming")
+        for i, (p, t) in enumerate(st.defer):
+            if not (0 <= p < st.fragments and 1 <= t <= self.steps):
+                raise _field_error(
+                    ("streaming", "defer", i),
+                    [p, t],
+                    f"must be (fragment in 0..{st.fragments - 1}, step in 1..{self.steps})",
+                )
         return self

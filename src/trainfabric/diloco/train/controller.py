@@ -7,11 +7,19 @@ launcher's supervisor thread) and rank 0 broadcasts the answer, so all learners 
 inner step. Between consultations the learners do not sync. A controller may be any object
 with a ``decide(Progress) -> bool`` method; :class:`FixedH` (sync every ``H`` inner steps) is
 the default so that training runs standalone.
+
+With Streaming DiLoCo a *fragment gate* (:class:`FragmentGate`) decides per fragment: at
+each fragment's due step, sync now or defer (the fragment stays due and is offered again
+after the next step). :class:`Open` is the fixed schedule, :class:`Scripted` a given
+deferral pattern (``StreamingConfig.defer``), :class:`ScoreGate` the WA-DiLoCo score per
+fragment.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 
 @dataclass(frozen=True)
@@ -69,3 +77,66 @@ class Never:
 
     def decide(self, progress: Progress) -> bool:
         return False
+
+
+# ---- fragment gates (Streaming DiLoCo) -----------------------------------------------------
+@dataclass(frozen=True)
+class FragmentDue:
+    """A fragment due for its outer sync after inner step ``step``: ``h`` inner steps since
+    its last sync started, ``overdue`` steps since it first became due (0 at its scheduled
+    step; more after deferrals)."""
+
+    fragment: int
+    step: int
+    h: int
+    overdue: int
+
+
+class FragmentGate(Protocol):
+    """Decides, for every fragment due, sync now (True) or defer (False). A deferred fragment
+    stays due: it is offered again after every following inner step until the gate opens
+    (:class:`~trainfabric.diloco.train.streaming.Streamer`), so a deferral moves its sync,
+    never drops it."""
+
+    def open(self, due: FragmentDue) -> bool: ...
+
+
+class Open:
+    """Every due fragment syncs at its scheduled step (Streaming DiLoCo's fixed schedule)."""
+
+    def open(self, due: FragmentDue) -> bool:
+        return True
+
+
+class Scripted:
+    """Defers fragment ``p`` after step ``t`` exactly when ``(p, t)`` is in ``defer``."""
+
+    def __init__(self, defer: Iterable[tuple[int, int]]):
+        self.defer = frozenset((int(p), int(t)) for p, t in defer)
+
+    def open(self, due: FragmentDue) -> bool:
+        return (due.fragment, due.step) not in self.defer
+
+
+class ScoreGate:
+    """The WA-DiLoCo score controller per fragment: ``policy`` (a
+    :class:`~trainfabric.diloco.policies.Policy`, e.g. ``make_policy("wa_forecast")``) decides
+    on the observation ``observe(due)`` returns (the fields of
+    :data:`~trainfabric.diloco.policies.FIELDS` but ``h``, which is ``due.h``: the
+    fragment's tokens, loss delta and staleness, the run's pressures), with its guards on
+    ``due.h``: never below ``min_h``, forced at ``max_h``; ``max_overdue`` (steps) forces a
+    sync deferred that long, so a fragment is never more than one schedule period late."""
+
+    def __init__(self, policy, observe: Callable[[FragmentDue], dict], max_overdue: int):
+        if max_overdue < 0:
+            raise ValueError(f"max_overdue must be >= 0, got {max_overdue}")
+        self.policy, self.observe, self.max_overdue = policy, observe, max_overdue
+
+    def open(self, due: FragmentDue) -> bool:
+        from trainfabric.diloco.policies import Observation
+
+        if due.overdue >= self.max_overdue:
+            return True
+        fields = self.observe(due) | {"h": due.h}
+        obs = Observation.of(due.step, **{k: [v] for k, v in fields.items()})
+        return bool(self.policy.decide(obs)[0])

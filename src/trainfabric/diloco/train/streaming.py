@@ -27,7 +27,19 @@ operation (same buckets, same reduce, same outer step). At the end of training t
 in flight complete (step 3 at the last step); with ``final_sync`` every fragment whose local
 parameters may differ from the global ones (inner steps since its last merge, or a merge
 with ``α > 0``) then syncs once more with no overlap and ``α = 0``, so that every learner
-ends on the global parameters. The schedule is fixed: no controller is consulted.
+ends on the global parameters.
+
+**Fragment gates** (fragment-level scheduling, :mod:`.controller`): a fragment is *due*
+after its scheduled steps above. With a gate (:class:`~.controller.FragmentGate`; the
+``Streamer``'s ``gate``, or ``StreamingConfig.defer``'s scripted pattern), each due fragment
+is offered to it (:class:`~.controller.FragmentDue`: fragment, step, ``h`` since its last
+sync started, steps ``overdue``); open: step 1 above starts now; closed (a deferral): the
+fragment stays due and is offered again after every following step until the gate opens —
+the sync moves, it is never dropped; its next scheduled step is unchanged (``(t − o_p) mod H
+= 0``): one that comes while the fragment is still due adds no second sync, one that comes
+while its sync is in flight makes it due again (it is offered after that sync merges). With no
+gate (or one always open) this is the fixed schedule, operation for operation. At the end,
+``final_sync`` covers the fragments still due (they trained since their last merge).
 
 **Quantisation** (:mod:`.quantize`) is applied by each learner to its own ``Δ_{p,r}``, per
 tensor, before anything is sent (that is what saves bandwidth). gloo cannot sum fp8 or
@@ -53,6 +65,7 @@ from torch import nn
 
 from trainfabric.diloco.train import quantize as q
 from trainfabric.diloco.train.config import StreamingConfig
+from trainfabric.diloco.train.controller import FragmentDue, FragmentGate, Scripted
 from trainfabric.diloco.train.outer import apply_outer, buckets
 from trainfabric.errors import ConfigError
 
@@ -156,7 +169,9 @@ class Pending:
 class Streamer:
     """The fragment syncs of one learner: ``glob`` the global parameters (identical on
     every learner), ``local`` the model's; ``make_outer(params)`` builds a fragment's outer
-    optimiser."""
+    optimiser; ``gate`` decides per due fragment (module doc; default: the scripted
+    ``cfg.defer``, or none: the fixed schedule). Every learner must see the same decisions
+    (a gate deciding on rank 0's view must be broadcast, as the controller's answer is)."""
 
     def __init__(
         self,
@@ -168,6 +183,7 @@ class Streamer:
         make_outer: Callable[[list[torch.Tensor]], torch.optim.Optimizer],
         comm: Collectives,
         bucket_bytes: float,
+        gate: FragmentGate | None = None,
     ):
         self.cfg, self.H, self.glob, self.local = cfg, H, list(glob), list(local)
         self.frags, self.comm, self.bucket_bytes = frags, comm, bucket_bytes
@@ -178,14 +194,28 @@ class Streamer:
         self.last_merge = [0] * len(frags)  # step of each fragment's last merge ...
         self.last_alpha = [0.0] * len(frags)  # ... and its α
         self.pending: list[Pending] = []
+        self.gate = gate if gate is not None or not cfg.defer else Scripted(cfg.defer)
+        self.due_since: dict[int, int] = {}  # fragment -> step it became due (not started)
 
     def step(self, step: int) -> list[dict]:
-        """After inner step ``step``: start the fragments due, merge those whose overlap
-        ends now; the records of the merged syncs."""
+        """After inner step ``step``: start the fragments due that the gate lets through
+        (module doc), merge those whose overlap ends now; the records of the merged syncs."""
         for p, off in enumerate(self.offsets):
             if starts_at(step, off, self.H):
+                self.due_since.setdefault(p, step)
+            if p in self.due_since and self._opens(p, step):
+                del self.due_since[p]
                 self.pending.append(self.start(p, step, self.cfg.overlap))
         return self._merge_due(step, self.cfg.alpha)
+
+    def _opens(self, p: int, step: int) -> bool:
+        """Does fragment ``p``, due, start now: none of its syncs in flight, the gate open."""
+        if any(pend.fragment == p for pend in self.pending):
+            return False
+        if self.gate is None:
+            return True
+        due = FragmentDue(p, step, step - self.last_start[p], step - self.due_since[p])
+        return bool(self.gate.open(due))
 
     def close(self, step: int, final_sync: bool) -> list[dict]:
         """End of training after ``step``: complete the syncs in flight, then (``final_sync``)
@@ -298,12 +328,14 @@ class Streamer:
             "opts": [o.state_dict() for o in self.opts],
             "last": [list(self.last_start), list(self.last_merge), list(self.last_alpha)],
             "pending": pending,
+            "due_since": sorted(self.due_since.items()),
         }
 
     def load_state(self, st: dict) -> None:
         for o, s in zip(self.opts, st["opts"], strict=True):
             o.load_state_dict(s)
         self.last_start, self.last_merge, self.last_alpha = (list(x) for x in st["last"])
+        self.due_since = {int(p): int(t) for p, t in st.get("due_since", [])}
         self.pending = []
         for p in st["pending"]:
             parts = [(payload, DONE) for payload in p.pop("payloads")]
