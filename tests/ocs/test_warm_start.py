@@ -20,6 +20,7 @@ import pytest
 from trainfabric.errors import ConfigError
 from trainfabric.ocs.model import OcsModel
 from trainfabric.ocs.online.drift import drift_traffic, traffic_matrix
+from trainfabric.ocs.wiring.baselines import mesh_candidates
 from trainfabric.ocs.wiring.cost import PathCost, temperatures
 from trainfabric.ocs.wiring.planner import EFFORTS, WARM_MAX_ITER, plan
 from trainfabric.ocs.wiring.prior import uniform_prior
@@ -174,17 +175,40 @@ def test_cost_with_new_bytes_refuses_what_breaks_the_compression():
 
 
 def test_reuse_changes_nothing_but_the_time(moe):
-    """A warm plan that reuses the previous plan's cost and near-uniform candidates equals the
-    warm plan that rebuilds them (same wiring, critical paths and bound)."""
+    """What a warm plan reuses (the path cost's compression, the near-uniform candidates, the
+    search's reduced DAG) equals what it would rebuild: two warm plans in a row, once with the
+    reused parts and once with each rebuilt from scratch, give the same wirings and figures."""
+    dag, model = moe
+    before = plan(dag, model)
+    first = drift_traffic(dag, 0.1, seed=4)
+    second = drift_traffic(first, 0.1, seed=5)
+
+    def rebuilt(p, job):
+        fresh = dataclasses.replace(
+            p.reuse, cost=PathCost(job, model), mesh=mesh_candidates(model), reduced=None
+        )
+        return dataclasses.replace(p, reuse=fresh)
+
+    warm1 = plan(first, model, warm_start=before)
+    again1 = plan(first, model, warm_start=rebuilt(before, dag))
+    warm2 = plan(second, model, warm_start=warm1)  # reuses warm1's reduced DAG
+    again2 = plan(second, model, warm_start=rebuilt(warm1, first))
+    assert warm2.reuse.reduced is not None
+    for a, b in ((warm1, again1), (warm2, again2)):
+        np.testing.assert_array_equal(a.x, b.x)
+        for key in ("hard_critical_path_s", "uniform_critical_path_s", "lower_bound_s", "b2"):
+            assert getattr(a, key) == pytest.approx(getattr(b, key), rel=1e-12)
+        assert a.iterations <= WARM_MAX_ITER
+
+
+def test_warm_plan_keeps_the_temperatures_of_the_plan_it_resumes(moe):
     dag, model = moe
     before = plan(dag, model)
     drifted = drift_traffic(dag, 0.1, seed=4)
     warm = plan(drifted, model, warm_start=before)
-    rebuilt = plan(drifted, model, warm_start=dataclasses.replace(before, reuse=None))
-    np.testing.assert_array_equal(warm.x, rebuilt.x)
-    for key in ("hard_critical_path_s", "uniform_critical_path_s", "lower_bound_s"):
-        assert getattr(warm, key) == pytest.approx(getattr(rebuilt, key), rel=1e-12)
-    assert warm.iterations <= WARM_MAX_ITER
+    assert (warm.b1, warm.b2) == (before.b1, before.b2)
+    other = plan(drifted, model, warm_start=before, b2_rel=25.0)  # new knobs: new temperatures
+    assert other.b2 == pytest.approx(temperatures(PathCost(drifted, model), model, 1.0, 25.0)[1])
 
 
 def test_effort_levels_and_a_bad_level(moe):

@@ -12,16 +12,20 @@ solver resumes at its
 fractional wiring ``w = x_frac / M``, projection duals and step size; from a bare integer
 wiring ``x`` it starts at ``(1 − WARM_MIX)·x / M + WARM_MIX·q`` (positive everywhere, so
 ``KL(w||q)`` is finite and the multiplicative steps can reach every pair). Either way only the
-final ``b2`` stage runs, for at most ``WARM_MAX_ITER`` iterations (no annealing: the old
-optimum is already near the new one, and the rounding's search, not the last digits of the
-fractional optimum, decides the plan). The previous integer wiring (``Plan.x`` or the wiring
-given) is then a candidate next to the new rounding: the plan keeps whichever has the shorter
-hard critical path on the new DAG. A previous :class:`Plan` of the same pods, ports, OCSes,
-rates and seed also hands over its :class:`Reuse`: the path cost's compression, rebuilt only
-when the DAG changed in more than its bytes (:meth:`.cost.PathCost.with_bytes`), and the
-traffic-free near-uniform candidates; and when the new wiring equals the old one its split
-onto the OCSes is kept. Everything reused is what a cold plan would compute again, so a warm
-plan differs from a cold one only through the solver's start and budget.
+final ``b2`` stage runs, for at most ``WARM_MAX_ITER`` iterations (no annealing). The rounding
+is replaced by the rounding's local search (:func:`.search.polish`) started from the previous
+integer wiring (``Plan.x`` or the wiring given) with ``1 / WARM_SEARCH_SHARE`` of its work
+budget: a drift moves the optimum a few circuits, which the search's moves reach, while the
+rounding's five starts from scratch are most of a cold plan's rounding time. The previous
+wiring itself stays a candidate, so a warm plan is never worse than the wiring it started from
+on the new job. A previous :class:`Plan` of the same pods, ports, OCSes, rates and seed also
+hands over its :class:`Reuse`: the path cost's compression, kept when the DAG changed only in
+its bytes (:meth:`.cost.PathCost.with_bytes`), the traffic-free near-uniform candidates, the
+search's reduced DAG (only its bits are new) and, for the same ``b1_rel`` and ``b2_rel``, the
+temperatures ``b1``, ``b2`` (knobs scaled by the job's uniform-mesh critical path, which a
+drift moves a little; the solver resumes at the optimum for those temperatures); when the
+new wiring equals the old one, its split onto the OCSes is kept. What is reused is what a cold
+plan would compute again (tests check a warm plan with and without it to the bit).
 
 Effort (``plan(..., effort=...)``, ``trainfabric ocs plan --effort``): :data:`EFFORTS` sets
 the solver's iterations per annealing stage and the rounding's work budget: ``fast`` (20, a
@@ -68,6 +72,7 @@ model's pair structures plus ``NODE_BYTES`` per DAG node for the path cost's swe
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,7 +85,7 @@ from trainfabric.errors import ConfigError, InfeasibleError
 from trainfabric.io import write_json, write_parquet, write_text
 from trainfabric.limits import check_memory, memory_limit_bytes
 from trainfabric.ocs.model import OcsModel
-from trainfabric.ocs.wiring import baselines, decompose, rounding, solver
+from trainfabric.ocs.wiring import baselines, decompose, rounding, search, solver
 from trainfabric.ocs.wiring.bound import certify
 from trainfabric.ocs.wiring.cost import PathCost, temperatures
 from trainfabric.ocs.wiring.onehop import least_bottleneck
@@ -100,6 +105,9 @@ class Reuse:
     cost: PathCost
     mesh: list[np.ndarray]
     seed: int
+    b_rel: tuple[float, float]
+    reduced: Any = None  # the warm search's reduced DAG (.search._Reduced) at ``reduced_b2``
+    reduced_b2: float = float("nan")
 
 
 @dataclass
@@ -204,8 +212,10 @@ class Plan:
 
 # Share of the prior mixed into a warm start from a bare integer wiring (module doc).
 WARM_MIX = 0.05
-# Solver iterations of a warm start at most (module doc).
-WARM_MAX_ITER = 30
+# Solver iterations of a warm start at most, and the share of the rounding's work budget its
+# search from the previous wiring gets (module doc).
+WARM_MAX_ITER = 10
+WARM_SEARCH_SHARE = 10
 # Work budgets per effort level (module doc): solver iterations per annealing stage, and the
 # rounding's search budget in work units per reference size.
 EFFORTS = {
@@ -308,9 +318,13 @@ def plan(
             return fast
     t0 = time.perf_counter()
     reuse = _reusable(warm_start, model, seed)
-    cost = PathCost(dag, model) if reuse is None else reuse.cost.with_bytes(dag, model)
-    cost = PathCost(dag, model) if cost is None else cost
-    b1, b2, _ = temperatures(cost, model, b1_rel, b2_rel)
+    cost = None if reuse is None else reuse.cost.with_bytes(dag, model)
+    drifted = cost is not None  # the same job, only its bytes changed
+    cost = cost if drifted else PathCost(dag, model)
+    if drifted and reuse.b_rel == (b1_rel, b2_rel):
+        b1, b2 = warm_start.b1, warm_start.b2  # the previous plan's temperatures (module doc)
+    else:
+        b1, b2, _ = temperatures(cost, model, b1_rel, b2_rel)
     q = uniform_prior(model)
     t1 = time.perf_counter()
     w0 = duals0 = eta0 = None
@@ -332,16 +346,20 @@ def plan(
         inequality=True,
     )
     t2 = time.perf_counter()
-    rounded = rounding.round_wiring(cost, model, res.x, b2=b2, seed=seed, max_moves=round_max_moves)
+    start = None if warm_start is None else _warm_wiring(model, warm_start)
+    reduced = None
+    if start is None:
+        ours = [
+            rounding.round_wiring(cost, model, res.x, b2=b2, seed=seed, max_moves=round_max_moves).x
+        ]
+    else:
+        reduced = _reduced(cost, model, b2, reuse if drifted else None)
+        ours = [_warm_search(reduced, model, start, b2, seed, round_max_moves), start]
     t3 = time.perf_counter()
     mesh = baselines.mesh_candidates(model, seed=seed) if reuse is None else reuse.mesh
     uniform = mesh[0]
     near_uniform = baselines.best_near_uniform(cost, model, seed=seed, mesh=mesh)
-    x = _best_wiring(
-        cost,
-        [rounded.x, *([] if warm_start is None else [_warm_wiring(model, warm_start)])],
-        [near_uniform, baselines.demand_proportional(dag, model)],
-    )
+    x = _best_wiring(cost, ours, [near_uniform, baselines.demand_proportional(dag, model)])
     t4 = time.perf_counter()
     if reuse is not None and np.array_equal(x, warm_start.x):
         dec, tables = warm_start.decomposition, warm_start.tables  # same wiring, same OCSes
@@ -378,7 +396,7 @@ def plan(
         eta=res.eta,
         lower_bound_s=cert.lower_bound_s,
         certificate_tolerance=cert.tolerance,
-        reuse=Reuse(cost, mesh, seed),
+        reuse=Reuse(cost, mesh, seed, (b1_rel, b2_rel), reduced, b2),
     )
 
 
@@ -387,6 +405,27 @@ def effort_budgets(effort: str) -> dict[str, int]:
     if effort not in EFFORTS:
         raise ConfigError("effort", f"must be one of {', '.join(EFFORTS)}, got {effort!r}")
     return EFFORTS[effort]
+
+
+def _reduced(cost: PathCost, model: OcsModel, b2: float, reuse: Reuse | None):
+    """The search's reduced DAG of ``cost`` at ``b2``: the previous plan's with the new bytes
+    when ``reuse`` (of the same job, only its bytes drifted) holds one built at the same
+    ``b2`` (only its ``bits`` depend on the bytes: :class:`.search._Reduced`), else a new one."""
+    if reuse is None or reuse.reduced is None or reuse.reduced_b2 != b2:
+        return search._Reduced(cost, model, b2)
+    red = copy.copy(reuse.reduced)
+    red.bits = 8.0 * cost.dag.bytes[cost.comm_nodes].astype(float)
+    return red
+
+
+def _warm_search(red, model: OcsModel, start: np.ndarray, b2: float, seed: int, max_moves: int):
+    """The local search of :func:`.rounding.round_wiring` (:func:`.search.polish`, the hard
+    critical path, ties by the smoothed cost at ``b2``) from the previous wiring ``start``,
+    with ``1 / WARM_SEARCH_SHARE`` of the rounding's work budget for this size."""
+    size = search.setup_work(red)
+    budget = (max_moves + max_moves * size // rounding.WORK_REF_SIZE) // WARM_SEARCH_SHARE
+    perm = np.random.default_rng(seed).permutation(model.n).astype(np.int64)
+    return search.polish(red, model, start, b2, perm, max(budget, 1))[0]
 
 
 def _reusable(warm_start, model: OcsModel, seed: int) -> Reuse | None:
