@@ -477,6 +477,94 @@ def ocs_moe_256(r: _View) -> str:
     )
 
 
+_ABLATION_SETS = {
+    "hard": "hard families",
+    "preset": "preset families",
+    "onehop": "one-hop matrices (general path)",
+    "scale1024": "1,024 pods (moe, pp-dp)",
+}
+
+
+def _ablation_row(label: str, kind: str, s: Node) -> list[str]:
+    a = s[kind]
+    ew = a["equal_work"]
+    return [
+        label,
+        kind,
+        count(ew["n"]),
+        pct(ew["median"], 2, sign=True),
+        pct(a["equal_work_rounding_only"]["median"], 2, sign=True),
+        pct(a["equal_work_start_only"]["median"], 2, sign=True),
+        pct(a["before_search"]["median"], 1, sign=True),
+        pct(a["low_budget"]["median"], 1, sign=True),
+        pct(a["equal_time"]["median"], 2, sign=True),
+        f"{count(ew['helps'])} / {count(ew['ties'])} / {count(ew['hurts'])}",
+        f"{secs(s['full']['wall_s_median'])} / {secs(a['arm_wall_s_median'])}",
+    ]
+
+
+@block("ocs-ablation", "ocs_ablation")
+def ocs_ablation(r: _View) -> str:
+    ab = r["ocs_ablation"]
+    rows = [
+        _ablation_row(label, kind, ab["by_set"][key])
+        for key, label in _ABLATION_SETS.items()
+        for kind in ("uniform", "demand", "random")
+    ]
+    rows += [_ablation_row("all", kind, ab["overall"]) for kind in ("uniform", "demand", "random")]
+    full = ab["overall"]["full"]
+    return (
+        table(
+            [
+                "instances",
+                "start",
+                "n",
+                "equal work",
+                "rounding only",
+                "start only",
+                "before the search",
+                "1% budget",
+                "equal time",
+                "helps / ties / hurts",
+                "time: full planner / arm",
+            ],
+            rows,
+        )
+        + "\n\n"
+        + paragraph(
+            f"""
+            Each cell is the median over instances of (the arm's hard critical path / the full
+            planner's - 1): positive means the entropic solve helps. An arm replaces the
+            entropic solve's fractional wiring by the fractional uniform mesh, the fractional
+            demand-proportional wiring or a random point of the port polytope and keeps the
+            same rounding, search, temperature, seed and work budget
+            ({count(ab["round_max_moves"])} moves per reference size). "equal work": both sides
+            end with the best of their rounding and the planner's two baseline candidates
+            (best near-uniform, demand-proportional), the headline
+            `gain_vs_<start>_start_median`; "rounding only": no candidates on either side;
+            "start only": also without the rounding's two iterative roundings, which never read
+            the start; "before the search" and "1% budget": the best rounding before any search,
+            and the search with {count(ab["low_budget_max_moves"])} moves, both without
+            candidates; "equal time": the arm restarts (perturbed or
+            fresh starts) for as long as the full planner's solve and rounding took. Times are
+            medians of one run at equal work (full planner: temperatures, solve, rounding,
+            candidates; arm: start and rounding). The full
+            planner's wiring is its own rounding (at least as short as both candidates) on
+            {count(full["rounding_won"])} of {count(full["instances"])} instances; the uniform
+            mesh is a median
+            {pct(full["uniform_mesh_over_full_median"])} and the demand-proportional wiring
+            {pct(full["demand_wiring_over_full_median"])} above the full planner. On the
+            one-hop matrices `plan()` takes its exact fast path (no solve, no rounding: there
+            is nothing to ablate); the rows above force the general path, which ends a median
+            {pct(ab["onehop_general_over_exact_median"], 2)} above the exact optimum.
+            Port limits broken by any wiring: {count(ab["port_limit_violations"])}.
+            `python benchmarks/ocs_ablation.py` ({"--quick, " if ab["quick"] else ""}one
+            process, wall {secs(ab["wall_s"], 0)}).
+            """
+        )
+    )
+
+
 @block("ocs-online", "ocs_schedule", "ocs_online", "ocs_onehop")
 def ocs_online(r: _View) -> str:
     sch, on, oh = r["ocs_schedule"], r["ocs_online"], r["ocs_onehop"]
