@@ -310,20 +310,24 @@ def block(name: str, *files: str) -> Callable:
     return wrap
 
 
-def _plan_default_max_iter() -> int:
-    """``plan()``'s default ``max_iter``, read from its source (nothing is imported)."""
+def _effort_iterations() -> dict[str, int]:
+    """Solver iterations per annealing stage of every effort level of ``plan()``
+    (``planner.EFFORTS``), read from its source (nothing is imported)."""
     spec = importlib.util.find_spec("trainfabric.ocs.wiring.planner")
     if spec is None or spec.origin is None:
         raise ReadmeError("cannot find trainfabric.ocs.wiring.planner")
-    for node in ast.walk(ast.parse(Path(spec.origin).read_text(encoding="utf-8"))):
-        if isinstance(node, ast.FunctionDef) and node.name == "plan":
-            args = node.args.args + node.args.kwonlyargs
-            defaults = [None] * (len(node.args.args) - len(node.args.defaults))
-            defaults += node.args.defaults + node.args.kw_defaults
-            for a, dflt in zip(args, defaults, strict=True):
-                if a.arg == "max_iter" and dflt is not None:
-                    return ast.literal_eval(dflt)
-    raise ReadmeError("plan() has no default max_iter")
+    tree = ast.parse(Path(spec.origin).read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "EFFORTS" for t in node.targets
+        ):
+            out = {}
+            for key, level in zip(node.value.keys, node.value.values, strict=True):
+                for k, v in zip(level.keys, level.values, strict=True):
+                    if ast.literal_eval(k) == "max_iter":
+                        out[ast.literal_eval(key)] = ast.literal_eval(v)
+            return out
+    raise ReadmeError("planner.py defines no EFFORTS")
 
 
 def _how_planned(max_iter: Any) -> str:
@@ -338,18 +342,24 @@ def _how_planned(max_iter: Any) -> str:
 
 def _plan_settings_said(r: _View) -> str:
     """How the scale and anytime rows ran the planner, from the settings their files record,
-    with the scale benchmark's faster setting beside its defaults."""
+    with the scale benchmark's other effort levels beside its defaults."""
     scale = r["ocs_scale"]
     anytime = {row["plan_settings"].get("max_iter") for row in r["ocs_anytime"]["rows"]}
     if len(anytime) != 1:
         raise ReadmeError(f"ocs_anytime.json: rows ran with several max_iter: {sorted(anytime)}")
-    fast = scale["fast_setting"]
+    levels = scale["by_effort"]
+    said = [
+        f"`--effort {name}` takes {secs(levels[name]['seconds_at_256'])} / "
+        f"{secs(levels[name]['seconds_at_1024'])} with critical paths "
+        f"{ratio(levels[name]['critical_path_over_default_min'])}-"
+        f"{ratio(levels[name]['critical_path_over_default_max'])} the default plan's"
+        for name in levels
+        if name != scale["effort"]
+    ]
     return (
-        f"`ocs_scale.py` {_how_planned(scale['plan_settings'].get('max_iter'))}; beside it, "
-        f"its fast setting (`max_iter = {fast['plan_settings']['max_iter']}`) takes "
-        f"{secs(fast['seconds_at_256'])} / {secs(fast['seconds_at_1024'])} at 256 / 1,024 pods "
-        f"with a critical path at most {ratio(fast['critical_path_over_default_max'])} the "
-        f"default plan's. `ocs_anytime.py` {_how_planned(next(iter(anytime)))}"
+        f"`ocs_scale.py` ran `plan()` at `--effort {scale['effort']}`; beside it, "
+        + "; ".join(said)
+        + f". `ocs_anytime.py` {_how_planned(next(iter(anytime)))}"
     )
 
 
@@ -451,11 +461,37 @@ def ocs_plan(r: _View) -> str:
     ]
     note = paragraph(
         f"""
-        The 256- and 1,024-pod rows: {_plan_settings_said(r)};
-        `plan()` defaults to {_plan_default_max_iter()} solver iterations per annealing stage.
+        The 256- and 1,024-pod rows: {_plan_settings_said(r)}. Solver iterations per
+        annealing stage at `--effort` fast / default / thorough:
+        {" / ".join(str(v) for v in _effort_iterations().values())}.
         """
     )
     return table(["figure", "measured", "target"], rows) + "\n\n" + note
+
+
+@block("ocs-effort", "ocs_vs_milp", "ocs_scale")
+def ocs_effort(r: _View) -> str:
+    m, sc = r["ocs_vs_milp"]["by_effort"], r["ocs_scale"]["by_effort"]
+    rows = [
+        [
+            f"`{name}`",
+            f"{pct(m[name]['median_gap'])} / {pct(m[name]['p95_gap'])} / {pct(m[name]['max_gap'])}",
+            pct(m[name]["median_certified_gap"], 2),
+            ratio(m[name]["median_speedup_vs_best_exact"], 1),
+            f"{secs(sc[name]['seconds_at_256'])} / {secs(sc[name]['seconds_at_1024'])}",
+            pct(sc[name]["certified_gap_at_1024"]),
+        ]
+        for name in m
+    ]
+    header = [
+        "`--effort`",
+        "gap to the proven optimum, hard families: median / p95 / worst",
+        "median certified gap",
+        "median speed-up vs the faster exact solver",
+        "plan at 256 / 1,024 pods",
+        "certified gap at 1,024 pods",
+    ]
+    return table(header, rows)
 
 
 @block("ocs-moe-256", "ocs_anytime")
