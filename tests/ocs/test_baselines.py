@@ -13,11 +13,13 @@ from trainfabric.ocs.wiring.baselines import (
     TrafficMatrixCost,
     demand_proportional,
     directed_pair_bytes,
+    mesh_candidates,
     proportional_fill,
     uniform_mesh,
 )
 from trainfabric.ocs.wiring.cost import PathCost, temperatures
 from trainfabric.ocs.wiring.prior import uniform_prior
+from trainfabric.ocs.wiring.rounding import round_to_degrees
 from trainfabric.ocs.wiring.solver import solve
 from trainfabric.workloads import build_dag, get_preset
 from trainfabric.workloads.dag import DagBuilder
@@ -273,3 +275,24 @@ def test_best_near_uniform_stays_within_one_circuit_of_the_mesh_and_beats_the_pl
     model.check_wiring(x, exact=True)
     assert cost.hard(x) <= cost.hard(uniform_mesh(model))
     assert np.array_equal(x, best_near_uniform(cost, model, samples=4, seed=1))
+
+
+def test_traffic_free_candidates_are_kept_per_pod_shape_and_handed_out_as_copies():
+    """The kept uniform mesh and near-uniform candidates equal freshly rounded ones, and a
+    caller that changes what it got does not change what the next caller gets."""
+    from trainfabric.ocs.wiring import baselines
+
+    model = OcsModel.uniform(12, 4, 2)
+    baselines._CACHE.clear()
+    first = mesh_candidates(model, samples=3, seed=7)
+    mesh = model.total_circuits * uniform_prior(model)
+    rng = np.random.default_rng(7)
+    fresh = [round_to_degrees(model, mesh)]
+    fresh += [round_to_degrees(model, mesh, rng.random(model.n_pairs)) for _ in range(3)]
+    for got, want in zip(first, fresh, strict=True):
+        np.testing.assert_array_equal(got, want)
+    first[0][:] = 99
+    np.testing.assert_array_equal(uniform_mesh(model), fresh[0])
+    np.testing.assert_array_equal(mesh_candidates(model, samples=3, seed=7)[2], fresh[2])
+    other = mesh_candidates(OcsModel.uniform(12, 6, 2), samples=3, seed=7)  # new shape
+    assert other[0].sum() > fresh[0].sum()

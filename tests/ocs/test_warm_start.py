@@ -20,7 +20,6 @@ import pytest
 from trainfabric.errors import ConfigError
 from trainfabric.ocs.model import OcsModel
 from trainfabric.ocs.online.drift import drift_traffic, traffic_matrix
-from trainfabric.ocs.wiring.baselines import mesh_candidates
 from trainfabric.ocs.wiring.cost import PathCost, temperatures
 from trainfabric.ocs.wiring.planner import EFFORTS, WARM_MAX_ITER, plan
 from trainfabric.ocs.wiring.prior import uniform_prior
@@ -175,8 +174,8 @@ def test_cost_with_new_bytes_refuses_what_breaks_the_compression():
 
 
 def test_reuse_changes_nothing_but_the_time(moe):
-    """What a warm plan reuses (the path cost's compression, the near-uniform candidates, the
-    search's reduced DAG) equals what it would rebuild: two warm plans in a row, once with the
+    """What a warm plan reuses (the path cost's compression, the search's reduced DAG) equals
+    what it would rebuild: two warm plans in a row, once with the
     reused parts and once with each rebuilt from scratch, give the same wirings and figures."""
     dag, model = moe
     before = plan(dag, model)
@@ -184,9 +183,7 @@ def test_reuse_changes_nothing_but_the_time(moe):
     second = drift_traffic(first, 0.1, seed=5)
 
     def rebuilt(p, job):
-        fresh = dataclasses.replace(
-            p.reuse, cost=PathCost(job, model), mesh=mesh_candidates(model), reduced=None
-        )
+        fresh = dataclasses.replace(p.reuse, cost=PathCost(job, model), reduced=None)
         return dataclasses.replace(p, reuse=fresh)
 
     warm1 = plan(first, model, warm_start=before)

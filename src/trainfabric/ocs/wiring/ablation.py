@@ -145,9 +145,8 @@ def round_from(
 def plan_candidates(cost, model: OcsModel, seed: int = 0) -> list[np.ndarray]:
     """:func:`plan`'s two baseline candidates, in its order: the best near-uniform wiring
     (``seed`` as in :func:`plan`) and the demand-proportional wiring (int64 [P] each)."""
-    uniform = baselines.uniform_mesh(model)
     return [
-        baselines.best_near_uniform(cost, model, seed=seed, uniform=uniform),
+        baselines.best_near_uniform(cost, model, seed=seed),
         baselines.demand_proportional(cost.dag, model),
     ]
 

@@ -47,35 +47,26 @@ def directed_pair_bytes(dag: TaskDAG, model: OcsModel) -> tuple[np.ndarray, np.n
 def uniform_mesh(model: OcsModel) -> np.ndarray:
     """Integer uniform mesh: ``round_to_degrees(model, M·q)``, ``q = uniform_prior(model)``.
 
-    For equal degrees every pair gets ``floor(M/|P|)`` or ``ceil(M/|P|)`` circuits. Int64 [P].
+    For equal degrees every pair gets ``floor(M/|P|)`` or ``ceil(M/|P|)`` circuits. Int64 [P]
+    (a copy; kept per pod shape, :func:`_cached`).
     """
-    return round_to_degrees(model, model.total_circuits * uniform_prior(model))
+    mesh = model.total_circuits * uniform_prior(model)
+    return _cached(model, ("uniform",), lambda: (round_to_degrees(model, mesh),))[0]
 
 
-def best_near_uniform(
-    cost,
-    model: OcsModel,
-    samples: int = 4,
-    seed: int = 0,
-    uniform: np.ndarray | None = None,
-    mesh: list[np.ndarray] | None = None,
-) -> np.ndarray:
+def best_near_uniform(cost, model: OcsModel, samples: int = 4, seed: int = 0) -> np.ndarray:
     """The best integer near-uniform wiring found among ``samples + 2`` candidates (Int64 [P]).
 
     Every candidate is ``round_to_degrees(model, M·q, score)``: each pair within one circuit
     of the fractional mesh ``M·q`` (``floor`` or ``ceil``), degrees exact where realisable.
     Scores decide which pairs take the spare ports: the default of :func:`uniform_mesh`, the
     pairs' total bytes (spare ports to the busiest pairs), then ``samples`` seeded uniform
-    random scores. The candidate with
-    the least hard critical path ``cost.hard`` wins (ties: the first). This is the honest
-    baseline of ``improvement_vs_uniform``: when ``d < n − 1`` half the pairs of
-    any integer mesh have no circuit, and which half matters. ``uniform``: the caller's
-    :func:`uniform_mesh` (the first candidate), so that it is not rounded twice; ``mesh``: the
-    traffic-free candidates already rounded (:func:`mesh_candidates` with the same ``samples``
-    and ``seed``), so that a re-plan of the same pods rounds only the bytes-scored one.
+    random scores (the traffic-free candidates come from :func:`mesh_candidates`). The
+    candidate with the least hard critical path ``cost.hard`` wins (ties: the first). This is
+    the honest baseline of ``improvement_vs_uniform``: when ``d < n − 1`` half the pairs of
+    any integer mesh have no circuit, and which half matters.
     """
-    if mesh is None:
-        mesh = mesh_candidates(model, samples, seed, uniform)
+    mesh = mesh_candidates(model, samples, seed)
     up, down = directed_pair_bytes(cost.dag, model)
     busiest = round_to_degrees(model, model.total_circuits * uniform_prior(model), up + down)
     cands = [mesh[0], busiest, *mesh[1:]]
@@ -83,16 +74,38 @@ def best_near_uniform(
     return cands[int(np.argmin(cps))]
 
 
-def mesh_candidates(
-    model: OcsModel, samples: int = 4, seed: int = 0, uniform: np.ndarray | None = None
-) -> list[np.ndarray]:
-    """The traffic-free candidates of :func:`best_near_uniform`: the uniform mesh (``uniform``
-    when given), then ``samples`` roundings of ``M·q`` by seeded uniform random scores."""
-    mesh = model.total_circuits * uniform_prior(model)
-    rng = np.random.default_rng(seed)
-    scores = [rng.random(model.n_pairs) for _ in range(samples)]
-    first = uniform_mesh(model) if uniform is None else uniform
-    return [first, *(round_to_degrees(model, mesh, score) for score in scores)]
+# Traffic-free wirings of the last few pod shapes (:func:`_cached`).
+_CACHE: dict[tuple, tuple[np.ndarray, ...]] = {}
+_CACHE_SIZE = 8
+
+
+def _cached(model: OcsModel, what: tuple, compute) -> list[np.ndarray]:
+    """Copies of ``compute()`` (a tuple of wirings that depend on the pods' port counts and
+    ``what`` only), computed once per port counts and ``what`` among the last ``_CACHE_SIZE``:
+    re-planning the same cluster for new traffic (a warm start, a stream of traffic matrices)
+    rounds only the traffic-dependent candidates."""
+    key = (model.degrees.tobytes(), *what)
+    hit = _CACHE.get(key)
+    if hit is None:
+        hit = compute()
+        if len(_CACHE) >= _CACHE_SIZE:
+            _CACHE.pop(next(iter(_CACHE)))  # the oldest
+        _CACHE[key] = hit
+    return [x.copy() for x in hit]
+
+
+def mesh_candidates(model: OcsModel, samples: int = 4, seed: int = 0) -> list[np.ndarray]:
+    """The traffic-free candidates of :func:`best_near_uniform` (Int64 [P] each): the uniform
+    mesh, then ``samples`` roundings of ``M·q`` by seeded uniform random scores (kept per pod
+    shape, ``samples`` and ``seed``: :func:`_cached`)."""
+
+    def draw():
+        mesh = model.total_circuits * uniform_prior(model)
+        rng = np.random.default_rng(seed)
+        scores = [rng.random(model.n_pairs) for _ in range(samples)]
+        return tuple(round_to_degrees(model, mesh, score) for score in scores)
+
+    return [uniform_mesh(model), *_cached(model, ("random", int(samples), int(seed)), draw)]
 
 
 def proportional_fill(model: OcsModel, demand: np.ndarray) -> np.ndarray:

@@ -20,12 +20,13 @@ rounding's five starts from scratch are most of a cold plan's rounding time. The
 wiring itself stays a candidate, so a warm plan is never worse than the wiring it started from
 on the new job. A previous :class:`Plan` of the same pods, ports, OCSes, rates and seed also
 hands over its :class:`Reuse`: the path cost's compression, kept when the DAG changed only in
-its bytes (:meth:`.cost.PathCost.with_bytes`), the traffic-free near-uniform candidates, the
-search's reduced DAG (only its bits are new) and, for the same ``b1_rel`` and ``b2_rel``, the
-temperatures ``b1``, ``b2`` (knobs scaled by the job's uniform-mesh critical path, which a
-drift moves a little; the solver resumes at the optimum for those temperatures); when the
-new wiring equals the old one, its split onto the OCSes is kept. What is reused is what a cold
-plan would compute again (tests check a warm plan with and without it to the bit).
+its bytes (:meth:`.cost.PathCost.with_bytes`), the search's reduced DAG (only its bits are
+new) and, for the same ``b1_rel`` and ``b2_rel``, the temperatures ``b1``, ``b2`` (knobs
+scaled by the job's uniform-mesh critical path, which a drift moves a little; the solver
+resumes at the optimum for those temperatures); when the new wiring equals the old one, its
+split onto the OCSes is kept. What is reused is what a cold plan would compute again (tests
+check a warm plan with and without it to the bit). The traffic-free near-uniform candidates
+are kept per pod shape for every plan (:func:`.baselines.mesh_candidates`).
 
 Effort (``plan(..., effort=...)``, ``trainfabric ocs plan --effort``): :data:`EFFORTS` sets
 the solver's iterations per annealing stage and the rounding's work budget: ``fast`` (20, a
@@ -97,13 +98,11 @@ from trainfabric.workloads.traffic import PhaseTraffic, dag_from_traffic, traffi
 
 @dataclass
 class Reuse:
-    """What a re-plan of the same pods can reuse (kept in memory, never written out): the
-    path cost, whose compression holds while only bytes drift (:meth:`.PathCost.with_bytes`),
-    and the traffic-free candidates of the best near-uniform baseline
-    (:func:`.baselines.mesh_candidates`)."""
+    """What a re-plan of the same job can reuse (kept in memory, never written out): the path
+    cost, whose compression holds while only bytes drift (:meth:`.PathCost.with_bytes`), the
+    seed and temperature knobs it was planned with, and the warm search's reduced DAG."""
 
     cost: PathCost
-    mesh: list[np.ndarray]
     seed: int
     b_rel: tuple[float, float]
     reduced: Any = None  # the warm search's reduced DAG (.search._Reduced) at ``reduced_b2``
@@ -356,9 +355,8 @@ def plan(
         reduced = _reduced(cost, model, b2, reuse if drifted else None)
         ours = [_warm_search(reduced, model, start, b2, seed, round_max_moves), start]
     t3 = time.perf_counter()
-    mesh = baselines.mesh_candidates(model, seed=seed) if reuse is None else reuse.mesh
-    uniform = mesh[0]
-    near_uniform = baselines.best_near_uniform(cost, model, seed=seed, mesh=mesh)
+    uniform = baselines.uniform_mesh(model)
+    near_uniform = baselines.best_near_uniform(cost, model, seed=seed)
     x = _best_wiring(cost, ours, [near_uniform, baselines.demand_proportional(dag, model)])
     t4 = time.perf_counter()
     if reuse is not None and np.array_equal(x, warm_start.x):
@@ -396,7 +394,7 @@ def plan(
         eta=res.eta,
         lower_bound_s=cert.lower_bound_s,
         certificate_tolerance=cert.tolerance,
-        reuse=Reuse(cost, mesh, seed, (b1_rel, b2_rel), reduced, b2),
+        reuse=Reuse(cost, seed, (b1_rel, b2_rel), reduced, b2),
     )
 
 
@@ -517,7 +515,7 @@ def _plan_one_hop(
     x = one_hop_wiring(cost, model)
     t2 = time.perf_counter()
     uniform = baselines.uniform_mesh(model)
-    near_uniform = baselines.best_near_uniform(cost, model, seed=seed, uniform=uniform)
+    near_uniform = baselines.best_near_uniform(cost, model, seed=seed)
     t3 = time.perf_counter()
     dec = decompose.decompose(model, x)
     if not dec.feasible:
