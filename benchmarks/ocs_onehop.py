@@ -26,7 +26,11 @@ one-phase DAGs it takes its exact one-hop fast path (exact min-max wiring, basel
 onto the OCS; the run fails if it does not); separately, our exact routine ``one_hop_optimum``
 (the exact-vs-exact figure beside ABSM's) and the planner forced onto its general path
 (``exact_one_hop=False``: solve, round, baselines, split, certified bound; ``general_*``).
-Per-TM time ratios are taken on the same matrix, then the median. Without ``--peer`` only ours
+Per-TM time ratios are taken on the same matrix, then the median. The planner keeps the
+traffic-free near-uniform candidates of its baseline per pod shape
+(:func:`trainfabric.ocs.wiring.baselines.mesh_candidates`), so in a stream of matrices on one
+cluster, ATRO's setting, only the first plan of a shape rounds them: the warm-up plan is of the
+Meta shape, and each synthetic pod count's first matrix pays them in its timed plan. Without ``--peer`` only ours
 against our exact routine is reported, and the JSON says the peer was not run.
 
 Headline keys: ``mlu_ratio_median`` / ``mlu_ratio_p95`` (our planner's MLU ÷ the MLU of

@@ -283,7 +283,7 @@ def test_traffic_free_candidates_are_kept_per_pod_shape_and_handed_out_as_copies
     from trainfabric.ocs.wiring import baselines
 
     model = OcsModel.uniform(12, 4, 2)
-    baselines._CACHE.clear()
+    baselines.clear_cache()
     first = mesh_candidates(model, samples=3, seed=7)
     mesh = model.total_circuits * uniform_prior(model)
     rng = np.random.default_rng(7)

@@ -94,6 +94,11 @@ def _cached(model: OcsModel, what: tuple, compute) -> list[np.ndarray]:
     return [x.copy() for x in hit]
 
 
+def clear_cache() -> None:
+    """Forget the kept traffic-free wirings (a benchmark that times a first plan calls it)."""
+    _CACHE.clear()
+
+
 def mesh_candidates(model: OcsModel, samples: int = 4, seed: int = 0) -> list[np.ndarray]:
     """The traffic-free candidates of :func:`best_near_uniform` (Int64 [P] each): the uniform
     mesh, then ``samples`` roundings of ``M·q`` by seeded uniform random scores (kept per pod
