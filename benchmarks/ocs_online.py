@@ -9,7 +9,13 @@ E7 (one-hop model, 16 pods x 8 ports on 4 OCSes, exact per-slot optimum, analyti
   for ``a`` in {0.25, 0.5} against ``(1 + a) / 2`` (``regret_slope_v1_power``);
 * ``regret / sqrt(Γ C V1 T)`` against ``2√2`` and the bound checked at every point;
 * at ``T = 10^4`` and ``C`` in {0.1, 1, 10} x one slot's cost: threshold (θ*), oracle-tuned θ,
-  always, never and GLR-triggered.
+  always, never and GLR-triggered (worst-case threshold, ``glr``), and the online policies of
+  :mod:`trainfabric.ocs.online.adaptive`: ``online-balance`` (rent-or-buy on the measured
+  excess; feeds ``threshold_beats_both_share``), ``online-learned`` (the l1-drift threshold
+  with θ*'s formula fed by the drift rate and sensitivity measured so far; reported beside
+  it) and ``glr-calibrated`` (GLR threshold
+  calibrated on the stream's fitted null, cost-gated; feeds ``glr_regret_over_oracle_median``).
+  ``jump_generator`` reports the ``jumps`` cells alone (all of its V1 sits in the jump slots).
 
 Real traffic: the 200 Meta pod-level matrices of ``tests/data/meta-pod-traffic/`` (4 pods,
 16 ports, evenly spaced in time over Facebook_pod_a's test trace) as a 200-slot sequence, an
@@ -45,7 +51,6 @@ from trainfabric.experiments.ocs_online_studies import (  # noqa: E402
     ChurnConfig,
     OnlineConfig,
     churn_rows,
-    compare_rows,
     cost_of,
     curve_rows,
     loglog_slope,
@@ -106,29 +111,179 @@ def regret_part(seeds: list[int]) -> dict:
     return out
 
 
+GLR_HORIZON = 3000  # slots per window of the calibrated GLR (its false-alarm bound's window)
+GLR_DELTA = 0.05  # P(false alarm in a window) <= this, with confidence 0.95
+GLR_STREAMS = 200  # null draws of the calibration
+GLR_CHECK_STREAMS = 100  # fresh null streams per sequence for the measured false-alarm rate
+NEW = {"threshold_policy": "online-balance", "glr_policy": "glr-calibrated"}
+
+
+def compare_cells(config: OnlineConfig, cost, kind: str, seed: int) -> tuple[list[dict], dict]:
+    """One row per (c_rel, policy) of a generator and seed: the policies of
+    ``compare_rows`` (threshold at θ*, oracle-tuned θ, always, never, the worst-case GLR) and
+    the online ones (:mod:`trainfabric.ocs.online.adaptive`); and the GLR calibration."""
+    from trainfabric.experiments.ocs_online_studies import switch_cost, v1_for
+    from trainfabric.ocs.online.adaptive import (
+        balance_mask,
+        fit_null,
+        glr_calibrated_mask,
+        learned_mask,
+    )
+    from trainfabric.ocs.online.glr import glr_mask
+    from trainfabric.ocs.online.threshold import ORACLE_GRID, evaluate
+
+    slots = config.compare_slots
+    seq = tr.generate(kind, slots, v1_for(config, slots), pods=config.pods, seed=seed)
+    optima = cost.optima(seq)
+    old_glr = glr_mask(seq, delta=config.glr_delta, seed=seed)
+    from trainfabric.ocs.detect.calibrate import window_false_alarms
+
+    null = fit_null(cost, seq, GLR_DELTA, GLR_HORIZON, GLR_STREAMS, seed=seed)
+    false_alarms = window_false_alarms(null.calibration, GLR_CHECK_STREAMS, seed + 10_000)
+    rows, alarms = [], {}
+    for c_rel in config.compare_c_rel:
+        c = switch_cost(cost, config.pods, seed, c_rel)
+        glrc = glr_calibrated_mask(cost, seq, c, null, optima=optima, seed=seed)
+        alarms[f"{c_rel:g}"] = len(glrc.info["alarms"])
+        masks = {
+            "glr": old_glr,
+            "online-balance": balance_mask(cost, seq, c, optima=optima).mask,
+            "online-learned": learned_mask(cost, seq, c, optima=optima).mask,
+            "glr-calibrated": glrc.mask,
+        }
+        res = evaluate(cost, seq, c, grid=ORACLE_GRID, masks=masks)
+        for name in ("threshold", "oracle", "always", "never", *masks):
+            r = res.summary(name)
+            rows.append(
+                {"generator": kind, "seed": seed, "c_rel": c_rel, "switch_cost_s": c,
+                 "policy": name, "regret_s": r["regret_s"], "switches": r["switches"],
+                 "theta": r["theta"]}
+            )  # fmt: skip
+    cal = null.calibration
+    info = {
+        "threshold_nats": cal.threshold,
+        "null_max_median_nats": cal.null_max_median,
+        "alarms_by_c_rel": alarms,
+        "false_alarm_windows": false_alarms,
+        "false_alarm_streams": GLR_CHECK_STREAMS,
+    }
+    if kind == "jumps":
+        per = tr.per_slot_variation(seq)
+        info["v1_share_in_jump_slots"] = float(per[seq.info["jump_slots"]].sum() / per.sum())
+        info["jump_slots"] = len(seq.info["jump_slots"])
+    return rows, info
+
+
+def _ratio(a: pd.Series, b: pd.Series) -> pd.Series:
+    """``a / b`` per cell, 1 where both regrets are 0 (a cell the first wiring serves
+    optimally throughout: every policy that never switches is exact there)."""
+    both_zero = (a == 0) & (b == 0)
+    return (a / b.where(~both_zero, 1.0)).where(~both_zero, 1.0)
+
+
+def _shares(wide: pd.DataFrame) -> dict:
+    """The headline figures of a set of cells (one row per generator, c_rel, seed)."""
+    bal, glrc = wide[NEW["threshold_policy"]], wide[NEW["glr_policy"]]
+    learned = wide["online-learned"]
+    ratio = _ratio(glrc, wide["oracle"])
+    return {
+        "cells": len(wide),
+        "threshold_beats_both_share": float(
+            ((bal < wide["always"]) & (bal < wide["never"])).mean()
+        ),
+        "threshold_matches_or_beats_both_share": float(
+            ((bal <= wide["always"]) & (bal <= wide["never"])).mean()
+        ),
+        "glr_regret_over_oracle_median": float(ratio.median()),
+        "glr_within_20pct_of_oracle_share_calibrated": float((ratio <= 1.2).mean()),
+        "online_balance_over_oracle_median": float(_ratio(bal, wide["oracle"]).median()),
+        "online_learned_beats_both_share": float(
+            ((learned < wide["always"]) & (learned < wide["never"])).mean()
+        ),
+        "online_learned_over_oracle_median": float(_ratio(learned, wide["oracle"]).median()),
+        # never-switch has regret <= C: every switching policy pays >= C, so none beats it
+        "never_unbeatable_cells": int((wide["never"] <= wide["switch_cost_s"]).sum()),
+    }
+
+
+def _measured_false_alarms(calib: dict) -> dict:
+    """Pooled window false-alarm rate on fresh null streams, with its exact (Clopper-Pearson)
+    95% upper bound, against ``delta_per_window``."""
+    from scipy.stats import beta
+
+    hits = sum(v["false_alarm_windows"] for v in calib.values())
+    total = sum(v["false_alarm_streams"] for v in calib.values())
+    upper = float(beta.ppf(0.95, hits + 1, total - hits)) if hits < total else 1.0
+    return {
+        "false_alarm_window_rate_measured": hits / total,
+        "false_alarm_window_rate_upper95": upper,
+        "false_alarm_windows_checked": total,
+    }
+
+
 def compare_part(seeds: list[int]) -> dict:
     config = OnlineConfig(compare_slots=10_000, compare_c_rel=[0.1, 1.0, 10.0])
     cost = cost_of(config)
-    rows = []
+    rows, calib = [], {}
     for kind in config.generators:
         for seed in seeds:
             _log(f"E7 compare: {kind}, seed {seed}")
-            rows += [{**r, "seed": seed} for r in compare_rows(config, cost, kind, seed)]
+            r, info = compare_cells(config, cost, kind, seed)
+            rows += r
+            calib[f"{kind}/{seed}"] = info
     df = pd.DataFrame(rows)
-    cmp = df[df["part"] == "compare"]
-    wide = cmp.pivot_table(
+    wide = df.pivot_table(
         index=["generator", "c_rel", "seed"], columns="policy", values="regret_s"
     ).reset_index()
+    wide = wide.merge(
+        df.groupby(["generator", "c_rel", "seed"])["switch_cost_s"].first().reset_index()
+    )
     glr_ratio = wide["glr"] / wide["oracle"]
-    table = wide.groupby(["generator", "c_rel"])[["threshold", "oracle", "always", "never", "glr"]]
+    cols = ["threshold", "oracle", "always", "never", "glr", "online-learned", *NEW.values()]
+    switches = df.pivot_table(index=["generator", "c_rel"], columns="policy", values="switches")
+    jumps = wide[wide["generator"] == "jumps"]
     return {
         "compare_slots": config.compare_slots,
-        "compare_regret_s": table.mean().reset_index().to_dict(orient="records"),
+        "compare_regret_s": wide.groupby(["generator", "c_rel"])[cols]
+        .mean()
+        .reset_index()
+        .to_dict(orient="records"),
+        "compare_switches_mean": switches[cols].reset_index().to_dict(orient="records"),
+        **NEW,
+        **_shares(wide),
+        "headline_rule": (
+            "threshold_beats_both_share: share of the compare cells (generator x c_rel x seed)"
+            " where online-balance's regret is strictly below always's and never's;"
+            " glr_regret_over_oracle_median: median over the cells of glr-calibrated's regret"
+            " over the oracle-tuned theta's (hindsight best of theta* x 2^(k/2), k=-6..14),"
+            " 1 where both are 0; never_unbeatable_cells: cells where never's regret <= C,"
+            " so no policy can beat it strictly"
+        ),
+        "by_generator": {k: _shares(g) for k, g in wide.groupby("generator")},
+        "jump_generator": {
+            "generator": "jumps",
+            "why": "piecewise constant: every byte of V1 is in the jump slots"
+            " (v1_share_in_jump_slots, measured), so it is the jump-concentrated generator;"
+            " it is one of the four headline generators, reported here alone",
+            "v1_share_in_jump_slots": min(
+                v["v1_share_in_jump_slots"] for k, v in calib.items() if k.startswith("jumps/")
+            ),
+            **_shares(jumps),
+        },
+        "glr_calibrated": {
+            "delta_per_window": GLR_DELTA,
+            "window_slots": GLR_HORIZON,
+            "confidence": 0.95,
+            "null_streams": GLR_STREAMS,
+            "arl0_lower_bound_slots": GLR_HORIZON * (1 - GLR_DELTA) / GLR_DELTA,
+            **_measured_false_alarms(calib),
+            "by_stream": calib,
+        },
         "glr_over_oracle_theta_median": float(glr_ratio.median()),
         "glr_within_20pct_of_oracle_share": float((glr_ratio <= 1.2).mean()),
         "oracle_theta_over_theta_star_median": float(
-            cmp[cmp["policy"] == "oracle"]["theta"].median()
-            / cmp[cmp["policy"] == "threshold"]["theta"].median()
+            df[df["policy"] == "oracle"]["theta"].median()
+            / df[df["policy"] == "threshold"]["theta"].median()
         ),
         "threshold_beats_always_and_never_share": float(
             ((wide["threshold"] < wide["always"]) & (wide["threshold"] < wide["never"])).mean()

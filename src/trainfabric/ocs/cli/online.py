@@ -38,7 +38,16 @@ from trainfabric.ocs.cli.options import FallbackOpt, OcsOpt, PortsOpt, RateOpt
 from trainfabric.tables import Col, fmt_number, print_records
 
 GENERATORS = ("random-walk", "jumps", "moe-phases", "job-arrival")
-POLICIES = ("threshold", "always", "never", "oracle", "glr")
+POLICIES = (
+    "threshold",
+    "always",
+    "never",
+    "oracle",
+    "glr",
+    "online-balance",
+    "online-learned",
+    "glr-calibrated",
+)
 CHARGES = {"per-reconfiguration": "reconfiguration", "per-circuit": "circuit"}
 # Work guard: the exact per-slot optimum of every policy runs at about 1e6 pair-slots per
 # second on one core (measured: 16 pods x 20,000 slots, 64 x 2,000, 256 x 200), so 1e9
@@ -84,6 +93,26 @@ def _sequence(traffic: str, slots: int, v1: float | None, pods: int | None, jump
         raise ConfigError("pods", f"the file has {seq.pods} pods, --pods says {pods}")
     _check_work(seq.slots, seq.pods)
     return seq, str(traffic)
+
+
+def _masks(cost, seq, policy: str, c: float, charge: str, delta: float, seed) -> dict | None:
+    """The switch mask of a mask policy: ``glr`` (worst-case GLR threshold at ``delta``),
+    ``online-balance`` (rent-or-buy), ``online-learned`` (drift threshold learned online) or
+    ``glr-calibrated`` (GLR calibrated on the stream's
+    null, ``delta`` per window, cost-gated); None for the threshold policies."""
+    from trainfabric.ocs.online import adaptive
+    from trainfabric.ocs.online.glr import glr_mask
+
+    if policy == "glr":
+        return {"glr": glr_mask(seq, delta=delta, seed=seed)}
+    if policy == "online-balance":
+        return {policy: adaptive.balance_mask(cost, seq, c, charge).mask}
+    if policy == "online-learned":
+        return {policy: adaptive.learned_mask(cost, seq, c, charge).mask}
+    if policy == "glr-calibrated":
+        null = adaptive.fit_null(cost, seq, delta=delta, seed=seed)
+        return {policy: adaptive.glr_calibrated_mask(cost, seq, c, null, charge, seed=seed).mask}
+    return None
 
 
 def _check_work(slots: int, pods: int) -> None:
@@ -173,7 +202,12 @@ def ocs_online(
         ),
     ] = None,
     glr_delta: Annotated[
-        float, typer.Option(help="GLR false-alarm level (policy glr).", callback=finite(gt=0))
+        float,
+        typer.Option(
+            help="GLR false-alarm level: of the whole stream (glr), per 3,000-slot window"
+            " (glr-calibrated).",
+            callback=finite(gt=0),
+        ),
     ] = 0.01,
     churn_report: Annotated[
         bool, typer.Option("--churn", help="Split every reconfiguration onto the OCSes.")
@@ -186,7 +220,6 @@ def ocs_online(
 ) -> None:
     """Online OCS rewiring under drifting traffic: regret of a policy and its bound."""
     from trainfabric.ocs.model import OcsModel
-    from trainfabric.ocs.online.glr import glr_mask
     from trainfabric.ocs.online.threshold import ORACLE_GRID, OneHopCost, evaluate
 
     with progress(json_out, "ocs online", show_progress), options(**NAMES):
@@ -200,7 +233,7 @@ def ocs_online(
         )
         cost = OneHopCost(model)
         c = cost.slot_optimum(seq.block(0, 1)[0])[0] if switch_cost_s is None else switch_cost_s
-        masks = {"glr": glr_mask(seq, delta=glr_delta, seed=seed)} if policy == "glr" else None
+        masks = _masks(cost, seq, policy, c, CHARGES[charge], glr_delta, seed)
         grid = ORACLE_GRID if policy == "oracle" else None
         res = evaluate(cost, seq, c, CHARGES[charge], theta, grid, masks, extra=("always", "never"))
         churned = _churn(cost, seq, res, policy, c, charge) if churn_report else {}

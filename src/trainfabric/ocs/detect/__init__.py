@@ -1,6 +1,7 @@
 """Change detection over per-slot count vectors (docs/ocs.md §1.11): GLR-CUSUM and GLR detectors.
 
-Modules: :mod:`.detectors` (the detectors, their thresholds and the statistic's paths) and
+Modules: :mod:`.detectors` (the detectors, their thresholds and the statistic's paths),
+:mod:`.calibrate` (a GLR threshold calibrated on the stream's fitted null, with its bound) and
 :mod:`.streams` (count streams, planted changes, the reduced statistics for many pods).
 ``trainfabric.ocs.detect`` was one module; its names are all exported here.
 """
@@ -18,6 +19,11 @@ _EXPORTS = {
     "GlrDetector": "detectors",
     "Paths": "detectors",
     "statistic_paths": "detectors",
+    "GlrCalibration": "calibrate",
+    "CalibratedGlrDetector": "calibrate",
+    "calibrate_glr": "calibrate",
+    "tolerance_order": "calibrate",
+    "window_false_alarms": "calibrate",
     "MODES": "streams",
     "CHANGES": "streams",
     "offdiag_mask": "streams",

@@ -3,7 +3,9 @@
 
 Modules: :mod:`.threshold` (the one-hop cost, the policies, the regret bound and the
 evaluation), :mod:`.dag` (the same on a job's task DAG, regret bounded from both sides),
-:mod:`.glr` (reconfiguration triggered by the GLR detector), :mod:`.churn` (what the
+:mod:`.glr` (reconfiguration triggered by the GLR detector), :mod:`.adaptive` (policies
+that set their own threshold online: rent-or-buy on the measured excess, and the GLR trigger
+calibrated to the stream with a cost gate), :mod:`.churn` (what the
 reconfigurations cost on the OCSes), :mod:`.drift` (a job's traffic with a set l1 drift).
 ``trainfabric.ocs.online`` was one module; its names are all exported here.
 """
@@ -31,6 +33,13 @@ _EXPORTS = {
     "evaluate_dag": "dag",
     "DEFAULT_COUNTS_PER_SLOT": "glr",
     "glr_mask": "glr",
+    "AdaptiveRun": "adaptive",
+    "StreamNull": "adaptive",
+    "balance_mask": "adaptive",
+    "fit_null": "adaptive",
+    "learned_mask": "adaptive",
+    "utilisation": "adaptive",
+    "glr_calibrated_mask": "adaptive",
     "replay": "churn",
     "ChurnRow": "churn",
     "traffic_matrix": "drift",
