@@ -26,7 +26,10 @@ def test_threshold_json_reports_regret_below_its_bound(cli, strict_loads):
     assert res["regret_always_s"] == pytest.approx(0.05 * 400, rel=1e-9)
 
 
-@pytest.mark.parametrize("policy", ["always", "never", "oracle", "glr"])
+@pytest.mark.parametrize(
+    "policy",
+    ["always", "never", "oracle", "glr", "online-balance", "online-learned", "glr-calibrated"],
+)
 def test_every_policy_runs(cli, strict_loads, policy):
     code, out, _ = cli(
         "ocs", "online", "--traffic", "job-arrival", "--slots", "300", "--pods", "6",
