@@ -29,9 +29,12 @@ from trainfabric.ocs.model import OcsModel
 from trainfabric.ocs.wiring.search import (
     _at,
     _pair_id,
+    _polish_state,
     _Reduced,
     _soft_sweeps,
+    hard_cp,
     kick,
+    pair_classes,
     polish,
     setup_work,
 )
@@ -368,7 +371,8 @@ class RoundResult:
     nothing); ``hard_cp_s``: its hard critical path; ``initial_cp_s``: the best hard critical
     path among the roundings before the search; ``swaps``: accepted moves; ``evaluations``:
     candidate moves evaluated; ``work``: work units spent (the budget's unit, see
-    :func:`round_wiring`); ``starts``: roundings searched from; ``wall_s``. ``success``: the
+    :func:`round_wiring`) by the search and the kicks, ``class_work`` by the class moves (a
+    budget of their own); ``starts``: roundings searched from; ``wall_s``. ``success``: the
     wiring's critical path is finite (always, the fallback rate serving unwired pairs);
     ``message``: the critical path before and after the search.
     """
@@ -381,6 +385,7 @@ class RoundResult:
     work: int
     starts: int
     wall_s: float
+    class_work: int = 0
 
     @property
     def success(self) -> bool:
@@ -394,15 +399,21 @@ class RoundResult:
         )
 
 
-def _fill(model: OcsModel, x0: np.ndarray, weight: np.ndarray) -> np.ndarray:
+def _fill(
+    model: OcsModel, x0: np.ndarray, weight: np.ndarray, forbid: np.ndarray | None = None
+) -> np.ndarray:
     """``x0`` plus circuits on its dark ports: one circuit per pair between pods with dark ports
-    by decreasing ``weight`` (greedy with length-3 augmenting paths, :func:`_greedy_augment`),
-    then what is left paired up (:func:`_havel_hakimi`), so at most one pod keeps dark ports
-    (and none when the leftover is realisable). Adding circuits never slows a transfer."""
+    by decreasing ``weight`` (greedy with length-3 augmenting paths, :func:`_greedy_augment`;
+    pairs in ``forbid`` (bool [P]) excluded), then what is left paired up
+    (:func:`_havel_hakimi`), so at most one pod keeps dark ports (and none when the leftover
+    is realisable). Adding circuits never slows a transfer."""
     rho = model.free_ports(x0)
     iu, iv = model.pairs
     live = rho > 0
-    cand = np.flatnonzero(live[iu] & live[iv])
+    ok = live[iu] & live[iv]
+    if forbid is not None:
+        ok &= ~forbid
+    cand = np.flatnonzero(ok)
     x = x0.copy()
     left = rho.astype(np.int64)
     if cand.size:
@@ -421,7 +432,9 @@ def _fill(model: OcsModel, x0: np.ndarray, weight: np.ndarray) -> np.ndarray:
 _ROUNDS_MAX = 6  # marginal re-evaluations of the iterative rounding
 
 
-def _iterative_rounding(red: _Reduced, model: OcsModel, x0: np.ndarray, b2: float) -> np.ndarray:
+def _iterative_rounding(
+    red: _Reduced, model: OcsModel, x0: np.ndarray, b2: float, forbid: np.ndarray | None = None
+) -> np.ndarray:
     """Rounding by the marginals of the *integer* wiring being built (docs/ocs.md §1.8: "iterative
     rounding with re-solves on the remaining degrees").
 
@@ -434,15 +447,17 @@ def _iterative_rounding(red: _Reduced, model: OcsModel, x0: np.ndarray, b2: floa
     ``_ROUNDS_MAX`` rounds, or when no pair has a positive saving, :func:`_fill` places the rest
     by the last savings. Unlike rounding by the fractional optimum's marginals this cannot leave
     a pair that carries traffic at the fallback rate because the fractional optimum gave it
-    0.8 circuits and the critical path elsewhere.
+    0.8 circuits and the critical path elsewhere. Pairs in ``forbid`` (bool [P]) get no circuit
+    (:func:`_class_moves`).
     """
     iu, iv = model.pairs
+    allowed = np.ones(model.n_pairs, dtype=bool) if forbid is None else ~forbid
     x = x0.copy()
     rate, b0 = model.rate_bps, model.fallback_bps
     gain = np.zeros(model.n_pairs)
     for _ in range(_ROUNDS_MAX):
         left = model.free_ports(x)
-        cand = np.flatnonzero((left[iu] > 0) & (left[iv] > 0))
+        cand = np.flatnonzero((left[iu] > 0) & (left[iv] > 0) & allowed)
         if cand.size == 0:
             break
         gain = _unit_gains(
@@ -455,7 +470,7 @@ def _iterative_rounding(red: _Reduced, model: OcsModel, x0: np.ndarray, b2: floa
         order = cand[np.argsort(-gain[cand], kind="stable")]
         quota = max(1, int(min(left.sum() // 2, model.max_circuits - x.sum())) // 2)
         _take_once(order, iu, iv, x, left, quota)
-    return _fill(model, x, gain)
+    return _fill(model, x, gain, forbid)
 
 
 @numba.njit(cache=True)
@@ -592,6 +607,68 @@ def _complete(cost, model: OcsModel, x: np.ndarray, cp: float) -> tuple[np.ndarr
     return x, cp
 
 
+CLASS_TRIES = 4  # pair classes emptied by the class moves, at most, per improvement
+CLASS_SLACK = 0.02  # a re-spent wiring is searched if within this share of the best
+
+
+def _class_moves(
+    red: _Reduced, model: OcsModel, x: np.ndarray, cp: float, b2: float, perm, budget: int
+) -> tuple[np.ndarray, float, int, int, int]:
+    """Moves to structurally different wirings: take one pair class off the circuits entirely
+    and re-spend its ports on the others.
+
+    Classes are the traffic roles of :func:`.search.pair_classes` (pairs that run in the same
+    phases). For each class holding at least two circuits in ``x`` (at most ``CLASS_TRIES``, by
+    decreasing circuits held), every circuit of the class is removed and the freed ports are
+    re-spent by :func:`_iterative_rounding` with the class forbidden (by the marginals of the
+    wiring being built, so they go where the critical path gains most). Best first, a
+    re-spent wiring with a strictly shorter hard critical path than ``x`` is taken as it is;
+    one within ``CLASS_SLACK`` of ``x``'s is first searched briefly (at most ``KICK_MOVES``
+    candidates, :func:`.search.polish`, which may give circuits back to the class) and
+    taken if that makes it strictly shorter. The wiring taken is searched to its local
+    optimum, replaces ``x``, and the classes are tried again. A local move changes two or
+    three pairs at a time and cannot cross the valley between "every pair of the class holds
+    a circuit" and "none does"; this move jumps it.
+
+    Work: each re-spending is charged ``(_ROUNDS_MAX + 1)`` times :func:`.search.setup_work`,
+    the searches their own work; nothing starts once ``budget`` is spent. Returns ``(x, hard
+    critical path (s), accepted moves, evaluations, work)``.
+    """
+    classes = pair_classes(red, model.n_pairs)
+    respend = (_ROUNDS_MAX + 1) * setup_work(red)
+    acc = evals = work = 0
+    tried: set[int] = set()
+    wired = classes >= 0
+    while True:
+        held = np.bincount(classes[wired], x[wired], minlength=classes.max() + 1)
+        order = [int(c) for c in np.argsort(-held, kind="stable") if held[c] >= 2]
+        cands = []
+        for c in [c for c in order if c not in tried][:CLASS_TRIES]:
+            if work + respend >= budget:
+                break
+            tried.add(c)
+            forbid = classes == c
+            y = _iterative_rounding(red, model, np.where(forbid, 0, x), b2, forbid)
+            work += respend
+            y_cp = hard_cp(red, _polish_state(red, model, y, b2)[2])
+            if y_cp < cp * (1 + CLASS_SLACK):
+                cands.append((y_cp, c, y))
+        for y_cp, _, y in sorted(cands, key=lambda t: t[:2]):
+            if y_cp < cp * (1 - 1e-12):  # better as it stands: straight to the full search
+                break
+            y, y_cp, a, ev, wk = polish(
+                red, model, y, b2, perm, budget - work, max_evals=KICK_MOVES
+            )
+            acc, evals, work = acc + a, evals + ev, work + wk
+            if y_cp < cp * (1 - 1e-12):
+                break
+        else:
+            return x, cp, acc, evals, work
+        y, cp, a, ev, wk = polish(red, model, y, b2, perm, budget - work)
+        x, acc, evals, work = y, acc + a, evals + ev, work + wk
+        tried.clear()
+
+
 SOFTER = 100.0  # the search first runs at b2 / SOFTER, then at b2
 # Work budget of the search (steps 2-3 of round_wiring), in work units (elementary operations,
 # search._polish) per reference size: the budget is max_moves * (1 + S / WORK_REF_SIZE), S the
@@ -615,6 +692,7 @@ def round_wiring(
     max_moves: int = DEFAULT_MAX_MOVES,
     seed: int = 0,
     kicks: int = DEFAULT_KICKS,
+    classes: bool = True,
 ) -> RoundResult:
     """Integer wiring (degrees ``≤ d``) from a fractional one, searched on the hard critical path.
 
@@ -635,14 +713,17 @@ def round_wiring(
        dark). Accepted if the hard critical path drops, or ties and the smoothed one ``U``
        drops; first improvement with "don't look" bits, until no move improves or the work
        budget is spent (below).
-    3. **Iterated local search** while budget is left: up to ``kicks`` times, a 2-swap at
+    3. **Class moves** (``classes``, :func:`_class_moves`): take a whole pair class (pairs with
+       the same traffic role) off the circuits, re-spend its ports, search; keep the result
+       when it is strictly better.
+    4. **Iterated local search** while budget is left: up to ``kicks`` times, a 2-swap at
        the critical path of the best wiring that the search rejected (:func:`.search.kick`:
        targets by gain, donors by penalty rank, enumerated), then a short search
        (at most ``KICK_MOVES`` candidate moves) in which the kicked pairs may not donate (so it
        cannot just undo the kick); a strictly better result becomes the best, is searched to its
        local optimum, and the kicks restart from its first. A kick is charged the work of
        rebuilding the search state and ranking every pair (:func:`.search.setup_work` + pairs).
-    4. **Completion** (:func:`_complete`) of a pod left with two or more dark ports where that
+    5. **Completion** (:func:`_complete`) of a pod left with two or more dark ports where that
        does not lengthen the hard critical path. The best result is returned.
 
     Candidates are evaluated exactly by compiled sweeps over the DAG with the parallel comm
@@ -650,7 +731,7 @@ def round_wiring(
     restarted at the first merged node that changed, behind an exact lower-bound test and, for
     ties of the hard critical path, the convexity bound ``Δ(b2 U) ≥ Σ_r μ_r Δ(b2 t_r)``.
 
-    **Work budget** (steps 2-3): counted in work units, the elementary operations the search
+    **Work budget** (steps 2-4): counted in work units, the elementary operations the search
     performs (:func:`.search._polish`: comm nodes, group members, merged DAG nodes and edges
     touched by each scan and candidate evaluation, plus :func:`.search.setup_work` per search
     and kick), never in seconds, so the same seed gives the same wiring on a cold and a warm
@@ -658,13 +739,14 @@ def round_wiring(
     1,024-pod MoE phase, so the budget bounds the search's running time at every size. It is
     ``max_moves · (1 + S / WORK_REF_SIZE)`` with ``S`` the instance size
     (:func:`.search.setup_work`): a big instance gets a longer search in proportion; the search
-    ends at most one scan of the candidate list past it.
+    ends at most one scan of the candidate list past it. The class moves (step 3) have a budget
+    of their own, ``max_work / 2`` (the search of step 2 often spends all of its own).
 
     ``cost``: a :class:`~trainfabric.ocs.wiring.cost.PathCost` (``dag``, ``comm_nodes``,
     ``comm_pair``, ``marginals``, ``hard``, ``log_paths``); ``x_frac`` [P] circuits (its floor
     must fit the ports); ``b2`` (1/s), default ``50·max(log|Π|, 1) / CP(x_frac)``;
     ``max_moves`` ≥ 1 (work units per reference size, above); ``kicks`` ≥ 0; ``seed`` orders
-    ties.
+    ties; ``classes``: run the class moves of step 3.
     """
     t0 = time.perf_counter()
     x = _check_frac(model, x_frac)
@@ -710,6 +792,12 @@ def round_wiring(
             work += wk
             if cp < best_cp:
                 best, best_cp = xi, cp
+    class_work = 0
+    if classes:  # a budget of their own (half the search's): step 2 often spends all of its
+        best, best_cp, acc, ev, wk = _class_moves(
+            red, model, best, best_cp, b2, perm, max_work // 2
+        )
+        swaps, evaluations, class_work = swaps + acc, evaluations + ev, wk
     # iterated local search: kick the best wiring off its local optimum, search again, keep
     # a strictly better result; each kick is charged the work of rebuilding the search state
     # and of ranking every pair's donor penalty
@@ -748,4 +836,5 @@ def round_wiring(
         work=work,
         starts=len(starts),
         wall_s=time.perf_counter() - t0,
+        class_work=class_work,
     )

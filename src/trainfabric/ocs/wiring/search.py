@@ -826,3 +826,33 @@ def kick(
     y[gained] += 1
     y[[model.pair_index(u, a), model.pair_index(v, b)]] -= 1
     return y, gained
+
+
+def pair_classes(red: _Reduced, n_pairs: int) -> np.ndarray:
+    """Traffic role of every pair [P] (:func:`classes_of` over the merged comm groups of
+    ``red``, the phases)."""
+    return classes_of(red.pair, red.comm_group, n_pairs)
+
+
+def classes_of(pair: np.ndarray, group: np.ndarray, n_pairs: int) -> np.ndarray:
+    """Traffic role of every pair [P]: pairs whose transfers (comm node ``c`` on pair
+    ``pair[c]`` in phase ``group[c]``) run in exactly the same phases, the same number of
+    times in each, share a class id ``0..K-1``; pairs without traffic get -1. Read from the
+    DAG's structure alone (no phase names): in an MoE job with a data parallel ring, the pairs
+    of the expert all-to-all only, of the ring only and of both are three classes.
+
+    The multiset of a pair's phases is identified by the sum (mod 2^64) of one seeded random
+    64-bit key per transfer's phase (linear time, order-free); two different multisets
+    collide with probability about K² / 2^64."""
+    n_groups = int(group.max()) + 1 if group.size else 0
+    keys = (
+        np.random.default_rng(0x5EED)
+        .integers(0, np.iinfo(np.int64).max, n_groups, dtype=np.int64)
+        .astype(np.uint64)
+    )
+    sig = np.zeros(n_pairs, dtype=np.uint64)
+    np.add.at(sig, pair, keys[group])
+    has = np.bincount(pair, minlength=n_pairs) > 0
+    out = np.full(n_pairs, -1, dtype=np.int64)
+    out[has] = np.unique(sig[has], return_inverse=True)[1]
+    return out
