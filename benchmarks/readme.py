@@ -1548,6 +1548,50 @@ def simai_peer(r: _View) -> str:
     )
 
 
+@block("diloco-testbed", "diloco_testbed")
+def diloco_testbed(r: _View) -> str:
+    t = r["diloco_testbed"]
+    cfg, link, per = t["config"], t["link"], t["per_queue_ms"]
+    rows = []
+    for q in per:
+        d = per[q]
+        drops = sum(run["qdisc_drops"] for run in d["runs"])
+        lo, hi = d["ttft_inside_over_outside_ci"]
+        plo, phi = d["tpot_inside_over_outside_ci"]
+        rows.append(
+            [
+                f"{fixed(q, 0)} ms"
+                + (" (headline)" if _num(q) == _num(t["headline_queue_ms"]) else ""),
+                f"{ratio(d['ttft_inside_over_outside'])} [{fixed(lo)}, {fixed(hi)}]",
+                f"{msecs(d['ttft_median_inside_s'], 0)} / {msecs(d['ttft_median_outside_s'], 0)}",
+                f"{ratio(d['tpot_inside_over_outside'])} [{fixed(plo)}, {fixed(phi)}]",
+                f"{count(d['inside'])} of {count(d['requests'])}",
+                count(drops),
+            ]
+        )
+    header = [
+        "link queue",
+        "TTFT inside / outside syncs [95% CI]",
+        "median TTFT inside / outside",
+        "TPOT inside / outside [95% CI]",
+        "requests inside a sync",
+        "queue drops",
+    ]
+    note = paragraph(
+        f"""
+        `benchmarks/diloco_testbed.py`: vLLM and the load client on core {count(cfg["serve_core"])},
+        the two learners on core {count(cfg["train_core"])}; the client's requests to vLLM cross
+        the same shaped link ({fixed(link["rate_mbit"], 3)} Mbit/s each way, tbf) as the learners'
+        all-reduce, whose rate keeps the sync's share of the inner phase of
+        {link["derivation"]["source"]}; {count(cfg["reps"])} runs of {secs(cfg["duration_s"], 0)}
+        per queue depth, a sync every {secs(cfg["period_s"], 0)}. A request is inside when its
+        lifetime overlaps a sync; the ratio is of medians, its CI a bootstrap over requests
+        (nearby requests share a queue, so it is narrower than a CI over runs would be).
+        """
+    )
+    return table(header, rows) + "\n\n" + note
+
+
 @block("diloco-protocol", "diloco_protocol")
 def diloco_protocol(r: _View) -> str:
     dp = r["diloco_protocol"]

@@ -12,6 +12,9 @@ the run's start, rates are fractions in [0, 1].
   CI of the two groups resampled independently. Requests close in time are correlated (a
   queue), so these CIs are narrower than a block bootstrap's: they describe this run, the
   paired tests over seeds carry the evidence.
+* **Ratio of medians** (:func:`ratio_of_medians`): ``median(inside) / median(outside)`` of a
+  latency, with a percentile bootstrap CI that resamples the two groups independently
+  (the serving testbed's sync cost, :mod:`~trainfabric.diloco.live_testbed`).
 * **Equal tokens / equal wall-clock** (:func:`loss_at`): the eval loss of a run at ``x0``
   tokens (or seconds) by linear interpolation of its eval curve; runs of one comparison are
   read at the largest ``x0`` every one of them reached (:func:`common_point`), never
@@ -129,6 +132,28 @@ def latency_split(
         for key, _ in COLUMNS
     }
     out["level"] = level
+    return out
+
+
+def ratio_of_medians(inside, outside, level: float = 0.95, draws: int = BOOT_DRAWS,
+                     seed: int = 0) -> dict:  # fmt: skip
+    """``median(inside) / median(outside)`` (non-finite values dropped) and its percentile
+    bootstrap CI at ``level``: ``draws`` resamples of each group with replacement,
+    independently, seeded; ``None`` where a group is empty or a median is 0."""
+    x, y = (np.asarray(v, float) for v in (inside, outside))
+    x, y = x[np.isfinite(x)], y[np.isfinite(y)]
+    out = {"n_inside": int(x.size), "n_outside": int(y.size), "ratio": None, "ci": [None, None]}
+    out |= {"median_inside": float(np.median(x)) if x.size else None}
+    out |= {"median_outside": float(np.median(y)) if y.size else None}
+    if not (x.size and y.size) or out["median_outside"] == 0:
+        return out
+    rng = np.random.default_rng([seed, 5151])
+    bx = np.median(x[rng.integers(x.size, size=(draws, x.size))], axis=1)
+    by = np.median(y[rng.integers(y.size, size=(draws, y.size))], axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratios = bx / by
+    out["ratio"] = out["median_inside"] / out["median_outside"]
+    out["ci"] = _ci(ratios, level)
     return out
 
 

@@ -17,6 +17,15 @@ is ready when ``GET /health`` answers 200 (polled every 0.25 s up to
 the log's tail). On exit the whole group gets SIGTERM, then SIGKILL after
 ``stop_timeout_s``, so no engine process outlives the block. Port 0 picks a free port. The
 host is 127.0.0.1 unless given; any other host is announced on stderr.
+
+**Placement** (the serving testbed, :mod:`trainfabric.diloco.live_testbed`): ``prefix`` is
+put before the server's argv (e.g. ``ip netns exec NS``: the server then runs inside that
+network namespace and binds one of its addresses, reachable only from the namespaces of the
+same bridge) and ``inside`` runs the port choice and the ``/health`` probe where the server
+is reachable (e.g. in a thread that entered that namespace); ``cpus`` pins the server and
+all its processes to those cores (``taskset -c``; for vLLM also
+``VLLM_CPU_OMP_THREADS_BIND``, which vLLM's CPU worker otherwise sets to cores of its own
+choosing).
 """
 
 from __future__ import annotations
@@ -29,7 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,17 +132,22 @@ def serve(
     stop_timeout_s: float = 20.0,
     log_path: str | Path | None = None,
     emulator_model: ServingModel | None = None,
+    prefix: Sequence[str] = (),
+    inside: Callable | None = None,
+    cpus: tuple[int, ...] | None = None,
 ) -> Iterator[Server]:
     """Run a server for the ``with`` block (module doc); yields its :class:`Server`."""
-    port = port or free_port(host)
+    inside = inside or (lambda fn, *args: fn(*args))
+    port = port or inside(free_port, host)
     argv, extra_env = command(
         kind, host, port, Path(model_dir) if model_dir else None, max_model_len, emulator_model
     )
+    argv = [*prefix, *pin(cpus), *argv]
+    if cpus and kind == "vllm":
+        extra_env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(str(c) for c in cpus)
     if host not in LOOPBACK:
-        print(
-            f"serve: {kind} listens on {host}:{port}, reachable beyond this machine",
-            file=sys.stderr,
-        )
+        where = f"run as {' '.join(prefix)}" if prefix else "reachable beyond this machine"
+        print(f"serve: {kind} listens on {host}:{port}, {where}", file=sys.stderr)
     log = Path(log_path) if log_path else _temp_log(kind)
     watchdog = _start_watchdog()
     with open(log, "ab") as sink:
@@ -147,12 +161,17 @@ def serve(
         )
     url = f"http://{'127.0.0.1' if host in ('0.0.0.0', 'localhost') else host}:{port}"
     try:
-        wait_healthy(url, proc, start_timeout_s, log)
+        inside(wait_healthy, url, proc, start_timeout_s, log)
         yield Server(url=url, kind=kind, model=SERVED_NAME, pid=proc.pid, log=log)
     finally:
         stop(proc, stop_timeout_s)
         watchdog.terminate()  # dismissed: exits without killing anything
         watchdog.wait()
+
+
+def pin(cpus: tuple[int, ...] | None) -> list[str]:
+    """``taskset -c CPUS`` (inherited by every process and thread the server starts)."""
+    return ["taskset", "-c", ",".join(str(c) for c in cpus)] if cpus else []
 
 
 def _start_watchdog() -> subprocess.Popen:

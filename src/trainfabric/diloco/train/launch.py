@@ -19,6 +19,17 @@ checkpoints already written stay whole. :meth:`TrainingRun.wait` returns a
   learners' veths sent plus received during the sync, from the interface counters),
   ``evals.parquet``,
 * ``result.json`` (the :class:`TrainResult`).
+
+**Fragment gates** (Streaming DiLoCo): ``gate`` (a :class:`~.controller.FragmentGate`, e.g.
+:class:`~.controller.ScoreGate`) is asked in this process, like the controller, for every
+fragment due; rank 0 broadcasts its answer (:class:`~.learner.BroadcastGate`). It needs
+``streaming`` and replaces ``streaming.defer``'s scripted pattern (both given: refused).
+
+**Placement** (the serving testbed): ``cpus`` pins every learner process to those cores
+(``sched_setaffinity``, set by the learner before it builds anything); ``net`` runs the
+learners in a network the caller created (:func:`~.netns.create`) and keeps alive after the
+run (a server in one of its namespaces outlives the training), instead of one made and
+removed with the run.
 """
 
 from __future__ import annotations
@@ -33,7 +44,7 @@ from typing import Any, Protocol
 
 from trainfabric.diloco.train import checkpoint, corpus, netns
 from trainfabric.diloco.train.config import TrainConfig
-from trainfabric.diloco.train.controller import FixedH, Progress
+from trainfabric.diloco.train.controller import FixedH, FragmentDue, FragmentGate, Progress
 from trainfabric.diloco.train.learner import STATUS_WIDTH, BatchFn, WorkerSpec, main
 from trainfabric.diloco.train.report import TrainResult, finish
 from trainfabric.errors import ConfigError
@@ -63,6 +74,9 @@ class TrainingRun:
         controller: Controller | None = None,
         model: Any = None,
         batch: BatchFn | None = None,
+        net: netns.Network | None = None,
+        cpus: tuple[int, ...] | None = None,
+        gate: FragmentGate | None = None,
     ):
         # absolute: the learners rendezvous by this path
         self.cfg, self.run_dir = cfg, Path(run_dir).resolve()
@@ -71,7 +85,9 @@ class TrainingRun:
         self.ctx = mp.get_context("spawn")
         self.status = self.ctx.Array("d", cfg.learners * STATUS_WIDTH, lock=False)
         self.stop_flag = self.ctx.Value("b", 0, lock=False)
-        self.net: netns.Network | None = None
+        self.net: netns.Network | None = net
+        self.owns_net = net is None  # a network given by the caller outlives the run
+        self.cpus, self.gate = cpus, gate
         self.procs: list[Any] = []
         self.conn = None
         self.syncs: list[dict] = []
@@ -127,7 +143,10 @@ class TrainingRun:
             size = self.cfg.corpus_bytes if name == "train.bin" else 100_000
             with writing(self.run_dir / name):
                 corpus.tokens(size, seed).tofile(self.run_dir / name)
-        if self.cfg.shaping is not None:
+        if self.net is not None and self.net.n != self.cfg.learners:
+            n, m = self.net.n, self.cfg.learners
+            raise ConfigError("net", f"has {n} namespaces for {m} learners")
+        if self.cfg.shaping is not None and self.net is None:
             self.net = netns.create(self.cfg.learners, self.cfg.shaping)
         try:
             self._spawn(resume=checkpoint.common_step(self.run_dir / "ckpt", self.cfg.learners))
@@ -166,7 +185,7 @@ class TrainingRun:
         for r in range(self.cfg.learners):
             spec = WorkerSpec(
                 r, self.cfg, self.run_dir, master, spaces[r], ifaces[r], resume, attempt,
-                self.model, self.batch,
+                self.model, self.batch, self.cpus, self.gate is not None,
             )  # fmt: skip
             p = self.ctx.Process(
                 target=main,
@@ -227,6 +246,8 @@ class TrainingRun:
                 body["link_rate_bps"] = self.net.shaping.rate_mbit * 1e6
             body["link_time"] = time.time()
             self.conn.send(bool(self.controller.decide(Progress(**body))))
+        elif kind == "fragment_due":
+            self.conn.send(bool(self.gate.open(FragmentDue(**body))))
         elif kind == "sync_start":
             self._link0 = self.net.dev_bytes() if self.net is not None else None
             self.conn.send(True)
@@ -267,7 +288,7 @@ class TrainingRun:
 
     def _teardown(self) -> None:
         self._kill()
-        if self.net is not None:
+        if self.net is not None and self.owns_net:
             self.net.close()
 
 
@@ -278,12 +299,21 @@ def start(
     resume: bool = False,
     model: Any = None,
     batch: BatchFn | None = None,
+    net: netns.Network | None = None,
+    cpus: tuple[int, ...] | None = None,
+    gate: FragmentGate | None = None,
 ) -> TrainingRun:
     """Start a DiLoCo run (returns at once; ``.wait()`` for the result). ``model`` and
-    ``batch`` replace the GPT and its corpus batches (:class:`~.learner.WorkerSpec`)."""
+    ``batch`` replace the GPT and its corpus batches (:class:`~.learner.WorkerSpec`);
+    ``net`` and ``cpus``: the placement; ``gate``: the fragment gate (module doc)."""
     if not isinstance(cfg, TrainConfig):
         raise ConfigError("config", "expected a TrainConfig")
-    return TrainingRun(cfg, Path(run_dir), controller, model, batch).start(resume)
+    if gate is not None and cfg.streaming is None:
+        raise ConfigError("gate", "a fragment gate needs streaming (fragments to gate)")
+    if gate is not None and cfg.streaming.defer:
+        raise ConfigError("gate", "give a gate or streaming.defer, not both")
+    run = TrainingRun(cfg, Path(run_dir), controller, model, batch, net, cpus, gate)
+    return run.start(resume)
 
 
 def train(

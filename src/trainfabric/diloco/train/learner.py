@@ -13,7 +13,10 @@ bytes all-reduced) to the launcher, which adds the link's byte counters.
 With ``streaming`` set the syncs are Streaming DiLoCo's fragment syncs on their fixed
 schedule (:mod:`~trainfabric.diloco.train.streaming`): the controller is not consulted,
 each fragment's merge is one sync record (with its ``fragment`` and ``step_start``), and
-rank 0 evaluates its model (partly merged) after each.
+rank 0 evaluates its model (partly merged) after each. With ``gated`` (the launcher holds a
+fragment gate, e.g. :class:`~.controller.ScoreGate`) every due fragment is offered to it
+(:class:`BroadcastGate`): rank 0 asks the launcher and broadcasts the answer, as it does the
+controller's, so every learner starts (or defers) the same fragment at the same step.
 
 A learner trains the byte-level GPT on the run's corpus unless its :class:`WorkerSpec`
 brings a ``model`` (an ``nn.Module`` with ``loss(x, y)``; every learner starts from a copy
@@ -26,6 +29,7 @@ of it, cast to ``dtype``) and a ``batch`` function, ``batch(step, rank) -> (x, y
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import os
@@ -42,6 +46,7 @@ from torch import nn
 
 from trainfabric.diloco.train import checkpoint
 from trainfabric.diloco.train.config import TrainConfig
+from trainfabric.diloco.train.controller import FragmentDue
 from trainfabric.diloco.train.model import GPT
 from trainfabric.diloco.train.outer import make_outer, outer_step
 from trainfabric.diloco.train.streaming import (
@@ -72,6 +77,8 @@ class WorkerSpec:
     attempt: int
     model: nn.Module | None = None  # None: the GPT of cfg.model
     batch: BatchFn | None = None  # None: windows of the run's corpus
+    cpus: tuple[int, ...] | None = None  # None: wherever the launcher runs
+    gated: bool = False  # the launcher decides every due fragment (BroadcastGate)
 
 
 def data_generator(seed: int, rank: int) -> torch.Generator:
@@ -163,6 +170,7 @@ class Learner:
             self.new_outer,
             self.collectives(),
             self.cfg.bucket_mb * 1e6,
+            gate=BroadcastGate(self) if self.spec.gated else None,
         )
 
     def collectives(self) -> Collectives:
@@ -416,6 +424,26 @@ class Learner:
                 fh.close()
 
 
+class BroadcastGate:
+    """The launcher's fragment gate on every learner: at a due fragment rank 0 sends
+    ``("fragment_due", FragmentDue fields)`` to the launcher, which answers with its gate's
+    ``open``; rank 0 broadcasts the answer (:meth:`Learner.command`) and every learner
+    returns it. Every learner offers the same fragments at the same steps (the streamer's
+    schedule is deterministic and the learners step in lockstep), so the broadcasts pair
+    up."""
+
+    def __init__(self, learner: Learner):
+        self.learner = learner
+
+    def open(self, due: FragmentDue) -> bool:
+        ln = self.learner
+        go = False
+        if ln.rank == 0:
+            ln.conn.send(("fragment_due", dataclasses.asdict(due)))
+            go = bool(ln.conn.recv())
+        return ln.command(int(go)) == 1
+
+
 def _noop(flat: torch.Tensor) -> None:
     return None
 
@@ -424,7 +452,10 @@ def main(spec: WorkerSpec, status, conn, stop_flag, errors=None) -> None:
     """Process entry: enter the namespace, join the group, train, leave.
 
     A write the machine refuses (a full disk under a checkpoint or a log) is handed to the
-    launcher through ``errors`` (:func:`hand_over`)."""
+    launcher through ``errors`` (:func:`hand_over`). With ``spec.cpus`` the process (and
+    every thread it starts: torch's, gloo's) runs only on those cores."""
+    if spec.cpus:
+        os.sched_setaffinity(0, set(spec.cpus))
     if spec.namespace:
         from trainfabric.diloco.train.netns import enter
 

@@ -16,6 +16,14 @@ Byte counters: :meth:`Network.qdisc_bytes` reads ``Sent N bytes`` of the root qd
 ends (``tc -s qdisc``; ``tc -n NS`` for the learner side). The ``network`` telemetry signal is
 link utilisation = Δbytes / (R/8 · Δt) of the busiest direction, in [0, 1].
 
+**Other tenants of the link** (the serving testbed, :mod:`trainfabric.diloco.live_testbed`):
+a process started with :func:`exec_prefix` (``ip netns exec NS taskset -c CPUS ...``) lives
+in a learner's namespace, and :func:`call_in` runs a function in a thread that entered one
+(``setns`` moves only the calling thread), so traffic between two namespaces crosses the
+same shaped veths as the learners' sync. :meth:`Network.reshape` changes the qdiscs of a
+live network (``tc qdisc replace``), e.g. to sweep the queue depth without restarting
+what runs in the namespaces.
+
 Cleanup: :meth:`Network.close` deletes the bridge, veths and namespaces (also from a
 ``finally`` and an ``atexit`` hook); a run killed before that leaves a state file in
 ``/run/trainfabric-netns`` naming its owner's pid, and :func:`sweep_stale` (called by every
@@ -32,6 +40,7 @@ import re
 import secrets
 import shutil
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +52,7 @@ STATE_DIR = Path("/run/trainfabric-netns")
 SUBNET = "10.213.0"
 CLONE_NEWNET = 0x40000000
 _SENT = re.compile(r"Sent (\d+) bytes")
+_DROPPED = re.compile(r"dropped (\d+)")
 
 
 def _run(*args: str) -> str:
@@ -74,14 +84,47 @@ def enter(namespace: str) -> None:
         os.close(fd)
 
 
-def _shape(dev: str, s: ShapingConfig, ns: str | None) -> None:
+def exec_prefix(namespace: str | None, cpus: tuple[int, ...] | None = None) -> list[str]:
+    """The argv prefix that runs a command in ``namespace`` (``ip netns exec``) pinned to
+    ``cpus`` (``taskset -c``, inherited by every process and thread it starts)."""
+    pre = ["ip", "netns", "exec", namespace] if namespace else []
+    if cpus:
+        pre += ["taskset", "-c", ",".join(str(c) for c in cpus)]
+    return pre
+
+
+def call_in(namespace: str | None, fn, *args, cpus: tuple[int, ...] | None = None, **kw):
+    """``fn(*args, **kw)`` in a new thread that entered ``namespace`` and is pinned to
+    ``cpus`` (both per thread: the caller's namespace and affinity are untouched); returns
+    its result or raises its exception. Sockets the thread opens belong to ``namespace``."""
+    box: dict = {}
+
+    def body() -> None:
+        try:
+            if cpus:
+                os.sched_setaffinity(0, set(cpus))  # 0: the calling thread
+            if namespace:
+                enter(namespace)
+            box["value"] = fn(*args, **kw)
+        except BaseException as exc:  # re-raised in the caller
+            box["error"] = exc
+
+    t = threading.Thread(target=body, name=f"in-{namespace}", daemon=True)
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def _shape(dev: str, s: ShapingConfig, ns: str | None, verb: str = "add") -> None:
     pre = ("tc", "-n", ns) if ns else ("tc",)
     rate, burst = f"{s.rate_mbit}mbit", f"{s.burst_kb}kb"
     if s.qdisc == "tbf":
         _run(
             *pre,
             "qdisc",
-            "add",
+            verb,
             "dev",
             dev,
             "root",
@@ -94,11 +137,11 @@ def _shape(dev: str, s: ShapingConfig, ns: str | None) -> None:
             f"{s.latency_ms}ms",
         )
     else:
-        _run(*pre, "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "10")
+        _run(*pre, "qdisc", verb, "dev", dev, "root", "handle", "1:", "htb", "default", "10")
         _run(
             *pre,
             "class",
-            "add",
+            verb,
             "dev",
             dev,
             "parent",
@@ -176,6 +219,27 @@ class Network:
             "addresses": [self.address(r) for r in range(self.n)],
             "namespaces": [self.namespace(r) for r in range(self.n)],
         }
+
+    def reshape(self, shaping: ShapingConfig) -> None:
+        """Replace every veth end's qdisc by ``shaping``'s (same kind of qdisc; a live
+        network keeps its namespaces, addresses and whatever runs there)."""
+        if shaping.qdisc != self.shaping.qdisc:
+            raise ConfigError("qdisc", f"reshape keeps the qdisc kind ({self.shaping.qdisc})")
+        for r in range(self.n):
+            _shape(self.host_dev(r), shaping, None, "replace")
+            _shape(self.inner_dev(r), shaping, self.namespace(r), "replace")
+        self.shaping = shaping
+
+    def queue_drops(self) -> int:
+        """Packets the root qdiscs of every veth end dropped so far (``tc -s``: a full
+        queue)."""
+        total = 0
+        for r in range(self.n):
+            for dev, ns in ((self.inner_dev(r), self.namespace(r)), (self.host_dev(r), None)):
+                pre = ("tc", "-n", ns) if ns else ("tc",)
+                m = _DROPPED.search(_run(*pre, "-s", "qdisc", "show", "dev", dev, "root"))
+                total += int(m.group(1)) if m else 0
+        return total
 
     def close(self) -> None:
         for what in reversed(self.created):
