@@ -127,6 +127,16 @@ class AdaptiveRun:
     info: dict
 
 
+def _optima(cost: OneHopCost, seq: TrafficSequence, optima) -> np.ndarray:
+    """The exact per-slot optima ``u*_t`` [T] (s): ``optima`` checked, or computed when None."""
+    if optima is None:
+        return cost.optima(seq)
+    optima = np.asarray(optima, dtype=float)
+    if optima.shape != (seq.slots,):
+        raise ConfigError("optima", f"must have shape ({seq.slots},), got {optima.shape}")
+    return optima
+
+
 def balance_mask(
     cost: OneHopCost,
     seq: TrafficSequence,
@@ -137,9 +147,7 @@ def balance_mask(
     """The ``online-balance`` (rent-or-buy) policy over ``seq`` (module doc); ``optima`` the
     exact ``u*_t`` (computed when None)."""
     effective_switch_cost(cost, switch_cost_s, charge)
-    optima = cost.optima(seq) if optima is None else np.asarray(optima, dtype=float)
-    if optima.shape != (seq.slots,):
-        raise ConfigError("optima", f"must have shape ({seq.slots},), got {optima.shape}")
+    optima = _optima(cost, seq, optima)
     x = _first_wiring(cost, seq)
     acc = np.zeros(1)
     mask, excess = np.zeros(seq.slots, dtype=bool), np.zeros(seq.slots)
@@ -213,7 +221,7 @@ def learned_mask(
     """The ``online-learned`` drift threshold over ``seq`` (module doc); ``info["theta"]``
     [T] the threshold in force at each slot (bytes; ``inf`` before any excess is seen)."""
     c_eff = effective_switch_cost(cost, switch_cost_s, charge)
-    optima = cost.optima(seq) if optima is None else np.asarray(optima, dtype=float)
+    optima = _optima(cost, seq, optima)
     x = _first_wiring(cost, seq)
     first = seq.block(0, 1)[0].ravel()
     st, prev, ref = np.zeros(3), first.copy(), first.copy()
@@ -267,16 +275,9 @@ def fit_null(
     of the first wiring, ``delta`` per window of ``horizon`` slots, confidence 0.95."""
     from trainfabric.ocs.detect.calibrate import calibrate_glr
     from trainfabric.ocs.detect.streams import reduce_counts, top_pairs
-    from trainfabric.ocs.online.glr import DEFAULT_COUNTS_PER_SLOT
+    from trainfabric.ocs.online.glr import sampling
 
-    n = seq.pods
-    top = 2 * n if top is None else int(top)
-    if not 1 <= top < n * (n - 1):
-        raise ConfigError("top", f"must be in [1, {n * (n - 1) - 1}], got {top}")
-    first = seq.block(0, 1)[0]
-    chunk = first.sum() / DEFAULT_COUNTS_PER_SLOT if chunk_bytes is None else float(chunk_bytes)
-    if not chunk > 0:
-        raise ConfigError("chunk_bytes", f"must be > 0, got {chunk}")
+    first, chunk, top = sampling(seq, chunk_bytes, top)
     pairs = top_pairs(utilisation(cost, first, _first_wiring(cost, seq)), top)
     p0 = reduce_counts(first, "topr", pairs=pairs)
     cal = calibrate_glr(p0, first.sum() / chunk, horizon, delta, 0.05, calibration_streams, 2, seed)
@@ -301,7 +302,7 @@ def glr_calibrated_mask(
     from trainfabric.ocs.detect.streams import reduce_counts, top_pairs
 
     effective_switch_cost(cost, switch_cost_s, charge)
-    optima = cost.optima(seq) if optima is None else np.asarray(optima, dtype=float)
+    optima = _optima(cost, seq, optima)
     x = _first_wiring(cost, seq)
     pairs = top_pairs(utilisation(cost, seq.block(0, 1)[0], x), null.top)
     detector = CalibratedGlrDetector(null.calibration)

@@ -25,6 +25,23 @@ from trainfabric.ocs.traffic import TrafficSequence
 DEFAULT_COUNTS_PER_SLOT = 1000.0  # chunk = total bytes of slot 0 / this
 
 
+def sampling(
+    seq: TrafficSequence, chunk_bytes: float | None, top: int | None
+) -> tuple[np.ndarray, float, int]:
+    """``(first, chunk, top)``: slot 0's traffic [n, n], the chunk size (bytes; default slot
+    0's total over :data:`DEFAULT_COUNTS_PER_SLOT`) and the watched pair count (default
+    ``2 n``); ConfigError naming ``top`` or ``chunk_bytes`` when out of range."""
+    n = seq.pods
+    top = 2 * n if top is None else int(top)
+    if not 1 <= top < n * (n - 1):
+        raise ConfigError("top", f"must be in [1, {n * (n - 1) - 1}], got {top}")
+    first = seq.block(0, 1)[0]
+    chunk = first.sum() / DEFAULT_COUNTS_PER_SLOT if chunk_bytes is None else float(chunk_bytes)
+    if not chunk > 0:
+        raise ConfigError("chunk_bytes", f"must be > 0, got {chunk}")
+    return first, chunk, top
+
+
 def glr_mask(
     seq: TrafficSequence,
     delta: float = 0.01,
@@ -36,14 +53,7 @@ def glr_mask(
     defaults to slot 0's total over :data:`DEFAULT_COUNTS_PER_SLOT`, ``top`` to ``2 n``."""
     from trainfabric.ocs.detect.detectors import GlrDetector, reduce_counts
 
-    n = seq.pods
-    top = 2 * n if top is None else int(top)
-    if not 1 <= top < n * (n - 1):
-        raise ConfigError("top", f"must be in [1, {n * (n - 1) - 1}], got {top}")
-    first = seq.block(0, 1)[0]
-    chunk = first.sum() / DEFAULT_COUNTS_PER_SLOT if chunk_bytes is None else float(chunk_bytes)
-    if not chunk > 0:
-        raise ConfigError("chunk_bytes", f"must be > 0, got {chunk}")
+    first, chunk, top = sampling(seq, chunk_bytes, top)
     rng = np.random.default_rng(seed)
     detector = GlrDetector(delta=delta)
     pairs = top_pairs(first, top)

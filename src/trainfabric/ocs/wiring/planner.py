@@ -76,7 +76,6 @@ model's pair structures plus ``NODE_BYTES`` per DAG node for the path cost's swe
 
 from __future__ import annotations
 
-import copy
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -426,9 +425,7 @@ def _reduced(cost: PathCost, model: OcsModel, b2: float, reuse: Reuse | None):
     ``b2`` (only its ``bits`` depend on the bytes: :class:`.search._Reduced`), else a new one."""
     if reuse is None or reuse.reduced is None or reuse.reduced_b2 != b2:
         return search._Reduced(cost, model, b2)
-    red = copy.copy(reuse.reduced)
-    red.bits = 8.0 * cost.dag.bytes[cost.comm_nodes].astype(float)
-    return red
+    return search.with_bits(reuse.reduced, 8.0 * cost.dag.bytes[cost.comm_nodes])
 
 
 def _warm_search(red, model: OcsModel, start: np.ndarray, b2: float, seed: int, max_moves: int):

@@ -104,6 +104,14 @@ class _Reduced:
         self.g_ptr = np.searchsorted(self.comm_group[by_group], np.arange(n_groups + 1))
 
 
+def with_bits(red: _Reduced, bits: np.ndarray) -> _Reduced:
+    """``red`` for new comm-node bits [n_comm] (the same DAG, only its bytes changed): the
+    structure and the fixed nodes' constants do not depend on them, only ``bits`` does."""
+    other = copy.copy(red)
+    other.bits = np.asarray(bits, dtype=float)
+    return other
+
+
 def _at(red: _Reduced, b2: float) -> _Reduced:
     """``red`` with the soft constants of the temperature ``b2`` (one of its ``other_b2``):
     the structure is shared, only ``fixed_soft`` differs."""
