@@ -30,8 +30,9 @@ Per-TM time ratios are taken on the same matrix, then the median. The planner ke
 traffic-free near-uniform candidates of its baseline per pod shape
 (:func:`trainfabric.ocs.wiring.baselines.mesh_candidates`), so in a stream of matrices on one
 cluster, ATRO's setting, only the first plan of a shape rounds them: the warm-up plan is of the
-Meta shape, and each synthetic pod count's first matrix pays them in its timed plan. Without ``--peer`` only ours
-against our exact routine is reported, and the JSON says the peer was not run.
+Meta shape, and each synthetic pod count's first matrix pays them in its timed plan. Without
+``--peer`` only ours against our exact routine is reported, and the JSON says the peer was not
+run.
 
 Headline keys: ``mlu_ratio_median`` / ``mlu_ratio_p95`` (our planner's MLU ÷ the MLU of
 ABSM's wiring, both evaluated by :func:`trainfabric.ocs.wiring.onehop.mlu`; targets ≤ 1.02 / ≤ 1.05;

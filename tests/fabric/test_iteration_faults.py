@@ -158,8 +158,13 @@ def test_failed_cable_off_the_routes_costs_nothing_and_on_them_what_a_hand_count
         up[IF.cable_links(topo, cable)] = False
         res = IF.failed_iteration(run, up)
         assert res.makespan_s == pytest.approx(expected, rel=1e-9)
-    faults = SimpleNamespace(failed_fractions=[0.25], failure_draws=3)
+    faults = SimpleNamespace(failed_fractions=[0.25], failure_draws=3, workers=1)
     table = IF.run_failures(run, faults, seed=1)
+    seen = []  # the same draws on two local processes, progress reported per draw
+    pooled = IF.run_failures(run, SimpleNamespace(**{**vars(faults), "workers": 2}), 1, seen.append)
+    assert sorted(seen) == [0, 1, 2]
+    cols = [c for c in table if c != "sim_wall_s"]
+    pd.testing.assert_frame_equal(pooled[cols], table[cols])
     assert table["failed_cables"].eq(2).all()  # round(0.25 x 8 leaf-spine cables)
     np.testing.assert_allclose(table["slowdown"], table["iteration_s"] / run.iteration_s)
     # by hand: the flows use the spines whose cables to leaf 0 and to leaf 1 both survive,

@@ -230,3 +230,11 @@ def test_scenario_findings_name_the_best_and_the_worst_mode():
     )
     (tie,) = mode_findings({"spray": {"iteration_s": 2.0}, "adaptive": {"iteration_s": 2.0}})
     assert tie == "All modes: iteration time 2.000 s."
+
+
+def test_failure_draws_on_two_workers_equal_the_serial_draws(cli):
+    one = _json(cli, *SPREAD, "--failures", "0.1", "--draws", "2")
+    two = _json(cli, *SPREAD, "--failures", "0.1", "--draws", "2", "--workers", "2")
+    assert two["failures"] == one["failures"] and two["iteration_s"] == one["iteration_s"]
+    code, _, err = cli(*SPREAD, "--failures", "0.1", "--workers", "0")
+    assert code == 2 and "workers" in err

@@ -325,6 +325,15 @@ def job_cmd(
         ),
     ] = None,
     draws: Annotated[int, typer.Option(min=1, max=1000, help="Failure draws.")] = 20,
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=256,
+            help="Local processes running the failure draws side by side (each holds a copy "
+            "of the job).",
+        ),
+    ] = 1,
     placement: Annotated[
         str, typer.Option(help="Server placement: packed, scattered, random (seeded).")
     ] = "random",
@@ -406,6 +415,7 @@ def job_cmd(
             mode=mode,
             failures=failures,
             draws=draws,
+            workers=workers,
             placement=placement,
             channels=channels,
             overlap=overlap,

@@ -83,13 +83,21 @@ class FaultsConfig(Config):
     """Faults during the iteration (run by :mod:`trainfabric.fabric.iteration.faults`):
     static failed leaf-spine cables (``failed_fractions``, ``failure_draws`` seeded draws
     each) and link flaps (``flap_draws`` per mode, spread over ``flap_durations_s`` x
-    ``flap_sides``); empty lists / 0 draws switch a part off."""
+    ``flap_sides``); empty lists / 0 draws switch a part off; ``workers`` processes run the
+    failure draws side by side."""
 
     failed_fractions: list[Fraction] = Field(default_factory=lambda: [0.1])
     failure_draws: int = Field(20, ge=1, le=10_000)
     flap_durations_s: list[Positive] = Field(default_factory=lambda: [1e-3, 1e-2, 1.0])
     flap_sides: list[Literal["nic", "fabric"]] = Field(default_factory=lambda: ["nic", "fabric"])
     flap_draws: int = Field(500, ge=0, le=1_000_000)
+    workers: int = Field(
+        1,
+        ge=1,
+        le=256,
+        description="local processes running the failure draws side by side (each holds a "
+        "copy of the job)",
+    )
 
 
 LINK_BYTES = 120  # per directed link of a topology (tables, capacities, ids): 100-115 measured

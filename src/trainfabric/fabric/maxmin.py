@@ -75,7 +75,7 @@ def max_min_rates(
         raise ValueError("local must give the positions of the active flows in the incidence")
     inc, g = incidence, groups
     cap = np.ascontiguousarray(capacity_bps, np.float64)
-    rates, load, unconstrained = progressive_fill(
+    rates, load, unconstrained, _ = progressive_fill(
         cap, inc.sg, inc.sw, local, g.offset, g.ptr, g.link, g.coef, inc.ptr, inc.members, rtol
     )
     if unconstrained:
@@ -176,8 +176,9 @@ def progressive_fill(cap, sg, sw, active, g_off, g_ptr, g_link, g_coef, mptr, me
     take every link saturating within ``rtol`` of the smallest level, freeze every unfrozen
     flow through them, and pass the frozen weight of spread groups to their links.
     Flows are rows ``i`` of ``sg``/``sw``; ``active`` lists the rows solved here. Returns
-    rates per row (0 outside ``active``), link loads, and the number of flows left
-    unconstrained.
+    rates per row (0 outside ``active``), link loads, the number of flows left
+    unconstrained, and per row the link at which it froze (its bottleneck: saturated, no
+    flow on it faster; -1 if none).
     """
     n_links = cap.size
     K = sg.shape[1]
@@ -227,6 +228,7 @@ def progressive_fill(cap, sg, sw, active, g_off, g_ptr, g_link, g_coef, mptr, me
         if live[lk] > 0 and W[lk] > 0.0:
             size = heap_set(hk, hl, pos, size, lk, cap[lk] / W[lk])
     rate = np.zeros(sg.shape[0])
+    bott = np.full(sg.shape[0], -1, np.int64)
     d_w = np.zeros(n_spread)
     d_f = np.zeros(n_spread)
     dirty = np.zeros(n_spread, np.bool_)
@@ -249,6 +251,7 @@ def progressive_fill(cap, sg, sw, active, g_off, g_ptr, g_link, g_coef, mptr, me
                         continue
                     state[i] = 2
                     rate[i] = level
+                    bott[i] = lk
                     remaining -= 1
                     for k in range(K):
                         g2 = sg[i, k]
@@ -281,7 +284,7 @@ def progressive_fill(cap, sg, sw, active, g_off, g_ptr, g_link, g_coef, mptr, me
             d_w[s] = 0.0
             d_f[s] = 0.0
             dirty[s] = False
-    return rate, F, remaining
+    return rate, F, remaining, bott
 
 
 @numba.njit(cache=True)
@@ -311,7 +314,8 @@ def solve_active(
     """Max-min rates of the active flows ``act[:m]`` (0 for those with ``lost >= 1``) on the
     base built by :func:`rebuild_base` (which must hold every active flow: it is rebuilt after
     releases and reused while flows only complete, as the Python loop reuses its
-    incidence); the count of unconstrained flows."""
+    incidence); the count of unconstrained flows; per active flow its bottleneck link
+    (:func:`progressive_fill`; -1 for a lost flow)."""
     local = np.empty(m, np.int64)
     ok = np.empty(m, np.int64)
     mo = 0
@@ -322,11 +326,53 @@ def solve_active(
             ok[mo] = i
             mo += 1
     rate = np.zeros(m)
+    bott = np.full(m, -1, np.int64)
     if mo == 0:
-        return rate, 0
-    r, _load, bad = progressive_fill(
+        return rate, 0, bott
+    r, _load, bad, b = progressive_fill(
         cap, bsg[:nb], bsw[:nb], local[:mo], g_off, g_ptr, g_link, g_coef, mptr, members, rtol
     )
     for j in range(mo):
         rate[ok[j]] = r[local[j]]
-    return rate, bad
+        bott[ok[j]] = b[local[j]]
+    return rate, bad, bott
+
+
+@numba.njit(cache=True, _nrt=False)
+def rebottle(f, b, bott, nbott):
+    """Flow ``f``'s bottleneck becomes link ``b`` (-1: none), kept counted per link."""
+    if bott[f] >= 0:
+        nbott[bott[f]] -= 1
+    bott[f] = b
+    if b >= 0:
+        nbott[b] += 1
+
+
+@numba.njit(cache=True, _nrt=False)
+def rates_stand(done, k, row, rsg, g_off, g_ptr, g_link, bott, nbott):
+    """Flows ``done[:k]`` (route rows ``row``, slots ``rsg``: links below ``g_off``, spread
+    groups above) leave a max-min fair allocation: ``True`` when every other flow keeps its
+    rate, so no re-solve is needed. Each flow froze at a bottleneck (a saturated link on
+    which no flow is faster; :func:`progressive_fill` records it, ``bott`` per flow and
+    ``nbott`` per link count them); leaving flows only unload their own links, so a flow
+    whose bottleneck is none of them keeps it, and an allocation in which every flow has a
+    bottleneck is the max-min fair one. Counts the leaving flows out of ``nbott`` first;
+    every link of their slots is checked, spread groups expanded, whatever the weight
+    (conservative)."""
+    K = rsg.shape[1]
+    for j in range(k):
+        rebottle(done[j], -1, bott, nbott)
+    for j in range(k):
+        r = row[done[j]]
+        for q in range(K):
+            g = rsg[r, q]
+            if g < 0:
+                continue
+            if g < g_off:
+                if nbott[g] > 0:
+                    return False
+                continue
+            for e in range(g_ptr[g - g_off], g_ptr[g - g_off + 1]):
+                if nbott[g_link[e]] > 0:
+                    return False
+    return True

@@ -134,6 +134,47 @@ def run_local(cells: Sequence[Cell], workers: int | None, on_done: OnDone) -> No
     pool.shutdown(wait=True)
 
 
+def map_local(
+    fn: Callable, items: Sequence, workers: int, on_done: Callable, setup=None, setup_args=()
+) -> list:
+    """``[fn(item) for item in items]`` on a spawn-context pool of ``min(workers, len(items))``
+    processes, started as :func:`run_local`'s (:func:`worker_init`) and then by
+    ``setup(*setup_args)`` (e.g. holding a large object once per worker instead of once per
+    item); ``on_done(index)`` runs in the parent as each item finishes. ``fn`` and ``setup``
+    must be importable (module-level). On any exception (a failed item, Ctrl-C, SIGTERM) the
+    workers are stopped at once and it is raised."""
+    size = max(1, min(workers, len(items)))
+    out: list = [None] * len(items)
+    before = set(multiprocessing.active_children())
+    pool = ProcessPoolExecutor(
+        max_workers=size,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_map_init,
+        initargs=(os.getpid(), setup, tuple(setup_args)),
+    )
+    try:
+        with sigterm_terminates(), limits.worker_share(size):
+            with _sigint_ignored():
+                futures = {pool.submit(fn, item): k for k, item in enumerate(items)}
+            for future in as_completed(futures):
+                k = futures[future]
+                out[k] = future.result()
+                on_done(k)
+    except BaseException:
+        workers_now = [p for p in multiprocessing.active_children() if p not in before]
+        pool.shutdown(wait=False, cancel_futures=True)
+        stop_processes(workers_now)
+        raise
+    pool.shutdown(wait=True)
+    return out
+
+
+def _map_init(parent_pid: int, setup, setup_args: tuple) -> None:
+    worker_init(parent_pid)
+    if setup is not None:
+        setup(*setup_args)
+
+
 def _collect_local(pool: ProcessPoolExecutor, cells: Sequence[Cell], on_done: OnDone) -> None:
     """Submit every cell and hand each result to ``on_done`` as it finishes (``as_completed``
     waits on all futures once: O(cells) in all, not per finished cell)."""

@@ -144,7 +144,7 @@ def event_loop(
                     act, m, rid, sg, sw, lost, n_groups, bsg, bsw, bpos
                 )
                 released = False
-            rate, bad = solve_active(
+            rate, bad, _ = solve_active(
                 act,
                 m,
                 lost,

@@ -154,31 +154,51 @@ def run_failures(run, faults, seed: int, on_draw=None) -> pd.DataFrame:
     :class:`~trainfabric.fabric.iteration.run.IterationRun`, its healthy iteration): one row per
     failed fraction x draw, with ``slowdown`` against ``run.iteration_s``. Draw ``d`` of
     fraction ``f`` fails the cables of seed ``(seed, round(f * 1e6), d)``: the same sets in
-    every mode. ``on_draw(d)``, if given, is called after each draw (progress)."""
-    base = run.iteration_s
-    rows = []
-    for frac in faults.failed_fractions:
-        for d in range(faults.failure_draws):
-            draw_seed = int(np.random.default_rng([seed, round(frac * 1e6), d]).integers(2**31))
-            up = T.fail_links(run.topo, frac, seed=draw_seed)
-            res = failed_iteration(run, up)
-            it = _iteration_s(res)
-            rows.append(
-                {
-                    "mode": run.mode,
-                    "failed_fraction": float(frac),
-                    "draw": d,
-                    "failed_cables": int((~up).sum()) // 2,
-                    "iteration_s": it,
-                    "healthy_iteration_s": base,
-                    "slowdown": it / base,
-                    "unfinished_tasks": int(res.unfinished),
-                    "sim_wall_s": float(res.wall_s),
-                }
-            )
-            if on_draw is not None:
-                on_draw(d)
+    every mode. The draws are independent runs: with ``faults.workers > 1`` they run on that
+    many local processes (:func:`~trainfabric.runs.executors.map_local`), the same rows.
+    ``on_draw(d)``, if given, is called after each draw (progress)."""
+    items = [(f, d, seed) for f in faults.failed_fractions for d in range(faults.failure_draws)]
+    done = (lambda k: on_draw(items[k][1])) if on_draw is not None else (lambda k: None)
+    if faults.workers > 1 and len(items) > 1:
+        from trainfabric.runs.executors import map_local
+
+        rows = map_local(_draw_held, items, faults.workers, done, _hold, (run,))
+    else:
+        rows = []
+        for k, item in enumerate(items):
+            rows.append(failure_row(run, *item))
+            done(k)
     return pd.DataFrame(rows)
+
+
+def failure_row(run, frac: float, d: int, seed: int) -> dict:
+    """Draw ``d`` of ``frac`` failed cables (:func:`run_failures`): its table row."""
+    draw_seed = int(np.random.default_rng([seed, round(frac * 1e6), d]).integers(2**31))
+    up = T.fail_links(run.topo, frac, seed=draw_seed)
+    res = failed_iteration(run, up)
+    it = _iteration_s(res)
+    return {
+        "mode": run.mode,
+        "failed_fraction": float(frac),
+        "draw": d,
+        "failed_cables": int((~up).sum()) // 2,
+        "iteration_s": it,
+        "healthy_iteration_s": run.iteration_s,
+        "slowdown": it / run.iteration_s,
+        "unfinished_tasks": int(res.unfinished),
+        "sim_wall_s": float(res.wall_s),
+    }
+
+
+_HELD: list = []  # a pool worker's copy of the healthy run (:func:`_hold`)
+
+
+def _hold(run) -> None:
+    _HELD[:] = [run]
+
+
+def _draw_held(item) -> dict:
+    return failure_row(_HELD[0], *item)
 
 
 # -- flaps ---------------------------------------------------------------------------------------

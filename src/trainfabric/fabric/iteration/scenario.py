@@ -131,6 +131,8 @@ def _check_job(spec: JobSpec) -> None:
         raise ConfigError("failures", f"must be a fraction in [0, 1), got {spec.failures}")
     if spec.channels < 1:
         raise ConfigError("channels", "must be >= 1")
+    if not 1 <= spec.workers <= 256:
+        raise ConfigError("workers", f"must be in [1, 256], got {spec.workers}")
     if spec.cluster is not None and spec.rail:
         raise ConfigError("rail", "the cluster file places the rails (fabric.rail)")
     unknown = sorted(set(spec.fabric) - set(KNOBS))
@@ -206,7 +208,8 @@ class JobSpec:
     """What ``fabric job`` is asked: ``workload`` on ``pods`` servers (None: its own) of
     ``gpus_per_pod`` GPUs (task-DAG files and traces), cut to ``layers``; ``mode``, one
     load-balancing mode or a comma list; ``failures``, a fraction of failed leaf-spine
-    cables over ``draws`` seeded draws; server ``placement``, ``channels`` per GPU pair, DP
+    cables over ``draws`` seeded draws (on ``workers`` local processes); server
+    ``placement``, ``channels`` per GPU pair, DP
     ``overlap``, ``rail`` placement, ``seed``, ``top_links`` reported; ``cluster`` (its
     fabric) or ``fabric`` (overrides of the CLI fabric's :data:`KNOBS`)."""
 
@@ -215,6 +218,7 @@ class JobSpec:
     mode: str = "ecmp"
     failures: float | None = None
     draws: int = 20
+    workers: int = 1
     placement: str = "random"
     channels: int = 4
     overlap: str = "none"
@@ -324,7 +328,7 @@ def _one_mode(spec: JobSpec, jh: JobOnHosts, topo, graph, mode: str, clock, tabl
         "most_loaded_links": it["top_links"],
     }
     if spec.failures is not None:
-        table = _failure_table(run, spec.failures, spec.draws, spec.seed, clock)
+        table = _failure_table(run, spec, clock)
         tables.setdefault(IF.FAILURES_STEM, []).extend(table.to_dict(orient="records"))
         out["failures"] = {"fraction": spec.failures, "draws": spec.draws}
         out["failures"].update(IF.failures_summary(table)[mode])
@@ -333,17 +337,18 @@ def _one_mode(spec: JobSpec, jh: JobOnHosts, topo, graph, mode: str, clock, tabl
     return {**out, "wall_s": wall_s, "wall_parts_s": parts}
 
 
-def _failure_table(run: IterationRun, fraction: float, draws: int, seed: int, clock):
+def _failure_table(run: IterationRun, spec: JobSpec, clock):
     """Static failed cables (:mod:`trainfabric.fabric.iteration.faults`): one row per seeded
-    draw of ``fraction`` failed leaf-spine cables."""
+    draw of ``spec.failures`` failed leaf-spine cables, on ``spec.workers`` processes."""
     faults = validate(
         FaultsConfig,
-        {"failed_fractions": [fraction], "failure_draws": draws, "flap_draws": 0},
+        {"failed_fractions": [spec.failures], "failure_draws": spec.draws, "flap_draws": 0,
+         "workers": spec.workers},
         prefix="failures -> ",
-    )
-    label = f"{run.mode}: failure draw"
+    )  # fmt: skip
+    label, n = f"{run.mode}: failure draw", spec.draws
     return IF.run_failures(
-        run, faults, seed, on_draw=lambda d: clock.step("draw", f"{label} {d + 1}/{draws}")
+        run, faults, spec.seed, on_draw=lambda d: clock.step("draw", f"{label} {d + 1}/{n}")
     )
 
 

@@ -51,7 +51,11 @@ Speed, and what is exact:
   saturating within ``1e-9`` of the same level in different components are no longer
   frozen together, a difference at that level. At 4,096 GPUs (``llama3-70b``) this
   re-solves 6.7 M flows where the departure rule alone re-solved 18.7 M. The split modes
-  (``spray``, ``adaptive``) re-solve every flow with the shared-group solver;
+  (``spray``, ``adaptive``) re-solve every flow with the shared-group solver after flows
+  join; after flows leave, only when one of the flows in flight froze (its recorded
+  bottleneck) on a link the leaving flows used: otherwise every flow keeps a saturated link
+  on which none is faster, so the rates stand (``certify_departures``; exact, tested against
+  re-solving every departure);
 * *reuse of solved flow sets* (``reuse=True``): when flows are released while nothing else
   is in flight (a fresh set: every ring step of a phase-barriered collective, a PP send
   between compute), the set's isolated evolution (per-flow completion times, delivered and
@@ -207,7 +211,9 @@ class TaskSim:
     state changes; ``bin_s``: time bin of the link-load record; ``link_class`` (default tier x
     plane) with ``class_names``; ``widen_flows``: the size past which the certified re-solve
     after a departure stops widening and the departure rule solves it (module doc; a speed
-    knob only: every value gives the same rates).
+    knob only: every value gives the same rates); ``certify_departures``: in the split
+    modes, skip the re-solve after departures that certifiably change no rate (module doc;
+    ``False`` re-solves every one, the same rates).
     """
 
     def __init__(
@@ -226,6 +232,7 @@ class TaskSim:
         header_bytes: int = HEADER_BYTES,
         reuse: bool = True,
         widen_flows: int = L.WIDEN_FLOWS,
+        certify_departures: bool = True,
     ):
         if router.topo is not topo:
             raise ConfigError("router", "the router was built for another topology")
@@ -240,6 +247,7 @@ class TaskSim:
         if int(widen_flows) != widen_flows or widen_flows < 0:
             raise ConfigError("widen_flows", "must be an integer >= 0")
         self.widen_flows = int(widen_flows)
+        self.certify_departures = bool(certify_departures)
         self.topo, self.graph = topo, graph
         self.router = copy.copy(router)
         self.wire_factor = (mtu_bytes + header_bytes) / mtu_bytes
@@ -518,6 +526,7 @@ class TaskSim:
             1e-9,
             float(tau),
             self._single_links(),
+            self.certify_departures,
         )
         self.memo_wall_s += time.perf_counter() - t0
         if out[-1]:
@@ -725,6 +734,7 @@ class TaskSim:
                 memo=self.reuse,
                 local=self._single_links(),
                 widen=self.widen_flows,
+                certify=self.certify_departures,
             ),
             ReplaySegments(seg_t=s["rp_seg_t"], seg_b=s["rp_seg_b"]),
             s["ldirty"],

@@ -69,7 +69,7 @@ from trainfabric.fabric.heap import (
     heap_set,
     heapify,
 )
-from trainfabric.fabric.maxmin import pop_level, rebuild_base, solve_active
+from trainfabric.fabric.maxmin import pop_level, rates_stand, rebottle, rebuild_base, solve_active
 
 COMM = 1
 DONE, UNTIL, NEED_ROUTES, UNCONSTRAINED, FRESH, MATERIALIZE, VMATERIALIZE = range(7)
@@ -638,7 +638,7 @@ def run_loop(
     hop_s, until_s, advance = params.hop_s, params.until_s, params.advance
     batch_rtol, done_rtol, rtol = params.batch_rtol, params.done_rtol, params.rtol
     gap, bin_s, memo = params.flowlet_gap_s, params.bin_s, params.memo
-    local, widen = params.local, params.widen
+    local, widen, certify = params.local, params.widen, params.certify
     rp_seg_t, rp_seg_b = replay.seg_t, replay.seg_b
     virt = memo and gap < 0.0 and batch_rtol == 0.0  # set-level replays (module doc)
     n = kind.size
@@ -685,6 +685,7 @@ def run_loop(
             dl[ndl] = g
             ndl += 1
     lmap = np.full(n_links, -1, np.int32)
+    nbott = np.zeros(n_links, np.int32)  # split modes: flows in flight bottlenecked per link
     fz = np.zeros(n_links)  # load of flows held at their rates, per link (_dirty_flows)
     whole = True  # solve whole components: flows joined, or the call's first solve
     thr = np.inf  # the smallest rate of the flows that departed since the last solve
@@ -931,7 +932,7 @@ def run_loop(
                             act, m, si[ROW], rsg, rsw, sf[LOST], n_groups, bsg, bsw, bpos
                         )
                         rebuild = False
-                    rate, bad = solve_active(
+                    rate, bad, sb = solve_active(
                         act,
                         m,
                         sf[LOST],
@@ -953,6 +954,7 @@ def run_loop(
                     for j in range(m):
                         fl[j] = act[j]
                         newr[act[j]] = rate[j]
+                        rebottle(act[j], sb[j], bott, nbott)
                 if bad:
                     fc[0] = t
                     return UNCONSTRAINED, si, sf, bins
@@ -1042,6 +1044,9 @@ def run_loop(
         if k == 0:
             continue
         done_list[:k] = np.sort(done_list[:k])
+        certified = certify and not local and not replaying
+        if certified:  # split modes: a re-solve only if a flow left froze on a link they used
+            certified = rates_stand(done_list, k, si[ROW], rsg, g_off, g_ptr, g_link, bott, nbott)
         for j in range(k):
             f = done_list[j]
             ndl = _link_remove(f, fg, lhead, lnext, lprev, ldirty, dl, ndl)
@@ -1065,7 +1070,7 @@ def run_loop(
             apos[last] = apos[f]
             apos[f] = -1
             m -= 1
-        stale = True
+        stale = stale or not certified
         ic[M] = m
         if replaying and ic[RP_LEFT] == 0:
             ic[RP] = 0
@@ -1118,7 +1123,21 @@ def class_rows(group, weight, g_off, link_class, gptr, gc, gv, n_cls):
 
 @numba.njit(cache=True)
 def evolve(
-    rows, wire, lost, rsg, rsw, rcls, rclw, n_cls, groups, batch_rtol, done_rtol, rtol, tau, local
+    rows,
+    wire,
+    lost,
+    rsg,
+    rsw,
+    rcls,
+    rclw,
+    n_cls,
+    groups,
+    batch_rtol,
+    done_rtol,
+    rtol,
+    tau,
+    local,
+    certify,
 ):
     """The flows ``rows``/``wire`` (route rows, wire bits), all starting at offset 0 with
     nothing else in flight, run alone until they all sent their last bit (``tau = inf``) or
@@ -1126,7 +1145,9 @@ def evolve(
     :func:`run_loop` without the heap. Returns ``(event_t, sent_t, deliv, sent_bits, rem,
     seg_t, seg_bits[S, C], events, solves, bad)``: per flow the offset of the event that
     completed it and of its last bit, its delivered and sent wire bits and remaining bits
-    (at ``tau``), and the piecewise-constant class loads (bits per segment)."""
+    (at ``tau``), and the piecewise-constant class loads (bits per segment). ``certify``:
+    split routes are re-solved after completions only where
+    :func:`~trainfabric.fabric.maxmin.rates_stand` cannot certify the rates."""
     cap, g_off, g_ptr, g_link = groups.capacity_bps, groups.offset, groups.ptr, groups.link
     g_coef = groups.coef
     m0 = rows.size
@@ -1164,6 +1185,10 @@ def evolve(
     fg = np.full((m0 if local else 0, K), -1, np.int32)
     fw = np.zeros((fg.shape[0], K))
     bott = np.full(fg.shape[0], -1, np.int64)
+    sbott = np.full(0 if local else m0, -1, np.int64)  # split routes: bottleneck per flow
+    nbott = np.zeros(0 if local else cap.size, np.int32)  # and the count per link
+    done = np.empty(m0, np.int64)
+    need = True  # split routes: the rates must be solved
     if local:
         owner = np.full(cap.size, -1, np.int64)
         components(act, m, rows, rsg, rsw, parent, owner, comp)
@@ -1203,8 +1228,8 @@ def evolve(
             rate = np.empty(m)
             for j in range(m):
                 rate[j] = srate[act[j]]
-        else:
-            rate, bad = solve_active(
+        elif need:
+            rate, bad, sb = solve_active(
                 act,
                 m,
                 lost,
@@ -1221,6 +1246,15 @@ def evolve(
                 members,
                 rtol,
             )
+            for j in range(m):
+                srate[act[j]] = rate[j]
+                rebottle(act[j], sb[j], sbott, nbott)
+        else:  # certified: the rates stand
+            solves -= 1
+            bad = 0
+            rate = np.empty(m)
+            for j in range(m):
+                rate[j] = srate[act[j]]
         if bad:
             return (
                 event_t,
@@ -1277,7 +1311,7 @@ def evolve(
         if stop:
             break
         events += 1
-        keep = 0
+        keep = nd = 0
         for j in range(m):
             f = act[j]
             if proj[j] <= t or (gp[j] > 0 and rem[f] <= done_rtol * wire[f]):
@@ -1285,10 +1319,15 @@ def evolve(
                 dirty[comp[f]] = True
                 sent_t[f] = min(proj[j], t)
                 rem[f] = 0.0
+                done[nd] = f
+                nd += 1
             else:
                 act[keep] = f
                 keep += 1
         m = keep
+        if not local:
+            need = not (certify and rates_stand(done, nd, rows, rsg, g_off, g_ptr, g_link,
+                                               sbott, nbott))  # fmt: skip
     out_t = np.empty(ns + 1)
     out_t[:ns] = seg_t[:ns]
     out_t[ns] = t

@@ -97,6 +97,7 @@ class LoopParams(NamedTuple):
     memo: bool
     local: bool
     widen: int
+    certify: bool  # split modes: skip the re-solve after departures that change no rate
 
 
 class ReplaySegments(NamedTuple):
