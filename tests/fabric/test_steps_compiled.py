@@ -40,8 +40,10 @@ def _dag(seed: int, n: int = 120, hosts: int = 64) -> FlowTable:
 
 
 def _same(a, b, rtol=1e-9):
+    """``a`` (compiled) equals ``b`` (the Python loop): the same events, at most as many rate
+    solves (single-link routes skip the ones whose rates are certain)."""
     assert a.n_events == b.n_events
-    assert a.n_rate_solves == b.n_rate_solves
+    assert a.n_rate_solves <= b.n_rate_solves
     np.testing.assert_array_equal(np.isnan(a.finish_s), np.isnan(b.finish_s))
     np.testing.assert_allclose(a.start_s, b.start_s, rtol=rtol)
     np.testing.assert_allclose(a.finish_s, b.finish_s, rtol=rtol)

@@ -16,7 +16,7 @@ from trainfabric.errors import ConfigError
 from trainfabric.fabric import topology as T
 from trainfabric.fabric.events import LinkEvents
 from trainfabric.fabric.flows import mix64
-from trainfabric.fabric.maxmin import max_min_rates
+from trainfabric.fabric.maxmin import fill_local, fill_scratch, max_min_rates
 from trainfabric.fabric.routing import Router
 from trainfabric.fabric.tasks import loop as L
 from trainfabric.fabric.tasks.engine import TaskSim, run_tasks
@@ -391,8 +391,8 @@ def _departures(seed: int, which: str, k: int):
 def _fill(st_, fl, rate, bott) -> int:
     s = st_
     args = (s["fg"], s["fw"], np.zeros(s["n"]), s["cap"], s["lmap"], 1e-9, rate, s["fz"])
-    wf, wi = L.fill_scratch(s["cap"].size)
-    return L.fill_local(fl, fl.size, *args, s["lhead"], s["lnext"], s["mark"], bott, wf, wi)
+    wf, wi = fill_scratch(s["cap"].size)
+    return fill_local(fl, fl.size, *args, s["lhead"], s["lnext"], s["mark"], bott, wf, wi)
 
 
 def _search(st_, seeds, dl, thr):

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from trainfabric.fabric.heap import heap_remove, heap_set, sift
+from trainfabric.fabric.heap import heap_remove, heap_set, heapify, sift
 from trainfabric.fabric.routing import Groups
 
 
@@ -376,3 +376,89 @@ def rates_stand(done, k, row, rsg, g_off, g_ptr, g_link, bott, nbott):
                 if nbott[g_link[e]] > 0:
                     return False
     return True
+
+
+# -- max-min on flows whose slots are all single links, through per-link member lists -----------
+@numba.njit(cache=True)
+def fill_scratch(n_links):
+    """Scratch of :func:`fill_local` for a fabric of ``n_links`` links (a solve uses each
+    link once): rows of reals (weights, capacities, frozen load, heap keys) and of integers
+    (links, live flows, heap items, heap positions, a batch)."""
+    return np.empty((4, n_links + 1)), np.empty((5, n_links + 1), np.int64)
+
+
+@numba.njit(cache=True, _nrt=False)
+def fill_local(fl, nf, fg, fw, lost, cap, lmap, rtol, rate, fz, lhead, lnext, state, bott, wf, wi):
+    """Max-min rates (into ``rate[f]``) of the flows ``fl[:nf]`` whose slots are all single
+    links (``fg``/``fw``: per flow its links, -1 after the last, and weights): the
+    progressive filling of :func:`progressive_fill` on the links they use only (renumbered
+    through the scratch ``lmap`` of -1, restored), each link's capacity less ``fz[link]``
+    (bits/s of flows held at fixed rates; reset to 0 here). A saturated link freezes the
+    flows of ``fl`` in its member list (``lhead``/``lnext``, entries ``f x K + k``;
+    ``state`` is a per-flow scratch of 0, restored). Flows with ``lost >= 1`` get 0.
+    ``bott[f]``: the link at which ``f`` froze (its bottleneck; -1 if none). Exact when
+    every other flow in flight sharing a link with ``fl`` is held at its max-min rate (the
+    task loop's ``_dirty_flows`` and ``_violators``), or none is (``fz`` = 0). ``wf``, ``wi``:
+    the scratch of :func:`fill_scratch`. Returns the count of unconstrained flows."""
+    K = fg.shape[1]
+    W, capl, F, hk = wf[0], wf[1], wf[2], wf[3]
+    links, live, hl, pos, batch = wi[0], wi[1], wi[2], wi[3], wi[4]
+    nl = 0
+    remaining = 0
+    for j in range(nf):
+        f = fl[j]
+        rate[f] = 0.0
+        bott[f] = -1
+        if lost[f] >= 1.0:
+            continue
+        state[f] = 1  # unfrozen
+        remaining += 1
+        for k in range(K):
+            g = fg[f, k]
+            if g < 0:
+                break
+            lk = lmap[g]
+            if lk < 0:
+                lk = lmap[g] = nl
+                links[nl] = g
+                W[nl] = 0.0
+                live[nl] = 0
+                nl += 1
+            W[lk] += fw[f, k]
+            live[lk] += 1
+    for lk in range(nl):
+        g = links[lk]
+        capl[lk] = cap[g]
+        F[lk] = fz[g]
+        fz[g] = 0.0
+        hk[lk] = (capl[lk] - F[lk]) / W[lk]
+        hl[lk] = lk
+    heapify(hk, hl, pos, nl)
+    size = nl
+    level = 0.0
+    while remaining > 0 and size > 0:
+        size, n_batch, level = pop_level(hk, hl, pos, size, capl, F, W, live, level, rtol, batch)
+        for b in range(n_batch):
+            v = lhead[links[batch[b]]]
+            while v >= 0:
+                f = v // K
+                v = lnext[v]
+                if state[f] != 1:  # frozen, held, or lost
+                    continue
+                state[f] = 2
+                rate[f] = level
+                bott[f] = links[batch[b]]
+                remaining -= 1
+                for k in range(K):
+                    g = fg[f, k]
+                    if g < 0:
+                        break
+                    l2 = lmap[g]
+                    W[l2] -= fw[f, k]
+                    F[l2] += fw[f, k] * level
+                    live[l2] -= 1
+    for j in range(nf):
+        state[fl[j]] = 0
+    for lk in range(nl):
+        lmap[links[lk]] = -1
+    return remaining

@@ -10,10 +10,11 @@ statement — same next-event rule, same completion test, same release rule, sam
 completions — with three changes of bookkeeping, none of the model:
 
 * the max-min solve (:func:`trainfabric.fabric.maxmin.progressive_fill`, the same progressive
-filling)
-  runs on a compact copy of the active flows' slots and its group -> flow incidence,
-  rebuilt after releases and reused while flows only complete (as the Python loop reuses
-  its incidence);
+  filling) runs on a compact copy of the active flows' slots and its group -> flow
+  incidence, rebuilt after releases and reused while flows only complete (as the Python
+  loop reuses its incidence); when every route slot is a single link (the single-path
+  modes), on per-link member lists of the active flows instead
+  (:func:`~trainfabric.fabric.maxmin.fill_local`), touching only the links they use;
 * link bits are integrated per flow (``Σ rate_f · busy_f``, the wire bits it sent) and put on
   the links once at the end (``A^T s``) instead of adding the link loads at every event: the
   same sum in another order;
@@ -32,7 +33,7 @@ import numba
 import numpy as np
 
 from trainfabric.fabric.heap import heap_pop, heap_push
-from trainfabric.fabric.maxmin import rebuild_base, solve_active
+from trainfabric.fabric.maxmin import fill_local, fill_scratch, rebottle, rebuild_base, solve_active
 
 ROUTE_CHUNK = 1 << 20  # flows routed per Router.route call before the loop
 
@@ -65,6 +66,141 @@ def _complete(f, sent, finish, rem, hops, hop_s, succ_ptr, succ, ready, pending,
             at = max(ready[s], rel[s]) + dly[s]
             state[0] = heap_push(ht, hs, hf, state[0], at, state[1], s)
             state[1] += 1
+
+
+@numba.njit(cache=True)
+def _single_links(sg, g_off) -> bool:
+    """Every route slot is one link (single-path modes), not a spread group."""
+    for r in range(sg.shape[0]):
+        for k in range(sg.shape[1]):
+            if sg[r, k] >= g_off:
+                return False
+    return True
+
+
+@numba.njit(cache=True)
+def _flow_links(rid, sg, sw, n):
+    """Per flow (the first ``n``; 0: none) the links of its route with weight, then -1."""
+    K = sg.shape[1]
+    fg = np.full((n, K), -1, np.int32)
+    fw = np.zeros((n, K))
+    for f in range(n):
+        j = 0
+        for k in range(K):
+            g, w = sg[rid[f], k], sw[rid[f], k]
+            if g >= 0 and w > 0.0:
+                fg[f, j], fw[f, j] = g, w
+                j += 1
+    return fg, fw
+
+
+@numba.njit(cache=True, _nrt=False)
+def _solve_links(act, m, fg, fw, lost, cap, lmap, rtol, rate, fz, lhead, lnext, state, bott,
+                 wf, wi):  # fmt: skip
+    """Max-min rates (``rate[f]``) of the flows ``act[:m]`` whose slots are single links:
+    their member lists built, :func:`~trainfabric.fabric.maxmin.fill_local` on the links
+    they use (no allocation, nothing proportional to the fabric's size), the lists
+    cleared; the count of unconstrained flows."""
+    K = fg.shape[1]
+    for i in range(m):
+        f = act[i]
+        for k in range(K):
+            g = fg[f, k]
+            if g < 0:
+                break
+            lnext[f * K + k] = lhead[g]
+            lhead[g] = f * K + k
+    bad = fill_local(act, m, fg, fw, lost, cap, lmap, rtol, rate, fz, lhead, lnext, state,
+                     bott, wf, wi)  # fmt: skip
+    for i in range(m):
+        f = act[i]
+        for k in range(K):
+            g = fg[f, k]
+            if g < 0:
+                break
+            lhead[g] = -1
+    return bad
+
+
+@numba.njit(cache=True, _nrt=False)
+def _account(act, m, fg, fw, lost, rate, bott, load, nbott):
+    """After a solve: the load and the bottleneck count of every link of the active flows."""
+    K = fg.shape[1]
+    for i in range(m):
+        for k in range(K):
+            g = fg[act[i], k]
+            if g < 0:
+                break
+            load[g] = 0.0
+            nbott[g] = 0
+    for i in range(m):
+        f = act[i]
+        if lost[f] >= 1.0:
+            continue
+        for k in range(K):
+            g = fg[f, k]
+            if g < 0:
+                break
+            load[g] += fw[f, k] * rate[f]
+        if bott[f] >= 0:
+            nbott[bott[f]] += 1
+
+
+@numba.njit(cache=True, _nrt=False)
+def _leave(f, fg, fw, lost, rate, bott, cnt, load, nbott) -> bool:
+    """Flow ``f`` completes: counted out of its links. ``True`` when every other flow keeps
+    its rate (no flow froze at one of its links: the bottleneck test of
+    :func:`~trainfabric.fabric.maxmin.rates_stand`)."""
+    if lost[f] >= 1.0:
+        return True
+    rebottle(f, -1, bott, nbott)
+    stand = True
+    for k in range(fg.shape[1]):
+        g = fg[f, k]
+        if g < 0:
+            break
+        cnt[g] -= 1
+        load[g] = load[g] - fw[f, k] * rate[f] if cnt[g] > 0 else 0.0
+        stand = stand and nbott[g] == 0
+    return stand
+
+
+@numba.njit(cache=True, _nrt=False)
+def _join(f, valid, fg, fw, lost, cap, rate, bott, cnt, load, nbott) -> bool:
+    """Flow ``f`` is released: counted on its links, and given its max-min rate at once when
+    that is certain (returns whether the allocation is still the max-min one). Certain when
+    the allocation was (``valid``) and ``f``'s smallest residual share ``x = (c_l -
+    load_l) / w_l`` is positive and taken at a link no other flow uses: the links it crosses
+    all had room, so none was saturated and no flow's bottleneck changes; ``f`` saturates
+    that link alone, so it has a bottleneck too, and an allocation in which every flow has
+    one is the max-min fair one (:func:`~trainfabric.fabric.maxmin.progressive_fill`)."""
+    rate[f] = 0.0
+    if lost[f] >= 1.0:
+        return valid
+    K = fg.shape[1]
+    x, at, free = np.inf, -1, False
+    for k in range(K):
+        g = fg[f, k]
+        if g < 0:
+            break
+        share = (cap[g] - load[g]) / fw[f, k]
+        if share < x or (share == x and cnt[g] == 0 and not free):
+            x, at, free = share, g, cnt[g] == 0
+    for k in range(K):
+        g = fg[f, k]
+        if g < 0:
+            break
+        cnt[g] += 1
+    if not (valid and free and 0.0 < x < np.inf):
+        return False
+    rate[f] = x
+    for k in range(K):
+        g = fg[f, k]
+        if g < 0:
+            break
+        load[g] += fw[f, k] * x
+    rebottle(f, at, bott, nbott)
+    return True
 
 
 @numba.njit(cache=True)
@@ -123,6 +259,22 @@ def event_loop(
     mptr = np.zeros(1, np.int64)
     members = np.zeros(0, np.int64)
     released = True  # flows joined since the base was built
+    local = _single_links(sg, g_off)
+    fg, fw = _flow_links(rid, sg, sw, n if local else 0)
+    lhead = np.full(cap.size, -1, np.int32)  # per link: its flows (fill_local's lists)
+    lnext = np.full(fg.size, -1, np.int32)
+    lmap = np.full(cap.size, -1, np.int32)
+    fz = np.zeros(cap.size)
+    frate = np.zeros(fg.shape[0])
+    fstate = np.zeros(fg.shape[0], np.int8)
+    fbott = np.full(fg.shape[0], -1, np.int64)
+    wf, wi = fill_scratch(cap.size)
+    # single links: the active flows' count, load (bits/s) and bottlenecks per link, and
+    # whether ``frate`` is the max-min allocation of the active flows (module doc)
+    cnt = np.zeros(cap.size if local else 0, np.int32)
+    load = np.zeros(cnt.size)
+    nbott = np.zeros(cnt.size, np.int32)
+    valid = False
     seg_t = np.empty(64)
     seg_g = np.zeros((64, n_jobs))
     seg_a = np.zeros((64, n_jobs), np.int64)
@@ -134,7 +286,18 @@ def event_loop(
     while True:
         # -- rates of the active flows
         rate = np.zeros(m)
-        if m > 0:
+        if m > 0 and local:
+            if not valid:
+                solves += 1
+                bad = _solve_links(act, m, fg, fw, lost, cap, lmap, rtol, frate, fz, lhead,
+                                   lnext, fstate, fbott, wf, wi)  # fmt: skip
+                if bad:
+                    return t, events, solves, sent_bits, seg_t[:n_seg], seg_g, seg_a, seg_i, bad
+                _account(act, m, fg, fw, lost, frate, fbott, load, nbott)
+                valid = True
+            for i in range(m):
+                rate[i] = frate[act[i]]
+        elif m > 0:
             solves += 1
             if released:
                 if bsg.shape[0] < m:
@@ -236,6 +399,8 @@ def event_loop(
                     dly,
                     heap,
                 )
+                if local:
+                    valid = _leave(f, fg, fw, lost, frate, fbott, cnt, load, nbott) and valid
             else:
                 act[keep] = f
                 keep += 1
@@ -246,6 +411,8 @@ def event_loop(
             act[m] = f
             m += 1
             released = True
+            if local:
+                valid = _join(f, valid, fg, fw, lost, cap, frate, fbott, cnt, load, nbott)
     return t, events, solves, sent_bits, seg_t[:n_seg], seg_g, seg_a, seg_i, 0
 
 
