@@ -1299,23 +1299,32 @@ def fabric_iteration_findings(r: _View) -> str:
     dp, pp_ = va["jobs"]["dp_only"], va["jobs"]["pp_dp"]
     alone = va["collectives_alone"]
     alone_max = max(alone[k]["rel_diff"] for k in ("all_gather", "all_reduce", "reduce_scatter"))
-    lim = fi["limits_s"]
-    if "deepseek" in fi["not_finished"]:
-        deepseek_128 = f"""On 128 servers (EP 256: each stage's all-to-all spans its 32
-        servers) it does not finish within the benchmark's {secs(lim["deepseek"], 0)} limit:
-        every all-to-all gives almost each of its flows (64 GPU pairs per server pair and node,
-        4 channels) its own completion time under ECMP, and each completion re-solves the flows
-        it can reach."""
+    lim, t = fi["limits_s"], fi["targets"]
+    d1k = fi["deepseek_1k_progress"]
+    if d1k is None:
+        deepseek_1k = f"""On 1,024 servers (the target case, {secs(t["wall_s_deepseek_1k"], 0)})
+        it was stopped at the benchmark's {secs(lim["deepseek_1k"], 0)} limit (**not met**)."""
+    elif d1k["finished"]:
+        met = "met" if fi["met"]["wall_s_deepseek_1k"] else "**not met**"
+        deepseek_1k = f"""On 1,024 servers ({count(d1k["gpus"])} GPUs) the iteration takes
+        {secs(d1k["iteration_s"], 3)}, in {secs(d1k["wall_s"], 0)} of wall time (target
+        {secs(t["wall_s_deepseek_1k"], 0)}, {met})."""
     else:
-        deepseek_128 = f"""On 128 servers (EP 256) it finishes within the benchmark's
-        {secs(lim["deepseek"], 0)} limit."""
+        deepseek_1k = f"""On 1,024 servers ({count(d1k["gpus"])} GPUs, the target case) it
+        does not finish within the target's {secs(t["wall_s_deepseek_1k"], 0)} (**not met**):
+        in {secs(d1k["wall_s"], 0)} (building the job {secs(d1k["build_s"], 0)}) it simulated
+        the first {secs(d1k["reached_s"], 3)} of the iteration ({mega(d1k["events"], 2)}
+        events, {mega(d1k["flows_solved"])} flow rate solves, {count(d1k["peak_flows"])}
+        flows in flight, {gb(d1k["peak_rss_gb"])}). Every all-to-all gives almost each of
+        its flows (64 GPU pairs per server pair and node, 4 channels, skewed expert loads)
+        its own completion time under ECMP, and each completion re-solves the flows it can
+        reach: the events grow with the flows, not with the servers' symmetry."""
     unfinished = [f"`{k}`" for k in fi["not_finished"]]
     finished = "every case finished within its limit" + (
         f" except {', '.join(unfinished)} (above)" if unfinished else ""
     )
     e4 = c["iter_4k:ecmp"]
     e16 = c["iter_16k"]
-    t = fi["targets"]
     bullets = [
         f"""**Which mode keeps this job fastest:** {" and ".join(fastest)}
         ({secs(best, 3)}; ECMP is {pct_over(its["ecmp"] / best, 0)} slower, pinning
@@ -1352,7 +1361,7 @@ def fabric_iteration_findings(r: _View) -> str:
         iteration is {secs(ds["iteration_s"], 3)} with {pct(ds["exposed_comm_fraction"])}
         exposed communication ({mega(ds["events"], 2)} events, {mega(ds["flows_solved"])} flow
         rate solves), in {secs(ds["wall_s"], 1)} of wall time in this `--quick` run, beside the
-        other untimed cases (this machine's speed varies from day to day). {deepseek_128}""",
+        other untimed cases (this machine's speed varies from day to day). {deepseek_1k}""",
         f"""**astra-sim side by side** (`python benchmarks/vs_astra.py ASTRA_DIR`,
         `benchmarks/results/vs_astra.json`; astra-sim {va["commits"]["astra-sim"]} with its
         analytical network backend, congestion aware, built outside this repository). A GPT job
