@@ -44,8 +44,9 @@ Cases:
   ``failures_4k_draw_wall_s`` = the mean engine wall of a draw inside its process.
 * ``deepseek_1k``: ``deepseek-v3`` on 1,024 servers (8,192 GPUs), ECMP, the target case
   (``wall_s_deepseek_1k``, 300 s): run in slices of simulated time as ``iter_131k:ecmp``,
-  stopping itself at the target (``deepseek_1k_progress`` says how far it got;
-  ``wall_s_deepseek_1k`` is ``null`` unless it finished). Its all-to-alls (``tp = 1``, EP
+  stopping itself at the target (``deepseek_1k_progress`` says how far it got, or
+  ``refused`` why the size guard refused it before building; ``wall_s_deepseek_1k`` is
+  ``null`` unless it finished). Its all-to-alls (``tp = 1``, EP
   256: 64 GPU pairs per server pair and node, 4 channels each, skewed expert loads) give
   almost every flow its own completion time under ECMP; ``deepseek_16``, the same preset on
   16 servers (128 GPUs, one EP group of 32 per stage), runs with the untimed cases and
@@ -205,6 +206,36 @@ def progress_case(workload: str, pods: int, mode: str, budget_s: float, **fabric
     }
 
 
+def deepseek_1k_case() -> dict:
+    """The target case in slices (:func:`progress_case`), or the size guard's refusal
+    (:func:`~trainfabric.fabric.iteration.run.job_graph`: its task graph's flows over the
+    memory limit) as ``refused``; ``task_flows_by_servers``: the flows its task graph holds on
+    16, 128 and 1,024 servers, counted without building them."""
+    from trainfabric.errors import ConfigError
+    from trainfabric.fabric.iteration import run as I
+
+    t0 = time.perf_counter()
+    counts = {}
+    for servers in (16, 128, 1024):
+        jh, _ = _job("deepseek-v3", servers)
+        counts[servers] = I.task_flows(jh)
+    try:
+        I.job_graph(jh)
+    except ConfigError as exc:
+        return {
+            "workload": "deepseek-v3",
+            "gpus": 8 * 1024,
+            "finished": False,
+            "refused": str(exc),
+            "task_flows_by_servers": counts,
+            "wall_s": time.perf_counter() - t0,
+            "peak_rss_gb": peak_rss_gb(),
+        }
+    del jh
+    row = progress_case("deepseek-v3", 1024, "ecmp", TARGETS["wall_s_deepseek_1k"])
+    return row | {"task_flows_by_servers": counts}
+
+
 def failures_4k_case(draws: int = 20) -> dict:
     from trainfabric.fabric.iteration import faults as IF
     from trainfabric.fabric.iteration import run as I
@@ -283,7 +314,7 @@ def run_case(case: str, flap_draws: int) -> dict:
     if kind == "failures_4k":
         return failures_4k_case()
     if kind == "deepseek_1k":
-        return progress_case("deepseek-v3", 1024, "ecmp", TARGETS["wall_s_deepseek_1k"])
+        return deepseek_1k_case()
     if kind == "deepseek_16":
         return iteration_case("deepseek-v3", 16, "ecmp")
     if kind == "faults":

@@ -1303,7 +1303,17 @@ def fabric_iteration_findings(r: _View) -> str:
     d1k = fi["deepseek_1k_progress"]
     if d1k is None:
         deepseek_1k = f"""On 1,024 servers (the target case, {secs(t["wall_s_deepseek_1k"], 0)})
-        it was stopped at the benchmark's {secs(lim["deepseek_1k"], 0)} limit (**not met**)."""
+        it did not finish within the benchmark's {secs(lim["deepseek_1k"], 0)} limit
+        (`not_finished`: {fi["not_finished"].get("deepseek_1k")}; **not met**)."""
+    elif "refused" in d1k:
+        tf = d1k["task_flows_by_servers"]
+        deepseek_1k = f"""On 1,024 servers (the target case, {secs(t["wall_s_deepseek_1k"], 0)},
+        **not met**) the size guard refuses it before building ({secs(d1k["wall_s"], 0)},
+        building the DAGs included): "{d1k["refused"]}". Its task graph would hold
+        {mega(tf["1024"], 1)} flows ({mega(tf["128"], 1)} on 128 servers, {mega(tf["16"], 2)}
+        on 16): the expert-parallel all-to-alls hold 64 GPU pairs per server pair and node, 4
+        channels each, and every distinct transfer's flows are built up front; running it would
+        take generating a comm task's flows when it starts."""
     elif d1k["finished"]:
         met = "met" if fi["met"]["wall_s_deepseek_1k"] else "**not met**"
         deepseek_1k = f"""On 1,024 servers ({count(d1k["gpus"])} GPUs) the iteration takes

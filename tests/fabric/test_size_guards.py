@@ -208,3 +208,21 @@ def test_topology_refused_before_building_and_absurd_sizes_by_the_schema(allocat
     with pytest.raises(ConfigError) as exc:
         parse_scenario({"kind": "line_rate", "topology": {"gpus": 2**21}})
     assert exc.value.field == "topology.gpus"
+
+
+def test_task_graph_refused_before_its_flows_are_built_and_counted_exactly():
+    """``job_graph`` counts the flows it would build (``task_flows``) and refuses, naming
+    ``pods``, a graph over the memory limit; under the limit the graph holds exactly that
+    many flows."""
+    from trainfabric.fabric.iteration import run as I
+    from trainfabric.fabric.iteration.scenario import job_fabric
+
+    loaded = I.load_job("deepseek-v3", pods=4, layers=2, overlap="none", seed=0)
+    topo = job_fabric(loaded.pods, loaded.gpus_per_pod)
+    servers = I.place_servers(topo, loaded.pods, loaded.gpus_per_pod, "random", 0)
+    jh = I.JobOnHosts(loaded, servers, 4, seed=0)
+    flows = I.task_flows(jh)
+    assert I.job_graph(jh).flow_conn.size == flows > 0
+    limit_gb = 0.5 * I.TASK_FLOW_BYTES * flows / 1e9
+    with memory_limit(limit_gb), pytest.raises(ConfigError, match=f"pods.*{flows:,} flows"):
+        I.job_graph(jh)

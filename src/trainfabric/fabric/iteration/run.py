@@ -53,6 +53,7 @@ from trainfabric.fabric import topology as T
 from trainfabric.fabric.flow.collectives import PLACEMENTS, place
 from trainfabric.fabric.flows import mix64
 from trainfabric.fabric.routing import Groups, Reaction, Routes
+from trainfabric.limits import check_memory
 from trainfabric.workloads.dag import COMM, GpuTransfers, TaskDAG
 from trainfabric.workloads.job import Job
 
@@ -451,26 +452,19 @@ def job_graph(jh: JobOnHosts) -> TaskGraph:
     point to one set, so the graph holds the distinct transfers, not steps x transfers.
     Connections are the distinct (source host, destination host, channel) of the job; a
     task's ``latency_s`` is 0 (the fabric's per-hop latency replaces the DAG's, module doc).
+    A graph whose flows (:func:`task_flows`, :data:`TASK_FLOW_BYTES` each) exceed the memory
+    limit is refused before they are built (ConfigError naming ``pods``).
     """
     from trainfabric.fabric.tasks.graph import TaskGraph
 
     dag = jh.dag
     comm = dag.comm_nodes
-    pair_set = dag.pairs.node_set[comm] if dag.pairs is not None else np.full(comm.size, -1)
-    key = np.stack(
-        [
-            dag.pod[comm].astype(np.int64),
-            dag.dst[comm].astype(np.int64),
-            jh.loaded.gpu.pattern[comm].astype(np.int64),
-            dag.bytes[comm].view(np.int64),
-            pair_set.astype(np.int64),
-        ],
-        axis=1,
-    )
-    _, first, set_of = np.unique(key, axis=0, return_index=True, return_inverse=True)
-    reps = comm[first]
+    reps, set_of = _flow_sets(jh)
+    sizes = jh.transfer_counts(reps) * jh.channels
+    flows = int(sizes.sum())
+    check_memory("pods", TASK_FLOW_BYTES * float(flows), f"a task graph of {flows:,} flows")
     fl = jh.flows(reps)
-    set_ptr = np.r_[0, np.cumsum(jh.transfer_counts(reps) * jh.channels)].astype(np.int64)
+    set_ptr = np.r_[0, np.cumsum(sizes)].astype(np.int64)
     cols = np.stack([fl["src"], fl["dst"], fl["channel"]], axis=1)
     uniq, first_c, conn = np.unique(cols, axis=0, return_index=True, return_inverse=True)
     flow_set = np.full(dag.n_nodes, -1, np.int64)
@@ -491,6 +485,36 @@ def job_graph(jh: JobOnHosts) -> TaskGraph:
         conn_channel=uniq[:, 2],
         job=np.full(dag.n_nodes, jh.job_id, np.int64),
     )
+
+
+TASK_FLOW_BYTES = 160  # per flow of a task graph, its build's temporaries included (140 measured)
+
+
+def _flow_sets(jh: JobOnHosts) -> tuple[np.ndarray, np.ndarray]:
+    """``(reps, set_of)``: one representative comm node per distinct flow set (:func:`job_graph`)
+    and each comm node's set."""
+    dag = jh.dag
+    comm = dag.comm_nodes
+    pair_set = dag.pairs.node_set[comm] if dag.pairs is not None else np.full(comm.size, -1)
+    key = np.stack(
+        [
+            dag.pod[comm].astype(np.int64),
+            dag.dst[comm].astype(np.int64),
+            jh.loaded.gpu.pattern[comm].astype(np.int64),
+            dag.bytes[comm].view(np.int64),
+            pair_set.astype(np.int64),
+        ],
+        axis=1,
+    )
+    _, first, set_of = np.unique(key, axis=0, return_index=True, return_inverse=True)
+    return comm[first], set_of
+
+
+def task_flows(jh: JobOnHosts) -> int:
+    """The flows :func:`job_graph` would hold (distinct flow sets x their GPU transfers x
+    channels), counted without building them."""
+    reps, _ = _flow_sets(jh)
+    return int((jh.transfer_counts(reps) * jh.channels).sum())
 
 
 def _roots_and_sinks(g: TaskGraph) -> tuple[np.ndarray, np.ndarray]:
