@@ -96,11 +96,13 @@ def _flow_links(rid, sg, sw, n):
 
 @numba.njit(cache=True, _nrt=False)
 def _solve_links(act, m, fg, fw, lost, cap, lmap, rtol, rate, fz, lhead, lnext, state, bott,
-                 wf, wi):  # fmt: skip
-    """Max-min rates (``rate[f]``) of the flows ``act[:m]`` whose slots are single links:
-    their member lists built, :func:`~trainfabric.fabric.maxmin.fill_local` on the links
-    they use (no allocation, nothing proportional to the fabric's size), the lists
-    cleared; the count of unconstrained flows."""
+                 wf, wi, load, nbott):  # fmt: skip
+    """Max-min rates (``rate[f]``) and bottlenecks (``bott[f]``) of the flows ``act[:m]``
+    whose slots are single links: their member lists built,
+    :func:`~trainfabric.fabric.maxmin.fill_local` on the links they use (no allocation,
+    nothing proportional to the fabric's size), the lists cleared, and every link's ``load``
+    (bits/s) and count of flows bottlenecked there (``nbott``) recomputed; the count of
+    unconstrained flows."""
     K = fg.shape[1]
     for i in range(m):
         f = act[i]
@@ -110,6 +112,8 @@ def _solve_links(act, m, fg, fw, lost, cap, lmap, rtol, rate, fz, lhead, lnext, 
                 break
             lnext[f * K + k] = lhead[g]
             lhead[g] = f * K + k
+            load[g] = 0.0
+            nbott[g] = 0
     bad = fill_local(act, m, fg, fw, lost, cap, lmap, rtol, rate, fz, lhead, lnext, state,
                      bott, wf, wi)  # fmt: skip
     for i in range(m):
@@ -119,31 +123,30 @@ def _solve_links(act, m, fg, fw, lost, cap, lmap, rtol, rate, fz, lhead, lnext, 
             if g < 0:
                 break
             lhead[g] = -1
+            load[g] += fw[f, k] * rate[f]
+        if bott[f] >= 0:
+            nbott[bott[f]] += 1
     return bad
 
 
 @numba.njit(cache=True, _nrt=False)
-def _account(act, m, fg, fw, lost, rate, bott, load, nbott):
-    """After a solve: the load and the bottleneck count of every link of the active flows."""
-    K = fg.shape[1]
-    for i in range(m):
-        for k in range(K):
-            g = fg[act[i], k]
-            if g < 0:
-                break
-            load[g] = 0.0
-            nbott[g] = 0
+def _account(act, m, fg, fw, rate, sb, frate, bott, load, nbott):
+    """After a solve of the active flows by the group solver (``rate``, bottlenecks ``sb``,
+    in ``act`` order): each flow's rate and bottleneck, the links' loads and counts of
+    flows bottlenecked there, updated where they changed (``O(m)`` plus the changed flows'
+    slots)."""
     for i in range(m):
         f = act[i]
-        if lost[f] >= 1.0:
-            continue
-        for k in range(K):
-            g = fg[f, k]
-            if g < 0:
-                break
-            load[g] += fw[f, k] * rate[f]
-        if bott[f] >= 0:
-            nbott[bott[f]] += 1
+        d = rate[i] - frate[f]
+        if d != 0.0:
+            frate[f] = rate[i]
+            for k in range(fg.shape[1]):
+                g = fg[f, k]
+                if g < 0:
+                    break
+                load[g] += fw[f, k] * d
+        if sb[i] != bott[f]:
+            rebottle(f, sb[i], bott, nbott)
 
 
 @numba.njit(cache=True, _nrt=False)
@@ -259,6 +262,7 @@ def event_loop(
     mptr = np.zeros(1, np.int64)
     members = np.zeros(0, np.int64)
     released = True  # flows joined since the base was built
+    fresh = True  # flows joined since the last solve
     local = _single_links(sg, g_off)
     fg, fw = _flow_links(rid, sg, sw, n if local else 0)
     lhead = np.full(cap.size, -1, np.int32)  # per link: its flows (fill_local's lists)
@@ -286,46 +290,45 @@ def event_loop(
     while True:
         # -- rates of the active flows
         rate = np.zeros(m)
-        if m > 0 and local:
-            if not valid:
-                solves += 1
-                bad = _solve_links(act, m, fg, fw, lost, cap, lmap, rtol, frate, fz, lhead,
-                                   lnext, fstate, fbott, wf, wi)  # fmt: skip
-                if bad:
-                    return t, events, solves, sent_bits, seg_t[:n_seg], seg_g, seg_a, seg_i, bad
-                _account(act, m, fg, fw, lost, frate, fbott, load, nbott)
-                valid = True
-            for i in range(m):
-                rate[i] = frate[act[i]]
-        elif m > 0:
+        if m > 0 and not (local and valid):
             solves += 1
-            if released:
-                if bsg.shape[0] < m:
-                    bsg = np.empty((2 * m, K), np.int64)
-                    bsw = np.empty((2 * m, K))
-                nb, mptr, members = rebuild_base(
-                    act, m, rid, sg, sw, lost, n_groups, bsg, bsw, bpos
+            if local and fresh:  # flows released since the last solve: no base to rebuild
+                bad = _solve_links(act, m, fg, fw, lost, cap, lmap, rtol, frate, fz, lhead,
+                                   lnext, fstate, fbott, wf, wi, load, nbott)  # fmt: skip
+            else:
+                if released:
+                    if bsg.shape[0] < m:
+                        bsg = np.empty((2 * m, K), np.int64)
+                        bsw = np.empty((2 * m, K))
+                    nb, mptr, members = rebuild_base(
+                        act, m, rid, sg, sw, lost, n_groups, bsg, bsw, bpos
+                    )
+                    released = False
+                rate, bad, sb = solve_active(
+                    act,
+                    m,
+                    lost,
+                    cap,
+                    g_off,
+                    g_ptr,
+                    g_link,
+                    g_coef,
+                    bsg,
+                    bsw,
+                    nb,
+                    bpos,
+                    mptr,
+                    members,
+                    rtol,
                 )
-                released = False
-            rate, bad, _ = solve_active(
-                act,
-                m,
-                lost,
-                cap,
-                g_off,
-                g_ptr,
-                g_link,
-                g_coef,
-                bsg,
-                bsw,
-                nb,
-                bpos,
-                mptr,
-                members,
-                rtol,
-            )
+                if local:
+                    _account(act, m, fg, fw, rate, sb, frate, fbott, load, nbott)
             if bad:
                 return t, events, solves, sent_bits, seg_t[:n_seg], seg_g, seg_a, seg_i, bad
+            fresh, valid = False, local
+        if local:
+            for i in range(m):
+                rate[i] = frate[act[i]]
         gp = np.empty(m)
         proj = np.empty(m)
         t1 = np.inf
@@ -410,7 +413,7 @@ def event_loop(
             start[f] = t
             act[m] = f
             m += 1
-            released = True
+            released = fresh = True
             if local:
                 valid = _join(f, valid, fg, fw, lost, cap, frate, fbott, cnt, load, nbott)
     return t, events, solves, sent_bits, seg_t[:n_seg], seg_g, seg_a, seg_i, 0
