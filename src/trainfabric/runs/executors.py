@@ -116,16 +116,26 @@ def run_local(cells: Sequence[Cell], workers: int | None, on_done: OnDone) -> No
     per CPU, never more than there are cells). On success the pool is shut down cleanly; on
     any exception (a failed cell, Ctrl-C, SIGTERM) its workers are stopped at once."""
     size = min(workers or os.cpu_count() or 1, len(cells))
+    with _local_pool(size, worker_init, (os.getpid(),)) as pool:
+        _collect_local(pool, cells, on_done)
+
+
+@contextmanager
+def _local_pool(size: int, initializer, initargs: tuple) -> Iterator[ProcessPoolExecutor]:
+    """A spawn-context pool of ``size`` workers, each started by ``initializer(*initargs)``,
+    within :func:`~trainfabric.errors.sigterm_terminates` and each worker's share of the
+    memory limit. Shut down cleanly when the block succeeds; on any exception (a failed
+    task, Ctrl-C, SIGTERM) its workers are stopped at once and it is raised."""
     before = set(multiprocessing.active_children())
     pool = ProcessPoolExecutor(
         max_workers=size,
         mp_context=multiprocessing.get_context("spawn"),
-        initializer=worker_init,
-        initargs=(os.getpid(),),
+        initializer=initializer,
+        initargs=initargs,
     )
     try:
         with sigterm_terminates(), limits.worker_share(size):
-            _collect_local(pool, cells, on_done)
+            yield pool
     except BaseException:
         workers_now = [p for p in multiprocessing.active_children() if p not in before]
         pool.shutdown(wait=False, cancel_futures=True)
@@ -145,27 +155,13 @@ def map_local(
     workers are stopped at once and it is raised."""
     size = max(1, min(workers, len(items)))
     out: list = [None] * len(items)
-    before = set(multiprocessing.active_children())
-    pool = ProcessPoolExecutor(
-        max_workers=size,
-        mp_context=multiprocessing.get_context("spawn"),
-        initializer=_map_init,
-        initargs=(os.getpid(), setup, tuple(setup_args)),
-    )
-    try:
-        with sigterm_terminates(), limits.worker_share(size):
-            with _sigint_ignored():
-                futures = {pool.submit(fn, item): k for k, item in enumerate(items)}
-            for future in as_completed(futures):
-                k = futures[future]
-                out[k] = future.result()
-                on_done(k)
-    except BaseException:
-        workers_now = [p for p in multiprocessing.active_children() if p not in before]
-        pool.shutdown(wait=False, cancel_futures=True)
-        stop_processes(workers_now)
-        raise
-    pool.shutdown(wait=True)
+    with _local_pool(size, _map_init, (os.getpid(), setup, tuple(setup_args))) as pool:
+        with _sigint_ignored():
+            futures = {pool.submit(fn, item): k for k, item in enumerate(items)}
+        for future in as_completed(futures):
+            k = futures[future]
+            out[k] = future.result()
+            on_done(k)
     return out
 
 
