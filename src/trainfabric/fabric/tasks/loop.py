@@ -1190,9 +1190,8 @@ def evolve(
     fstate = np.zeros(m0 if local else 0, np.int8)
     fg = np.full((m0 if local else 0, K), -1, np.int32)
     fw = np.zeros((fg.shape[0], K))
-    bott = np.full(fg.shape[0], -1, np.int64)
-    sbott = np.full(0 if local else m0, -1, np.int64)  # split routes: bottleneck per flow
-    nbott = np.zeros(0 if local else cap.size, np.int32)  # and the count per link
+    bott = np.full(m0, -1, np.int64)  # per flow: the link it froze at in the last solve
+    nbott = np.zeros(0 if local else cap.size, np.int32)  # split routes: count per link
     done = np.empty(m0, np.int64)
     need = True  # split routes: the rates must be solved
     if local:
@@ -1254,7 +1253,7 @@ def evolve(
             )
             for j in range(m):
                 srate[act[j]] = rate[j]
-                rebottle(act[j], sb[j], sbott, nbott)
+                rebottle(act[j], sb[j], bott, nbott)
         else:  # certified: the rates stand
             solves -= 1
             bad = 0
@@ -1333,7 +1332,7 @@ def evolve(
         m = keep
         if not local:
             need = not (certify and rates_stand(done, nd, rows, rsg, g_off, g_ptr, g_link,
-                                               sbott, nbott))  # fmt: skip
+                                               bott, nbott))  # fmt: skip
     out_t = np.empty(ns + 1)
     out_t[:ns] = seg_t[:ns]
     out_t[ns] = t
