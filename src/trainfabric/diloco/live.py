@@ -125,6 +125,14 @@ class LiveConfig(Config):
         "fractions) on other segments: the power calculation's input",
     )
     pilot_source: str | None = Field(None, description="where pilot_effects come from")
+    placement: Literal["shared", "testbed"] = Field(
+        "shared", description="shared cores and loopback serving, or the testbed's placement"
+    )
+    queue_ms: float = Field(100.0, gt=0, le=60_000, description="testbed: the link's queue (ms)")
+    serve_core: int = Field(0, ge=0, le=4095, description="testbed: vLLM's and the client's core")
+    train_core: int = Field(1, ge=0, le=4095, description="testbed: the learners' core")
+    fragments: int = Field(0, ge=0, le=48, description="Streaming DiLoCo fragments (0: DiLoCo)")
+    overlap: int = Field(1, ge=0, le=MAX_STEPS, description="streaming: steps a sync overlaps")
 
     def design(self) -> stats.Design:
         """The experiment's design (module doc): the headline policy vs its matched random on
@@ -138,8 +146,28 @@ def quick_config(**update) -> LiveConfig:
     return LiveConfig(**({"seeds": 2, "duration_s": 45.0, "seed0": 10} | update))
 
 
+def testbed_config(**update) -> LiveConfig:
+    """The protocol on the testbed (:mod:`~.live_testbed`): H = 125 inner steps (about the
+    testbed's 10 s inner phase at the learners' 12-13 steps/s on one core), the guards at
+    the live defaults' 0.4 H and 2 H (``min_h`` 50, ``max_h`` 250), 60 s replays."""
+    base = {"placement": "testbed", "H": 125, "min_h": 50, "max_h": 250, "duration_s": 60.0}
+    return LiveConfig(**(base | update))
+
+
 def check_config(cfg: LiveConfig) -> None:
     """Refuse what cannot run, naming the field."""
+    if cfg.placement == "testbed":
+        import os
+
+        for name in ("serve_core", "train_core"):
+            if getattr(cfg, name) >= (os.cpu_count() or 1):
+                raise ConfigError(name, f"core {getattr(cfg, name)} does not exist")
+        if cfg.serve_core == cfg.train_core:
+            raise ConfigError("train_core", "must differ from serve_core")
+    if cfg.fragments and cfg.overlap >= cfg.H:
+        raise ConfigError("overlap", f"must be less than H ({cfg.H})")
+    if cfg.fragments > cfg.H:
+        raise ConfigError("fragments", f"must be at most H ({cfg.H})")
     for name in cfg.policies:
         if name not in POLICY_NAMES:
             raise ConfigError(
@@ -415,6 +443,15 @@ class Session:
     out_dir: Path
     set_sync: Callable | None = None  # the emulator's interference switch (None for vLLM)
     runs: int = 0  # replays so far: each draws its prompts with its own seed
+    net: object = None  # the testbed's network (None: each run makes its own)
+    train_cpus: tuple[int, ...] | None = None  # the testbed's learner cores
+    send: Callable | None = None  # the replay as the testbed's client runs it
+
+    def replay(self, req: R.Requests, **kw):
+        """Replay ``req`` against the server (in the testbed, from the client's namespace)."""
+        from trainfabric.diloco.serve.replay import replay
+
+        return (self.send or replay)(req, url=self.url, model=self.model, **kw)
 
     def prompt_seed(self) -> int:
         """A fresh prompt seed per replay: identical prompts would let vLLM's prefix cache
@@ -424,10 +461,15 @@ class Session:
         return self.runs
 
 
-def train_config(cfg: LiveConfig, seed: int, max_seconds: float, final_sync: bool = True):
-    """The learners' config for a live run (the module docstring's recipe)."""
-    from trainfabric.diloco.train.config import ShapingConfig, TrainConfig
+def train_config(cfg: LiveConfig, seed: int, max_seconds: float, final_sync: bool = True,
+                 shaping=None):  # fmt: skip
+    """The learners' config for a live run (the module docstring's recipe); ``shaping``: the
+    testbed network's (default: ``shaping_mbit``); Streaming DiLoCo with ``fragments``."""
+    from trainfabric.diloco.train.config import ShapingConfig, StreamingConfig, TrainConfig
 
+    streaming = None
+    if cfg.fragments:
+        streaming = StreamingConfig(fragments=cfg.fragments, overlap=cfg.overlap, alpha=0.5)
     return TrainConfig(
         learners=cfg.learners,
         steps=10_000_000,
@@ -435,8 +477,9 @@ def train_config(cfg: LiveConfig, seed: int, max_seconds: float, final_sync: boo
         H=cfg.H,
         control_window_s=cfg.window_s,
         seed=seed,
-        shaping=ShapingConfig(rate_mbit=cfg.shaping_mbit),
+        shaping=shaping or ShapingConfig(rate_mbit=cfg.shaping_mbit),
         final_sync=final_sync,
+        streaming=streaming,
     )
 
 
@@ -448,11 +491,11 @@ def run_once(
     policy: Policy | None,
     schedule: np.ndarray | None = None,
     never: bool = False,
+    fragment_schedules: np.ndarray | None = None,
 ) -> RunRecord:
     """One live run (module doc): training starts first; when rank 0 first reaches a control
     point the replay of the seed's segment starts (``t0``); when the replay is over (at least
     ``duration_s``) the learners are stopped (their final sync and eval come after it)."""
-    from trainfabric.diloco.serve.replay import replay
     from trainfabric.diloco.serve.sidecar import Sidecar, SidecarConfig
     from trainfabric.diloco.train.launch import start
 
@@ -461,21 +504,40 @@ def run_once(
     arrivals = arrivals_per_window(req, windows, cfg.window_s)
     run_dir = session.out_dir / label
     pressure = PressureModel(ttft_slo_s=cfg.ttft_slo_s, tpot_slo_s=cfg.tpot_slo_s)
-    sidecar = Sidecar(SidecarConfig(url=session.url, period_s=cfg.window_s, pressure=pressure))
+    space = session.net.namespace(0) if session.net is not None else None
+    sidecar = Sidecar(SidecarConfig(url=session.url, period_s=cfg.window_s, pressure=pressure,
+                                    namespace=space))  # fmt: skip
     signals = Signals(inference=sidecar.latest)
-    ctl = Never() if never else LiveController(policy, signals, arrivals, cfg, seed, schedule)
+    gate = None
+    if never:
+        ctl = Never()
+    elif cfg.fragments:
+        from trainfabric.diloco.live_fragments import FragmentController
+
+        tps = cfg.learners * 512.0  # tokens per inner step: batch 8 x context 64 per learner
+        ctl = gate = FragmentController(policy, sidecar.latest, arrivals, cfg, seed,
+                                        session.net, tps, fragment_schedules)  # fmt: skip
+    else:
+        ctl = LiveController(policy, signals, arrivals, cfg, seed, schedule)
     ctl.report = sidecar.record_decision
-    tcfg = train_config(cfg, seed, max_seconds=cfg.duration_s + 900.0, final_sync=True)
+    tcfg = train_config(
+        cfg,
+        seed,
+        max_seconds=cfg.duration_s + 900.0,
+        final_sync=True,
+        shaping=session.net.shaping if session.net is not None else None,
+    )
     with sidecar:
-        run = start(tcfg, run_dir / "train", ctl)
+        run = start(tcfg, run_dir / "train", ctl, net=session.net, cpus=session.train_cpus,
+                    gate=gate)  # fmt: skip
         stop_emu = _mirror_syncs(run, session)
         try:
             _wait_started(run, ctl, timeout_s=300.0)
             ctl.t0 = time.time()
-            rep = replay(
-                req, url=session.url, model=session.model, max_seconds=cfg.duration_s,
-                max_requests=1_000_000, drain_s=DRAIN_S, ttft_slo_s=cfg.ttft_slo_s,
-                tpot_slo_s=cfg.tpot_slo_s, window_s=cfg.window_s, seed=session.prompt_seed(),
+            rep = session.replay(
+                req, max_seconds=cfg.duration_s, max_requests=1_000_000, drain_s=DRAIN_S,
+                ttft_slo_s=cfg.ttft_slo_s, tpot_slo_s=cfg.tpot_slo_s, window_s=cfg.window_s,
+                seed=session.prompt_seed(),
             )  # fmt: skip
             left = rep.summary["start_unix_s"] + cfg.duration_s - time.time()
             if left > 0:
@@ -548,6 +610,8 @@ def _record(label, policy, seed, cfg, t0, table, train_dir, ctl, result, never) 
             "bytes": syncs["bytes"].to_numpy(float) if len(syncs) else [],
         }
     )
+    if "fragment" in syncs:
+        syncs_t["fragment"] = syncs["fragment"].to_numpy(int)
     evals_t = pd.DataFrame(
         {
             "wall_s": evals["t"].to_numpy(float) - t0,
@@ -577,15 +641,12 @@ def run_experiment(cfg: LiveConfig, out_dir: Path, console=None) -> dict:
     """Every seed: the reference policies, their matched-random controls and the no-sync run,
     against one server started for the whole experiment; then the analysis and the simulated
     twin. Writes each run's tables under ``out_dir/<label>/`` and returns the summary."""
-    from trainfabric.diloco.serve.server import serve
-
     check_config(cfg)
     for text in cfg.design().check(cfg.seeds):  # before an hour of runs, not after
         _say(console, f"[bold red]{text}[/]")
     records: list[RunRecord] = []
     started = time.time()
-    with serve(kind=cfg.server, log_path=out_dir / "server.log") as srv:
-        session = Session(srv.url, srv.model, srv.kind, out_dir, _sync_switch(srv))
+    with open_session(cfg, out_dir) as session:
         warm_up(session, cfg, console)
         for seed in range(cfg.seed0, cfg.seed0 + cfg.seeds):
             records += _seed_runs(session, cfg, seed, console)
@@ -595,18 +656,49 @@ def run_experiment(cfg: LiveConfig, out_dir: Path, console=None) -> dict:
     return analysis | {"records": records}
 
 
+@contextlib.contextmanager
+def open_session(cfg: LiveConfig, out_dir: Path):
+    """The server for the whole experiment, placed as ``cfg.placement`` says: on the shared
+    cores at loopback, or on the testbed (:func:`~.live_testbed.placed`: the link shaped at
+    the INTELLECT-1-derived rate with ``queue_ms`` of queue, the learners on ``train_core``,
+    vLLM and the client on ``serve_core``, serving's traffic across the learners' link)."""
+    from trainfabric.diloco.serve.server import serve
+
+    log = out_dir / "server.log"
+    if cfg.placement == "shared":
+        with serve(kind=cfg.server, log_path=log) as srv:
+            yield Session(srv.url, srv.model, srv.kind, out_dir, _sync_switch(srv))
+        return
+    from trainfabric.diloco import live_testbed as TB
+    from trainfabric.diloco.train.config import ModelConfig
+    from trainfabric.diloco.train.model import GPT, n_params
+
+    params = n_params(GPT(ModelConfig()))
+    shaping = TB.testbed_shaping(params, cfg.learners, TB.TestbedConfig().period_s,
+                                 cfg.queue_ms, TB.TestbedConfig().burst_kb)  # fmt: skip
+    with TB.placed(shaping, cfg.server, cfg.serve_core, cfg.train_core, log,
+                   learners=cfg.learners) as (srv, net):  # fmt: skip
+        yield Session(
+            srv.url,
+            srv.model,
+            srv.kind,
+            out_dir,
+            None,  # no interference switch: the testbed separates the cores
+            net=net,
+            train_cpus=(cfg.train_core,),
+            send=TB.client_replay(net, cfg.serve_core),
+        )
+
+
 def warm_up(session: Session, cfg: LiveConfig, console=None) -> None:
     """Replay ``warmup_s`` seconds of the first seed's segment (fresh prompts, nothing
     measured) before the first run: a fresh vLLM server's first requests of each batch shape
     are slow (measured: the first run after start-up had 2-5x the TTFT of later ones)."""
-    from trainfabric.diloco.serve.replay import replay
-
     if cfg.warmup_s <= 0:
         return
     _say(console, f"warm-up replay ({cfg.warmup_s:g} s)")
-    replay(segment(cfg, cfg.seed0), url=session.url, model=session.model,
-           max_seconds=cfg.warmup_s, max_requests=1_000_000, drain_s=DRAIN_S,
-           seed=session.prompt_seed())  # fmt: skip
+    session.replay(segment(cfg, cfg.seed0), max_seconds=cfg.warmup_s, max_requests=1_000_000,
+                   drain_s=DRAIN_S, seed=session.prompt_seed())  # fmt: skip
 
 
 def _sync_switch(srv):
@@ -633,11 +725,19 @@ def _seed_runs(session: Session, cfg: LiveConfig, seed: int, console) -> list[Ru
         ref = run_once(session, cfg, seed, f"seed{seed}-{name}", live_policy(name, cfg, tps))
         ref.write(session.out_dir / ref.label)
         out.append(ref)
-        budget = ref.summary(cfg)["syncs"]
-        sched = matched_controller_schedule(budget, ref, cfg, seed)
-        _say(console, f"seed {seed}: matched random for {name} ({budget} syncs)")
         label = f"seed{seed}-matched_random[{name}]"
-        mr = run_once(session, cfg, seed, label, None, schedule=sched)
+        if cfg.fragments:
+            from trainfabric.diloco.live_fragments import fragment_counts, fragment_schedules
+
+            counts = fragment_counts(ref.syncs, cfg.fragments, cfg.duration_s)
+            _say(console, f"seed {seed}: matched random for {name} ({counts} fragment syncs)")
+            sched = fragment_schedules(counts, ref, cfg, seed)
+            mr = run_once(session, cfg, seed, label, None, fragment_schedules=sched)
+        else:
+            budget = ref.summary(cfg)["syncs"]
+            sched = matched_controller_schedule(budget, ref, cfg, seed)
+            _say(console, f"seed {seed}: matched random for {name} ({budget} syncs)")
+            mr = run_once(session, cfg, seed, label, None, schedule=sched)
         mr.policy = f"matched_random[{name}]"
         mr.write(session.out_dir / label)
         out.append(mr)
@@ -903,7 +1003,8 @@ def run_to_dir(cfg: LiveConfig, out_dir: Path, console=None) -> dict:
     try:
         calibration = calibrate([out_dir / r.label for r in records])
         write_json(out_dir / "calibration.json", calibration)
-        twin = simulate_seeds(cfg, calibration, seeds)
+        if not cfg.fragments:  # the twin's syncs are whole-model syncs
+            twin = simulate_seeds(cfg, calibration, seeds)
     except ConfigError as exc:  # too little data to fit: the twin is not run
         calibration = {"error": str(exc)}
     summary = headline(cfg, res, records, twin, calibration)

@@ -80,6 +80,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -244,8 +245,6 @@ def run_queue(cfg: TestbedConfig, net, url: str, model: str, queue_ms: float, re
               out_dir: Path, prompt_seed: int) -> TestbedRun:  # fmt: skip
     """One run at queue depth ``queue_ms`` (module doc)."""
     from trainfabric.diloco.live import LiveConfig, segment
-    from trainfabric.diloco.serve.replay import replay
-    from trainfabric.diloco.train import netns
     from trainfabric.diloco.train.launch import start
 
     net.reshape(net.shaping.model_copy(update={"latency_ms": queue_ms}))
@@ -258,9 +257,9 @@ def run_queue(cfg: TestbedConfig, net, url: str, model: str, queue_ms: float, re
     try:
         if not ctl.started.wait(300.0):
             raise RuntimeError("the learners did not reach a control point in 300 s")
-        rep_res = netns.call_in(
-            net.namespace(1), replay, req, url=url, model=model, max_seconds=cfg.duration_s,
-            max_requests=1_000_000, drain_s=30.0, seed=prompt_seed, cpus=(cfg.serve_core,),
+        rep_res = client_replay(net, cfg.serve_core)(
+            req, url=url, model=model, max_seconds=cfg.duration_s, max_requests=1_000_000,
+            drain_s=30.0, seed=prompt_seed,
         )  # fmt: skip
     finally:
         run.stop()
@@ -310,59 +309,86 @@ def sync_cost(runs: list[TestbedRun], draws: int) -> dict:
     }
 
 
+def testbed_shaping(params: int, learners: int, period_s: float, queue_ms: float, burst_kb: float):
+    """The shared link: the rate at which the tiny model's fp32 sync lasts INTELLECT-1's
+    share of a ``period_s`` inner phase (:func:`link_rate_mbit`), tbf queue ``queue_ms``."""
+    from trainfabric.diloco.train.config import ShapingConfig
+
+    rate = link_rate_mbit(params, learners, period_s, SYNC_FRACTION)
+    return ShapingConfig(rate_mbit=round(rate, 3), burst_kb=burst_kb, latency_ms=queue_ms)
+
+
+@contextmanager
+def placed(shaping, kind: str, serve_core: int, train_core: int, log_path: Path,
+           learners: int = 2):  # fmt: skip
+    """The testbed's placement (module doc) for the ``with`` block: this process's threads
+    on ``train_core``, the learners' network shaped by ``shaping``, the server in learner 0's
+    namespace on ``serve_core`` (``learners`` namespaces); yields ``(server, network)`` and
+    restores the affinity."""
+    from trainfabric.diloco.serve.server import serve
+    from trainfabric.diloco.train import netns
+
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {train_core})  # this thread and the ones it starts
+    try:
+        with netns.create(learners, shaping) as net:
+            space = net.namespace(0)
+            with serve(kind=kind, host=net.address(0), log_path=log_path,
+                       prefix=netns.exec_prefix(space), inside=partial(netns.call_in, space),
+                       cpus=(serve_core,)) as srv:  # fmt: skip
+                yield srv, net
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def client_replay(net, serve_core: int):
+    """``replay`` as the testbed's load client runs it: in learner 1's namespace (its
+    requests cross the shared link), pinned to ``serve_core``."""
+    from trainfabric.diloco.serve.replay import replay
+    from trainfabric.diloco.train import netns
+
+    return partial(netns.call_in, net.namespace(1), replay, cpus=(serve_core,))
+
+
 def run(cfg: TestbedConfig, out_dir: Path, say=lambda text: None) -> dict:
     """The whole measurement (module doc); returns the result document. The calling thread
     runs on ``train_core`` meanwhile (its affinity is restored at the end)."""
-    from trainfabric.diloco.train import netns
-    from trainfabric.diloco.train.config import ModelConfig, ShapingConfig
+    from trainfabric.diloco.train.config import ModelConfig
     from trainfabric.diloco.train.model import GPT, n_params
 
     check_config(cfg)
     params = n_params(GPT(ModelConfig()))  # the learners' model (train_config's default)
-    rate = link_rate_mbit(params, 2, cfg.period_s, SYNC_FRACTION)
-    shaping = ShapingConfig(rate_mbit=round(rate, 3), burst_kb=cfg.burst_kb,
-                            latency_ms=cfg.headline_queue_ms)  # fmt: skip
+    shaping = testbed_shaping(params, 2, cfg.period_s, cfg.headline_queue_ms, cfg.burst_kb)
     say(f"link {shaping.rate_mbit} Mbit/s; queue depths {cfg.queue_ms} ms x {cfg.reps}")
-    started, before = time.time(), os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {cfg.train_core})  # this thread and the ones it starts
-    try:
-        with netns.create(2, shaping) as net:
-            runs = _measure(cfg, net, out_dir, say)
-            manifest = net.manifest()
-    finally:
-        os.sched_setaffinity(0, before)
+    started = time.time()
+    with placed(shaping, cfg.server, cfg.serve_core, cfg.train_core,
+                out_dir / "server.log") as (srv, net):  # fmt: skip
+        runs = _measure(cfg, srv, net, out_dir, say)
+        manifest = net.manifest()
     return _document(cfg, runs, params, shaping, manifest) | {"wall_s": time.time() - started}
 
 
-def _measure(cfg: TestbedConfig, net, out_dir: Path, say) -> dict[float, list[TestbedRun]]:
-    """Start the server in learner 0's namespace, warm it up, run every queue depth
-    ``reps`` times, interleaved."""
+def _measure(cfg: TestbedConfig, srv, net, out_dir: Path, say) -> dict[float, list[TestbedRun]]:
+    """Warm the server up, run every queue depth ``reps`` times, interleaved."""
     from trainfabric.diloco.live import LiveConfig, segment
-    from trainfabric.diloco.serve.replay import replay
-    from trainfabric.diloco.serve.server import serve
-    from trainfabric.diloco.train import netns
 
     runs: dict[float, list[TestbedRun]] = {q: [] for q in cfg.queue_ms}
     order = [q for _ in range(cfg.reps) for q in cfg.queue_ms]
-    host, space = net.address(0), net.namespace(0)
-    with serve(kind=cfg.server, host=host, log_path=out_dir / "server.log",
-               prefix=netns.exec_prefix(space), inside=partial(netns.call_in, space),
-               cpus=(cfg.serve_core,)) as srv:  # fmt: skip
-        if cfg.warmup_s > 0:
-            say(f"warm-up replay ({cfg.warmup_s:g} s)")
-            warm = LiveConfig(duration_s=cfg.duration_s, rate_scale=cfg.rate_scale, seeds=1)
-            netns.call_in(net.namespace(1), replay, segment(warm, cfg.seed), url=srv.url,
-                          model=srv.model, max_seconds=cfg.warmup_s, max_requests=1_000_000,
-                          drain_s=30.0, seed=10_000, cpus=(cfg.serve_core,))  # fmt: skip
-        for k, q in enumerate(order):
-            rep = k // len(cfg.queue_ms)
-            say(f"run {k + 1}/{len(order)}: queue {q:g} ms, repetition {rep}")
-            r = run_queue(cfg, net, srv.url, srv.model, q, rep, out_dir / f"q{q:g}-r{rep}",
-                          prompt_seed=k + 1)  # fmt: skip
-            runs[q].append(r)
-            s = r.summary()
-            say(f"  {s['requests']} requests, {s['inside']} inside {s['syncs']} syncs; "
-                f"TTFT ratio {s['ttft_inside_over_outside']}")  # fmt: skip
+    send = client_replay(net, cfg.serve_core)
+    if cfg.warmup_s > 0:
+        say(f"warm-up replay ({cfg.warmup_s:g} s)")
+        warm = LiveConfig(duration_s=cfg.duration_s, rate_scale=cfg.rate_scale, seeds=1)
+        send(segment(warm, cfg.seed), url=srv.url, model=srv.model, max_seconds=cfg.warmup_s,
+             max_requests=1_000_000, drain_s=30.0, seed=10_000)  # fmt: skip
+    for k, q in enumerate(order):
+        rep = k // len(cfg.queue_ms)
+        say(f"run {k + 1}/{len(order)}: queue {q:g} ms, repetition {rep}")
+        r = run_queue(cfg, net, srv.url, srv.model, q, rep, out_dir / f"q{q:g}-r{rep}",
+                      prompt_seed=k + 1)  # fmt: skip
+        runs[q].append(r)
+        s = r.summary()
+        say(f"  {s['requests']} requests, {s['inside']} inside {s['syncs']} syncs; "
+            f"TTFT ratio {s['ttft_inside_over_outside']}")  # fmt: skip
     return runs
 
 

@@ -78,6 +78,9 @@ class SidecarConfig(Config):
     pressure: PressureModel = PressureModel()
     host: str = "127.0.0.1"
     port: int | None = Field(None, ge=0, le=65535)
+    namespace: str | None = Field(
+        None, description="network namespace the scraping thread enters (the server's)"
+    )
 
 
 def parse_exposition(text: str, time_s: float) -> ServerSample:
@@ -238,6 +241,10 @@ class Sidecar:
 
     # -- internals -----------------------------------------------------------------------------
     def _loop(self) -> None:
+        if self.cfg.namespace:  # setns moves only this thread
+            from trainfabric.diloco.train.netns import enter
+
+            enter(self.cfg.namespace)
         while not self._stop.is_set():
             try:
                 delay = self.scrape_once()

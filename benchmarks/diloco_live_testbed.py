@@ -1,0 +1,146 @@
+"""DiLoCo live on the testbed: the live protocol for DiLoCo and for Streaming DiLoCo where a
+sync costs serving, and a held-out twin that predicts each seed.
+
+The placement is :mod:`trainfabric.diloco.live_testbed`'s (vLLM and the load client on core 0,
+the two learners on core 1, serving's requests and responses across the learners' shaped
+link at 14.5 Mbit/s, the INTELLECT-1-derived rate, with the 100 ms queue fixed as the
+testbed's headline before it ran); the protocol is :mod:`trainfabric.diloco.live`'s with
+:func:`~trainfabric.diloco.live.testbed_config` (H = 125 inner steps, guards 50..250, 60 s
+replays at 0.4 x the trace's rate). Two experiments, each with its own server:
+
+* ``diloco``: whole-model DiLoCo, ``wa_forecast`` vs its matched random;
+* ``streaming``: Streaming DiLoCo with P = 4 fragments (overlap 1 step, alpha 0.5),
+  ``wa_forecast`` deciding per fragment vs matched random drawn per fragment with each
+  fragment's own count (:mod:`trainfabric.diloco.live_fragments`).
+
+Each: a pilot of 2 seeds on other segments (60 s segments 45-46), then the seeds a power of
+0.8 needs for the primary comparison by :func:`~trainfabric.diloco.stats.power_plan` on the
+pilot's SLO differences, at least 6 and at most 8 (segments 55-62: the eight consecutive
+non-empty 60 s segments at this rate; the cap is this machine's time, stated in the output
+with whether it sufficed). The **primary** comparison, named before the runs: the policy vs
+matched random on the SLO violation rate (sign-flip test alone at 0.05); the losses at equal
+tokens, at equal wall-clock and at the end are one Holm family.
+
+The **twin** (``diloco`` only: the simulator's syncs are whole-model), held out by seed: for
+every seed, the simulator is calibrated (:func:`~trainfabric.diloco.calibrate.calibrate`) on
+the other seeds' runs only and replays that seed's requests under the policy and 20 matched
+random draws (:func:`~trainfabric.diloco.live.simulate_seeds`); ``twin_max_seed_error_pp`` is
+the largest ``|simulated − live|`` SLO violation rate, in percentage points, over the seeds and
+both arms; ``twin_effect_sign_agrees`` compares the signs of the mean policy effect (0 counts
+as its own sign). ``--quick``: one seed of 20 s per experiment, no pilot (a smoke run).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from _common import emit, parser, peak_rss_gb
+
+POLICY = "wa_forecast"
+VARIANTS = {"diloco": 0, "streaming": 4}
+PILOT_SEED0, PILOT_SEEDS, SEED0, MIN_SEEDS, MAX_SEEDS = 45, 2, 55, 6, 8
+
+
+def main() -> None:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--server", default="vllm", choices=("vllm", "emulator"))
+    p.add_argument("--run-dir", type=Path, default=Path("runs/bench-diloco-live-testbed"))
+    p.add_argument("--variant", choices=tuple(VARIANTS), action="append")
+    args = p.parse_args()
+    from rich.console import Console
+
+    from trainfabric.io import prepare_dir
+
+    console = Console(stderr=True)
+    out = {"quick": args.quick, "server": args.server, "policy": POLICY}
+    for name in args.variant or VARIANTS:
+        run_dir = prepare_dir(args.run_dir / name)
+        out[name] = experiment(name, VARIANTS[name], args, run_dir, console)
+    twin = out.get("diloco", {}).get("twin") or {}
+    out["twin_max_seed_error_pp"] = twin.get("max_seed_error_pp")
+    out["twin_effect_sign_agrees"] = twin.get("effect_sign_agrees")
+    emit("diloco_live_testbed", out | {"peak_rss_gb": peak_rss_gb()}, args.out)
+
+
+def experiment(name: str, fragments: int, args, run_dir: Path, console) -> dict:
+    """One variant: pilot, power, the main run, its headline and (DiLoCo) the twin."""
+    from trainfabric.diloco import stats
+    from trainfabric.diloco.live import run_to_dir, testbed_config
+    from trainfabric.diloco.live_twin import heldout_twin
+    from trainfabric.io import prepare_dir
+
+    base = {"server": args.server, "fragments": fragments, "policies": [POLICY],
+            "no_sync": False}  # fmt: skip
+    if args.quick:
+        cfg = testbed_config(**base, seeds=1, seed0=SEED0, duration_s=20.0, warmup_s=5.0)
+        plan = None
+    else:
+        pilot_cfg = testbed_config(**base, seeds=PILOT_SEEDS, seed0=PILOT_SEED0)
+        pilot = run_to_dir(pilot_cfg, prepare_dir(run_dir / "pilot"), console=console)
+        effects = pilot["comparisons"][POLICY]["slo_effect_per_seed"]
+        plan = stats.power_plan(effects, 0.05, 0.8, max_seeds=MAX_SEEDS, source="pilot")
+        n = min(MAX_SEEDS, max(MIN_SEEDS, int(plan["n_chosen"] or MAX_SEEDS)))
+        plan |= {"pilot_first_seed": PILOT_SEED0, "seeds_used": n}
+        plan["sufficient"] = None if plan["n_required"] is None else n >= plan["n_required"]
+        cfg = testbed_config(**base, seeds=n, seed0=SEED0, pilot_effects=effects,
+                             pilot_source=f"{name} pilot, segments {PILOT_SEED0}-"
+                             f"{PILOT_SEED0 + PILOT_SEEDS - 1}")  # fmt: skip
+    res = run_to_dir(cfg, prepare_dir(run_dir / "main"), console=console)
+    comp = res["comparisons"][POLICY]
+    doc = {
+        "fragments": fragments,
+        "seeds": cfg.seeds,
+        "first_seed": cfg.seed0,
+        "duration_s": cfg.duration_s,
+        "power": plan or res["power"],
+        "design": res["design"],
+        "primary": comp["slo"],
+        "secondary": {k: comp.get(k) for k in stats.LOSS_METRICS},
+        "seeds_with_equal_sync_count": comp.get("seeds_with_equal_sync_count"),
+        "tokens_trained": comp.get("tokens_trained"),
+        "policies": {
+            k: {
+                m: v[m]
+                for m in (
+                    "slo_violation_rate",
+                    "syncs",
+                    "sync_time_fraction",
+                    "mean_sync_s",
+                    "final_loss",
+                    "tokens",
+                )
+            }
+            for k, v in res["policies"].items()
+        },  # fmt: skip
+        "latency_inside_vs_outside_syncs": res["policies"][POLICY][
+            "latency_inside_vs_outside_syncs"
+        ],
+        "shaping": res["shaping"],
+        "wall_s": res["wall_s"],
+        "run_dir": res["run_dir"],
+    }
+    if fragments:
+        doc["fragment_counts"] = fragment_check(cfg, Path(res["run_dir"]))
+    else:
+        doc["twin"] = heldout_twin(cfg, Path(res["run_dir"]))
+    return doc
+
+
+def fragment_check(cfg, run_dir: Path) -> dict:
+    """Per seed, each fragment's sync count under the policy and under its matched random."""
+    import pandas as pd
+
+    from trainfabric.diloco.live_fragments import fragment_counts
+
+    out = {}
+    for seed in range(cfg.seed0, cfg.seed0 + cfg.seeds):
+        arms = {}
+        for arm in (POLICY, f"matched_random[{POLICY}]"):
+            sy = pd.read_parquet(run_dir / f"seed{seed}-{arm}" / "syncs.parquet")
+            arms[arm] = fragment_counts(sy, cfg.fragments, cfg.duration_s)
+        out[str(seed)] = arms | {"equal": len(set(map(tuple, arms.values()))) == 1}
+    return {"per_seed": out, "seeds_equal": sum(v["equal"] for v in out.values())}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,157 @@
+"""Streaming DiLoCo in the live protocol: the policy decides per fragment, and its matched
+random control is drawn per fragment with that fragment's own sync count.
+
+With ``LiveConfig.fragments`` = P >= 1 the learners run Streaming DiLoCo
+(:mod:`~trainfabric.diloco.train.streaming`: fragment ``p`` due every ``H`` inner steps on its
+staggered offset, its sync overlapping ``overlap`` inner steps, merged with ``alpha`` 0.5) and
+the launcher's fragment gate is a :class:`FragmentController`, asked for every due fragment
+(a deferred fragment stays due and is asked again after every inner step):
+
+* **the policy** (the headline, e.g. ``wa_forecast``) decides on the same observation as the
+  whole-model controller (:class:`~.live.LiveController`): the sidecar's ``inference``, the
+  busiest learner link's utilisation over the last window (``network``), the segment's
+  serving load and its forecast; the fragment's own progress: ``h`` (inner steps since its
+  last sync started), ``tokens`` = ``h`` x the run's tokens per step, staleness since the
+  gate last opened it. The learners report no loss to the gate in streaming mode, so
+  ``loss_delta`` is 0: the progress term is the tokens term alone (stated, not tuned). A
+  fragment deferred ``max_h − H`` steps is forced (its ``h`` then reaches ``max_h``, the
+  whole-model guard); while the sidecar's health is unknown the gate opens (the fixed
+  schedule is the fallback).
+* **matched random** (:func:`fragment_schedules`): for every fragment, exactly the policy
+  run's count of that fragment's syncs on that seed, drawn uniformly over the replay's
+  windows by :func:`~.policies.matched_schedule`, with gaps between ``H`` and ``max_h`` inner
+  steps (converted to windows with the reference run's inner-step rate) plus that fragment's
+  mean sync time; the gate opens a due fragment at the first offer at or after its next
+  scheduled window. A gap of at least ``H`` steps means the fragment is due again by then
+  (its next scheduled step comes at most ``H`` steps after it last started), so every
+  scheduled sync happens; :func:`fragment_counts` lets the result check it per fragment.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from trainfabric.diloco.policies import Policy, matched_schedule
+from trainfabric.diloco.telemetry import Telemetry, link_utilisation
+from trainfabric.errors import InfeasibleError
+
+
+class FragmentController:
+    """The launcher's controller (never consulted in streaming mode) and fragment gate of a
+    live streaming run (module doc). ``schedules``: matched random, one boolean row of
+    windows per fragment; else ``policy`` decides. ``t0`` (the replay's start, unix s) is
+    set by the run; before it and after the last window no fragment starts."""
+
+    def __init__(self, policy: Policy | None, inference: Callable, arrivals: np.ndarray, cfg,
+                 seed: int, net, tokens_per_step: float,
+                 schedules: np.ndarray | None = None):  # fmt: skip
+        self.policy, self.inference, self.arrivals, self.cfg = policy, inference, arrivals, cfg
+        self.net, self.tokens_per_step = net, tokens_per_step
+        self.queue = None if schedules is None else [list(np.flatnonzero(r)) for r in schedules]
+        if policy is not None:
+            policy.reset(1, np.array([seed]))
+        rate = max(arrivals.sum() / (arrivals.size * cfg.window_s), 1e-9)
+        self.telemetry = Telemetry(1, rate, cfg.window_s, cfg.forecast_alpha)
+        self.max_overdue = cfg.max_h - cfg.H
+        self.t0: float | None = None
+        self.updated = 0
+        self.started = threading.Event()
+        self.report: Callable = lambda sync: None
+        self.log: list[dict] = []
+        self.last_open: dict[int, float] = {}
+        self._link: tuple | None = None  # time, the veths' (sent, received), utilisation
+
+    def decide(self, progress) -> bool:
+        self.started.set()
+        return False
+
+    def open(self, due) -> bool:
+        self.started.set()
+        now = time.time()
+        if self.t0 is None or now < self.t0:
+            return False
+        w = int((now - self.t0) // self.cfg.window_s)
+        if w >= self.arrivals.size:
+            return False
+        while self.updated < w:
+            self.telemetry.update(requests=self.arrivals[self.updated])
+            self.updated += 1
+        reading = self.inference()
+        fallback = reading.fallback or reading.inference is None
+        sig = {"inference": 0.0 if fallback else float(reading.inference),
+               "network": self.network(now), "checkpoint": 0.0}  # fmt: skip
+        if self.queue is not None:
+            q = self.queue[due.fragment]
+            go = bool(q) and w >= q[0]
+            if go:
+                q.pop(0)
+        elif due.overdue >= self.max_overdue or fallback:
+            go = True
+        else:
+            obs = self.telemetry.observe(
+                w, h=due.h, tokens=due.h * self.tokens_per_step, loss_delta=0.0,
+                staleness_s=now - self.last_open.get(due.fragment, self.t0), **sig,
+            )  # fmt: skip
+            go = bool(self.policy.decide(obs)[0])
+        if go:
+            self.last_open[due.fragment] = now
+        self.report(go)
+        self.log.append(
+            {"time_s": now - self.t0, "window": w, "fragment": due.fragment, "h": due.h,
+             "overdue": due.overdue, "sync": go, "fallback": fallback,
+             "health": reading.health, "serve_now": float(self.telemetry.serve_now[0]),
+             "serve_forecast": float(self.telemetry.serve_forecast[0])} | sig
+        )  # fmt: skip
+        return go
+
+    def network(self, now: float) -> float:
+        """The busiest learner link's utilisation over the last ``window_s`` or more (the
+        veths' byte counters; re-read at most once a window)."""
+        if self.net is None:
+            return 0.0
+        if self._link is not None and now - self._link[0] < self.cfg.window_s:
+            return self._link[2]
+        now_bytes = self.net.dev_bytes()
+        util = 0.0
+        if self._link is not None:
+            sent = max(max(a[0] - b[0], a[1] - b[1])
+                       for a, b in zip(now_bytes, self._link[1], strict=True))  # fmt: skip
+            rate = self.net.shaping.rate_mbit * 1e6
+            util = link_utilisation((0.0, self._link[0]), (float(sent), now), rate)
+        self._link = (now, now_bytes, util)
+        return util
+
+
+def fragment_counts(syncs, fragments: int, horizon_s: float) -> list[int]:
+    """Per fragment, the syncs a run's ``syncs`` table (``fragment``, ``start_s``, ``final``)
+    started in ``[0, horizon_s)`` that were not the closing sync."""
+    keep = (syncs["start_s"] >= 0) & (syncs["start_s"] < horizon_s)
+    if "final" in syncs:
+        keep &= ~syncs["final"].astype(bool)
+    f = syncs.loc[keep, "fragment"].to_numpy(int)
+    return np.bincount(f, minlength=fragments)[:fragments].tolist()
+
+
+def fragment_schedules(counts: list[int], ref, cfg, seed: int) -> np.ndarray:
+    """Matched random per fragment (module doc): ``[P, windows]``, row ``p`` with exactly
+    ``counts[p]`` syncs; ``ref`` is the policy's run (its inner-step rate and fragment sync
+    times). Where the gaps cannot hold a count, only the fragment's sync time apart."""
+    W = int(cfg.duration_s // cfg.window_s)
+    per_window = max(ref.steps_per_s * cfg.window_s, 1e-9)
+    d = (ref.syncs["end_s"] - ref.syncs["start_s"]).groupby(ref.syncs["fragment"]).mean()
+    rows = []
+    for p, budget in enumerate(counts):
+        busy = max(1, math.ceil(float(d.get(p, 0.0)) / cfg.window_s))
+        lo = max(1, math.ceil(cfg.H / per_window) + busy)
+        hi = max(lo, math.floor(cfg.max_h / per_window) + busy)
+        rng = np.random.default_rng([seed, p, 7919])
+        try:
+            rows.append(matched_schedule(int(budget), W, lo, hi, rng))
+        except InfeasibleError:
+            rows.append(matched_schedule(int(budget), W, busy, W, rng))
+    return np.stack(rows)
