@@ -166,8 +166,11 @@ def check_config(cfg: LiveConfig) -> None:
             raise ConfigError("train_core", "must differ from serve_core")
     if cfg.fragments and cfg.overlap >= cfg.H:
         raise ConfigError("overlap", f"must be less than H ({cfg.H})")
-    if cfg.fragments > cfg.H:
-        raise ConfigError("fragments", f"must be at most H ({cfg.H})")
+    from trainfabric.diloco.train.config import ModelConfig
+
+    most = min(cfg.H, ModelConfig().layers)  # a fragment holds at least one block
+    if cfg.fragments > most:
+        raise ConfigError("fragments", f"must be at most {most} (H and the model's blocks)")
     for name in cfg.policies:
         if name not in POLICY_NAMES:
             raise ConfigError(

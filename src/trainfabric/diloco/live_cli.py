@@ -27,6 +27,11 @@ NAMES = {
     "max_h": "--max-h",
     "H": "--H",
     "pilot": "--pilot",
+    "fragments": "--fragments",
+    "overlap": "--fragments",
+    "placement": "--testbed",
+    "serve_core": "--testbed",
+    "train_core": "--testbed",
 }
 ROW = ("slo_violation_rate", "syncs", "sync_time_fraction", "final_loss", "tokens")
 
@@ -58,9 +63,29 @@ def live_cmd(
     ] = None,
     learners: Annotated[int, typer.Option(min=2, max=16, help="DiLoCo learners.")] = 2,
     shaping_mbit: Annotated[
-        float,
-        typer.Option(help="Learner link rate (Mbit/s, tc tbf).", callback=finite(gt=0, le=1e5)),
-    ] = 10.0,
+        float | None,
+        typer.Option(
+            help="Learner link rate (Mbit/s, tc tbf) [10; --testbed derives its own].",
+            callback=finite(gt=0, le=1e5),
+        ),
+    ] = None,
+    testbed: Annotated[
+        bool,
+        typer.Option(
+            help="The testbed's placement: vLLM and its client on core 0, serving's traffic "
+            "across the learners' shaped link (14.5 Mbit/s from INTELLECT-1, 100 ms queue), "
+            "learners on core 1; H 125, guards 50..250, 60 s replays [quick: 2 seeds from 45]."
+        ),
+    ] = False,
+    fragments: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=48,
+            help="Streaming DiLoCo with this many fragments, the policy deciding per fragment "
+            "and matched random drawn per fragment (0: whole-model DiLoCo).",
+        ),
+    ] = 0,
     server: Annotated[str, typer.Option(help="Serving engine: vllm or emulator.")] = "vllm",
     out_dir: Annotated[
         Path | None, typer.Option("--out", help="Run directory.", show_default="runs/diloco-live")
@@ -79,13 +104,28 @@ def live_cmd(
     The headline policy vs its matched random on SLO violations is the primary comparison
     (sign-flip test, alone); its losses and every other comparison form one Holm family."""
     from trainfabric.config import validate
-    from trainfabric.diloco.live import LiveConfig, check_config, quick_config, run_to_dir
+    from trainfabric.diloco.live import (
+        LiveConfig,
+        check_config,
+        quick_config,
+        run_to_dir,
+        testbed_config,
+    )
+    from trainfabric.errors import ConfigError
 
-    base = quick_config() if quick else LiveConfig()
+    if testbed:
+        base = testbed_config(**({"seeds": 2, "seed0": 45} if quick else {}))
+        if shaping_mbit is not None:
+            with options(**NAMES):
+                raise ConfigError("shaping_mbit", "--testbed derives the link's rate itself")
+    else:
+        base = quick_config() if quick else LiveConfig()
     update = {"policies": policy or base.policies}
     if rate_scale is not None:
         update["rate_scale"] = rate_scale
-    update |= {"learners": learners, "shaping_mbit": shaping_mbit, "server": server}
+    if shaping_mbit is not None:
+        update["shaping_mbit"] = shaping_mbit
+    update |= {"learners": learners, "server": server, "fragments": fragments}
     if seed is not None:
         update["seed0"] = seed
     if seeds is not None:
@@ -94,7 +134,6 @@ def live_cmd(
         update["duration_s"] = duration_s
     if pilot is not None:
         from trainfabric.diloco.live import pilot_effects_from
-        from trainfabric.errors import ConfigError
         from trainfabric.io import loads, read_file
 
         with options(**NAMES):

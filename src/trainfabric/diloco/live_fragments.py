@@ -87,7 +87,7 @@ class FragmentController:
                "network": self.network(now), "checkpoint": 0.0}  # fmt: skip
         if self.queue is not None:
             q = self.queue[due.fragment]
-            go = bool(q) and w >= q[0]
+            go = bool(q) and bool(w >= q[0])
             if go:
                 q.pop(0)
         elif due.overdue >= self.max_overdue or fallback:

@@ -1,0 +1,181 @@
+"""The live protocol on the testbed and with Streaming DiLoCo, without vLLM or learners: the
+per-fragment matched random (exact counts per fragment, the gaps that keep a fragment due),
+the fragment gate (schedule, policy, forced after ``max_h − H``, fallback, before ``t0``),
+fragment counts, the held-out twin (each seed's calibration never sees it), the config and
+CLI refusals; and, with root, the sidecar scraping a server inside a namespace."""
+
+import os
+import types
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from trainfabric.cli import main
+from trainfabric.diloco import live as L
+from trainfabric.diloco import live_fragments as F
+from trainfabric.diloco import live_twin as T
+from trainfabric.diloco.train.controller import FragmentDue
+from trainfabric.errors import ConfigError
+
+
+def _reading(inference, fallback=False, health="ok"):
+    return types.SimpleNamespace(inference=inference, fallback=fallback, health=health)
+
+
+def _ref(steps_per_s, durations):
+    """A policy run with ``durations[p]`` seconds per sync of fragment ``p``."""
+    rows = [(p, 10.0 * k, 10.0 * k + d) for p, d in enumerate(durations) for k in range(2)]
+    sy = pd.DataFrame(rows, columns=["fragment", "start_s", "end_s"])
+    return types.SimpleNamespace(steps_per_s=steps_per_s, syncs=sy)
+
+
+@settings(max_examples=40, deadline=None)
+@given(counts=st.lists(st.integers(0, 5), min_size=1, max_size=4), seed=st.integers(0, 99))
+def test_fragment_schedules_hold_each_fragments_count_and_keep_it_due(counts, seed):
+    cfg = L.testbed_config()  # H 125, max_h 250, 60 windows of 1 s
+    ref = _ref(12.5, [0.6, 1.4, 0.2, 2.5][: len(counts)])
+    s = F.fragment_schedules(counts, ref, cfg, seed)
+    assert s.shape == (len(counts), 60)
+    assert s.sum(axis=1).tolist() == counts  # exact, per fragment
+    for p, row in enumerate(s):
+        gaps = np.diff(np.flatnonzero(row))
+        busy = int(np.ceil([0.6, 1.4, 0.2, 2.5][p]))
+        if counts[p] * (10 + busy) <= 60:  # held by the guards: H = 10 windows at 12.5 steps/s
+            assert np.all(gaps >= 10 + busy)
+
+
+def test_fragment_counts_skip_the_closing_sync_and_the_outside():
+    sy = pd.DataFrame({"fragment": [0, 1, 1, 2, 0, 3],
+                       "start_s": [1.0, 2.0, 30.0, -1.0, 59.0, 61.0],
+                       "final": [False, False, False, False, True, False]})  # fmt: skip
+    assert F.fragment_counts(sy, 4, 60.0) == [1, 2, 0, 0]
+
+
+def _gate(cfg, policy=None, schedules=None, reading=None):
+    box = {"r": reading or _reading(0.0)}
+    g = F.FragmentController(policy, lambda: box["r"], np.zeros(60, int), cfg, seed=0, net=None,
+                             tokens_per_step=1024.0, schedules=schedules)  # fmt: skip
+    return g, box
+
+
+def test_fragment_gate_follows_its_schedule_per_fragment():
+    cfg = L.testbed_config(fragments=2)
+    sched = np.zeros((2, 60), bool)
+    sched[0, [3, 5]] = True
+    sched[1, 4] = True
+    g, _ = _gate(cfg, schedules=sched)
+    assert g.open(FragmentDue(0, 10, 125, 0)) is False and g.started.is_set()  # before t0
+    g.t0 = L.time.time() - 3.5  # window 3
+    assert g.open(FragmentDue(1, 40, 125, 0)) is False  # fragment 1's window is 4
+    assert g.open(FragmentDue(0, 40, 125, 0)) is True
+    assert g.open(FragmentDue(0, 41, 1, 0)) is False  # its next window is 5
+    g.t0 -= 3.0  # window 6: both remaining windows have passed
+    assert g.open(FragmentDue(1, 80, 125, 0)) is True and g.open(FragmentDue(0, 80, 125, 0))
+    assert g.open(FragmentDue(0, 81, 125, 0)) is False  # fragment 0's budget is spent
+    g.t0 -= 100.0  # past the last window: nothing starts
+    assert g.open(FragmentDue(1, 300, 250, 0)) is False
+
+
+def test_fragment_gate_asks_the_policy_and_forces_after_max_h_minus_h():
+    cfg = L.testbed_config(fragments=4)
+    policy = L.make_policy("pressure_gate", min_h=50, max_h=250)
+    g, box = _gate(cfg, policy=policy, reading=_reading(0.9))
+    g.t0 = L.time.time() - 2.5
+    assert g.open(FragmentDue(2, 200, 125, 0)) is False  # inference 0.9 > 0.6: deferred
+    assert g.open(FragmentDue(2, 324, 249, 124)) is False
+    assert g.open(FragmentDue(2, 325, 250, 125)) is True  # overdue max_h - H: forced
+    box["r"] = _reading(0.1)
+    assert g.open(FragmentDue(3, 230, 125, 0)) is True
+    box["r"] = _reading(None, True, "unknown")
+    assert g.open(FragmentDue(1, 240, 125, 0)) is True  # no telemetry: the fixed schedule
+    assert [r["fragment"] for r in g.log] == [2, 2, 2, 3, 1]
+    assert g.log[-1]["fallback"] and not g.log[0]["fallback"]
+
+
+def test_heldout_twin_never_calibrates_on_the_seed_it_predicts(tmp_path, monkeypatch):
+    cfg = L.testbed_config(seeds=3, seed0=55)
+    runs = pd.DataFrame(
+        [(f"seed{s}-{p}", p, s, slo) for s, a, b in ((55, 0.10, 0.20), (56, 0.0, 0.05),
+                                                     (57, 0.30, 0.30))
+         for p, slo in (("wa_forecast", a), ("matched_random[wa_forecast]", b))],
+        columns=["label", "policy", "seed", "slo_violation_rate"],
+    )  # fmt: skip
+    runs.to_parquet(tmp_path / "runs.parquet")
+    seen = []
+
+    def calibrate(dirs):
+        seen.append(sorted(d.name for d in dirs))
+        return {"fleet": {"serving": {"interference": 0.5}}}
+
+    def simulate(cfg_, calib, seeds):
+        (s,) = seeds
+        return {"wa_forecast": {"slo_violation_rate": [0.12 if s == 55 else 0.0],
+                                "matched_random_slo": [0.2 if s != 57 else 0.25]}}  # fmt: skip
+
+    monkeypatch.setattr("trainfabric.diloco.calibrate.calibrate", calibrate)
+    monkeypatch.setattr(L, "simulate_seeds", simulate)
+    tw = T.heldout_twin(cfg, tmp_path)
+    for s, dirs in zip((55, 56, 57), seen, strict=True):
+        assert len(dirs) == 4 and not any(d.startswith(f"seed{s}-") for d in dirs)
+    errs = [e for r in tw["per_seed"] for e in (r["error_policy_pp"], r["error_matched_random_pp"])]
+    assert errs == pytest.approx([2.0, 0.0, 0.0, 15.0, -30.0, -5.0])
+    assert tw["max_seed_error_pp"] == pytest.approx(30.0)
+    # live effect mean(-0.1, -0.05, 0) < 0; simulated mean(-0.08, -0.2, -0.25) < 0
+    assert tw["effect_sign_agrees"] is True
+
+
+def test_testbed_config_and_refusals():
+    cfg = L.testbed_config()
+    assert (cfg.placement, cfg.H, cfg.min_h, cfg.max_h, cfg.duration_s) == (
+        "testbed", 125, 50, 250, 60.0)  # fmt: skip
+    with pytest.raises(ConfigError, match="train_core"):
+        L.check_config(L.testbed_config(train_core=0))
+    with pytest.raises(ConfigError, match="overlap"):
+        L.check_config(L.testbed_config(fragments=2, overlap=125))
+    with pytest.raises(ConfigError, match="fragments"):
+        L.check_config(L.LiveConfig(fragments=3, H=2, min_h=1, max_h=80))
+    with pytest.raises(ConfigError, match="fragments"):
+        L.check_config(L.LiveConfig(fragments=5))  # the model has 4 blocks
+
+
+@pytest.mark.parametrize(
+    "args, field",
+    [
+        (["--testbed", "--shaping-mbit", "5"], "--shaping-mbit"),
+        (["--fragments", "49"], "--fragments"),
+        (["--fragments", "5"], "--fragments"),  # more than the model's 4 blocks
+    ],
+)
+def test_live_testbed_bad_input_exits_2_naming_the_field(args, field, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["diloco", "live", *args])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2, err
+    assert field in err and "Traceback" not in err and len(err.strip().splitlines()) <= 3
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+def test_sidecar_scrapes_a_server_inside_a_namespace(tmp_path):
+    from functools import partial
+
+    from trainfabric.diloco.serve.server import serve
+    from trainfabric.diloco.serve.sidecar import Sidecar, SidecarConfig
+    from trainfabric.diloco.train import netns
+    from trainfabric.diloco.train.config import ShapingConfig
+
+    with netns.create(2, ShapingConfig(rate_mbit=50.0)) as net:
+        space = net.namespace(0)
+        with serve(kind="emulator", host=net.address(0), log_path=tmp_path / "s.log",
+                   prefix=netns.exec_prefix(space),
+                   inside=partial(netns.call_in, space)) as srv:  # fmt: skip
+            outside = Sidecar(SidecarConfig(url=srv.url, period_s=0.05, timeout_s=0.5))
+            inside = Sidecar(SidecarConfig(url=srv.url, period_s=0.05, namespace=space))
+            with outside, inside:
+                deadline = L.time.time() + 10
+                while inside.latest().scrapes_ok < 2 and L.time.time() < deadline:
+                    L.time.sleep(0.05)
+            assert inside.latest().scrapes_ok >= 2
+            assert outside.latest().scrapes_ok == 0  # not reachable from the root namespace
