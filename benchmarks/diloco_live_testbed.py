@@ -27,7 +27,12 @@ the other seeds' runs only and replays that seed's requests under the policy and
 random draws (:func:`~trainfabric.diloco.live.simulate_seeds`); ``twin_max_seed_error_pp`` is
 the largest ``|simulated − live|`` SLO violation rate, in percentage points, over the seeds and
 both arms; ``twin_effect_sign_agrees`` compares the signs of the mean policy effect (0 counts
-as its own sign). ``--quick``: one seed of 20 s per experiment, no pilot (a smoke run).
+as its own sign); beside each seed's error, the binomial standard error of its live rate
+(``sqrt(v (1 − v) / requests)``), the noise no twin of expected rates can remove.
+``--quick``: one seed of 20 s per experiment, no pilot (a smoke run). ``--from RUN_DIR``:
+analyse the runs a previous invocation left in ``RUN_DIR`` (its ``<variant>/pilot`` and
+``<variant>/main`` directories) with this code, running nothing (``runs_from`` names their
+commit).
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ def main() -> None:
     p.add_argument("--server", default="vllm", choices=("vllm", "emulator"))
     p.add_argument("--run-dir", type=Path, default=Path("runs/bench-diloco-live-testbed"))
     p.add_argument("--variant", choices=tuple(VARIANTS), action="append")
+    p.add_argument("--from", dest="from_dir", type=Path, help="analyse these runs; run nothing")
     args = p.parse_args()
     from rich.console import Console
 
@@ -54,8 +60,11 @@ def main() -> None:
     console = Console(stderr=True)
     out = {"quick": args.quick, "server": args.server, "policy": POLICY}
     for name in args.variant or VARIANTS:
-        run_dir = prepare_dir(args.run_dir / name)
-        out[name] = experiment(name, VARIANTS[name], args, run_dir, console)
+        if args.from_dir is not None:
+            out[name] = analyse(*stored(args.from_dir / name))
+        else:
+            out[name] = experiment(name, VARIANTS[name], args, prepare_dir(args.run_dir / name),
+                                   console)  # fmt: skip
     twin = out.get("diloco", {}).get("twin") or {}
     out["twin_max_seed_error_pp"] = twin.get("max_seed_error_pp")
     out["twin_effect_sign_agrees"] = twin.get("effect_sign_agrees")
@@ -63,36 +72,66 @@ def main() -> None:
 
 
 def experiment(name: str, fragments: int, args, run_dir: Path, console) -> dict:
-    """One variant: pilot, power, the main run, its headline and (DiLoCo) the twin."""
-    from trainfabric.diloco import stats
+    """One variant: the pilot, the power calculation, the main run; then :func:`analyse`."""
     from trainfabric.diloco.live import run_to_dir, testbed_config
-    from trainfabric.diloco.live_twin import heldout_twin
     from trainfabric.io import prepare_dir
 
     base = {"server": args.server, "fragments": fragments, "policies": [POLICY],
             "no_sync": False}  # fmt: skip
+    pilot = None
     if args.quick:
         cfg = testbed_config(**base, seeds=1, seed0=SEED0, duration_s=20.0, warmup_s=5.0)
-        plan = None
     else:
         pilot_cfg = testbed_config(**base, seeds=PILOT_SEEDS, seed0=PILOT_SEED0)
         pilot = run_to_dir(pilot_cfg, prepare_dir(run_dir / "pilot"), console=console)
+        n = power(pilot)["seeds_used"]
         effects = pilot["comparisons"][POLICY]["slo_effect_per_seed"]
-        plan = stats.power_plan(effects, 0.05, 0.8, max_seeds=MAX_SEEDS, source="pilot")
-        n = min(MAX_SEEDS, max(MIN_SEEDS, int(plan["n_chosen"] or MAX_SEEDS)))
-        plan |= {"pilot_first_seed": PILOT_SEED0, "seeds_used": n}
-        plan["sufficient"] = None if plan["n_required"] is None else n >= plan["n_required"]
+        source = f"{name} pilot, segments {PILOT_SEED0}-{PILOT_SEED0 + PILOT_SEEDS - 1}"
         cfg = testbed_config(**base, seeds=n, seed0=SEED0, pilot_effects=effects,
-                             pilot_source=f"{name} pilot, segments {PILOT_SEED0}-"
-                             f"{PILOT_SEED0 + PILOT_SEEDS - 1}")  # fmt: skip
+                             pilot_source=source)  # fmt: skip
     res = run_to_dir(cfg, prepare_dir(run_dir / "main"), console=console)
+    return analyse(cfg, res, pilot)
+
+
+def power(pilot: dict) -> dict:
+    """The seeds the primary comparison needs by the pilot's SLO differences, within
+    ``[MIN_SEEDS, MAX_SEEDS]`` (module doc)."""
+    from trainfabric.diloco import stats
+
+    effects = pilot["comparisons"][POLICY]["slo_effect_per_seed"]
+    plan = stats.power_plan(effects, 0.05, 0.8, max_seeds=MAX_SEEDS, source="pilot")
+    n = min(MAX_SEEDS, max(MIN_SEEDS, int(plan["n_chosen"] or MAX_SEEDS)))
+    plan |= {"pilot_first_seed": PILOT_SEED0, "seeds_used": n}
+    plan["sufficient"] = None if plan["n_required"] is None else n >= plan["n_required"]
+    return plan
+
+
+def stored(run_dir: Path) -> tuple:
+    """``(cfg, summary, pilot summary or None)`` of a variant's stored runs."""
+    from trainfabric.diloco.live import LiveConfig
+    from trainfabric.io import loads
+
+    main = loads((run_dir / "main" / "manifest.json").read_text())
+    config = {k: v for k, v in main["config"].items() if k != "shaping"}
+    res = loads((run_dir / "main" / "summary.json").read_text())
+    pilot_file = run_dir / "pilot" / "summary.json"
+    pilot = loads(pilot_file.read_text()) if pilot_file.is_file() else None
+    return LiveConfig(**config), res | {"runs_commit": main.get("git")}, pilot
+
+
+def analyse(cfg, res: dict, pilot: dict | None) -> dict:
+    """A variant's result: the design's verdicts, the arms, and (fragments) the counts per
+    fragment or (DiLoCo) the held-out twin, from the runs in ``res["run_dir"]``."""
+    from trainfabric.diloco import stats
+    from trainfabric.diloco.live_twin import heldout_twin
+
     comp = res["comparisons"][POLICY]
     doc = {
-        "fragments": fragments,
+        "fragments": cfg.fragments,
         "seeds": cfg.seeds,
         "first_seed": cfg.seed0,
         "duration_s": cfg.duration_s,
-        "power": plan or res["power"],
+        "power": power(pilot) if pilot is not None else res["power"],
         "design": res["design"],
         "primary": comp["slo"],
         "secondary": {k: comp.get(k) for k in stats.LOSS_METRICS},
@@ -118,8 +157,9 @@ def experiment(name: str, fragments: int, args, run_dir: Path, console) -> dict:
         "shaping": res["shaping"],
         "wall_s": res["wall_s"],
         "run_dir": res["run_dir"],
+        "runs_from": res.get("runs_commit"),
     }
-    if fragments:
+    if cfg.fragments:
         doc["fragment_counts"] = fragment_check(cfg, Path(res["run_dir"]))
     else:
         doc["twin"] = heldout_twin(cfg, Path(res["run_dir"]))

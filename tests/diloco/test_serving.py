@@ -213,3 +213,53 @@ def test_window_telemetry_histograms_and_kv_in_flight():
     itl_b, itl_n = histogram(c, "itl")
     assert itl_n == 10 and itl_b[ITL_BUCKETS.index(0.025)] == 10 and itl_b[0] == 0  # TPOT 0.012
     assert histogram(c, "ttft")[1] == 0 and c[KV_FRAC] == 0 and c[RUNNING] == 0
+
+
+def test_link_term_counts_in_time_requests_overlapping_a_sync_as_its_fraction():
+    """Sync until 1.0 s. Requests at 0 (TTFT 0.1) and 0.5 (0.1) overlap it and are on time:
+    p each; the one at 0.05 waits for the first prefill (TTFT 0.2 > 0.15): 1, not 1 + p;
+    at 2.0 (0.1) after the sync: 0; at 2.05 (waits, TTFT 0.25): 1."""
+    m = ONE.model_copy(update={"interference": 0.0, "ttft_slo_s": 0.15, "tpot_slo_s": 1.0})
+    reqs = R.Requests(np.array([0.0, 0.05, 0.5, 2.0, 2.05]), np.array([100, 150, 100, 100, 200]),
+                      np.full(5, 2))  # fmt: skip
+    rec0, tot0 = run(reqs, m, 5.0, sync_until=1.0)
+    rec, tot = run(reqs, m.model_copy(update={"link_violation_p": 0.3}), 5.0, sync_until=1.0)
+    assert np.array_equal(rec, rec0)  # the engine's times are untouched
+    assert tot0[VIOLATED] == 2 and tot0[TTFT_VIOL] == 2
+    assert tot[VIOLATED] == pytest.approx(2.6) and tot[TTFT_VIOL] == pytest.approx(2.6)
+    assert tot[FINISHED] == 5 and tot[TPOT_VIOL] == 0
+
+
+CHUNKED = ONE.model_copy(update={"prefill": "chunked"})
+
+
+def test_chunked_prefill_keeps_decoding_by_hand():
+    """Both arrive at 0: prefills back to back (0.1, 0.2); request 0 decodes its 5 tokens
+    alone from 0.1 (0.012 s each) while request 1 prefills, then request 1 alone."""
+    reqs = R.Requests(np.zeros(2), np.array([100, 100]), np.array([6, 6]))
+    rec, tot = run(reqs, CHUNKED, 5.0)
+    assert rec[:, 0] == pytest.approx([0.1, 0.2])
+    assert rec[:, 1] == pytest.approx([0.1 + 5 * 0.012, 0.2 + 5 * 0.012])
+    assert tot[FINISHED] == 2
+    one = R.Requests(np.array([0.3]), np.array([100]), np.array([11]))
+    assert np.array_equal(run(one, CHUNKED, 5.0)[0], run(one, ONE, 5.0)[0])
+
+
+@given(st.integers(0, 10**6), st.floats(0.5, 20.0), st.sampled_from([0.3, 1.0, 0.05]))
+def test_chunked_first_tokens_are_a_fifo_queue_of_prefills(seed, rate, step):
+    """With slots and KV never binding, the first tokens are Lindley's recursion over the
+    prefill times, whatever the decoding (and the window length) does:
+    ``first_i = max(arrival_i, first_{i-1}) + c · prompt_i``; every request finishes."""
+    rng = np.random.default_rng(seed)
+    n = 30
+    arr = np.sort(rng.uniform(0, n / rate, n))
+    prompt, out = rng.integers(1, 400, n), rng.integers(1, 40, n)
+    m = CHUNKED.model_copy(update={"max_batch": 64, "kv_tokens": 10**6})
+    rec, tot = run(R.Requests(arr, prompt, out), m, n / rate + 60.0, step=step)
+    want, prev = np.empty(n), -np.inf
+    for i in range(n):
+        prev = want[i] = max(arr[i], prev) + 1e-3 * prompt[i]
+    assert rec[:, 0] == pytest.approx(want, rel=1e-9, abs=1e-9)
+    assert tot[FINISHED] == n
+    gap = rec[:, 1] - rec[:, 0]  # decode: at least (out - 1) iterations of a batch of 1
+    assert np.all(gap >= (out - 1) * 0.012 - 1e-9)

@@ -30,6 +30,15 @@ syncs, e.g. when the learners wait on the network and free the cores) is reporte
 ``prefill_s_per_token`` = least squares through the origin of TTFT on prompt length
 over the requests that arrived at an idle server outside syncs (no queueing).
 
+**Link sharing** (``link=True``: runs whose serving traffic crossed the link the syncs used,
+the live testbed): ``link_violation_p = (v_in − v_out) / (1 − v_out)``, at least 0, with
+``v_in`` (``v_out``) the violation rate of the requests whose lifetime ``[arrival, finish]``
+(an unfinished one: to its run's end) overlaps (does not overlap) a sync, pooled over the
+runs: the chance that a request the engine serves in time misses its SLO because it shared
+the link with a sync, if the two causes are independent. The engine then has its cores to
+itself, so ``interference`` is written as 0 (the fitted value stays in ``fit.decode``: on the
+testbed it measures chunks delayed on the link, which the link term covers).
+
 **Sync durations**: the measured ``end_s − start_s`` of every sync, as samples.
 
 The result is a JSON file with a ``fleet`` section that validates as the simulator's
@@ -209,9 +218,31 @@ def fit_prefill(req: pd.DataFrame, syncs: pd.DataFrame) -> dict:
     }
 
 
-def calibrate(run_dirs: list[str | Path]) -> dict:
+def fit_link(runs: list[dict]) -> dict:
+    """The link-sharing term (module doc), pooled over ``runs``."""
+    from trainfabric.diloco.live_analysis import overlaps
+
+    inside, violated = [], []
+    for r in runs:
+        req, sy = r["requests"], r["syncs"]
+        arrival = req["arrival_s"].to_numpy(float)
+        finish = req["finish_s"].to_numpy(float)
+        end = np.where(np.isfinite(finish), finish, np.inf)
+        inside.append(overlaps(arrival, end, sy[["start_s", "end_s"]].to_numpy(float)))
+        violated.append(req["violated"].to_numpy(bool))
+    ins, bad = np.concatenate(inside), np.concatenate(violated)
+    if ins.sum() == 0 or (~ins).sum() == 0:
+        raise ConfigError("RUN_DIRS", "the link term needs requests inside and outside syncs")
+    v_in, v_out = float(bad[ins].mean()), float(bad[~ins].mean())
+    p = max(0.0, (v_in - v_out) / (1.0 - v_out)) if v_out < 1 else 0.0
+    return {"link_violation_p": p, "violation_inside": v_in, "violation_outside": v_out,
+            "requests_inside": int(ins.sum()), "requests_outside": int((~ins).sum())}  # fmt: skip
+
+
+def calibrate(run_dirs: list[str | Path], link: bool = False) -> dict:
     """Fit every parameter (module doc) and return the calibration document, whose ``fleet``
-    section is checked to validate as a :class:`~.fleet.FleetConfig`."""
+    section is checked to validate as a :class:`~.fleet.FleetConfig`; ``link``: the runs'
+    serving traffic shared the syncs' link (the link-sharing term)."""
     from trainfabric.config import validate
     from trainfabric.diloco.fleet import FleetConfig
 
@@ -233,6 +264,10 @@ def calibrate(run_dirs: list[str | Path]) -> dict:
         "decode_per_seq_s": decode["decode_per_seq_s"],
         "interference": decode["interference"],
     }
+    fits = {"progress": progress, "decode": decode, "prefill": prefill}
+    if link:
+        fits["link"] = fit_link(runs)
+        serving |= {"interference": 0.0, "link_violation_p": fits["link"]["link_violation_p"]}
     fleet = {
         "serving": serving,
         "progress": {"steps_per_s": steps_per_s, "tokens_per_step": tokens_per_step},
@@ -244,7 +279,7 @@ def calibrate(run_dirs: list[str | Path]) -> dict:
         "fleet": fleet,
         "sync_duration_samples_s": sync_s.tolist(),
         "loss_curve": {k: progress[k] for k in ("E", "B", "beta")},
-        "fit": {"progress": progress, "decode": decode, "prefill": prefill},
+        "fit": fits,
         "runs": [str(d) for d in run_dirs],
         "requests": int(len(reqs)),
         "inner_steps": int(len(steps)),

@@ -914,13 +914,16 @@ def _token_block(policy_tokens, control_tokens) -> dict:
 # -- the simulated twin ---------------------------------------------------------------------------
 def twin_fleet(cfg: LiveConfig, calibration: dict):
     """The simulator's fleet for the live configuration: one replica with the fitted serving
-    rates and interference (vLLM's batch limit 256; KV capacity not binding for the tiny
-    model's 1 GiB cache), the measured inner-step rate, the live SLOs and window."""
+    rates, interference and link term (vLLM's batch limit 256 and chunked prefill; KV
+    capacity not binding for the tiny model's 1 GiB cache), the measured inner-step rate, the
+    live SLOs and window."""
     from trainfabric.config import validate
     from trainfabric.diloco.fleet import FleetConfig
 
     fit = calibration["fleet"]
     serving = fit["serving"] | {"max_batch": 256, "kv_tokens": 1_000_000}
+    if cfg.server == "vllm":  # its V1 scheduler mixes prefill chunks into the decode batches
+        serving["prefill"] = "chunked"
     serving |= {"ttft_slo_s": cfg.ttft_slo_s, "tpot_slo_s": cfg.tpot_slo_s}
     return validate(
         FleetConfig,
@@ -1004,7 +1007,9 @@ def run_to_dir(cfg: LiveConfig, out_dir: Path, console=None) -> dict:
     seeds = sorted({r.seed for r in records})
     twin: dict = {}
     try:
-        calibration = calibrate([out_dir / r.label for r in records])
+        calibration = calibrate(
+            [out_dir / r.label for r in records], link=cfg.placement == "testbed"
+        )
         write_json(out_dir / "calibration.json", calibration)
         if not cfg.fragments:  # the twin's syncs are whole-model syncs
             twin = simulate_seeds(cfg, calibration, seeds)

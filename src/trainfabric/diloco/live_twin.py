@@ -7,7 +7,9 @@ interference, inner-step rate, sync durations, loss curve) on the other seeds' r
 replays the held-out seed's requests under each policy and ``sim_draws`` matched-random
 schedules (:func:`~trainfabric.diloco.live.simulate_seeds`). Per seed and arm the error is
 ``simulated − live`` SLO violation rate in percentage points; the effect is the policy's SLO
-minus its matched random's (the simulated one the mean over the draws).
+minus its matched random's (the simulated one the mean over the draws). Beside each error,
+the binomial standard error of the live rate, ``sqrt(v (1 − v) / n)`` over its ``n``
+requests: the part of the error that a twin of expected rates cannot remove.
 """
 
 from __future__ import annotations
@@ -35,29 +37,33 @@ def heldout_twin(cfg, run_dir: Path) -> dict:
     for s in seeds:
         train = [Path(run_dir) / lbl for lbl in runs.loc[runs["seed"] != s, "label"]]
         try:
-            calib = calibrate(train)
+            calib = calibrate(train, link=cfg.placement == "testbed")
         except ConfigError as exc:
             rows.append({"seed": s, "error": str(exc)})
             continue
         sim = simulate_seeds(cfg.model_copy(update={"policies": [policy]}), calib, [s])[policy]
         live = {arm: _slo(runs, s, arm) for arm in (policy, control)}
+        se = {arm: _binomial_se(runs, s, arm) for arm in (policy, control)}
         row = {
             "seed": s,
             "live_policy": live[policy],
             "sim_policy": sim["slo_violation_rate"][0],
             "live_matched_random": live[control],
             "sim_matched_random": sim["matched_random_slo"][0],
-            "interference": calib["fleet"]["serving"].get("interference"),
+            "link_violation_p": calib["fleet"]["serving"].get("link_violation_p"),
         }
         row["error_policy_pp"] = 100 * (row["sim_policy"] - row["live_policy"])
         row["error_matched_random_pp"] = 100 * (
             row["sim_matched_random"] - row["live_matched_random"]
         )
+        row["live_se_policy_pp"] = 100 * se[policy]
+        row["live_se_matched_random_pp"] = 100 * se[control]
         rows.append(row)
     ok = [r for r in rows if "error" not in r]
     if not ok:
         return {"note": "no seed could be calibrated", "per_seed": rows}
     errs = np.abs([[r["error_policy_pp"], r["error_matched_random_pp"]] for r in ok])
+    ses = np.array([[r["live_se_policy_pp"], r["live_se_matched_random_pp"]] for r in ok])
     live_eff = float(np.mean([r["live_policy"] - r["live_matched_random"] for r in ok]))
     sim_eff = float(np.mean([r["sim_policy"] - r["sim_matched_random"] for r in ok]))
     return {
@@ -65,6 +71,8 @@ def heldout_twin(cfg, run_dir: Path) -> dict:
         "seeds": len(ok),
         "max_seed_error_pp": float(errs.max()),
         "median_seed_error_pp": float(np.median(errs)),
+        "errors_over_2se": int((errs > 2 * ses).sum()),
+        "errors": int(errs.size),
         "live_effect": live_eff,
         "sim_effect": sim_eff,
         "effect_sign_agrees": bool(np.sign(live_eff) == np.sign(sim_eff)),
@@ -74,6 +82,14 @@ def heldout_twin(cfg, run_dir: Path) -> dict:
             "mean over seeds of policy - matched random"
         ),
     }
+
+
+def _binomial_se(runs: pd.DataFrame, seed: int, policy: str) -> float:
+    row = runs[(runs["seed"] == seed) & (runs["policy"] == policy)]
+    if not len(row) or row["requests"].iloc[0] == 0:
+        return float("nan")
+    v, n = float(row["slo_violation_rate"].iloc[0]), int(row["requests"].iloc[0])
+    return float(np.sqrt(v * (1 - v) / n))
 
 
 def _slo(runs: pd.DataFrame, seed: int, policy: str) -> float:

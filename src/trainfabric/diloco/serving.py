@@ -7,15 +7,26 @@ goes to replica ``i mod R`` (round-robin dispatch). A replica is one engine:
   free slot (``max_batch``) and its KV reservation ``prompt + output`` tokens fits
   (``kv_tokens``); a request never overtakes an earlier one on its replica;
 * **prefill** — admitting a request costs ``prefill_s_per_token · prompt`` seconds of engine
-  time during which decoding pauses (no chunked prefill); its first token is out at the end:
-  ``TTFT = first token − arrival``;
+  time; its first token is out at the end: ``TTFT = first token − arrival``. ``prefill``
+  ``blocking`` (the default): decoding pauses meanwhile; ``chunked`` (vLLM's V1 scheduler,
+  which mixes prefill chunks into the decode batches): the running requests keep decoding at
+  their iteration rate while one prefill at a time proceeds, so a prefill delays the queue's
+  first tokens but not the others' TPOT (the prefilling request holds its slot and its KV
+  from admission; its TTFT is observed in the histogram when admitted, valued at its first
+  token);
 * **decode** — every running request gains one token per iteration of
   ``decode_base_s + decode_per_seq_s · batch`` seconds (the fluid limit: tokens advance
   continuously between events); a request leaves after its last token and frees its KV:
   ``TPOT = (finish − first token) / (output − 1)``;
 * **interference** — while a DiLoCo outer sync runs (``t < sync_until``), every engine second
   of work takes ``1 + interference`` seconds (the sync's all-reduce and outer step contend for
-  the same HBM, PCIe/NVLink and NICs). A documented model, calibrated by real replay.
+  the same HBM, PCIe/NVLink and NICs). A documented model, calibrated by real replay;
+* **link sharing** — when serving's requests and responses cross the link a sync fills (the
+  live testbed, :mod:`~.live_testbed`), a request whose lifetime ``[arrival, finish]``
+  overlaps a sync and that the engine serves within its SLO still misses it with probability
+  ``link_violation_p`` (a packet of it queued or dropped behind the sync's bytes); it counts
+  as that fraction of a TTFT violation (an expected count: the rates stay exact
+  expectations, no draw). 0, the default, is the engine alone, to the bit.
 
 A request violates the SLO when ``TTFT > ttft_slo_s`` or ``TPOT > tpot_slo_s``; it is counted in
 the window in which it finishes. A request still unfinished at the horizon (waiting, or
@@ -39,6 +50,7 @@ times). Everything is in seconds and tokens.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numba
 import numpy as np
@@ -76,6 +88,12 @@ class ServingModel(Config):
     )
     ttft_slo_s: float = Field(0.5, gt=0, le=MAX_SLO_S)
     tpot_slo_s: float = Field(0.05, gt=0, le=MAX_SLO_S)
+    link_violation_p: float = Field(
+        0.0, ge=0, le=1, description="P(SLO missed on the link | lifetime overlaps a sync)"
+    )
+    prefill: Literal["blocking", "chunked"] = Field(
+        "blocking", description="decoding pauses during a prefill, or continues (chunked)"
+    )
 
     def params(self) -> np.ndarray:
         return np.array(
@@ -88,6 +106,8 @@ class ServingModel(Config):
                 self.tpot_slo_s,
                 float(self.kv_tokens),
                 float(self.max_batch),
+                self.link_violation_p,
+                float(self.prefill == "chunked"),
             ]
         )
 
@@ -240,17 +260,21 @@ def _observe(counters, k, col, bounds, value, weight):
 
 
 @numba.njit(cache=True, _nrt=False)
-def _finish(k, i, t, first, arr, out, par, counters, rec, recording, itl_b):
+def _finish(k, i, t, first, arr, out, par, counters, rec, recording, itl_b, su):
+    """Count request ``i`` finishing at ``t`` (first token at ``first``) in run ``k``;
+    ``su``: the end of the run's latest sync (started by ``t``: its lifetime overlaps one
+    exactly when ``su > arr``)."""
     ttft = first - arr
     tpot = (t - first) / (out - 1) if out > 1 else 0.0
     bad_ttft = ttft > par[4]
     bad_tpot = tpot > par[5]
     if out > 1:
         _observe(counters, k, ITL_HIST, itl_b, tpot, out - 1.0)
+    link = par[8] if su > arr else 0.0  # the link-sharing term (module doc)
     counters[k, FINISHED] += 1
-    counters[k, TTFT_VIOL] += bad_ttft
+    counters[k, TTFT_VIOL] += 1.0 if bad_ttft else link
     counters[k, TPOT_VIOL] += bad_tpot
-    counters[k, VIOLATED] += bad_ttft or bad_tpot
+    counters[k, VIOLATED] += 1.0 if bad_ttft or bad_tpot else link
     if recording:
         rec[k, i, 0] = first
         rec[k, i, 1] = t
@@ -333,6 +357,31 @@ def advance_run(
     """Run ``k``'s engines (request set ``s``, sync until ``su``) up to ``t_end``, adding its
     window counters to ``counters[k]`` (the body of :func:`advance` for one run, shared with
     the compiled fleet loop, :mod:`~.fleet_kernel`)."""
+    if par[9] > 0.5:
+        _advance_chunked(
+            k,
+            T,
+            head,
+            sreq,
+            sleft,
+            sfirst,
+            kv,
+            top,
+            arrival,
+            prompt,
+            output,
+            n_req,
+            s,
+            t_end,
+            su,
+            par,
+            counters,
+            rec,
+            recording,
+            ttft_b,
+            itl_b,
+        )
+        return
     c_pf, d0, d1, interf, kv_cap, bmax = par[0], par[1], par[2], par[3], par[6], int(par[7])
     slow = 1.0 + interf
     R = T.shape[1]
@@ -376,6 +425,7 @@ def advance_run(
                             rec,
                             recording,
                             itl_b,
+                            su,
                         )
                     else:
                         kv[k, q] += need
@@ -416,6 +466,7 @@ def advance_run(
                         rec,
                         recording,
                         itl_b,
+                        su,
                     )
                     sreq[k, q, b] = -1
             while hi > 0 and sreq[k, q, hi - 1] < 0:
@@ -441,6 +492,90 @@ def advance_run(
             par,
             counters,
         )
+
+
+@numba.njit(cache=True, _nrt=False)
+def _advance_chunked(k, T, head, sreq, sleft, sfirst, kv, top, arrival, prompt, output, n_req,
+                     s, t_end, su, par, counters, rec, recording, ttft_b, itl_b):  # fmt: skip
+    """:func:`advance_run` with ``prefill`` chunked (module doc). A slot whose first token
+    is still ahead (``sfirst > t``) is the replica's one prefill in progress: it does not
+    decode, and no other request is admitted until it ends; at its end a one-token request
+    finishes, any other starts decoding."""
+    c_pf, d0, d1, interf, kv_cap, bmax = par[0], par[1], par[2], par[3], par[6], int(par[7])
+    slow = 1.0 + interf
+    R = T.shape[1]
+    n = n_req[s]
+    for q in range(R):
+        t = T[k, q]
+        busy = 0.0
+        while t < t_end:
+            h = head[k, q]
+            n_run = 0
+            n_busy = 0
+            free = -1
+            min_left = 1e300
+            pf_end = 1e300
+            hi = top[k, q]
+            for b in range(hi):
+                if sreq[k, q, b] < 0:
+                    if free < 0:
+                        free = b
+                    continue
+                n_busy += 1
+                if sfirst[k, q, b] > t:
+                    pf_end = sfirst[k, q, b]
+                else:
+                    n_run += 1
+                    min_left = min(min_left, sleft[k, q, b])
+            if free < 0 and hi < bmax:
+                free = hi
+            if pf_end == 1e300 and h < n and arrival[s, h] <= t and free >= 0:
+                need = prompt[s, h] + output[s, h]
+                if kv[k, q] + need <= kv_cap or n_busy == 0:
+                    t_pf = _work_end(t, c_pf * prompt[s, h], su, slow)
+                    head[k, q] = h + R
+                    _observe(counters, k, TTFT_HIST, ttft_b, t_pf - arrival[s, h], 1.0)
+                    kv[k, q] += need
+                    sreq[k, q, free] = h
+                    sleft[k, q, free] = max(output[s, h] - 1.0, 0.0)
+                    sfirst[k, q, free] = t_pf
+                    top[k, q] = max(hi, free + 1)
+                    continue
+            nxt = min(t_end, pf_end)
+            if pf_end == 1e300 and h < n and arrival[s, h] > t:
+                nxt = min(nxt, arrival[s, h])
+            if t < su < nxt:
+                nxt = su
+            if n_run == 0:
+                t1 = nxt
+                tokens = 0.0
+            else:
+                tau = d0 + d1 * n_run  # engine-seconds per token
+                t1 = min(nxt, _work_end(t, min_left * tau, su, slow))
+                tokens = _work_done(t, t1, su, slow) / tau
+            if n_run > 0 or pf_end < 1e300:
+                busy += t1 - t
+            t0, t = t, t1
+            for b in range(hi):
+                r = sreq[k, q, b]
+                if r < 0:
+                    continue
+                if sfirst[k, q, b] <= t0:
+                    sleft[k, q, b] -= tokens
+                elif sfirst[k, q, b] > t or sleft[k, q, b] > 1e-7:
+                    continue  # still prefilling, or prefilled with tokens to decode
+                if sleft[k, q, b] <= 1e-7:
+                    kv[k, q] -= prompt[s, r] + output[s, r]
+                    _finish(k, r, t, sfirst[k, q, b], arrival[s, r], output[s, r], par,
+                            counters, rec, recording, itl_b, su)  # fmt: skip
+                    sreq[k, q, b] = -1
+            while hi > 0 and sreq[k, q, hi - 1] < 0:
+                hi -= 1
+            top[k, q] = hi
+        T[k, q] = t
+        counters[k, BUSY_S] += busy
+        _gauges(k, q, s, n, R, head, sreq, sleft, sfirst, top, arrival, prompt, output, t_end,
+                par, counters)  # fmt: skip
 
 
 @numba.njit(cache=True, _nrt=False)

@@ -97,18 +97,19 @@ def test_fragment_gate_asks_the_policy_and_forces_after_max_h_minus_h():
 
 def test_heldout_twin_never_calibrates_on_the_seed_it_predicts(tmp_path, monkeypatch):
     cfg = L.testbed_config(seeds=3, seed0=55)
+    rows = [(55, 0.10, 0.20), (56, 0.0, 0.05), (57, 0.30, 0.30)]
     runs = pd.DataFrame(
-        [(f"seed{s}-{p}", p, s, slo) for s, a, b in ((55, 0.10, 0.20), (56, 0.0, 0.05),
-                                                     (57, 0.30, 0.30))
+        [(f"seed{s}-{p}", p, s, slo, 100) for s, a, b in rows
          for p, slo in (("wa_forecast", a), ("matched_random[wa_forecast]", b))],
-        columns=["label", "policy", "seed", "slo_violation_rate"],
+        columns=["label", "policy", "seed", "slo_violation_rate", "requests"],
     )  # fmt: skip
     runs.to_parquet(tmp_path / "runs.parquet")
     seen = []
 
-    def calibrate(dirs):
+    def calibrate(dirs, link=False):
+        assert link  # the testbed's requests shared the syncs' link
         seen.append(sorted(d.name for d in dirs))
-        return {"fleet": {"serving": {"interference": 0.5}}}
+        return {"fleet": {"serving": {"link_violation_p": 0.1}}}
 
     def simulate(cfg_, calib, seeds):
         (s,) = seeds
@@ -123,6 +124,10 @@ def test_heldout_twin_never_calibrates_on_the_seed_it_predicts(tmp_path, monkeyp
     errs = [e for r in tw["per_seed"] for e in (r["error_policy_pp"], r["error_matched_random_pp"])]
     assert errs == pytest.approx([2.0, 0.0, 0.0, 15.0, -30.0, -5.0])
     assert tw["max_seed_error_pp"] == pytest.approx(30.0)
+    # live SE over 100 requests: sqrt(.1 .9 / 100) = 3 pp, ... sqrt(.3 .7 / 100) = 4.58 pp:
+    # over 2 SE are 15 pp (SE 2.18) and 30 pp (SE 4.58)
+    assert tw["per_seed"][0]["live_se_policy_pp"] == pytest.approx(3.0)
+    assert (tw["errors_over_2se"], tw["errors"]) == (2, 6)
     # live effect mean(-0.1, -0.05, 0) < 0; simulated mean(-0.08, -0.2, -0.25) < 0
     assert tw["effect_sign_agrees"] is True
 
@@ -179,3 +184,30 @@ def test_sidecar_scrapes_a_server_inside_a_namespace(tmp_path):
                     L.time.sleep(0.05)
             assert inside.latest().scrapes_ok >= 2
             assert outside.latest().scrapes_ok == 0  # not reachable from the root namespace
+
+
+def test_link_term_fit_by_hand():
+    from trainfabric.diloco.calibrate import fit_link
+
+    def run(arrival, finish, violated, syncs):
+        req = pd.DataFrame({"arrival_s": arrival, "finish_s": finish, "violated": violated})
+        return {"requests": req, "syncs": pd.DataFrame(syncs, columns=["start_s", "end_s"])}
+
+    runs = [
+        # inside: 0.5-0.9 (overlaps 0.8-1.0), 3.0-nan (unfinished: to the end; 4-5); outside: 2
+        run([0.5, 2.0, 3.0], [0.9, 2.4, np.nan], [True, False, True], [(0.8, 1.0), (4.0, 5.0)]),
+        # inside: 1.0-1.2; outside: 3.0 and 0.0 (ends as the sync starts: overlaps, [a, b))
+        run([1.0, 3.0, 0.0], [1.2, 3.5, 0.95], [False, True, False], [(0.95, 1.1)]),
+    ]
+    f = fit_link(runs)
+    # inside: 0.5 (v), 3.0 (v), 1.0, 0.0 -> 2 of 4; outside: 2.0, 3.0 (v) -> 1 of 2
+    assert (f["requests_inside"], f["requests_outside"]) == (4, 2)
+    assert f["violation_inside"] == 0.5 and f["violation_outside"] == 0.5
+    assert f["link_violation_p"] == 0.0
+    runs[1]["requests"].loc[1, "violated"] = False  # outside: 0 of 2
+    f = fit_link(runs)
+    assert f["violation_outside"] == 0.0 and f["link_violation_p"] == 0.5
+    runs[0]["requests"].loc[1, "violated"] = True  # outside 1 of 2: p = (0.5 - 0.5) / 0.5
+    assert fit_link(runs)["link_violation_p"] == 0.0
+    runs[1]["requests"].loc[[0, 2], "violated"] = True  # inside 4 of 4: p = (1 - 0.5) / 0.5
+    assert fit_link(runs)["link_violation_p"] == 1.0
