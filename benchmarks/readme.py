@@ -1909,6 +1909,116 @@ def diloco_live_full(r: _View) -> str:
     return head + "\n\n" + _live_table(d) + "\n\n" + "\n".join("- " + paragraph(b) for b in bullets)
 
 
+TESTBED_ARMS = (
+    ("diloco", "wa_forecast", "DiLoCo, `wa_forecast`"),
+    ("diloco", "matched_random[wa_forecast]", "DiLoCo, matched random"),
+    ("streaming", "wa_forecast", "Streaming DiLoCo, `wa_forecast` per fragment"),
+    ("streaming", "matched_random[wa_forecast]", "Streaming DiLoCo, matched random per fragment"),
+)
+
+
+def _testbed_verdicts(label: str, v: Node) -> list[str]:
+    """The primary comparison, the power behind its seed count, the Holm family."""
+    s, pw = v["primary"], v["power"]
+    need = pw["n_required"]
+    need_s = f"{count(need)} seeds" if need is not None else "no finite number of seeds"
+    short = "too few: it could miss an effect of the pilot's size"
+    sec = v["secondary"]
+    losses = []
+    for key, what in (
+        ("loss_equal_tokens", "at equal tokens"),
+        ("loss_equal_wall", "at equal wall-clock"),
+        ("final_loss", "at the end"),
+    ):
+        r = sec[key]
+        losses.append(
+            f"{what} {fixed(r['mean'], 3)} nats (Holm-adjusted p {fixed(r['p_adjusted'], 3)}, "
+            f"{r['verdict']}; tokens policy / control {fixed(r['tokens_ratio'], 3)})"
+        )
+    return [
+        f"""**{label}: {s["verdict"]}** on the primary comparison, named before the runs:
+        `wa_forecast` − matched random on SLO violations = {pp(s["mean"])} (95% CI
+        {ci(s["ci"], pp)}; {count(s["seeds_lower"])} of {count(s["seeds"])} seeds lower),
+        sign-flip p = {fixed(s["p"], 3)} alone at {fixed(s["alpha"], 2)}. The pilot (segments
+        {count(pw["pilot_first_seed"])}-{count(pw["pilot_first_seed"] + pw["pilot_seeds"] - 1)})
+        measured {pp(pw["pilot_effect"])} (sd {pp(pw["pilot_sd"], sign=False)}): a power of
+        {fixed(pw["power"], 1)} needs {need_s}; this run had {count(pw["seeds_used"])}
+        ({"enough" if pw["sufficient"] else short}).""",
+        f"""Losses (secondary, one Holm family of
+        {count(sec["loss_equal_tokens"]["family_size"])}): {"; ".join(losses)}.""",
+    ]
+
+
+@block("diloco-live-testbed", "diloco_live_testbed")
+def diloco_live_testbed(r: _View) -> str:
+    d = r["diloco_live_testbed"]
+    dl, st, tw = d["diloco"], d["streaming"], d["diloco"]["twin"]
+    rows = []
+    for variant, arm, label in TESTBED_ARMS:
+        a = d[variant]["policies"][arm]
+        rows.append([label, pct(a["slo_violation_rate"]), fixed(a["syncs"], 1),
+                     pct(a["sync_time_fraction"]), secs(a["mean_sync_s"]),
+                     count(round(a["tokens"])), fixed(a["final_loss"], 3)])  # fmt: skip
+    header = ["", "SLO violations", "syncs", "sync-time fraction", "mean sync", "tokens",
+              "final eval loss"]  # fmt: skip
+    lat = dl["latency_inside_vs_outside_syncs"]
+    fc = st["fragment_counts"]
+    head = paragraph(
+        f"""
+        `benchmarks/diloco_live_testbed.py` runs the live protocol on that testbed (the same
+        placement and {fixed(dl["shaping"]["rate_mbit"], 3)} Mbit/s link, the
+        {fixed(dl["shaping"]["latency_ms"], 0)} ms queue fixed before): H
+        {count(125)} inner steps, the guards at 50 and 250, {count(dl["seeds"])} paired seeds
+        of {secs(dl["duration_s"], 0)} (segments {_segments(dl)}) per variant, each variant with
+        its own pilot and server; {fixed((dl["wall_s"] + st["wall_s"]) / 60, 0)} min of main
+        runs. Streaming DiLoCo: {count(st["fragments"])} fragments, each syncing a quarter of
+        the model on its staggered offset, the policy deciding per fragment (its progress term
+        from tokens alone: the learners report no loss to the gate in streaming mode).
+        """
+    )
+    bullets = _testbed_verdicts("DiLoCo", dl) + _testbed_verdicts("Streaming DiLoCo", st)
+    bullets.append(
+        f"""Matched random had the policy's sync count on
+        {count(dl["seeds_with_equal_sync_count"])} of {count(dl["seeds"])} DiLoCo seeds and
+        every fragment's count on {count(fc["seeds_equal"])} of {count(st["seeds"])} streaming
+        seeds. In the DiLoCo `wa_forecast` runs a request overlapping a sync violated its SLO
+        {pct(lat["inside"]["slo_violation_rate"])} of the time, one outside
+        {pct(lat["outside"]["slo_violation_rate"])} (TTFT {secs(lat["inside"]["ttft_s"])} vs
+        {secs(lat["outside"]["ttft_s"])}): on this testbed a sync costs serving."""
+    )
+    twin_rows = [
+        [count(x["seed"]), pct(x["live_policy"]), pct(x["sim_policy"]),
+         pp(x["error_policy_pp"] / 100), pct(x["live_matched_random"]),
+         pct(x["sim_matched_random"]), pp(x["error_matched_random_pp"] / 100),
+         pp(x["live_se_policy_pp"] / 100, sign=False), fixed(x["link_violation_p"], 3)]
+        for x in tw["per_seed"]
+    ]  # fmt: skip
+    agree = "agree" if tw["effect_sign_agrees"] else "disagree"
+    twin_head = ["held-out seed", "live `wa_forecast`", "twin", "error", "live matched random",
+                 "twin", "error", "live SE (policy)", "link term fitted"]  # fmt: skip
+    twin = paragraph(
+        f"""
+        **The twin, held out by seed** (DiLoCo; `diloco.live_twin`): for each seed the
+        simulator is calibrated on the other {count(tw["seeds"] - 1)} seeds' runs only and
+        replays the held-out seed's requests under `wa_forecast` and 20 matched-random draws.
+        What it needed: a link-sharing term (a request overlapping a sync that the engine
+        serves in time misses its SLO with the probability fitted from the calibration runs'
+        inside/outside violation rates) and vLLM's chunked prefill (decoding continues
+        during a prefill; the blocking model put most of a busy seed's violations on TPOT,
+        which vLLM never violated here). Worst error {fixed(tw["max_seed_error_pp"], 1)} pp
+        (target 5), median {fixed(tw["median_seed_error_pp"], 1)} pp;
+        {count(tw["errors_over_2se"])} of {count(tw["errors"])} errors exceed twice the live
+        rate's binomial standard error. The policy effect: live {pp(tw["live_effect"], 2)},
+        twin {pp(tw["sim_effect"], 2)}: the signs {agree}.
+        """
+    )
+    return (
+        head + "\n\n" + table(header, rows) + "\n\n"
+        + "\n".join("- " + paragraph(b) for b in bullets)
+        + "\n\n" + twin + "\n\n" + table(twin_head, twin_rows)
+    )  # fmt: skip
+
+
 # ---------------------------------------------------------------------------------------------
 # Provenance line
 

@@ -24,6 +24,18 @@ when measured, and 15k/s at full rate left 30% of a burst unfinished), seeds fro
 (10 segments of 120 s with 70-405 requests each: the trace has quiet minutes that would give
 empty segments, e.g. segment 32).
 
+**Placement** (``placement``): ``shared`` (above: every process on the machine's cores, the
+replay over loopback) or ``testbed`` (:func:`open_session`, :mod:`~.live_testbed`: vLLM and
+the load client on ``serve_core``, the learners and this process on ``train_core``, serving's
+requests and responses across the learners' shaped link at the INTELLECT-1-derived rate with
+``queue_ms`` of queue, the sidecar scraping from the server's namespace), so that a sync
+competes with serving for the link and frees no core of serving's; :func:`testbed_config`
+scales H and the guards to the testbed's inner phase.
+
+**Streaming DiLoCo** (``fragments`` >= 1): the learners run Streaming DiLoCo and the policy
+decides per fragment, its matched random drawn per fragment (:mod:`~.live_fragments`); the
+simulated twin is not run (its syncs are whole-model).
+
 **The protocol on real runs** (:func:`run_experiment`), per seed: each reference policy; its
 **matched random** control (:func:`~.policies.matched_schedule`: exactly the reference's sync
 count on that seed, schedule uniform among those whose gaps respect ``min_h``/``max_h``
