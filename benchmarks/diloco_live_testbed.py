@@ -27,8 +27,10 @@ the other seeds' runs only and replays that seed's requests under the policy and
 random draws (:func:`~trainfabric.diloco.live.simulate_seeds`); ``twin_max_seed_error_pp`` is
 the largest ``|simulated − live|`` SLO violation rate, in percentage points, over the seeds and
 both arms; ``twin_effect_sign_agrees`` compares the signs of the mean policy effect (0 counts
-as its own sign); beside each seed's error, the binomial standard error of its live rate
-(``sqrt(v (1 − v) / requests)``), the noise no twin of expected rates can remove.
+as its own sign); ``twin_ablation``: the same with the link term, chunked prefill or the
+failure rate removed (what the twin needs); beside each seed's error, the sampling error
+of the live rate if the twin is right (``sqrt(p (1 − p) / requests)``, ``p`` the twin's
+rate), the noise no twin of expected rates can remove.
 ``--quick``: one seed of 20 s per experiment, no pilot (a smoke run). ``--from RUN_DIR``:
 analyse the runs a previous invocation left in ``RUN_DIR`` (its ``<variant>/pilot`` and
 ``<variant>/main`` directories) with this code, running nothing (``runs_from`` names their
@@ -123,7 +125,7 @@ def analyse(cfg, res: dict, pilot: dict | None) -> dict:
     """A variant's result: the design's verdicts, the arms, and (fragments) the counts per
     fragment or (DiLoCo) the held-out twin, from the runs in ``res["run_dir"]``."""
     from trainfabric.diloco import stats
-    from trainfabric.diloco.live_twin import heldout_twin
+    from trainfabric.diloco.live_twin import heldout_twin, twin_ablation
 
     comp = res["comparisons"][POLICY]
     doc = {
@@ -163,6 +165,7 @@ def analyse(cfg, res: dict, pilot: dict | None) -> dict:
         doc["fragment_counts"] = fragment_check(cfg, Path(res["run_dir"]))
     else:
         doc["twin"] = heldout_twin(cfg, Path(res["run_dir"]))
+        doc["twin_ablation"] = twin_ablation(cfg, Path(res["run_dir"]))
     return doc
 
 

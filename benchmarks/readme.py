@@ -1990,32 +1990,42 @@ def diloco_live_testbed(r: _View) -> str:
         [count(x["seed"]), pct(x["live_policy"]), pct(x["sim_policy"]),
          pp(x["error_policy_pp"] / 100), pct(x["live_matched_random"]),
          pct(x["sim_matched_random"]), pp(x["error_matched_random_pp"] / 100),
-         pp(x["live_se_policy_pp"] / 100, sign=False), fixed(x["link_violation_p"], 3)]
+         pp(x["se_policy_pp"] / 100, sign=False), fixed(x["link_violation_p"], 3)]
         for x in tw["per_seed"]
     ]  # fmt: skip
     agree = "agree" if tw["effect_sign_agrees"] else "disagree"
     twin_head = ["held-out seed", "live `wa_forecast`", "twin", "error", "live matched random",
-                 "twin", "error", "live SE (policy)", "link term fitted"]  # fmt: skip
+                 "twin", "error", "sampling SE (policy)", "link term fitted"]  # fmt: skip
     twin = paragraph(
         f"""
         **The twin, held out by seed** (DiLoCo; `diloco.live_twin`): for each seed the
         simulator is calibrated on the other {count(tw["seeds"] - 1)} seeds' runs only and
         replays the held-out seed's requests under `wa_forecast` and 20 matched-random draws.
-        What it needed: a link-sharing term (a request overlapping a sync that the engine
-        serves in time misses its SLO with the probability fitted from the calibration runs'
-        inside/outside violation rates) and vLLM's chunked prefill (decoding continues
-        during a prefill; the blocking model put most of a busy seed's violations on TPOT,
-        which vLLM never violated here). Worst error {fixed(tw["max_seed_error_pp"], 1)} pp
-        (target 5), median {fixed(tw["median_seed_error_pp"], 1)} pp;
-        {count(tw["errors_over_2se"])} of {count(tw["errors"])} errors exceed twice the live
-        rate's binomial standard error. The policy effect: live {pp(tw["live_effect"], 2)},
-        twin {pp(tw["sim_effect"], 2)}: the signs {agree}.
+        Its model: the engine with vLLM's chunked prefill (decoding goes on during a prefill),
+        a link-sharing term (a request overlapping a sync that the engine serves in time
+        misses its SLO with the probability the calibration runs show inside syncs beyond
+        outside) and the calibration runs' rate of failed streams. Worst error
+        {fixed(tw["max_seed_error_pp"], 1)} pp (target 5), median
+        {fixed(tw["median_seed_error_pp"], 1)} pp; {count(tw["errors_over_2se"])} of
+        {count(tw["errors"])} errors exceed twice the sampling error a live rate has around
+        the twin's. The policy effect: live {pp(tw["live_effect"], 2)}, twin
+        {pp(tw["sim_effect"], 2)}: the signs {agree} (the live effect's CI contains 0).
         """
     )
+    ab = d["diloco"]["twin_ablation"]
+    ab_rows = [
+        [name, f"{fixed(a['max_seed_error_pp'], 1)} pp",
+         f"{fixed(a['median_seed_error_pp'], 1)} pp",
+         f"{count(a['errors_over_2se'])} of {count(a['errors'])}", pp(a["sim_effect"], 2)]
+        for name, a in ab.items()
+    ]  # fmt: skip
+    ab_head = ["twin", "worst held-out error", "median", "errors over 2 SE", "policy effect"]
     return (
         head + "\n\n" + table(header, rows) + "\n\n"
         + "\n".join("- " + paragraph(b) for b in bullets)
         + "\n\n" + twin + "\n\n" + table(twin_head, twin_rows)
+        + "\n\nWhat the twin needs, each part removed in turn (the same held-out seeds):\n\n"
+        + table(ab_head, ab_rows)
     )  # fmt: skip
 
 

@@ -228,6 +228,11 @@ def test_link_term_counts_in_time_requests_overlapping_a_sync_as_its_fraction():
     assert tot0[VIOLATED] == 2 and tot0[TTFT_VIOL] == 2
     assert tot[VIOLATED] == pytest.approx(2.6) and tot[TTFT_VIOL] == pytest.approx(2.6)
     assert tot[FINISHED] == 5 and tot[TPOT_VIOL] == 0
+    # with failures (f = 0.1): on time inside 1 - 0.7 * 0.9 = 0.37 each, outside 0.1
+    both = m.model_copy(update={"link_violation_p": 0.3, "failure_p": 0.1})
+    _, tot = run(reqs, both, 5.0, sync_until=1.0)
+    assert tot[VIOLATED] == pytest.approx(2 + 2 * 0.37 + 0.1)
+    assert tot[TTFT_VIOL] == pytest.approx(2.6)  # a failure is no latency
 
 
 CHUNKED = ONE.model_copy(update={"prefill": "chunked"})

@@ -39,6 +39,10 @@ the link with a sync, if the two causes are independent. The engine then has its
 itself, so ``interference`` is written as 0 (the fitted value stays in ``fit.decode``: on the
 testbed it measures chunks delayed on the link, which the link term covers).
 
+**Failures**: ``failure_p`` = the share of requests whose stream failed (status ``error`` or
+``http_error``: the client saw no complete answer, whatever the latency), pooled over the
+runs; the simulator counts them as violations it cannot otherwise produce.
+
 **Sync durations**: the measured ``end_s − start_s`` of every sync, as samples.
 
 The result is a JSON file with a ``fleet`` section that validates as the simulator's
@@ -239,6 +243,16 @@ def fit_link(runs: list[dict]) -> dict:
             "requests_inside": int(ins.sum()), "requests_outside": int((~ins).sum())}  # fmt: skip
 
 
+def fit_failures(runs: list[dict]) -> dict:
+    """``failure_p`` (module doc), pooled over ``runs``."""
+    if any("status" not in r["requests"] for r in runs):
+        raise ConfigError("RUN_DIRS", "requests.parquet has no status column (not a replay's)")
+    status = pd.concat([r["requests"]["status"].astype(str) for r in runs], ignore_index=True)
+    failed = int(status.isin(["error", "http_error"]).sum())
+    return {"failure_p": failed / len(status) if len(status) else 0.0, "failed": failed,
+            "requests": int(len(status))}  # fmt: skip
+
+
 def calibrate(run_dirs: list[str | Path], link: bool = False) -> dict:
     """Fit every parameter (module doc) and return the calibration document, whose ``fleet``
     section is checked to validate as a :class:`~.fleet.FleetConfig`; ``link``: the runs'
@@ -264,7 +278,9 @@ def calibrate(run_dirs: list[str | Path], link: bool = False) -> dict:
         "decode_per_seq_s": decode["decode_per_seq_s"],
         "interference": decode["interference"],
     }
-    fits = {"progress": progress, "decode": decode, "prefill": prefill}
+    fits = {"progress": progress, "decode": decode, "prefill": prefill,
+            "failures": fit_failures(runs)}  # fmt: skip
+    serving["failure_p"] = fits["failures"]["failure_p"]
     if link:
         fits["link"] = fit_link(runs)
         serving |= {"interference": 0.0, "link_violation_p": fits["link"]["link_violation_p"]}

@@ -933,10 +933,10 @@ def twin_fleet(cfg: LiveConfig, calibration: dict):
     from trainfabric.diloco.fleet import FleetConfig
 
     fit = calibration["fleet"]
-    serving = fit["serving"] | {"max_batch": 256, "kv_tokens": 1_000_000}
+    serving = {"max_batch": 256, "kv_tokens": 1_000_000}
     if cfg.server == "vllm":  # its V1 scheduler mixes prefill chunks into the decode batches
         serving["prefill"] = "chunked"
-    serving |= {"ttft_slo_s": cfg.ttft_slo_s, "tpot_slo_s": cfg.tpot_slo_s}
+    serving |= fit["serving"] | {"ttft_slo_s": cfg.ttft_slo_s, "tpot_slo_s": cfg.tpot_slo_s}
     return validate(
         FleetConfig,
         {

@@ -8,8 +8,14 @@ replays the held-out seed's requests under each policy and ``sim_draws`` matched
 schedules (:func:`~trainfabric.diloco.live.simulate_seeds`). Per seed and arm the error is
 ``simulated − live`` SLO violation rate in percentage points; the effect is the policy's SLO
 minus its matched random's (the simulated one the mean over the draws). Beside each error,
-the binomial standard error of the live rate, ``sqrt(v (1 − v) / n)`` over its ``n``
-requests: the part of the error that a twin of expected rates cannot remove.
+the sampling error the live rate has if the twin is right: the binomial standard error
+``sqrt(p (1 − p) / n)`` of a rate ``p`` (the twin's) over the run's ``n`` requests, the part
+of the error that a twin of expected rates cannot remove.
+
+**What the twin needs** (:func:`twin_ablation`): the same held-out evaluation with one part
+of the model removed at a time (:data:`PARTS`): the link-sharing term (``link_violation_p``
+0, the engine's interference fitted instead, as on shared cores), chunked prefill (blocking
+instead), the failure rate (``failure_p`` 0).
 """
 
 from __future__ import annotations
@@ -21,10 +27,30 @@ import pandas as pd
 
 from trainfabric.errors import ConfigError
 
+PARTS = {
+    "full": {},
+    "without the link term": {"link": False},
+    "with blocking prefill": {"serving": {"prefill": "blocking"}},
+    "without failures": {"serving": {"failure_p": 0.0}},
+}
 
-def heldout_twin(cfg, run_dir: Path) -> dict:
+
+def twin_ablation(cfg, run_dir: Path) -> dict:
+    """The held-out twin's summary with each of :data:`PARTS` removed (module doc)."""
+    out = {}
+    for name, drop in PARTS.items():
+        tw = heldout_twin(cfg, run_dir, **drop)
+        out[name] = {k: tw.get(k) for k in ("max_seed_error_pp", "median_seed_error_pp",
+                                            "errors_over_2se", "errors", "sim_effect",
+                                            "effect_sign_agrees")}  # fmt: skip
+    return out
+
+
+def heldout_twin(cfg, run_dir: Path, link: bool = True, serving: dict | None = None) -> dict:
     """Leave-one-seed-out twin over the experiment in ``run_dir`` (its ``runs.parquet`` and
-    run directories) for ``cfg``'s headline policy (module doc)."""
+    run directories) for ``cfg``'s headline policy (module doc). ``link``: fit the
+    link-sharing term (on the testbed); ``serving``: overrides of the calibrated serving
+    model (an ablation, :func:`twin_ablation`)."""
     from trainfabric.diloco.calibrate import calibrate
     from trainfabric.diloco.live import simulate_seeds
 
@@ -37,13 +63,13 @@ def heldout_twin(cfg, run_dir: Path) -> dict:
     for s in seeds:
         train = [Path(run_dir) / lbl for lbl in runs.loc[runs["seed"] != s, "label"]]
         try:
-            calib = calibrate(train, link=cfg.placement == "testbed")
+            calib = calibrate(train, link=link and cfg.placement == "testbed")
         except ConfigError as exc:
             rows.append({"seed": s, "error": str(exc)})
             continue
+        calib["fleet"]["serving"] |= serving or {}
         sim = simulate_seeds(cfg.model_copy(update={"policies": [policy]}), calib, [s])[policy]
         live = {arm: _slo(runs, s, arm) for arm in (policy, control)}
-        se = {arm: _binomial_se(runs, s, arm) for arm in (policy, control)}
         row = {
             "seed": s,
             "live_policy": live[policy],
@@ -56,14 +82,15 @@ def heldout_twin(cfg, run_dir: Path) -> dict:
         row["error_matched_random_pp"] = 100 * (
             row["sim_matched_random"] - row["live_matched_random"]
         )
-        row["live_se_policy_pp"] = 100 * se[policy]
-        row["live_se_matched_random_pp"] = 100 * se[control]
+        n = {arm: _requests(runs, s, arm) for arm in (policy, control)}
+        row["se_policy_pp"] = 100 * _binomial_se(row["sim_policy"], n[policy])
+        row["se_matched_random_pp"] = 100 * _binomial_se(row["sim_matched_random"], n[control])
         rows.append(row)
     ok = [r for r in rows if "error" not in r]
     if not ok:
         return {"note": "no seed could be calibrated", "per_seed": rows}
     errs = np.abs([[r["error_policy_pp"], r["error_matched_random_pp"]] for r in ok])
-    ses = np.array([[r["live_se_policy_pp"], r["live_se_matched_random_pp"]] for r in ok])
+    ses = np.array([[r["se_policy_pp"], r["se_matched_random_pp"]] for r in ok])
     live_eff = float(np.mean([r["live_policy"] - r["live_matched_random"] for r in ok]))
     sim_eff = float(np.mean([r["sim_policy"] - r["sim_matched_random"] for r in ok]))
     return {
@@ -84,12 +111,13 @@ def heldout_twin(cfg, run_dir: Path) -> dict:
     }
 
 
-def _binomial_se(runs: pd.DataFrame, seed: int, policy: str) -> float:
+def _binomial_se(p: float, n: int) -> float:
+    return float(np.sqrt(p * (1 - p) / n)) if n > 0 else float("nan")
+
+
+def _requests(runs: pd.DataFrame, seed: int, policy: str) -> int:
     row = runs[(runs["seed"] == seed) & (runs["policy"] == policy)]
-    if not len(row) or row["requests"].iloc[0] == 0:
-        return float("nan")
-    v, n = float(row["slo_violation_rate"].iloc[0]), int(row["requests"].iloc[0])
-    return float(np.sqrt(v * (1 - v) / n))
+    return int(row["requests"].iloc[0]) if len(row) else 0
 
 
 def _slo(runs: pd.DataFrame, seed: int, policy: str) -> float:

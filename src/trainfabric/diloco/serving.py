@@ -26,7 +26,11 @@ goes to replica ``i mod R`` (round-robin dispatch). A replica is one engine:
   overlaps a sync and that the engine serves within its SLO still misses it with probability
   ``link_violation_p`` (a packet of it queued or dropped behind the sync's bytes); it counts
   as that fraction of a TTFT violation (an expected count: the rates stay exact
-  expectations, no draw). 0, the default, is the engine alone, to the bit.
+  expectations, no draw). 0, the default, is the engine alone, to the bit;
+* **failures** — a request the engine serves in time still fails with probability
+  ``failure_p`` (its stream breaks: a real client sees an error, not a latency), counted
+  as that fraction of a violation, independently of the link term: a request on time
+  counts ``1 − (1 − link)(1 − failure_p)``. 0, the default: none.
 
 A request violates the SLO when ``TTFT > ttft_slo_s`` or ``TPOT > tpot_slo_s``; it is counted in
 the window in which it finishes. A request still unfinished at the horizon (waiting, or
@@ -91,6 +95,7 @@ class ServingModel(Config):
     link_violation_p: float = Field(
         0.0, ge=0, le=1, description="P(SLO missed on the link | lifetime overlaps a sync)"
     )
+    failure_p: float = Field(0.0, ge=0, le=1, description="P(a request's stream fails)")
     prefill: Literal["blocking", "chunked"] = Field(
         "blocking", description="decoding pauses during a prefill, or continues (chunked)"
     )
@@ -108,6 +113,7 @@ class ServingModel(Config):
                 float(self.max_batch),
                 self.link_violation_p,
                 float(self.prefill == "chunked"),
+                self.failure_p,
             ]
         )
 
@@ -274,7 +280,7 @@ def _finish(k, i, t, first, arr, out, par, counters, rec, recording, itl_b, su):
     counters[k, FINISHED] += 1
     counters[k, TTFT_VIOL] += 1.0 if bad_ttft else link
     counters[k, TPOT_VIOL] += bad_tpot
-    counters[k, VIOLATED] += 1.0 if bad_ttft or bad_tpot else link
+    counters[k, VIOLATED] += 1.0 if bad_ttft or bad_tpot else 1.0 - (1.0 - link) * (1.0 - par[10])
     if recording:
         rec[k, i, 0] = first
         rec[k, i, 1] = t

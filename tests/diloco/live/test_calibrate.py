@@ -76,6 +76,7 @@ def _serving_run(rng, base=0.01, per_seq=0.002, interference=0.8, n=600):
             "finish_s": finish,
             "prompt_tokens": prompt,
             "output_tokens": np.full(n, 20),
+            "status": np.where(np.arange(n) % 50 == 7, "error", "ok"),  # 2% failed streams
         }
     )
     return req, syncs
@@ -149,6 +150,7 @@ def test_calibrate_writes_a_fleet_config(tmp_path):
     # 120 steps in 300 s of which 45 s syncing
     assert fleet.progress.steps_per_s == pytest.approx(120 / 255)
     assert doc["sync_duration_samples_s"] == [15.0, 20.0, 10.0] * 2
+    assert fleet.serving.failure_p == 24 / 1200 and doc["fit"]["failures"]["failed"] == 24
     loads(dumps(doc))  # strict JSON
 
 

@@ -124,9 +124,9 @@ def test_heldout_twin_never_calibrates_on_the_seed_it_predicts(tmp_path, monkeyp
     errs = [e for r in tw["per_seed"] for e in (r["error_policy_pp"], r["error_matched_random_pp"])]
     assert errs == pytest.approx([2.0, 0.0, 0.0, 15.0, -30.0, -5.0])
     assert tw["max_seed_error_pp"] == pytest.approx(30.0)
-    # live SE over 100 requests: sqrt(.1 .9 / 100) = 3 pp, ... sqrt(.3 .7 / 100) = 4.58 pp:
-    # over 2 SE are 15 pp (SE 2.18) and 30 pp (SE 4.58)
-    assert tw["per_seed"][0]["live_se_policy_pp"] == pytest.approx(3.0)
+    # the SE of a live rate over 100 requests if the twin's rate is right: sqrt(.12 .88 / 100)
+    # = 3.25 pp, ...; over 2 SE: 15 pp (twin 0.2: SE 4) and 30 pp (twin 0: SE 0)
+    assert tw["per_seed"][0]["se_policy_pp"] == pytest.approx(100 * np.sqrt(0.12 * 0.88 / 100))
     assert (tw["errors_over_2se"], tw["errors"]) == (2, 6)
     # live effect mean(-0.1, -0.05, 0) < 0; simulated mean(-0.08, -0.2, -0.25) < 0
     assert tw["effect_sign_agrees"] is True
