@@ -82,7 +82,8 @@ class ScriptServer:
     """An OpenAI-style completions server with a known timing (uvicorn in a thread, port 0):
     every streamed completion sends its headers at once, waits ``delay_s``, then sends
     ``max_tokens`` chunks ``interval_s`` apart and ``[DONE]``. ``mode``: ``ok``, ``500``,
-    ``hang`` (never sends a token). Records every POST body with its arrival time."""
+    ``hang`` (never sends a token), ``cut`` (one token, then the stream ends), ``garbage``
+    (a chunk that is not JSON). Records every POST body with its arrival time."""
 
     def __init__(self, context=8192, delay_s=0.1, interval_s=0.02):
         import asyncio
@@ -112,10 +113,14 @@ class ScriptServer:
 
             async def stream():
                 await asyncio.sleep(1000 if self.mode == "hang" else self.delay_s)
+                if self.mode == "garbage":
+                    yield "data: {not json\n\n"
                 for k in range(body["max_tokens"]):
                     if k:
                         await asyncio.sleep(self.interval_s)
                     yield f"data: {json.dumps({'choices': [{'text': 'x'}]})}\n\n"
+                    if self.mode == "cut":
+                        return
                 usage = {"completion_tokens": body["max_tokens"]}
                 yield f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n"
                 yield "data: [DONE]\n\n"

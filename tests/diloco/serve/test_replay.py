@@ -123,6 +123,20 @@ def test_http_errors_are_counted_and_never_retried(script_server):
     assert (res.requests["http_status"] == 500).all() and res.summary["http_errors"] == 5
 
 
+@pytest.mark.parametrize(
+    "mode, why", [("cut", "stream ended without [DONE]"), ("garbage", "JSONDecodeError: ")]
+)
+def test_failed_streams_say_why(script_server, mode, why):
+    script_server.mode, script_server.delay_s = mode, 0.01
+    res = replay(_trace(n=4, output=[3] * 4), ReplayConfig(url=script_server.url))
+    t = res.requests
+    assert (t["status"] == "error").all()
+    assert all(e.startswith(why) for e in t["error"]), list(t["error"])
+    script_server.mode = "ok"
+    ok = replay(_trace(n=2), ReplayConfig(url=script_server.url)).requests
+    assert (ok["status"] == "ok").all() and (ok["error"] == "").all()
+
+
 def test_plan_matches_hand_computation():
     trace = Requests(np.array([10.0, 10.5, 12.0, 20.0]), np.array([5, 3000, 50, 7]),
                      np.array([2, 10, 5000, 1]))  # fmt: skip

@@ -38,6 +38,8 @@ error) is **unfinished**; it counts as a violation once it is past its SLO, i.e.
 got no first token within ``ttft_slo_s`` of being sent, or when even an instant remainder
 would leave its TPOT above ``tpot_slo_s`` (``(end - first_s) / (output - 1) > tpot_slo_s``),
 and otherwise as a request that has not violated yet. Rates are over every request sent.
+The ``error`` column says why a request failed (``status`` ``error``): the client's exception
+(type and message) or ``stream ended without [DONE]``; empty otherwise.
 
 **Windows** (``window_s``, default 1 s): each request is counted in the window in which it
 finished (unfinished ones in the window of the end), as the simulator counts them.
@@ -184,6 +186,7 @@ class _Records:
         self.tokens = np.zeros(n, np.int64)
         self.status = np.full(n, STATUS.index("unfinished"), np.int64)
         self.http_status = np.zeros(n, np.int64)
+        self.error = np.full(n, "", dtype=object)
 
 
 def _body(cfg: ReplayConfig, model: str, todo: dict, k: int) -> bytes:
@@ -226,9 +229,11 @@ async def _one(client, body: bytes, rec: _Records, k: int, start: float) -> None
                     chunks += 1
                 if chunk.get("usage"):
                     usage = int(chunk["usage"]["completion_tokens"])
-            rec.status[k] = STATUS.index("error")  # the stream ended without [DONE]
-    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            rec.status[k] = STATUS.index("error")
+            rec.error[k] = "stream ended without [DONE]"
+    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
         rec.status[k] = STATUS.index("error")
+        rec.error[k] = f"{type(exc).__name__}: {exc}"[:200]
     finally:
         rec.tokens[k] = max(rec.tokens[k], chunks)
 
@@ -255,6 +260,7 @@ def _result(todo, rec: _Records, end: float, cfg: ReplayConfig, model: str, cont
         "finish_s": rec.finish, "finished": ok, "ttft_s": ttft, "tpot_s": tpot,
         "e2e_s": rec.finish - rec.sent,
         "ttft_violated": bad_ttft, "tpot_violated": bad_tpot, "violated": bad_ttft | bad_tpot,
+        "error": rec.error.astype(str),
     })  # fmt: skip
     return ReplayResult(table, _windows(table, end, cfg.window_s), _summary(table, end, cfg) | {
         "model": model, "context": context, "url": cfg.url, "start_monotonic_s": start[0],
