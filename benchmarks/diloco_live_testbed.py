@@ -153,9 +153,7 @@ def analyse(cfg, res: dict, pilot: dict | None) -> dict:
             }
             for k, v in res["policies"].items()
         },  # fmt: skip
-        "latency_inside_vs_outside_syncs": res["policies"][POLICY][
-            "latency_inside_vs_outside_syncs"
-        ],
+        "latency_inside_vs_outside_syncs": split(cfg, Path(res["run_dir"])),
         "shaping": res["shaping"],
         "wall_s": res["wall_s"],
         "run_dir": res["run_dir"],
@@ -167,6 +165,25 @@ def analyse(cfg, res: dict, pilot: dict | None) -> dict:
         doc["twin"] = heldout_twin(cfg, Path(res["run_dir"]))
         doc["twin_ablation"] = twin_ablation(cfg, Path(res["run_dir"]))
     return doc
+
+
+def split(cfg, run_dir: Path) -> dict:
+    """Serving inside vs outside syncs over the policy's runs, from their tables."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from trainfabric.diloco.live import pooled_split
+
+    runs = [
+        SimpleNamespace(
+            requests=pd.read_parquet(run_dir / f"seed{seed}-{POLICY}" / "requests.parquet"),
+            syncs=pd.read_parquet(run_dir / f"seed{seed}-{POLICY}" / "syncs.parquet"),
+            duration_s=cfg.duration_s,
+        )
+        for seed in range(cfg.seed0, cfg.seed0 + cfg.seeds)
+    ]
+    return pooled_split(runs)
 
 
 def fragment_check(cfg, run_dir: Path) -> dict:

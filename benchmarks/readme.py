@@ -1965,7 +1965,8 @@ def diloco_live_testbed(r: _View) -> str:
     fc = st["fragment_counts"]
     head = paragraph(
         f"""
-        `benchmarks/diloco_live_testbed.py` runs the live protocol on that testbed (the same
+        `benchmarks/diloco_live_testbed.py` (runs at commit {dl["runs_from"]["commit"][:7]},
+        analysed with the code of the commit below) runs the live protocol on that testbed (the same
         placement and {fixed(dl["shaping"]["rate_mbit"], 3)} Mbit/s link, the
         {fixed(dl["shaping"]["latency_ms"], 0)} ms queue fixed before): H
         {count(125)} inner steps, the guards at 50 and 250, {count(dl["seeds"])} paired seeds
@@ -1981,7 +1982,10 @@ def diloco_live_testbed(r: _View) -> str:
         f"""Matched random had the policy's sync count on
         {count(dl["seeds_with_equal_sync_count"])} of {count(dl["seeds"])} DiLoCo seeds and
         every fragment's count on {count(fc["seeds_equal"])} of {count(st["seeds"])} streaming
-        seeds. In the DiLoCo `wa_forecast` runs a request overlapping a sync violated its SLO
+        seeds; on the others one fragment synced once fewer (its last scheduled sync came
+        before the fragment was due again and slipped past the replay's end: the schedule is
+        drawn in seconds, a fragment falls due on a grid of inner steps). In the DiLoCo
+        `wa_forecast` runs a request overlapping a sync violated its SLO
         {pct(lat["inside"]["slo_violation_rate"])} of the time, one outside
         {pct(lat["outside"]["slo_violation_rate"])} (TTFT {secs(lat["inside"]["ttft_s"])} vs
         {secs(lat["outside"]["ttft_s"])}): on this testbed a sync costs serving."""
@@ -2017,7 +2021,7 @@ def diloco_live_testbed(r: _View) -> str:
         [name, f"{fixed(a['max_seed_error_pp'], 1)} pp",
          f"{fixed(a['median_seed_error_pp'], 1)} pp",
          f"{count(a['errors_over_2se'])} of {count(a['errors'])}", pp(a["sim_effect"], 2)]
-        for name, a in ab.items()
+        for name, a in ((k, ab[k]) for k in ab)
     ]  # fmt: skip
     ab_head = ["twin", "worst held-out error", "median", "errors over 2 SE", "policy effect"]
     return (

@@ -1071,19 +1071,21 @@ def pilot_effects_from(doc: dict, policy: str | None = None) -> list[float]:
     return [float(x) for x in effects]
 
 
-def _pooled_split(records: list[RunRecord]) -> dict:
+def pooled_split(records: list[RunRecord]) -> dict:
     """Inside/outside-sync serving over several runs: each run's clock is shifted past the
-    previous run's end so its requests only meet its own syncs."""
+    previous run's end so its requests only meet its own syncs; an unfinished request lives
+    to its own run's end (as :func:`~.live_analysis.latency_split` has it for one run)."""
     reqs, ivs, shift = [], [], 0.0
     for r in records:
+        last = r.requests["finish_s"].max() if len(r.requests) else 0.0
+        end = max(r.duration_s, float(np.nan_to_num(last)), 0.0)
+        finish = r.requests["finish_s"].fillna(end)
         reqs.append(r.requests.assign(arrival_s=r.requests["arrival_s"] + shift,
-                                      finish_s=r.requests["finish_s"] + shift))  # fmt: skip
+                                      finish_s=finish + shift))  # fmt: skip
         ivs.append(r.syncs[["start_s", "end_s"]].to_numpy(float) + shift)
-        end = r.requests["finish_s"].max() if len(r.requests) else 0.0
-        shift += max(r.duration_s, float(np.nan_to_num(end)), 0.0) + 1e4
-    horizon = shift
-    table = pd.concat(reqs, ignore_index=True).fillna({"finish_s": np.nan})
-    return LA.latency_split(table, np.concatenate(ivs) if ivs else [], horizon)
+        shift += end + 1e4
+    table = pd.concat(reqs, ignore_index=True)
+    return LA.latency_split(table, np.concatenate(ivs) if ivs else [], shift)
 
 
 def headline(cfg: LiveConfig, res: dict, records: list[RunRecord], twin: dict, calib) -> dict:
@@ -1102,7 +1104,7 @@ def headline(cfg: LiveConfig, res: dict, records: list[RunRecord], twin: dict, c
             "final_loss": float(rows["final_loss"].mean()),
             "tokens": float(rows["tokens"].mean()),
             "requests": float(rows["requests"].mean()),
-            "latency_inside_vs_outside_syncs": _pooled_split(group),
+            "latency_inside_vs_outside_syncs": pooled_split(group),
         }
     lead = cfg.policies[0]
     comp = res["comparisons"].get(lead, {})

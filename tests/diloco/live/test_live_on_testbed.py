@@ -211,3 +211,22 @@ def test_link_term_fit_by_hand():
     assert fit_link(runs)["link_violation_p"] == 0.0
     runs[1]["requests"].loc[[0, 2], "violated"] = True  # inside 4 of 4: p = (1 - 0.5) / 0.5
     assert fit_link(runs)["link_violation_p"] == 1.0
+
+
+def test_pooled_split_keeps_an_unfinished_request_in_its_own_run():
+    """Run A: a request unfinished from 50 s, A's only sync at 10-12 s; run B: a sync at
+    5-7 s. Pooled, the unfinished request lives to A's end, never into B's syncs: outside."""
+
+    def rec(arrival, finish, violated, syncs):
+        req = pd.DataFrame({"arrival_s": arrival, "finish_s": finish, "ttft_s": 0.1,
+                            "tpot_s": 0.01, "violated": violated})  # fmt: skip
+        sy = pd.DataFrame(syncs, columns=["start_s", "end_s"])
+        return L.RunRecord("x", "p", 0, req, sy, pd.DataFrame(), pd.DataFrame(), pd.DataFrame(),
+                           60.0, None)  # fmt: skip
+
+    a = rec([1.0, 11.0, 50.0], [1.5, 11.5, np.nan], [False, False, True], [(10.0, 12.0)])
+    b = rec([6.0, 30.0], [6.5, 30.5], [True, False], [(5.0, 7.0)])
+    split = L.pooled_split([a, b])
+    assert (split["inside"]["requests"], split["outside"]["requests"]) == (2, 3)
+    assert split["inside"]["slo_violation_rate"] == 0.5  # B's request at 6 s
+    assert split["outside"]["slo_violation_rate"] == pytest.approx(1 / 3)  # A's unfinished one
