@@ -1985,10 +1985,12 @@ def diloco_live_testbed(r: _View) -> str:
         seeds; on the others one fragment synced once fewer (its last scheduled sync came
         before the fragment was due again and slipped past the replay's end: the schedule is
         drawn in seconds, a fragment falls due on a grid of inner steps). In the DiLoCo
-        `wa_forecast` runs a request overlapping a sync violated its SLO
+        `wa_forecast` runs a request whose lifetime overlaps a sync (a failed or unfinished
+        one: to its run's end, so every one of them counts inside) violated its SLO
         {pct(lat["inside"]["slo_violation_rate"])} of the time, one outside
-        {pct(lat["outside"]["slo_violation_rate"])} (TTFT {secs(lat["inside"]["ttft_s"])} vs
-        {secs(lat["outside"]["ttft_s"])}): on this testbed a sync costs serving."""
+        {pct(lat["outside"]["slo_violation_rate"])}; mean TTFT of the finished ones
+        {secs(lat["inside"]["ttft_s"])} inside vs {secs(lat["outside"]["ttft_s"])} outside: on
+        this testbed a sync costs serving."""
     )
     twin_rows = [
         [count(x["seed"]), pct(x["live_policy"]), pct(x["sim_policy"]),
