@@ -109,6 +109,10 @@ EXCLUDED = {
     "diloco live --policy wa_forecast --quick --json": (
         "the real vLLM server (.venv-serve), training over network namespaces (root): minutes"
     ),
+    "diloco live --testbed --fragments 4 --quick": (
+        "the real vLLM server (.venv-serve), training over network namespaces (root), "
+        "pinned to two cores: minutes"
+    ),
     "diloco calibrate runs/bench-diloco-live/*": (
         "reads the run directories that `diloco live` (benchmarks/diloco_live.py) writes; "
         "a shell glob"

@@ -25,7 +25,7 @@ when measured, and 15k/s at full rate left 30% of a burst unfinished), seeds fro
 empty segments, e.g. segment 32).
 
 **Placement** (``placement``): ``shared`` (above: every process on the machine's cores, the
-replay over loopback) or ``testbed`` (:func:`open_session`, :mod:`~.live_testbed`: vLLM and
+replay over loopback) or ``testbed`` (:func:`open_session`, :mod:`~.placement`: vLLM and
 the load client on ``serve_core``, the learners and this process on ``train_core``, serving's
 requests and responses across the learners' shaped link at the INTELLECT-1-derived rate with
 ``queue_ms`` of queue, the sidecar scraping from the server's namespace), so that a sync
@@ -461,6 +461,7 @@ class Session:
     net: object = None  # the testbed's network (None: each run makes its own)
     train_cpus: tuple[int, ...] | None = None  # the testbed's learner cores
     send: Callable | None = None  # the replay as the testbed's client runs it
+    scrape_from: Callable | None = None  # the sidecar's thread enters the server's namespace
 
     def replay(self, req: R.Requests, **kw):
         """Replay ``req`` against the server (in the testbed, from the client's namespace)."""
@@ -519,9 +520,8 @@ def run_once(
     arrivals = arrivals_per_window(req, windows, cfg.window_s)
     run_dir = session.out_dir / label
     pressure = PressureModel(ttft_slo_s=cfg.ttft_slo_s, tpot_slo_s=cfg.tpot_slo_s)
-    space = session.net.namespace(0) if session.net is not None else None
-    sidecar = Sidecar(SidecarConfig(url=session.url, period_s=cfg.window_s, pressure=pressure,
-                                    namespace=space))  # fmt: skip
+    sidecar = Sidecar(SidecarConfig(url=session.url, period_s=cfg.window_s, pressure=pressure),
+                      enter=session.scrape_from)  # fmt: skip
     signals = Signals(inference=sidecar.latest)
     gate = None
     if never:
@@ -674,7 +674,7 @@ def run_experiment(cfg: LiveConfig, out_dir: Path, console=None) -> dict:
 @contextlib.contextmanager
 def open_session(cfg: LiveConfig, out_dir: Path):
     """The server for the whole experiment, placed as ``cfg.placement`` says: on the shared
-    cores at loopback, or on the testbed (:func:`~.live_testbed.placed`: the link shaped at
+    cores at loopback, or on the testbed (:func:`~.placement.placed`: the link shaped at
     the INTELLECT-1-derived rate with ``queue_ms`` of queue, the learners on ``train_core``,
     vLLM and the client on ``serve_core``, serving's traffic across the learners' link)."""
     from trainfabric.diloco.serve.server import serve
@@ -684,13 +684,16 @@ def open_session(cfg: LiveConfig, out_dir: Path):
         with serve(kind=cfg.server, log_path=log) as srv:
             yield Session(srv.url, srv.model, srv.kind, out_dir, _sync_switch(srv))
         return
-    from trainfabric.diloco import live_testbed as TB
+    from functools import partial
+
+    from trainfabric.diloco import placement as TB
+    from trainfabric.diloco.train import netns
     from trainfabric.diloco.train.config import ModelConfig
     from trainfabric.diloco.train.model import GPT, n_params
 
     params = n_params(GPT(ModelConfig()))
-    shaping = TB.testbed_shaping(params, cfg.learners, TB.TestbedConfig().period_s,
-                                 cfg.queue_ms, TB.TestbedConfig().burst_kb)  # fmt: skip
+    shaping = TB.testbed_shaping(params, cfg.learners, TB.INNER_PHASE_S, cfg.queue_ms,
+                                 TB.BURST_KB)  # fmt: skip
     with TB.placed(shaping, cfg.server, cfg.serve_core, cfg.train_core, log,
                    learners=cfg.learners) as (srv, net):  # fmt: skip
         yield Session(
@@ -702,6 +705,7 @@ def open_session(cfg: LiveConfig, out_dir: Path):
             net=net,
             train_cpus=(cfg.train_core,),
             send=TB.client_replay(net, cfg.serve_core),
+            scrape_from=partial(netns.enter, net.namespace(0)),
         )
 
 

@@ -177,7 +177,8 @@ def test_sidecar_scrapes_a_server_inside_a_namespace(tmp_path):
                    prefix=netns.exec_prefix(space),
                    inside=partial(netns.call_in, space)) as srv:  # fmt: skip
             outside = Sidecar(SidecarConfig(url=srv.url, period_s=0.05, timeout_s=0.5))
-            inside = Sidecar(SidecarConfig(url=srv.url, period_s=0.05, namespace=space))
+            inside = Sidecar(SidecarConfig(url=srv.url, period_s=0.05),
+                             enter=partial(netns.enter, space))  # fmt: skip
             with outside, inside:
                 deadline = L.time.time() + 10
                 while inside.latest().scrapes_ok < 2 and L.time.time() < deadline:

@@ -9,18 +9,19 @@ import pytest
 
 from trainfabric.diloco import live_analysis as LA
 from trainfabric.diloco import live_testbed as tb
+from trainfabric.diloco import placement
 from trainfabric.diloco.train.controller import Progress
 from trainfabric.errors import ConfigError
 
 
 def test_link_rate_from_intellect1_by_hand():
     # 834,304 fp32 parameters = 3,337,216 B; M = 2: each uplink carries S once per ring.
-    assert tb.ring_bytes(834_304, 4, 2) == 3_337_216
-    assert tb.ring_bytes(834_304, 4, 4) == 1.5 * 3_337_216  # 2 (M - 1) / M = 1.5
+    assert placement.ring_bytes(834_304, 4, 2) == 3_337_216
+    assert placement.ring_bytes(834_304, 4, 4) == 1.5 * 3_337_216  # 2 (M - 1) / M = 1.5
     # f = 7 / 38; T_inner = 10 s: T_sync = 70 / 38 s; R = 8 * 3,337,216 * 38 / 70 bit/s.
-    assert tb.SYNC_FRACTION == 7 / 38
+    assert placement.SYNC_FRACTION == 7 / 38
     want = 8 * 3_337_216 * 38 / 70 / 1e6  # 14.4930... Mbit/s
-    assert tb.link_rate_mbit(834_304, 2, 10.0, 7 / 38) == pytest.approx(want, rel=1e-12)
+    assert placement.link_rate_mbit(834_304, 2, 10.0, 7 / 38) == pytest.approx(want, rel=1e-12)
     assert round(want, 3) == 14.493
 
 

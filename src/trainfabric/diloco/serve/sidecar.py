@@ -43,6 +43,7 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -78,9 +79,6 @@ class SidecarConfig(Config):
     pressure: PressureModel = PressureModel()
     host: str = "127.0.0.1"
     port: int | None = Field(None, ge=0, le=65535)
-    namespace: str | None = Field(
-        None, description="network namespace the scraping thread enters (the server's)"
-    )
 
 
 def parse_exposition(text: str, time_s: float) -> ServerSample:
@@ -163,10 +161,13 @@ class Reading:
 
 class Sidecar:
     """A scraping thread (module doc). ``start()``/``stop()`` (or a ``with`` block);
-    :meth:`latest` returns the current :class:`Reading` without blocking, from any thread."""
+    :meth:`latest` returns the current :class:`Reading` without blocking, from any thread.
+    ``enter``: called first by the scraping thread, e.g. to enter the server's network
+    namespace (``setns`` moves only the calling thread)."""
 
-    def __init__(self, cfg: SidecarConfig):
+    def __init__(self, cfg: SidecarConfig, enter: Callable[[], None] | None = None):
         self.cfg = cfg
+        self._enter = enter  # run first by the scraping thread (e.g. entering a namespace)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._reading = Reading()
@@ -241,10 +242,8 @@ class Sidecar:
 
     # -- internals -----------------------------------------------------------------------------
     def _loop(self) -> None:
-        if self.cfg.namespace:  # setns moves only this thread
-            from trainfabric.diloco.train.netns import enter
-
-            enter(self.cfg.namespace)
+        if self._enter is not None:
+            self._enter()
         while not self._stop.is_set():
             try:
                 delay = self.scrape_once()
