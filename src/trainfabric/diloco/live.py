@@ -90,11 +90,11 @@ from trainfabric.diloco import live_analysis as LA
 from trainfabric.diloco import requests as R
 from trainfabric.diloco import stats
 from trainfabric.diloco.fleet import Regime
+from trainfabric.diloco.live_fragments import WindowClock
 from trainfabric.diloco.policies import POLICY_NAMES, Policy, make_policy, matched_schedule
 from trainfabric.diloco.telemetry import (
     MAX_SLO_S,
     PressureModel,
-    Telemetry,
     link_utilisation,
 )
 from trainfabric.diloco.train.config import MAX_STEPS
@@ -276,12 +276,11 @@ def learner_signals(prev, now) -> tuple[float, float]:
     return net, float(min(max(ckpt, 0.0), 1.0))
 
 
-class LiveController:
+class LiveController(WindowClock):
     """Asks a policy (or a fixed schedule) at each consultation; logs every decision.
 
     The window index is ``floor((now − t0) / window_s)``; before ``t0`` (the replay's start)
-    and after the last window nothing syncs. Telemetry's serving state is advanced over every
-    window that ended since the last consultation with the segment's arrivals. While the
+    and after the last window nothing syncs (:class:`~.live_fragments.WindowClock`). While the
     sidecar's health is ``unknown`` (or before its first scrape) the policy is not asked: the
     sidecar's documented safe fallback, fixed H (``H`` inner steps), decides."""
 
@@ -294,30 +293,17 @@ class LiveController:
         seed: int,
         schedule: np.ndarray | None = None,
     ):
-        self.policy, self.signals, self.arrivals, self.cfg = policy, signals, arrivals, cfg
+        super().__init__(policy, arrivals, cfg, seed)
+        self.signals = signals
         self.schedule = None if schedule is None else list(np.flatnonzero(schedule))
-        if policy is not None:
-            policy.reset(1, np.array([seed]))
-        rate = max(arrivals.sum() / (arrivals.size * cfg.window_s), 1e-9)
-        self.telemetry = Telemetry(1, rate, cfg.window_s, cfg.forecast_alpha)
-        self.t0: float | None = None
-        self.updated = 0  # windows folded into the telemetry so far
-        self.started = threading.Event()
-        self.report: Callable = lambda sync: None
         self.prev = None  # the last progress report (for the learners' signals)
-        self.log: list[dict] = []
 
     def decide(self, progress) -> bool:
         self.started.set()
         now = time.time()
-        if self.t0 is None or now < self.t0:
+        w = self.window(now)
+        if w is None:
             return False
-        w = int((now - self.t0) // self.cfg.window_s)
-        if w >= self.arrivals.size:
-            return False
-        while self.updated < w:
-            self.telemetry.update(requests=self.arrivals[self.updated])
-            self.updated += 1
         reading = self.signals.inference()
         fallback = reading.fallback or reading.inference is None
         net, ckpt = learner_signals(self.prev, progress)

@@ -41,7 +41,40 @@ from trainfabric.diloco.telemetry import Telemetry, link_utilisation
 from trainfabric.errors import InfeasibleError
 
 
-class FragmentController:
+class WindowClock:
+    """What a live controller keeps on the replay's clock: ``t0`` (the replay's start, unix s,
+    set by the run), the window index ``floor((now − t0) / window_s)``, and ``telemetry``'s
+    serving state advanced over every window that ended, with the segment's ``arrivals``;
+    ``policy`` (if any) reset for ``seed``; ``started`` set at the learners' first question;
+    ``log`` of every decision, each ``report``-ed (the sidecar's counters)."""
+
+    def __init__(self, policy: Policy | None, arrivals: np.ndarray, cfg, seed: int):
+        self.policy, self.arrivals, self.cfg = policy, arrivals, cfg
+        if policy is not None:
+            policy.reset(1, np.array([seed]))
+        rate = max(arrivals.sum() / (arrivals.size * cfg.window_s), 1e-9)
+        self.telemetry = Telemetry(1, rate, cfg.window_s, cfg.forecast_alpha)
+        self.t0: float | None = None
+        self.updated = 0  # windows folded into the telemetry so far
+        self.started = threading.Event()
+        self.report: Callable = lambda sync: None
+        self.log: list[dict] = []
+
+    def window(self, now: float) -> int | None:
+        """The window of ``now`` with the telemetry advanced to it; None before ``t0`` and
+        after the last window (nothing syncs there)."""
+        if self.t0 is None or now < self.t0:
+            return None
+        w = int((now - self.t0) // self.cfg.window_s)
+        if w >= self.arrivals.size:
+            return None
+        while self.updated < w:
+            self.telemetry.update(requests=self.arrivals[self.updated])
+            self.updated += 1
+        return w
+
+
+class FragmentController(WindowClock):
     """The launcher's controller (never consulted in streaming mode) and fragment gate of a
     live streaming run (module doc). ``schedules``: matched random, one boolean row of
     windows per fragment; else ``policy`` decides. ``t0`` (the replay's start, unix s) is
@@ -50,19 +83,10 @@ class FragmentController:
     def __init__(self, policy: Policy | None, inference: Callable, arrivals: np.ndarray, cfg,
                  seed: int, net, tokens_per_step: float,
                  schedules: np.ndarray | None = None):  # fmt: skip
-        self.policy, self.inference, self.arrivals, self.cfg = policy, inference, arrivals, cfg
-        self.net, self.tokens_per_step = net, tokens_per_step
+        super().__init__(policy, arrivals, cfg, seed)
+        self.inference, self.net, self.tokens_per_step = inference, net, tokens_per_step
         self.queue = None if schedules is None else [list(np.flatnonzero(r)) for r in schedules]
-        if policy is not None:
-            policy.reset(1, np.array([seed]))
-        rate = max(arrivals.sum() / (arrivals.size * cfg.window_s), 1e-9)
-        self.telemetry = Telemetry(1, rate, cfg.window_s, cfg.forecast_alpha)
         self.max_overdue = cfg.max_h - cfg.H
-        self.t0: float | None = None
-        self.updated = 0
-        self.started = threading.Event()
-        self.report: Callable = lambda sync: None
-        self.log: list[dict] = []
         self.last_open: dict[int, float] = {}
         self._link: tuple | None = None  # time, the veths' (sent, received), utilisation
 
@@ -73,14 +97,9 @@ class FragmentController:
     def open(self, due) -> bool:
         self.started.set()
         now = time.time()
-        if self.t0 is None or now < self.t0:
+        w = self.window(now)
+        if w is None:
             return False
-        w = int((now - self.t0) // self.cfg.window_s)
-        if w >= self.arrivals.size:
-            return False
-        while self.updated < w:
-            self.telemetry.update(requests=self.arrivals[self.updated])
-            self.updated += 1
         reading = self.inference()
         fallback = reading.fallback or reading.inference is None
         sig = {"inference": 0.0 if fallback else float(reading.inference),
