@@ -34,7 +34,8 @@ rate), the noise no twin of expected rates can remove.
 ``--quick``: one seed of 20 s per experiment, no pilot (a smoke run). ``--from RUN_DIR``:
 analyse the runs a previous invocation left in ``RUN_DIR`` (its ``<variant>/pilot`` and
 ``<variant>/main`` directories) with this code, running nothing (``runs_from`` names their
-commit).
+commit). ``--pilot-from DIR``: take each variant's pilot from ``DIR/<variant>/pilot``
+instead of running it.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ def main() -> None:
     p.add_argument("--run-dir", type=Path, default=Path("runs/bench-diloco-live-testbed"))
     p.add_argument("--variant", choices=tuple(VARIANTS), action="append")
     p.add_argument("--from", dest="from_dir", type=Path, help="analyse these runs; run nothing")
+    p.add_argument("--pilot-from", type=Path, help="reuse the pilots stored here (DIR/<variant>)")
     args = p.parse_args()
     from rich.console import Console
 
@@ -84,8 +86,11 @@ def experiment(name: str, fragments: int, args, run_dir: Path, console) -> dict:
     if args.quick:
         cfg = testbed_config(**base, seeds=1, seed0=SEED0, duration_s=20.0, warmup_s=5.0)
     else:
-        pilot_cfg = testbed_config(**base, seeds=PILOT_SEEDS, seed0=PILOT_SEED0)
-        pilot = run_to_dir(pilot_cfg, prepare_dir(run_dir / "pilot"), console=console)
+        if args.pilot_from is not None:
+            pilot = stored(args.pilot_from / name)[2]
+        else:
+            pilot_cfg = testbed_config(**base, seeds=PILOT_SEEDS, seed0=PILOT_SEED0)
+            pilot = run_to_dir(pilot_cfg, prepare_dir(run_dir / "pilot"), console=console)
         n = power(pilot)["seeds_used"]
         effects = pilot["comparisons"][POLICY]["slo_effect_per_seed"]
         source = f"{name} pilot, segments {PILOT_SEED0}-{PILOT_SEED0 + PILOT_SEEDS - 1}"

@@ -5,7 +5,9 @@ With ``LiveConfig.fragments`` = P >= 1 the learners run Streaming DiLoCo
 (:mod:`~trainfabric.diloco.train.streaming`: fragment ``p`` due every ``H`` inner steps on its
 staggered offset, its sync overlapping ``overlap`` inner steps, merged with ``alpha`` 0.5) and
 the launcher's fragment gate is a :class:`FragmentController`, asked for every due fragment
-(a deferred fragment stays due and is asked again after every inner step):
+(a deferred fragment stays due and is asked again after every inner step; the answers
+travel in the step's one command broadcast, :meth:`~.train.learner.Learner.gated_step`,
+so a deferral costs the learners nothing over the link):
 
 * **the policy** (the headline, e.g. ``wa_forecast``) decides on the same observation as the
   whole-model controller (:class:`~.live.LiveController`): the sidecar's ``inference``, the
@@ -17,28 +19,30 @@ the launcher's fragment gate is a :class:`FragmentController`, asked for every d
   fragment deferred ``max_h − H`` steps is forced (its ``h`` then reaches ``max_h``, the
   whole-model guard); while the sidecar's health is unknown the gate opens (the fixed
   schedule is the fallback).
-* **matched random** (:func:`fragment_schedules`): for every fragment, exactly the policy
-  run's count of that fragment's syncs on that seed, drawn uniformly over the replay's
-  windows by :func:`~.policies.matched_schedule`, with gaps between ``H`` and ``max_h`` inner
-  steps (converted to windows with the reference run's inner-step rate) plus that fragment's
-  mean sync time; the gate opens a due fragment at the first offer at or after its next
-  scheduled window. A gap of at least ``H`` steps means the fragment is due again by then
-  (its next scheduled step comes at most ``H`` steps after it last started), so every
-  scheduled sync happens; :func:`fragment_counts` lets the result check it per fragment.
+* **matched random** (:func:`fragment_schedules`), drawn in the gate's own terms. Fragment
+  ``p`` falls due on a grid of inner steps, ``g_j = o_p + j·H`` (``o_p = ⌊pH/P⌋``), and starts
+  at most one sync per period ``[g_j, g_{j+1})``. For every fragment: exactly the policy
+  run's count ``k`` of that fragment's syncs, in ``k`` of the periods the policy run reached
+  (the last inner step it took within the replay), chosen uniformly without replacement
+  (all of them, and the rest again at random, in the rare run with more syncs than
+  periods), each at a deferral drawn uniformly in ``[0, H)`` steps after the period's due
+  step, clipped to the steps the policy run had left. The gate opens the fragment at the
+  first offer at or after its next chosen period and deferral; a chosen period the
+  fragment missed (its sync still in flight) is taken at the next offer.
+  :func:`fragment_counts` checks the counts per fragment in the results: a matched run
+  slower than the policy's can still fall short at the very end.
 """
 
 from __future__ import annotations
 
-import math
 import threading
 import time
 from collections.abc import Callable
 
 import numpy as np
 
-from trainfabric.diloco.policies import Policy, matched_schedule
+from trainfabric.diloco.policies import Policy
 from trainfabric.diloco.telemetry import Telemetry, link_utilisation
-from trainfabric.errors import InfeasibleError
 
 
 class WindowClock:
@@ -76,8 +80,9 @@ class WindowClock:
 
 class FragmentController(WindowClock):
     """The launcher's controller (never consulted in streaming mode) and fragment gate of a
-    live streaming run (module doc). ``schedules``: matched random, one boolean row of
-    windows per fragment; else ``policy`` decides. ``t0`` (the replay's start, unix s) is
+    live streaming run (module doc). ``schedules``: matched random, per fragment its chosen
+    ``(period, deferral)`` pairs in order (:func:`fragment_schedules`); else ``policy``
+    decides. ``t0`` (the replay's start, unix s) is
     set by the run; before it and after the last window no fragment starts."""
 
     def __init__(self, policy: Policy | None, inference: Callable, arrivals: np.ndarray, cfg,
@@ -85,7 +90,8 @@ class FragmentController(WindowClock):
                  schedules: np.ndarray | None = None):  # fmt: skip
         super().__init__(policy, arrivals, cfg, seed)
         self.inference, self.net, self.tokens_per_step = inference, net, tokens_per_step
-        self.queue = None if schedules is None else [list(np.flatnonzero(r)) for r in schedules]
+        self.queue = None if schedules is None else [list(q) for q in schedules]
+        self.offsets = [p * cfg.H // max(cfg.fragments, 1) for p in range(cfg.fragments)]
         self.max_overdue = cfg.max_h - cfg.H
         self.last_open: dict[int, float] = {}
         self._link: tuple | None = None  # time, the veths' (sent, received), utilisation
@@ -105,10 +111,7 @@ class FragmentController(WindowClock):
         sig = {"inference": 0.0 if fallback else float(reading.inference),
                "network": self.network(now), "checkpoint": 0.0}  # fmt: skip
         if self.queue is not None:
-            q = self.queue[due.fragment]
-            go = bool(q) and bool(w >= q[0])
-            if go:
-                q.pop(0)
+            go = self.scheduled(due)
         elif due.overdue >= self.max_overdue or fallback:
             go = True
         else:
@@ -126,6 +129,20 @@ class FragmentController(WindowClock):
              "health": reading.health, "serve_now": float(self.telemetry.serve_now[0]),
              "serve_forecast": float(self.telemetry.serve_forecast[0])} | sig
         )  # fmt: skip
+        return go
+
+    def scheduled(self, due) -> bool:
+        """Matched random: does ``due`` reach the fragment's next chosen (period, deferral)
+        (module doc)? A reached one is used up."""
+        q = self.queue[due.fragment]
+        if not q:
+            return False
+        period = (due.step - self.offsets[due.fragment]) // self.cfg.H
+        j, deferral = q[0]
+        start = self.offsets[due.fragment] + j * self.cfg.H
+        go = period > j or (period == j and due.step - start >= deferral)
+        if go:
+            q.pop(0)
         return go
 
     def network(self, now: float) -> float:
@@ -156,21 +173,22 @@ def fragment_counts(syncs, fragments: int, horizon_s: float) -> list[int]:
     return np.bincount(f, minlength=fragments)[:fragments].tolist()
 
 
-def fragment_schedules(counts: list[int], ref, cfg, seed: int) -> np.ndarray:
-    """Matched random per fragment (module doc): ``[P, windows]``, row ``p`` with exactly
-    ``counts[p]`` syncs; ``ref`` is the policy's run (its inner-step rate and fragment sync
-    times). Where the gaps cannot hold a count, only the fragment's sync time apart."""
-    W = int(cfg.duration_s // cfg.window_s)
-    per_window = max(ref.steps_per_s * cfg.window_s, 1e-9)
-    d = (ref.syncs["end_s"] - ref.syncs["start_s"]).groupby(ref.syncs["fragment"]).mean()
-    rows = []
-    for p, budget in enumerate(counts):
-        busy = max(1, math.ceil(float(d.get(p, 0.0)) / cfg.window_s))
-        lo = max(1, math.ceil(cfg.H / per_window) + busy)
-        hi = max(lo, math.floor(cfg.max_h / per_window) + busy)
+def fragment_schedules(counts: list[int], ref, cfg, seed: int) -> list[list[tuple[int, int]]]:
+    """Matched random per fragment (module doc): per fragment, its ``counts[p]`` chosen
+    ``(period, deferral)`` pairs in order; ``ref`` is the policy's run (its ``steps`` table:
+    the last inner step it took within the replay)."""
+    steps = ref.steps[(ref.steps["wall_s"] >= 0) & (ref.steps["wall_s"] <= cfg.duration_s)]
+    last = int(steps["step"].max()) if len(steps) else 0
+    out = []
+    for p, k in enumerate(counts):
+        o = p * cfg.H // cfg.fragments
+        first = 1 if o == 0 else 0  # fragment 0 is first due at H (no step 0)
+        periods = np.arange(first, max((last - o) // cfg.H + 1, first))
         rng = np.random.default_rng([seed, p, 7919])
-        try:
-            rows.append(matched_schedule(int(budget), W, lo, hi, rng))
-        except InfeasibleError:
-            rows.append(matched_schedule(int(budget), W, busy, W, rng))
-    return np.stack(rows)
+        pick = rng.permutation(periods)[: min(int(k), periods.size)]
+        extra = rng.choice(periods, int(k) - pick.size) if periods.size else periods[:0]
+        chosen = np.sort(np.r_[pick, extra].astype(int))
+        room = np.maximum(last - (o + chosen * cfg.H), 1)
+        deferral = np.floor(rng.uniform(size=chosen.size) * np.minimum(cfg.H, room)).astype(int)
+        out.append([(int(j), int(d)) for j, d in zip(chosen, deferral, strict=True)])
+    return out

@@ -25,26 +25,29 @@ def _reading(inference, fallback=False, health="ok"):
     return types.SimpleNamespace(inference=inference, fallback=fallback, health=health)
 
 
-def _ref(steps_per_s, durations):
-    """A policy run with ``durations[p]`` seconds per sync of fragment ``p``."""
-    rows = [(p, 10.0 * k, 10.0 * k + d) for p, d in enumerate(durations) for k in range(2)]
-    sy = pd.DataFrame(rows, columns=["fragment", "start_s", "end_s"])
-    return types.SimpleNamespace(steps_per_s=steps_per_s, syncs=sy)
+def _ref(last_step: int, horizon_s: float = 60.0):
+    """A policy run that took ``last_step`` inner steps within the replay (and more after)."""
+    wall = np.linspace(0.0, horizon_s + 5.0, 200)
+    step = np.round(wall / horizon_s * last_step).astype(int)
+    return types.SimpleNamespace(steps=pd.DataFrame({"wall_s": wall, "step": step}))
 
 
-@settings(max_examples=40, deadline=None)
-@given(counts=st.lists(st.integers(0, 5), min_size=1, max_size=4), seed=st.integers(0, 99))
-def test_fragment_schedules_hold_each_fragments_count_and_keep_it_due(counts, seed):
-    cfg = L.testbed_config()  # H 125, max_h 250, 60 windows of 1 s
-    ref = _ref(12.5, [0.6, 1.4, 0.2, 2.5][: len(counts)])
-    s = F.fragment_schedules(counts, ref, cfg, seed)
-    assert s.shape == (len(counts), 60)
-    assert s.sum(axis=1).tolist() == counts  # exact, per fragment
-    for p, row in enumerate(s):
-        gaps = np.diff(np.flatnonzero(row))
-        busy = int(np.ceil([0.6, 1.4, 0.2, 2.5][p]))
-        if counts[p] * (10 + busy) <= 60:  # held by the guards: H = 10 windows at 12.5 steps/s
-            assert np.all(gaps >= 10 + busy)
+@settings(max_examples=60, deadline=None)
+@given(counts=st.lists(st.integers(0, 8), min_size=1, max_size=4), last=st.integers(200, 1500),
+       seed=st.integers(0, 99))  # fmt: skip
+def test_fragment_schedules_pick_each_fragments_count_of_its_periods(counts, last, seed):
+    cfg = L.testbed_config(fragments=len(counts))  # H 125
+    sched = F.fragment_schedules(counts, _ref(last), cfg, seed)
+    assert [len(q) for q in sched] == counts  # exact, per fragment
+    for p, q in enumerate(sched):
+        o = p * 125 // len(counts)
+        first, top = (1 if o == 0 else 0), (last - o) // 125
+        periods = [j for j, _ in q]
+        assert periods == sorted(periods) and all(first <= j <= max(top, first) for j in periods)
+        if counts[p] <= top - first + 1:  # enough periods: each chosen once
+            assert len(set(periods)) == len(periods)
+        for j, d in q:  # a deferral within the period and within the steps the run had
+            assert 0 <= d < 125 and (d == 0 or o + j * 125 + d < last)
 
 
 def test_fragment_counts_skip_the_closing_sync_and_the_outside():
@@ -61,20 +64,21 @@ def _gate(cfg, policy=None, schedules=None, reading=None):
     return g, box
 
 
-def test_fragment_gate_follows_its_schedule_per_fragment():
-    cfg = L.testbed_config(fragments=2)
-    sched = np.zeros((2, 60), bool)
-    sched[0, [3, 5]] = True
-    sched[1, 4] = True
-    g, _ = _gate(cfg, schedules=sched)
-    assert g.open(FragmentDue(0, 10, 125, 0)) is False and g.started.is_set()  # before t0
-    g.t0 = L.time.time() - 3.5  # window 3
-    assert g.open(FragmentDue(1, 40, 125, 0)) is False  # fragment 1's window is 4
-    assert g.open(FragmentDue(0, 40, 125, 0)) is True
-    assert g.open(FragmentDue(0, 41, 1, 0)) is False  # its next window is 5
-    g.t0 -= 3.0  # window 6: both remaining windows have passed
-    assert g.open(FragmentDue(1, 80, 125, 0)) is True and g.open(FragmentDue(0, 80, 125, 0))
-    assert g.open(FragmentDue(0, 81, 125, 0)) is False  # fragment 0's budget is spent
+def test_fragment_gate_follows_its_periods_and_deferrals():
+    cfg = L.testbed_config(fragments=2)  # H 125: fragment 0 due at 125, 250, ...; 1 at 62, 187
+    g, _ = _gate(cfg, schedules=[[(1, 10), (3, 0)], [(0, 5)]])
+    assert g.open(FragmentDue(1, 62, 62, 0)) is False and g.started.is_set()  # before t0
+    g.t0 = L.time.time() - 3.5
+    assert g.open(FragmentDue(1, 63, 63, 1)) is False  # period 0, deferral 5 not reached
+    assert g.open(FragmentDue(1, 67, 67, 5)) is True
+    assert g.open(FragmentDue(1, 187, 120, 0)) is False  # fragment 1's budget is spent
+    assert g.open(FragmentDue(0, 125, 125, 0)) is False  # period 1 from 125, deferral 10
+    assert g.open(FragmentDue(0, 135, 135, 10)) is True
+    assert g.open(FragmentDue(0, 250, 115, 0)) is False  # period 2: not chosen
+    assert g.open(FragmentDue(0, 400, 265, 150)) is True  # period 3 (from 375), deferral 0
+    late, _ = _gate(cfg, schedules=[[(1, 100)], []])
+    late.t0 = L.time.time() - 1.0
+    assert late.open(FragmentDue(0, 260, 260, 10)) is True  # period 1 missed: taken now
     g.t0 -= 100.0  # past the last window: nothing starts
     assert g.open(FragmentDue(1, 300, 250, 0)) is False
 

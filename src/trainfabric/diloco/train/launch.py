@@ -22,7 +22,7 @@ checkpoints already written stay whole. :meth:`TrainingRun.wait` returns a
 
 **Fragment gates** (Streaming DiLoCo): ``gate`` (a :class:`~.controller.FragmentGate`, e.g.
 :class:`~.controller.ScoreGate`) is asked in this process, like the controller, for every
-fragment due; rank 0 broadcasts its answer (:class:`~.learner.BroadcastGate`). It needs
+fragment due; rank 0 broadcasts its answers (:meth:`~.learner.Learner.gated_step`). It needs
 ``streaming`` and replaces ``streaming.defer``'s scripted pattern (both given: refused).
 
 **Placement** (the serving testbed): ``cpus`` pins every learner process to those cores

@@ -15,8 +15,9 @@ schedule (:mod:`~trainfabric.diloco.train.streaming`): the controller is not con
 each fragment's merge is one sync record (with its ``fragment`` and ``step_start``), and
 rank 0 evaluates its model (partly merged) after each. With ``gated`` (the launcher holds a
 fragment gate, e.g. :class:`~.controller.ScoreGate`) every due fragment is offered to it
-(:class:`BroadcastGate`): rank 0 asks the launcher and broadcasts the answer, as it does the
-controller's, so every learner starts (or defers) the same fragment at the same step.
+(:meth:`Learner.gated_step`): rank 0 asks the launcher and broadcasts the answers within the
+step's command, so every learner starts (or defers) the same fragment at the same step and a
+deferral adds no collective.
 
 A learner trains the byte-level GPT on the run's corpus unless its :class:`WorkerSpec`
 brings a ``model`` (an ``nn.Module`` with ``loss(x, y)``; every learner starts from a copy
@@ -46,7 +47,6 @@ from torch import nn
 
 from trainfabric.diloco.train import checkpoint
 from trainfabric.diloco.train.config import TrainConfig
-from trainfabric.diloco.train.controller import FragmentDue
 from trainfabric.diloco.train.model import GPT
 from trainfabric.diloco.train.outer import make_outer, outer_step
 from trainfabric.diloco.train.streaming import (
@@ -78,7 +78,7 @@ class WorkerSpec:
     model: nn.Module | None = None  # None: the GPT of cfg.model
     batch: BatchFn | None = None  # None: windows of the run's corpus
     cpus: tuple[int, ...] | None = None  # None: wherever the launcher runs
-    gated: bool = False  # the launcher decides every due fragment (BroadcastGate)
+    gated: bool = False  # the launcher decides every due fragment (gated_step)
 
 
 def data_generator(seed: int, rank: int) -> torch.Generator:
@@ -170,7 +170,6 @@ class Learner:
             self.new_outer,
             self.collectives(),
             self.cfg.bucket_mb * 1e6,
-            gate=BroadcastGate(self) if self.spec.gated else None,
         )
 
     def collectives(self) -> Collectives:
@@ -309,11 +308,34 @@ class Learner:
         return SYNC if self.conn.recv() else CONTINUE
 
     def command(self, cmd: int) -> int:
+        return self.broadcast([cmd])[0]
+
+    def broadcast(self, values: list[int]) -> list[int]:
+        """Rank 0's ``values`` on every learner (one collective; none when ``M`` = 1)."""
         if self.world == 1:
-            return cmd
-        t = torch.tensor([cmd], dtype=torch.int64, device=self.device)
+            return values
+        t = torch.tensor(values, dtype=torch.int64, device=self.device)
         dist.broadcast(t, 0)
-        return int(t.item())
+        return t.tolist()
+
+    def gated_step(self, last: bool) -> int:
+        """A streaming step under the launcher's fragment gate: rank 0 asks the launcher
+        about every fragment offered now (each ``("fragment_due", FragmentDue fields)``,
+        answered with its gate's ``open``) and broadcasts the answers with the step's command
+        in the one collective of the step, so a deferral costs the learners no extra round
+        trip over the link; every learner then starts the fragments opened. Every learner
+        offers the same fragments at the same step (the schedule is deterministic, the
+        learners step in lockstep), so the broadcasts pair up. The command."""
+        offers = self.stream.offers(self.c["step"])
+        asked = [0] * len(offers)
+        if self.rank == 0:
+            for i, due in enumerate(offers):
+                self.conn.send(("fragment_due", dataclasses.asdict(due)))
+                asked[i] = int(bool(self.conn.recv()))
+        got = self.broadcast([self.decide(last), *asked])
+        opened = {due.fragment for due, go in zip(offers, got[1:], strict=True) if go}
+        self.stream_synced(self.stream.step(self.c["step"], opened))
+        return got[0]
 
     def reduce(self, flat: torch.Tensor) -> None:
         dist.all_reduce(flat, op=dist.ReduceOp.SUM)
@@ -397,9 +419,13 @@ class Learner:
         self.last_consult = 0.0
         while self.c["step"] < cfg.steps:
             self.inner_step()
-            if self.stream is not None:
-                self.stream_synced(self.stream.step(self.c["step"]))
-            cmd = self.command(self.decide(last=self.c["step"] >= cfg.steps))
+            last = self.c["step"] >= cfg.steps
+            if self.stream is not None and self.spec.gated:
+                cmd = self.gated_step(last)
+            else:
+                if self.stream is not None:
+                    self.stream_synced(self.stream.step(self.c["step"]))
+                cmd = self.command(self.decide(last))
             if cmd == SYNC:
                 self.sync()
             if cmd == STOP:
@@ -422,26 +448,6 @@ class Learner:
         for name, fh in self.logs.items():
             with writing(self.spec.run_dir / name):
                 fh.close()
-
-
-class BroadcastGate:
-    """The launcher's fragment gate on every learner: at a due fragment rank 0 sends
-    ``("fragment_due", FragmentDue fields)`` to the launcher, which answers with its gate's
-    ``open``; rank 0 broadcasts the answer (:meth:`Learner.command`) and every learner
-    returns it. Every learner offers the same fragments at the same steps (the streamer's
-    schedule is deterministic and the learners step in lockstep), so the broadcasts pair
-    up."""
-
-    def __init__(self, learner: Learner):
-        self.learner = learner
-
-    def open(self, due: FragmentDue) -> bool:
-        ln = self.learner
-        go = False
-        if ln.rank == 0:
-            ln.conn.send(("fragment_due", dataclasses.asdict(due)))
-            go = bool(ln.conn.recv())
-        return ln.command(int(go)) == 1
 
 
 def _noop(flat: torch.Tensor) -> None:

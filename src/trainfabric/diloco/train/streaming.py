@@ -55,7 +55,7 @@ contributes (scales included), as for DiLoCo's all-reduced buffer.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -197,25 +197,32 @@ class Streamer:
         self.gate = gate if gate is not None or not cfg.defer else Scripted(cfg.defer)
         self.due_since: dict[int, int] = {}  # fragment -> step it became due (not started)
 
-    def step(self, step: int) -> list[dict]:
-        """After inner step ``step``: start the fragments due that the gate lets through
-        (module doc), merge those whose overlap ends now; the records of the merged syncs."""
+    def offers(self, step: int) -> list[FragmentDue]:
+        """After inner step ``step``: the fragments that may start now (module doc), each
+        due (from its scheduled step on, until it starts) with none of its syncs in flight;
+        in fragment order, the same on every learner."""
         for p, off in enumerate(self.offsets):
             if starts_at(step, off, self.H):
                 self.due_since.setdefault(p, step)
-            if p in self.due_since and self._opens(p, step):
-                del self.due_since[p]
-                self.pending.append(self.start(p, step, self.cfg.overlap))
-        return self._merge_due(step, self.cfg.alpha)
+        busy = {pend.fragment for pend in self.pending}
+        return [
+            FragmentDue(p, step, step - self.last_start[p], step - since)
+            for p, since in sorted(self.due_since.items())
+            if p not in busy
+        ]
 
-    def _opens(self, p: int, step: int) -> bool:
-        """Does fragment ``p``, due, start now: none of its syncs in flight, the gate open."""
-        if any(pend.fragment == p for pend in self.pending):
-            return False
-        if self.gate is None:
-            return True
-        due = FragmentDue(p, step, step - self.last_start[p], step - self.due_since[p])
-        return bool(self.gate.open(due))
+    def step(self, step: int, opened: Collection[int] | None = None) -> list[dict]:
+        """After inner step ``step``: start the :meth:`offers` that the gate lets through
+        (``opened``: the fragments an outside gate opened among them, asked once per step
+        for all of them), merge those whose overlap ends now; the merged syncs' records."""
+        offers = self.offers(step)
+        if opened is None:
+            opened = {d.fragment for d in offers if self.gate is None or self.gate.open(d)}
+        for due in offers:
+            if due.fragment in opened:
+                del self.due_since[due.fragment]
+                self.pending.append(self.start(due.fragment, step, self.cfg.overlap))
+        return self._merge_due(step, self.cfg.alpha)
 
     def close(self, step: int, final_sync: bool) -> list[dict]:
         """End of training after ``step``: complete the syncs in flight, then (``final_sync``)
