@@ -167,7 +167,10 @@ def analyse(cfg, res: dict, pilot: dict | None) -> dict:
     if cfg.fragments:
         doc["fragment_counts"] = fragment_check(cfg, Path(res["run_dir"]))
     else:
-        doc["twin"] = heldout_twin(cfg, Path(res["run_dir"]))
+        doc["twin"] = twin = heldout_twin(cfg, Path(res["run_dir"]))
+        lo, hi = comp["slo"]["ci"]
+        twin |= {"live_effect_ci": [lo, hi], "live_sign_determined": not lo <= 0.0 <= hi,
+                 "sim_effect_in_live_ci": lo <= twin["sim_effect"] <= hi}  # fmt: skip
         doc["twin_ablation"] = twin_ablation(cfg, Path(res["run_dir"]))
     return doc
 
@@ -192,19 +195,28 @@ def split(cfg, run_dir: Path) -> dict:
 
 
 def fragment_check(cfg, run_dir: Path) -> dict:
-    """Per seed, each fragment's sync count under the policy and under its matched random."""
+    """Per seed, each fragment's sync count under the policy and under its matched random,
+    and each arm's inner steps within the replay (a slower arm reaches fewer due steps)."""
+    import numpy as np
     import pandas as pd
 
     from trainfabric.diloco.live_fragments import fragment_counts
 
-    out = {}
+    arms = (POLICY, f"matched_random[{POLICY}]")
+    out, ratio = {}, []
     for seed in range(cfg.seed0, cfg.seed0 + cfg.seeds):
-        arms = {}
-        for arm in (POLICY, f"matched_random[{POLICY}]"):
+        counts, steps = {}, {}
+        for arm in arms:
             sy = pd.read_parquet(run_dir / f"seed{seed}-{arm}" / "syncs.parquet")
-            arms[arm] = fragment_counts(sy, cfg.fragments, cfg.duration_s)
-        out[str(seed)] = arms | {"equal": len(set(map(tuple, arms.values()))) == 1}
-    return {"per_seed": out, "seeds_equal": sum(v["equal"] for v in out.values())}
+            counts[arm] = fragment_counts(sy, cfg.fragments, cfg.duration_s)
+            st = pd.read_parquet(run_dir / f"seed{seed}-{arm}" / "steps.parquet")
+            inside = st["step"][(st["wall_s"] >= 0) & (st["wall_s"] <= cfg.duration_s)]
+            steps[arm] = int(inside.max()) if len(inside) else 0
+        ratio.append(steps[arms[1]] / max(steps[arms[0]], 1))
+        out[str(seed)] = counts | {"equal": len(set(map(tuple, counts.values()))) == 1,
+                                   "steps_within_replay": steps}  # fmt: skip
+    return {"per_seed": out, "seeds_equal": sum(v["equal"] for v in out.values()),
+            "matched_over_policy_steps_mean": float(np.mean(ratio))}  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1950,6 +1950,11 @@ def _testbed_verdicts(label: str, v: Node) -> list[str]:
 
 
 @block("diloco-live-testbed", "diloco_live_testbed")
+def _runs_commits(dl: dict, st: dict) -> str:
+    a, b = dl["runs_from"]["commit"][:7], st["runs_from"]["commit"][:7]
+    return a if a == b else f"{a} for DiLoCo and {b} for Streaming DiLoCo"
+
+
 def diloco_live_testbed(r: _View) -> str:
     d = r["diloco_live_testbed"]
     dl, st, tw = d["diloco"], d["streaming"], d["diloco"]["twin"]
@@ -1965,7 +1970,7 @@ def diloco_live_testbed(r: _View) -> str:
     fc = st["fragment_counts"]
     head = paragraph(
         f"""
-        `benchmarks/diloco_live_testbed.py` (runs at commit {dl["runs_from"]["commit"][:7]},
+        `benchmarks/diloco_live_testbed.py` (runs at commit {_runs_commits(dl, st)},
         analysed with the code of the commit below) runs the live protocol on that testbed (the same
         placement and {fixed(dl["shaping"]["rate_mbit"], 3)} Mbit/s link, the
         {fixed(dl["shaping"]["latency_ms"], 0)} ms queue fixed before): H
@@ -1978,13 +1983,16 @@ def diloco_live_testbed(r: _View) -> str:
         """
     )
     bullets = _testbed_verdicts("DiLoCo", dl) + _testbed_verdicts("Streaming DiLoCo", st)
+    short = [s for s, v in fc["per_seed"].items() if not v["equal"]]
     bullets.append(
         f"""Matched random had the policy's sync count on
         {count(dl["seeds_with_equal_sync_count"])} of {count(dl["seeds"])} DiLoCo seeds and
         every fragment's count on {count(fc["seeds_equal"])} of {count(st["seeds"])} streaming
-        seeds; on the others one fragment synced once fewer (its last scheduled sync came
-        before the fragment was due again and slipped past the replay's end: the schedule is
-        drawn in seconds, a fragment falls due on a grid of inner steps). In the DiLoCo
+        seeds{f" (not on {', '.join(short)})" if short else ""}; a fragment falls due on a grid
+        of inner steps, and the matched streaming runs took
+        {pct(fc["matched_over_policy_steps_mean"])} of the policy runs' inner steps within the
+        replay (a deferral costs the learners nothing: the gate's answers travel in the
+        step's one command broadcast). In the DiLoCo
         `wa_forecast` runs a request whose lifetime overlaps a sync (a failed or unfinished
         one: to its run's end, so every one of them counts inside) violated its SLO
         {pct(lat["inside"]["slo_violation_rate"])} of the time, one outside
@@ -2000,6 +2008,13 @@ def diloco_live_testbed(r: _View) -> str:
         for x in tw["per_seed"]
     ]  # fmt: skip
     agree = "agree" if tw["effect_sign_agrees"] else "disagree"
+    ci = tw["live_effect_ci"]
+    known = (
+        "the live effect's sign is established" if tw["live_sign_determined"]
+        else f"the live effect's 95% CI, {pp(ci[0], 2)} to {pp(ci[1], 2)}, contains 0, so its "
+        "sign is not established"
+    )  # fmt: skip
+    inside = "inside" if tw["sim_effect_in_live_ci"] else "outside"
     twin_head = ["held-out seed", "live `wa_forecast`", "twin", "error", "live matched random",
                  "twin", "error", "sampling SE (policy)", "link term fitted"]  # fmt: skip
     twin = paragraph(
@@ -2015,7 +2030,8 @@ def diloco_live_testbed(r: _View) -> str:
         {fixed(tw["median_seed_error_pp"], 1)} pp; {count(tw["errors_over_2se"])} of
         {count(tw["errors"])} errors exceed twice the sampling error a live rate has around
         the twin's. The policy effect: live {pp(tw["live_effect"], 2)}, twin
-        {pp(tw["sim_effect"], 2)}: the signs {agree} (the live effect's CI contains 0).
+        {pp(tw["sim_effect"], 2)}: the signs {agree}; {known}, and the twin's effect lies
+        {inside} that CI.
         """
     )
     ab = d["diloco"]["twin_ablation"]

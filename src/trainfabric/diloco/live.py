@@ -277,12 +277,18 @@ def learner_signals(prev, now) -> tuple[float, float]:
 
 
 class LiveController(WindowClock):
-    """Asks a policy (or a fixed schedule) at each consultation; logs every decision.
+    """Asks a policy (or a fixed schedule) once per replay window; logs every decision.
 
-    The window index is ``floor((now − t0) / window_s)``; before ``t0`` (the replay's start)
-    and after the last window nothing syncs (:class:`~.live_fragments.WindowClock`). While the
-    sidecar's health is ``unknown`` (or before its first scrape) the policy is not asked: the
-    sidecar's documented safe fallback, fixed H (``H`` inner steps), decides."""
+    The learners consult after every inner step (``control_window_s`` 0); the first
+    consultation in a window decides and the others in that window answer no, so every
+    window the learners reach outside a sync gets exactly one decision, on the replay's
+    clock (a consultation period on the learners' own clock drifts against the windows and
+    skips one now and then: the last one, where a matched-random sync was due, on one seed of
+    eight). The window index is ``floor((now − t0) / window_s)``; before ``t0`` (the replay's
+    start) and after the last window nothing syncs (:class:`~.live_fragments.WindowClock`).
+    While the sidecar's health is ``unknown`` (or before its first scrape) the policy is not
+    asked: the sidecar's documented safe fallback, fixed H (``H`` inner steps), decides.
+    ``network`` and ``checkpoint`` are measured between decisions."""
 
     def __init__(
         self,
@@ -296,14 +302,16 @@ class LiveController(WindowClock):
         super().__init__(policy, arrivals, cfg, seed)
         self.signals = signals
         self.schedule = None if schedule is None else list(np.flatnonzero(schedule))
-        self.prev = None  # the last progress report (for the learners' signals)
+        self.prev = None  # the progress report of the last decision (the learners' signals)
+        self.decided: int | None = None  # the window decided last
 
     def decide(self, progress) -> bool:
         self.started.set()
         now = time.time()
         w = self.window(now)
-        if w is None:
+        if w is None or w == self.decided:
             return False
+        self.decided = w
         reading = self.signals.inference()
         fallback = reading.fallback or reading.inference is None
         net, ckpt = learner_signals(self.prev, progress)
@@ -477,7 +485,7 @@ def train_config(cfg: LiveConfig, seed: int, max_seconds: float, final_sync: boo
         steps=10_000_000,
         max_seconds=max_seconds,
         H=cfg.H,
-        control_window_s=cfg.window_s,
+        control_window_s=0.0,  # LiveController decides at the first consultation per window
         seed=seed,
         shaping=shaping or ShapingConfig(rate_mbit=cfg.shaping_mbit),
         final_sync=final_sync,

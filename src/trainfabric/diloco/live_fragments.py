@@ -28,9 +28,14 @@ so a deferral costs the learners nothing over the link):
   periods), each at a deferral drawn uniformly in ``[0, H)`` steps after the period's due
   step, clipped to the steps the policy run had left. The gate opens the fragment at the
   first offer at or after its next chosen period and deferral; a chosen period the
-  fragment missed (its sync still in flight) is taken at the next offer.
-  :func:`fragment_counts` checks the counts per fragment in the results: a matched run
-  slower than the policy's can still fall short at the very end.
+  fragment missed (its sync still in flight) is taken at the next offer. Runs differ in
+  pace (inner steps within the replay vary by about ±5% between runs on the testbed), so a
+  period the policy run reached may lie past a matched run's end: when the fragment's due
+  periods left (this one included, up to the last inner step the run will reach, estimated
+  at the rate since the gate's first offer, less ``H/8`` steps of margin) cannot hold its
+  chosen syncs left, the gate takes this period (at once, or at its chosen deferral when
+  that is reached in time). The count is then exact whatever the pace;
+  :func:`fragment_counts` checks it per fragment in the results.
 """
 
 from __future__ import annotations
@@ -94,6 +99,7 @@ class FragmentController(WindowClock):
         self.offsets = [p * cfg.H // max(cfg.fragments, 1) for p in range(cfg.fragments)]
         self.max_overdue = cfg.max_h - cfg.H
         self.last_open: dict[int, float] = {}
+        self.pace: tuple[float, int] | None = None  # time and step of the first offer seen
         self._link: tuple | None = None  # time, the veths' (sent, received), utilisation
 
     def decide(self, progress) -> bool:
@@ -111,7 +117,7 @@ class FragmentController(WindowClock):
         sig = {"inference": 0.0 if fallback else float(reading.inference),
                "network": self.network(now), "checkpoint": 0.0}  # fmt: skip
         if self.queue is not None:
-            go = self.scheduled(due)
+            go = self.scheduled(due, now)
         elif due.overdue >= self.max_overdue or fallback:
             go = True
         else:
@@ -131,19 +137,38 @@ class FragmentController(WindowClock):
         )  # fmt: skip
         return go
 
-    def scheduled(self, due) -> bool:
-        """Matched random: does ``due`` reach the fragment's next chosen (period, deferral)
-        (module doc)? A reached one is used up."""
+    def scheduled(self, due, now: float) -> bool:
+        """Matched random: does ``due`` reach the fragment's next chosen (period, deferral),
+        or must it take this period for the count to hold by the end (module doc)? A
+        reached one is used up."""
         q = self.queue[due.fragment]
         if not q:
             return False
-        period = (due.step - self.offsets[due.fragment]) // self.cfg.H
+        o, H = self.offsets[due.fragment], self.cfg.H
+        period = (due.step - o) // H
         j, deferral = q[0]
-        start = self.offsets[due.fragment] + j * self.cfg.H
-        go = period > j or (period == j and due.step - start >= deferral)
+        at = o + j * H + deferral  # the chosen inner step
+        go = period > j or (period == j and due.step >= at)
+        last = self.last_step(due.step, now)
+        if not go and last is not None:
+            left = max(0, (last - o) // H - period + 1)  # due periods left, this one included
+            go = len(q) >= left and (period < j or at > last)
         if go:
             q.pop(0)
         return go
+
+    def last_step(self, step: int, now: float) -> int | None:
+        """The last inner step the run will reach within the replay, less ``H/8`` steps of
+        margin, at the rate since the first offer the gate saw (None until 5 windows of
+        rate are known)."""
+        if self.pace is None:
+            self.pace = (now, step)
+        t1, s1 = self.pace
+        if now - t1 < 5 * self.cfg.window_s or step <= s1:
+            return None
+        rate = (step - s1) / (now - t1)
+        left_s = self.t0 + self.cfg.duration_s - now
+        return int(step + rate * left_s - self.cfg.H / 8)
 
     def network(self, now: float) -> float:
         """The busiest learner link's utilisation over the last ``window_s`` or more (the

@@ -83,6 +83,33 @@ def test_fragment_gate_follows_its_periods_and_deferrals():
     assert g.open(FragmentDue(1, 300, 250, 0)) is False
 
 
+def _paced(cfg, schedule, elapsed_s, step_then, now_s):
+    """A matched gate on fragment 0 (offset 0) ``now_s`` into the replay, whose first offer
+    came ``elapsed_s`` ago at inner step ``step_then``."""
+    g, _ = _gate(cfg, schedules=[schedule])
+    now = L.time.time()
+    g.t0, g.pace = now - now_s, (now - elapsed_s, step_then)
+    return g
+
+
+def test_fragment_gate_takes_a_period_early_when_the_run_would_end_before_its_choice():
+    cfg = L.testbed_config(fragments=1)  # H 125, a 60 s replay, margin H/8 = 15.6 steps
+    # 10.4 steps/s since step 84, 12 s left at step 500: the run ends near step 625 (609 with
+    # the margin), so period 5 (from 625) is out of reach: period 4 is taken now
+    assert _paced(cfg, [(5, 8)], 40.0, 84, 48.0).open(FragmentDue(0, 500, 125, 0)) is True
+    # 30 s left: periods 4-6 remain for one sync; the choice stands
+    assert _paced(cfg, [(5, 8)], 40.0, 84, 30.0).open(FragmentDue(0, 500, 125, 0)) is False
+    # two syncs left, periods 4 and 5 reachable (ends near 729): this one is needed
+    two = _paced(cfg, [(4, 60), (6, 0)], 40.0, 84, 38.0)
+    assert two.open(FragmentDue(0, 500, 125, 0)) is False  # its deferral (step 560) in time
+    assert two.open(FragmentDue(0, 560, 60, 60)) is True
+    # the chosen deferral lies past the end: taken at once
+    late = _paced(cfg, [(4, 110)], 40.0, 84, 48.0)
+    assert late.open(FragmentDue(0, 500, 125, 0)) is True
+    # too little pace known (under 5 windows since the first offer): no estimate, no change
+    assert _paced(cfg, [(5, 8)], 4.0, 458, 48.0).open(FragmentDue(0, 500, 125, 0)) is False
+
+
 def test_fragment_gate_asks_the_policy_and_forces_after_max_h_minus_h():
     cfg = L.testbed_config(fragments=4)
     policy = L.make_policy("pressure_gate", min_h=50, max_h=250)

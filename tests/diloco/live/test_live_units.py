@@ -72,11 +72,32 @@ def test_controller_asks_the_policy_with_live_signals():
     ctl.t0 = L.time.time() - 2.5  # window 2
     assert ctl.decide(_progress(10)) is False  # inference 0.9 > 0.6: defer
     reading["r"] = _reading(0.1)
+    assert ctl.decide(_progress(10)) is False  # window 2 is decided: the policy is not asked
+    ctl.t0 -= 1.0  # window 3
     assert ctl.decide(_progress(10)) is True
+    ctl.t0 -= 1.0
     assert ctl.decide(_progress(60)) is True  # forced at max_h whatever the pressure
-    assert ctl.updated == 2 and ctl.log[0]["window"] == 2
+    assert ctl.updated == 4 and [row["window"] for row in ctl.log] == [2, 3, 4]
     # serve_now = window 1's arrivals (0); the EWMA still remembers window 0's burst
     assert ctl.log[0]["serve_now"] == 0.0 and ctl.log[0]["serve_forecast"] > 0.0
+
+
+def test_controller_measures_the_learners_signals_between_decisions():
+    cfg = L.LiveConfig(min_h=5, max_h=50)
+    seen = []
+    policy = L.make_policy("pressure_gate", min_h=5, max_h=50)
+    decide = policy.decide
+    policy.decide = lambda obs: seen.append(float(obs.network[0])) or decide(obs)
+    sig = L.Signals(lambda: _reading(0.9))
+    ctl = L.LiveController(policy, sig, np.zeros(100, int), cfg, seed=0)
+    ctl.t0 = L.time.time() - 0.5
+    zero = ((0, 0), (0, 0))
+    ctl.decide(_progress(6, wall_s=1.0, link=zero, link_time=100.0))
+    for k in range(1, 5):  # window 0 again: not decided, not remembered
+        ctl.decide(_progress(6, wall_s=1.0, link=((0, 0), (k * 1e6, 0)), link_time=100.0 + k))
+    ctl.t0 -= 1.0
+    ctl.decide(_progress(6, wall_s=2.0, link=((2e6, 0), (0, 0)), link_time=102.0))
+    assert seen == [0.0, pytest.approx(2e6 * 8 / (2 * 8e6))]  # over the 2 s since window 0's
 
 
 def test_controller_falls_back_to_fixed_h_without_telemetry():
@@ -84,7 +105,9 @@ def test_controller_falls_back_to_fixed_h_without_telemetry():
     sig = L.Signals(lambda: _reading(None, True, "unknown"))
     ctl = L.LiveController(L.make_policy("wa_forecast"), sig, np.zeros(100, int), cfg, seed=0)
     ctl.t0 = L.time.time() - 1.5
-    assert ctl.decide(_progress(29)) is False and ctl.decide(_progress(30)) is True
+    assert ctl.decide(_progress(29)) is False
+    ctl.t0 -= 1.0
+    assert ctl.decide(_progress(30)) is True
     assert all(row["fallback"] for row in ctl.log)
 
 
@@ -97,7 +120,11 @@ def test_schedule_controller_takes_missed_windows_late():
     ctl.t0 = L.time.time() - 2.5
     assert ctl.decide(_progress(1)) is False
     ctl.t0 -= 4.0  # window 6: both scheduled windows have passed (a sync was running)
-    assert ctl.decide(_progress(1)) is True and ctl.decide(_progress(1)) is True
+    assert ctl.decide(_progress(1)) is True
+    assert ctl.decide(_progress(1)) is False  # one decision per window
+    ctl.t0 -= 1.0
+    assert ctl.decide(_progress(1)) is True
+    ctl.t0 -= 1.0
     assert ctl.decide(_progress(1)) is False
 
 
