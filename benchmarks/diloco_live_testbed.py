@@ -196,14 +196,18 @@ def split(cfg, run_dir: Path) -> dict:
 
 def fragment_check(cfg, run_dir: Path) -> dict:
     """Per seed, each fragment's sync count under the policy and under its matched random,
-    and each arm's inner steps within the replay (a slower arm reaches fewer due steps)."""
+    and each arm's inner steps within the replay. A fragment syncs at most once per due
+    period (``[o_p + jH, o_p + (j+1)H)``), so a matched run that reached fewer of a
+    fragment's due steps than the policy run synced it cannot match that count:
+    ``shortfalls`` lists every fragment short, with the due periods the matched run
+    reached."""
     import numpy as np
     import pandas as pd
 
     from trainfabric.diloco.live_fragments import fragment_counts
 
     arms = (POLICY, f"matched_random[{POLICY}]")
-    out, ratio = {}, []
+    out, ratio, short = {}, [], []
     for seed in range(cfg.seed0, cfg.seed0 + cfg.seeds):
         counts, steps = {}, {}
         for arm in arms:
@@ -213,10 +217,19 @@ def fragment_check(cfg, run_dir: Path) -> dict:
             inside = st["step"][(st["wall_s"] >= 0) & (st["wall_s"] <= cfg.duration_s)]
             steps[arm] = int(inside.max()) if len(inside) else 0
         ratio.append(steps[arms[1]] / max(steps[arms[0]], 1))
+        for p, (a, b) in enumerate(zip(counts[arms[0]], counts[arms[1]], strict=True)):
+            if a != b:
+                o = p * cfg.H // cfg.fragments
+                first = 1 if o == 0 else 0  # fragment 0 is first due at H
+                reached = max(0, (steps[arms[1]] - o) // cfg.H - first + 1)
+                short.append({"seed": seed, "fragment": p, "policy": a, "matched": b,
+                              "periods_reached_by_matched": reached})  # fmt: skip
         out[str(seed)] = counts | {"equal": len(set(map(tuple, counts.values()))) == 1,
                                    "steps_within_replay": steps}  # fmt: skip
     return {"per_seed": out, "seeds_equal": sum(v["equal"] for v in out.values()),
-            "matched_over_policy_steps_mean": float(np.mean(ratio))}  # fmt: skip
+            "matched_over_policy_steps_mean": float(np.mean(ratio)), "shortfalls": short,
+            "shortfalls_past_the_periods_reached": sum(
+                x["periods_reached_by_matched"] < x["policy"] for x in short)}  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1983,16 +1983,20 @@ def diloco_live_testbed(r: _View) -> str:
         """
     )
     bullets = _testbed_verdicts("DiLoCo", dl) + _testbed_verdicts("Streaming DiLoCo", st)
-    short = [s for s, v in fc["per_seed"].items() if not v["equal"]]
+    short = fc["shortfalls"]
+    why = ""
+    if short:
+        why = f"""; {count(len(short))} fragment{"s" if len(short) > 1 else ""} fell one sync
+        short, {count(fc["shortfalls_past_the_periods_reached"])} of them because the matched
+        run never reached the due step of a period the policy run had used (a fragment syncs
+        at most once per due period of H inner steps, and a run's pace varies: the matched
+        streaming runs took {pct(fc["matched_over_policy_steps_mean"])} of the policy runs'
+        inner steps within the replay on average)"""
     bullets.append(
         f"""Matched random had the policy's sync count on
         {count(dl["seeds_with_equal_sync_count"])} of {count(dl["seeds"])} DiLoCo seeds and
         every fragment's count on {count(fc["seeds_equal"])} of {count(st["seeds"])} streaming
-        seeds{f" (not on {', '.join(short)})" if short else ""}; a fragment falls due on a grid
-        of inner steps, and the matched streaming runs took
-        {pct(fc["matched_over_policy_steps_mean"])} of the policy runs' inner steps within the
-        replay (a deferral costs the learners nothing: the gate's answers travel in the
-        step's one command broadcast). In the DiLoCo
+        seeds{why}. In the DiLoCo
         `wa_forecast` runs a request whose lifetime overlaps a sync (a failed or unfinished
         one: to its run's end, so every one of them counts inside) violated its SLO
         {pct(lat["inside"]["slo_violation_rate"])} of the time, one outside
