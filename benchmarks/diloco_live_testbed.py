@@ -108,7 +108,8 @@ def power(pilot: dict) -> dict:
     effects = pilot["comparisons"][POLICY]["slo_effect_per_seed"]
     plan = stats.power_plan(effects, 0.05, 0.8, max_seeds=MAX_SEEDS, source="pilot")
     n = min(MAX_SEEDS, max(MIN_SEEDS, int(plan["n_chosen"] or MAX_SEEDS)))
-    plan |= {"pilot_first_seed": PILOT_SEED0, "seeds_used": n}
+    plan |= {"pilot_first_seed": PILOT_SEED0, "seeds_used": n,
+             "pilot_runs_from": pilot.get("runs_commit")}  # fmt: skip
     plan["sufficient"] = None if plan["n_required"] is None else n >= plan["n_required"]
     return plan
 
@@ -121,8 +122,11 @@ def stored(run_dir: Path) -> tuple:
     main = loads((run_dir / "main" / "manifest.json").read_text())
     config = {k: v for k, v in main["config"].items() if k != "shaping"}
     res = loads((run_dir / "main" / "summary.json").read_text())
-    pilot_file = run_dir / "pilot" / "summary.json"
-    pilot = loads(pilot_file.read_text()) if pilot_file.is_file() else None
+    pilot_dir = run_dir / "pilot"
+    pilot = None
+    if (pilot_dir / "summary.json").is_file():
+        made = loads((pilot_dir / "manifest.json").read_text()).get("git")
+        pilot = loads((pilot_dir / "summary.json").read_text()) | {"runs_commit": made}
     return LiveConfig(**config), res | {"runs_commit": main.get("git")}, pilot
 
 

@@ -1949,12 +1949,12 @@ def _testbed_verdicts(label: str, v: Node) -> list[str]:
     ]
 
 
-@block("diloco-live-testbed", "diloco_live_testbed")
 def _runs_commits(dl: dict, st: dict) -> str:
     a, b = dl["runs_from"]["commit"][:7], st["runs_from"]["commit"][:7]
     return a if a == b else f"{a} for DiLoCo and {b} for Streaming DiLoCo"
 
 
+@block("diloco-live-testbed", "diloco_live_testbed")
 def diloco_live_testbed(r: _View) -> str:
     d = r["diloco_live_testbed"]
     dl, st, tw = d["diloco"], d["streaming"], d["diloco"]["twin"]
