@@ -1954,6 +1954,11 @@ def _runs_commits(dl: dict, st: dict) -> str:
     return a if a == b else f"{a} for DiLoCo and {b} for Streaming DiLoCo"
 
 
+def _pilot_commits(dl: dict, st: dict) -> str:
+    a, b = (x["power"]["pilot_runs_from"]["commit"][:7] for x in (dl, st))
+    return a if a == b else f"{a} for DiLoCo and {b} for Streaming DiLoCo"
+
+
 @block("diloco-live-testbed", "diloco_live_testbed")
 def diloco_live_testbed(r: _View) -> str:
     d = r["diloco_live_testbed"]
@@ -1976,8 +1981,9 @@ def diloco_live_testbed(r: _View) -> str:
         {fixed(dl["shaping"]["latency_ms"], 0)} ms queue fixed before): H
         {count(125)} inner steps, the guards at 50 and 250, {count(dl["seeds"])} paired seeds
         of {secs(dl["duration_s"], 0)} (segments {_segments(dl)}) per variant, each variant with
-        its own pilot and server; {fixed((dl["wall_s"] + st["wall_s"]) / 60, 0)} min of main
-        runs. Streaming DiLoCo: {count(st["fragments"])} fragments, each syncing a quarter of
+        its own server and pilot (its runs at {_pilot_commits(dl, st)}: a pilot only sizes
+        the main run); {fixed((dl["wall_s"] + st["wall_s"]) / 60, 0)} min of main runs.
+        Streaming DiLoCo: {count(st["fragments"])} fragments, each syncing a quarter of
         the model on its staggered offset, the policy deciding per fragment (its progress term
         from tokens alone: the learners report no loss to the gate in streaming mode).
         """
@@ -1986,8 +1992,10 @@ def diloco_live_testbed(r: _View) -> str:
     short = fc["shortfalls"]
     why = ""
     if short:
+        past = fc["shortfalls_past_the_periods_reached"]
+        which = "each" if past == len(short) else f"{count(past)} of them"
         why = f"""; {count(len(short))} fragment{"s" if len(short) > 1 else ""} fell one sync
-        short, {count(fc["shortfalls_past_the_periods_reached"])} of them because the matched
+        short, {which} because the matched
         run never reached the due step of a period the policy run had used (a fragment syncs
         at most once per due period of H inner steps, and a run's pace varies: the matched
         streaming runs took {pct(fc["matched_over_policy_steps_mean"])} of the policy runs'
