@@ -364,17 +364,22 @@ class Never:
 def matched_controller_schedule(
     budget: int, ref: RunRecord, cfg: LiveConfig, seed: int
 ) -> np.ndarray:
-    """The matched-random schedule for a reference run (module doc)."""
+    """The matched-random schedule for a reference run (module doc): gaps of ``min_h`` to
+    ``max_h`` inner steps at the reference's inner-step rate plus its mean sync, in windows
+    (``⌈min_h / steps per window + sync / window_s⌉``, one rounding). Where the guards cannot
+    hold the budget, the largest minimum gap that can (``⌊W / budget⌋``, at least the sync's
+    windows) keeps the syncs as far apart as the windows allow."""
     W = int(cfg.duration_s // cfg.window_s)
     per_window = max(ref.steps_per_s * cfg.window_s, 1e-9)
-    busy = max(1, math.ceil(ref.mean_sync_s / cfg.window_s))
-    lo = max(1, math.ceil(cfg.min_h / per_window) + busy)
-    hi = max(lo, math.floor(cfg.max_h / per_window) + busy)
+    sync_w = ref.mean_sync_s / cfg.window_s
+    busy = max(1, math.ceil(sync_w))
+    lo = max(1, math.ceil(cfg.min_h / per_window + sync_w))
+    hi = max(lo, math.floor(cfg.max_h / per_window + sync_w))
     rng = np.random.default_rng([seed, 7919])
     try:
         return matched_schedule(budget, W, lo, hi, rng)
-    except InfeasibleError:  # the guards cannot hold this budget: only the sync apart
-        return matched_schedule(budget, W, busy, W, rng)
+    except InfeasibleError:  # the guards cannot hold this budget: as far apart as it allows
+        return matched_schedule(budget, W, max(busy, min(lo, W // max(budget, 1))), W, rng)
 
 
 # -- one run --------------------------------------------------------------------------------------

@@ -136,8 +136,16 @@ def test_matched_schedule_has_the_reference_budget():
         assert s.sum() == budget and s.size == 120
         gaps = np.diff(np.r_[-1, np.flatnonzero(s)])
         assert np.all(gaps >= 2 + 4)  # 20 steps at 10/s = 2 windows, plus the 4-window sync
-    # a budget the guards cannot hold falls back to "only the sync apart"
-    assert L.matched_controller_schedule(25, ref, cfg, seed=1).sum() == 25
+    # a budget the guards cannot hold: the largest minimum gap that holds it, floor(120 / 25)
+    for seed in range(20):
+        s = L.matched_controller_schedule(25, ref, cfg, seed=seed)
+        assert s.sum() == 25 and np.all(np.diff(np.r_[-1, np.flatnonzero(s)]) >= 4)
+    # 8 syncs in 60 windows at 10.5 steps/s, 2.23 s syncs: one rounding, ceil(4.76 + 2.23) = 7,
+    # holds them within the guards (two roundings, 5 + 3 = 8, could not: 8 x 8 > 60)
+    cfg60 = L.LiveConfig(duration_s=60.0, min_h=50, max_h=250)
+    for seed in range(20):
+        s = L.matched_controller_schedule(8, L._SimRef(10.5, 2.23), cfg60, seed=seed)
+        assert s.sum() == 8 and np.all(np.diff(np.r_[-1, np.flatnonzero(s)]) >= 7)
 
 
 def _record(policy, seed, slo, syncs, frac, losses, tokens_end=1e5):
