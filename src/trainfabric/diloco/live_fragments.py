@@ -23,11 +23,12 @@ so a deferral costs the learners nothing over the link):
   ``p`` falls due on a grid of inner steps, ``g_j = o_p + j·H`` (``o_p = ⌊pH/P⌋``), and starts
   at most one sync per period ``[g_j, g_{j+1})``. For every fragment: exactly the policy
   run's count ``k`` of that fragment's syncs, in ``k`` of the periods the policy run reached
-  (the last inner step it took within the replay), chosen uniformly without replacement
-  (all of them, and the rest again at random, in the rare run with more syncs than
-  periods), each at a deferral drawn uniformly in ``[0, H)`` steps after the period's due
-  step, clipped to the steps the policy run had left. The gate opens the fragment at the
-  first offer at or after its next chosen period and deferral; a chosen period the
+  (the last inner step it took within the replay), chosen uniformly among the choices that
+  skip at most ``max_h // H − 1`` periods in a row (the policy's ``max_h`` guard; where
+  none exists, uniformly without replacement), each at a deferral drawn uniformly in
+  ``[0, H)`` steps after the period's due step, clipped to the steps the policy run had
+  left. The gate opens the fragment at the first offer at or after its next chosen period
+  and deferral once ``h >= min_h`` (the policy's other guard); a chosen period the
   fragment missed (its sync still in flight) is taken at the next offer. Runs differ in
   pace (inner steps within the replay vary by about ±5% between runs on the testbed), so a
   period the policy run reached may lie past a matched run's end: when the fragment's due
@@ -46,8 +47,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from trainfabric.diloco.policies import Policy
+from trainfabric.diloco.policies import Policy, matched_schedule
 from trainfabric.diloco.telemetry import Telemetry, link_utilisation
+from trainfabric.errors import InfeasibleError
 
 
 class WindowClock:
@@ -142,7 +144,7 @@ class FragmentController(WindowClock):
         or must it take this period for the count to hold by the end (module doc)? A
         reached one is used up."""
         q = self.queue[due.fragment]
-        if not q:
+        if not q or due.h < self.cfg.min_h:  # the policy's min_h guard holds here too
             return False
         o, H = self.offsets[due.fragment], self.cfg.H
         period = (due.step - o) // H
@@ -210,10 +212,22 @@ def fragment_schedules(counts: list[int], ref, cfg, seed: int) -> list[list[tupl
         first = 1 if o == 0 else 0  # fragment 0 is first due at H (no step 0)
         periods = np.arange(first, max((last - o) // cfg.H + 1, first))
         rng = np.random.default_rng([seed, p, 7919])
-        pick = rng.permutation(periods)[: min(int(k), periods.size)]
-        extra = rng.choice(periods, int(k) - pick.size) if periods.size else periods[:0]
-        chosen = np.sort(np.r_[pick, extra].astype(int))
+        chosen = _periods(int(k), periods, max(1, cfg.max_h // cfg.H), rng)
         room = np.maximum(last - (o + chosen * cfg.H), 1)
         deferral = np.floor(rng.uniform(size=chosen.size) * np.minimum(cfg.H, room)).astype(int)
         out.append([(int(j), int(d)) for j, d in zip(chosen, deferral, strict=True)])
     return out
+
+
+def _periods(k: int, periods: np.ndarray, gap_max: int, rng) -> np.ndarray:
+    """``k`` of ``periods``, sorted: uniform among the choices whose gaps (in periods, the
+    first from the period before the first; the tail after the last) lie in ``1..gap_max``,
+    as the policy's ``max_h`` guard keeps them (:func:`~.policies.matched_schedule`); where no
+    such choice exists, uniform without replacement (and the rest again at random, in the
+    rare run with more syncs than periods)."""
+    try:
+        return periods[np.flatnonzero(matched_schedule(k, periods.size, 1, gap_max, rng))]
+    except InfeasibleError:
+        pick = rng.permutation(periods)[: min(k, periods.size)]
+        extra = rng.choice(periods, k - pick.size) if periods.size else periods[:0]
+        return np.sort(np.r_[pick, extra].astype(int))

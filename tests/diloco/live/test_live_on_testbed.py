@@ -48,6 +48,11 @@ def test_fragment_schedules_pick_each_fragments_count_of_its_periods(counts, las
             assert len(set(periods)) == len(periods)
         for j, d in q:  # a deferral within the period and within the steps the run had
             assert 0 <= d < 125 and (d == 0 or o + j * 125 + d < last)
+        n = top - first + 1
+        if counts[p] and counts[p] <= n <= 2 * (counts[p] + 1):  # max_h 250 = 2 periods
+            gaps = np.diff([first - 1, *periods])
+            assert np.all((gaps >= 1) & (gaps <= 2))  # never two periods skipped in a row
+            assert top - periods[-1] <= 2  # nor at the end
 
 
 def test_fragment_counts_skip_the_closing_sync_and_the_outside():
@@ -81,6 +86,18 @@ def test_fragment_gate_follows_its_periods_and_deferrals():
     assert late.open(FragmentDue(0, 260, 260, 10)) is True  # period 1 missed: taken now
     g.t0 -= 100.0  # past the last window: nothing starts
     assert g.open(FragmentDue(1, 300, 250, 0)) is False
+
+
+def test_fragment_gate_waits_for_min_h_under_matched_random():
+    cfg = L.testbed_config(fragments=1)  # min_h 50
+    g, _ = _gate(cfg, schedules=[[(1, 10), (2, 0)]])
+    g.t0 = L.time.time() - 3.5
+    assert g.open(FragmentDue(0, 135, 135, 10)) is True
+    assert g.open(FragmentDue(0, 250, 115, 0)) is True
+    g2, _ = _gate(cfg, schedules=[[(2, 0)]])
+    g2.t0 = L.time.time() - 3.5
+    assert g2.open(FragmentDue(0, 250, 20, 0)) is False  # h 20 < min_h: waits
+    assert g2.open(FragmentDue(0, 280, 50, 30)) is True
 
 
 def _paced(cfg, schedule, elapsed_s, step_then, now_s):
