@@ -40,7 +40,8 @@ simulated twin is not run (its syncs are whole-model).
 **matched random** control (:func:`~.policies.matched_schedule`: exactly the reference's sync
 count on that seed, schedule uniform among those whose gaps respect ``min_h``/``max_h``
 converted to windows with the inner steps per window and the sync duration the reference run
-measured; one draw per seed, an envelope being unaffordable live; a scheduled window that
+measured (:func:`matched_controller_schedule`; where they cannot hold the count, the largest
+minimum gap that can); one draw per seed, an envelope being unaffordable live; a scheduled window that
 falls inside a running sync is taken at the next consultation); the **no-sync** run (the same
 learners and offered load, never syncing: the SLO floor). Per policy: paired differences vs
 matched random over seeds of the SLO violation rate, of the eval loss at equal tokens, at
