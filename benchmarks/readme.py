@@ -1949,13 +1949,9 @@ def _testbed_verdicts(label: str, v: Node) -> list[str]:
     ]
 
 
-def _runs_commits(dl: dict, st: dict) -> str:
-    a, b = dl["runs_from"]["commit"][:7], st["runs_from"]["commit"][:7]
-    return a if a == b else f"{a} for DiLoCo and {b} for Streaming DiLoCo"
-
-
-def _pilot_commits(dl: dict, st: dict) -> str:
-    a, b = (x["power"]["pilot_runs_from"]["commit"][:7] for x in (dl, st))
+def _commits(dl_from: dict, st_from: dict) -> str:
+    """The commit two variants' runs came from: once when they share it."""
+    a, b = dl_from["commit"][:7], st_from["commit"][:7]
     return a if a == b else f"{a} for DiLoCo and {b} for Streaming DiLoCo"
 
 
@@ -1973,15 +1969,17 @@ def diloco_live_testbed(r: _View) -> str:
               "final eval loss"]  # fmt: skip
     lat = dl["latency_inside_vs_outside_syncs"]
     fc = st["fragment_counts"]
+    runs = _commits(dl["runs_from"], st["runs_from"])
+    pilots = _commits(dl["power"]["pilot_runs_from"], st["power"]["pilot_runs_from"])
     head = paragraph(
         f"""
-        `benchmarks/diloco_live_testbed.py` (runs at commit {_runs_commits(dl, st)},
+        `benchmarks/diloco_live_testbed.py` (runs at commit {runs},
         analysed with the code of the commit below) runs the live protocol on that testbed (the same
         placement and {fixed(dl["shaping"]["rate_mbit"], 3)} Mbit/s link, the
         {fixed(dl["shaping"]["latency_ms"], 0)} ms queue fixed before): H
         {count(125)} inner steps, the guards at 50 and 250, {count(dl["seeds"])} paired seeds
         of {secs(dl["duration_s"], 0)} (segments {_segments(dl)}) per variant, each variant with
-        its own server and pilot (its runs at {_pilot_commits(dl, st)}: a pilot only sizes
+        its own server and pilot (its runs at {pilots}: a pilot only sizes
         the main run); {fixed((dl["wall_s"] + st["wall_s"]) / 60, 0)} min of main runs.
         Streaming DiLoCo: {count(st["fragments"])} fragments, each syncing a quarter of
         the model on its staggered offset, the policy deciding per fragment (its progress term
