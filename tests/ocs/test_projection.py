@@ -298,7 +298,9 @@ def test_inequality_minimiser_against_slsqp(seed):
         constraints=[{"type": "ineq", "fun": lambda w: model.r - a.T @ w, "jac": lambda w: -a.T}],
         options={"ftol": 1e-14, "maxiter": 500},
     )
-    assert ref.success
+    # status 8 ("positive directional derivative for linesearch"): SLSQP stopped at the float
+    # floor of ftol = 1e-14 (on some CPUs, measured at a distance of 3e-9 from our point)
+    assert ref.success or ref.status == 8, ref.message
     assert (ours.duals > 0).any() and (ours.duals == 0).any()  # both kinds of pods occur
     assert objective(ours.w) <= objective(ref.x) + 1e-10
     np.testing.assert_allclose(ours.w, ref.x, atol=1e-6)

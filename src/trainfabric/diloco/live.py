@@ -41,13 +41,13 @@ simulated twin is not run (its syncs are whole-model).
 count on that seed, schedule uniform among those whose gaps respect ``min_h``/``max_h``
 converted to windows with the inner steps per window and the sync duration the reference run
 measured (:func:`matched_controller_schedule`; where they cannot hold the count, the largest
-minimum gap that can); one draw per seed, an envelope being unaffordable live; a scheduled window that
-falls inside a running sync is taken at the next consultation); the **no-sync** run (the same
-learners and offered load, never syncing: the SLO floor). Per policy: paired differences vs
-matched random over seeds of the SLO violation rate, of the eval loss at equal tokens, at
-equal wall-clock and at the end (:mod:`~.live_analysis`), each loss with the tokens both arms
-had trained at the point compared (mean per arm and their ratio), sign-flip / Wilcoxon / sign
-p-values, the minimum attainable p for the seed count, and the share of the SLO effect
+minimum gap that can); one draw per seed, an envelope being unaffordable live; a scheduled
+window that falls inside a running sync is taken at the next consultation); the **no-sync** run
+(the same learners and offered load, never syncing: the SLO floor). Per policy: paired
+differences vs matched random over seeds of the SLO violation rate, of the eval loss at equal
+tokens, at equal wall-clock and at the end (:mod:`~.live_analysis`), each loss with the tokens
+both arms had trained at the point compared (mean per arm and their ratio), sign-flip / Wilcoxon
+/ sign p-values, the minimum attainable p for the seed count, and the share of the SLO effect
 explained by the sync-time fraction.
 
 **The design** (:meth:`LiveConfig.design`, :class:`~.stats.Design`), fixed before the runs:

@@ -26,6 +26,7 @@ import scipy.sparse as sp
 from trainfabric.errors import ConfigError
 from trainfabric.ocs.highs import integer_program
 from trainfabric.ocs.model import OcsModel
+from trainfabric.ocs.wiring.class_uniform import best_class_uniform
 from trainfabric.ocs.wiring.search import (
     _at,
     _pair_id,
@@ -371,9 +372,10 @@ class RoundResult:
     nothing); ``hard_cp_s``: its hard critical path; ``initial_cp_s``: the best hard critical
     path among the roundings before the search; ``swaps``: accepted moves; ``evaluations``:
     candidate moves evaluated; ``work``: work units spent (the budget's unit, see
-    :func:`round_wiring`) by the search and the kicks, ``class_work`` by the class moves (a
-    budget of their own); ``starts``: roundings searched from; ``wall_s``. ``success``: the
-    wiring's critical path is finite (always, the fallback rate serving unwired pairs);
+    :func:`round_wiring`) by the search and the kicks, ``class_work`` by the class-uniform
+    start and the class moves (a budget of their own); ``starts``: roundings searched from;
+    ``wall_s``. ``success``: the wiring's critical path is finite (always, the fallback rate
+    serving unwired pairs);
     ``message``: the critical path before and after the search.
     """
 
@@ -700,7 +702,9 @@ def round_wiring(
        iterative, by the marginals of the integer wiring being built, from the empty wiring at
        ``b2`` and at ``b2 / SOFTER`` (:func:`_iterative_rounding`); cost-aware from
        ``floor(x_frac)`` by the Gibbs marginals at ``x_frac`` at the same two temperatures
-       (:func:`_marginal_rounding`); ``floor(x_frac)`` plus the largest fractional parts. Each
+       (:func:`_marginal_rounding`); ``floor(x_frac)`` plus the largest fractional parts; with
+       ``classes``, the best class-uniform wiring (:mod:`.class_uniform`: every pair of a
+       traffic class holds the same count, the dark ports left completed by traffic). Each
        is completed by :func:`_fill` (at most one pod keeps dark ports).
     2. **Local search** from each (:func:`.search._polish`) with the smoothed cost at ``b2``,
        then at ``b2 / SOFTER`` (it sees many near-critical paths and balances them), then at
@@ -739,14 +743,16 @@ def round_wiring(
     1,024-pod MoE phase, so the budget bounds the search's running time at every size. It is
     ``max_moves · (1 + S / WORK_REF_SIZE)`` with ``S`` the instance size
     (:func:`.search.setup_work`): a big instance gets a longer search in proportion; the search
-    ends at most one scan of the candidate list past it. The class moves (step 3) have a budget
-    of their own, ``max_work / 2`` (the search of step 2 often spends all of its own).
+    ends at most one scan of the candidate list past it. The class steps (the class-uniform
+    start of step 1, then the class moves of step 3) have a budget of their own,
+    ``max_work / 2`` (the search of step 2 often spends all of its own).
 
     ``cost``: a :class:`~trainfabric.ocs.wiring.cost.PathCost` (``dag``, ``comm_nodes``,
     ``comm_pair``, ``marginals``, ``hard``, ``log_paths``); ``x_frac`` [P] circuits (its floor
     must fit the ports); ``b2`` (1/s), default ``50·max(log|Π|, 1) / CP(x_frac)``;
     ``max_moves`` ≥ 1 (work units per reference size, above); ``kicks`` ≥ 0; ``seed`` orders
-    ties; ``classes``: run the class moves of step 3.
+    ties; ``classes``: start from the class-uniform wiring (step 1) and run the class moves
+    of step 3, both within the class budget (``max_work / 2``).
     """
     t0 = time.perf_counter()
     x = _check_frac(model, x_frac)
@@ -777,6 +783,15 @@ def round_wiring(
     ):
         if not any(np.array_equal(start, other) for other in starts):
             starts.append(start)
+    class_work = 0
+    if classes:  # the class steps share a budget of their own (half the search's)
+        uniform, _, class_work = best_class_uniform(
+            red, model, pair_classes(red, model.n_pairs), max_work // 2
+        )
+        if uniform is not None:
+            uniform = _fill(model, uniform, np.bincount(red.pair, red.bits, model.n_pairs))
+            if not any(np.array_equal(uniform, other) for other in starts):
+                starts.append(uniform)
     start_cp = [cost.hard(s) for s in starts]
     perm = np.random.default_rng(seed).permutation(model.n).astype(np.int64)
     best, best_cp = starts[int(np.argmin(start_cp))], float(min(start_cp))
@@ -792,12 +807,11 @@ def round_wiring(
             work += wk
             if cp < best_cp:
                 best, best_cp = xi, cp
-    class_work = 0
-    if classes:  # a budget of their own (half the search's): step 2 often spends all of its
+    if classes:  # step 2 often spends all of its own budget
         best, best_cp, acc, ev, wk = _class_moves(
-            red, model, best, best_cp, b2, perm, max_work // 2
+            red, model, best, best_cp, b2, perm, max_work // 2 - class_work
         )
-        swaps, evaluations, class_work = swaps + acc, evaluations + ev, wk
+        swaps, evaluations, class_work = swaps + acc, evaluations + ev, class_work + wk
     # iterated local search: kick the best wiring off its local optimum, search again, keep
     # a strictly better result; each kick is charged the work of rebuilding the search state
     # and of ranking every pair's donor penalty

@@ -1,0 +1,143 @@
+"""Class-uniform wirings: every pair of a traffic class holds the same number of circuits.
+
+A training job's pairs fall into a few traffic roles (:func:`.search.pair_classes`: pairs
+that run in the same phases, e.g. the data-parallel ring's, the expert all-to-all's, both),
+and on the hard families the proven optimum is often *uniform within each class*: on
+``dp-ep`` at 64 pods every ring pair holds 6 circuits, every expert-DP pair 4 and the
+all-to-all pairs none; on the 256-pod MoE job of ``benchmarks/ocs_scale.py`` the ring pairs
+hold 5 and the expert pairs none. A local search that moves two or three circuits at a time
+does not reach such a wiring from a rounding that spreads circuits over every class, so the
+rounding (:func:`.rounding.round_wiring`) also starts from the best class-uniform wiring.
+
+With ``K`` classes, ``n_cv`` pairs of class ``c`` at pod ``v`` and a count ``k_c`` per
+class, the wiring ``x_e = k_{class(e)}`` fits the ports when ``Σ_c n_cv k_c ≤ d_v`` at every
+pod and ``k_c ≤ K_c`` (the smallest ``min(d_u, d_v)`` of the class). More circuits never
+slow a transfer, so only the *maximal* vectors (no ``k_c`` can grow by one) are candidates.
+Classes of a single pair (a pipeline hop) are left out (:func:`shared_classes`); the dark
+ports the chosen vector leaves are completed by traffic. The vectors are enumerated depth
+first (class 0's count from the top down; the last class always takes all it can) over the
+distinct pod rows ``(n_{·v}, d_v)``, and each is scored exactly by its hard critical path on
+the reduced DAG. Work (the rounding's unit): a visited node of the enumeration costs the
+number of distinct rows, an evaluation :func:`.search.setup_work`; nothing starts once the
+budget is spent.
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+from trainfabric.ocs.model import OcsModel
+from trainfabric.ocs.wiring.search import _Reduced, hard_cp, setup_work
+
+
+def pod_rows(model: OcsModel, classes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct constraint rows ``(a [R, K], b [R])`` with ``a[r, c]`` the pairs of class
+    ``c`` at a pod of row ``r`` and ``b[r]`` its ports, and the cap ``[K]`` per class."""
+    n_classes = int(classes.max()) + 1
+    iu, iv = model.pairs
+    wired = classes >= 0
+    counts = np.zeros((model.n, n_classes), dtype=np.int64)
+    np.add.at(counts, (iu[wired], classes[wired]), 1)
+    np.add.at(counts, (iv[wired], classes[wired]), 1)
+    rows = np.unique(np.column_stack([counts, model.degrees.astype(np.int64)]), axis=0)
+    pair_cap = np.minimum(model.degrees[iu], model.degrees[iv]).astype(np.int64)
+    cap = np.full(n_classes, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(cap, classes[wired], pair_cap[wired])
+    return rows[:, :-1], rows[:, -1], cap
+
+
+@numba.njit(cache=True)
+def _fit(a, b, cap, load, c):  # pragma: no cover - compiled
+    """Largest ``k`` with ``load + k a[:, c] ≤ b`` on every row, at most ``cap[c]``."""
+    top = cap[c]
+    for r in range(a.shape[0]):
+        if a[r, c] > 0:
+            top = min(top, (b[r] - load[r]) // a[r, c])
+    return max(top, 0)
+
+
+@numba.njit(cache=True)
+def maximal_vectors(a, b, cap, limit, max_nodes):  # pragma: no cover - compiled
+    """Maximal ``k`` (module doc) with ``a k ≤ b``, ``0 ≤ k ≤ cap``, depth first, at most
+    ``limit`` of them and ``max_nodes`` enumeration nodes; returns ``(vectors [m, K], nodes)``."""
+    n_rows, n_classes = a.shape
+    out = np.empty((limit, n_classes), dtype=np.int64)
+    k = np.zeros(n_classes, dtype=np.int64)
+    load = np.zeros((n_classes + 1, n_rows), dtype=np.int64)  # load[c]: classes < c
+    m = 0
+    nodes = 0
+    c = 0
+    k[0] = _fit(a, b, cap, load[0], 0)
+    while m < limit and nodes < max_nodes:
+        nodes += 1
+        load[c + 1] = load[c] + k[c] * a[:, c]
+        if c < n_classes - 1:  # descend: the next class takes all it can first
+            c += 1
+            k[c] = _fit(a, b, cap, load[c], c)
+            continue
+        maximal = True
+        for j in range(n_classes):
+            if k[j] < cap[j] and np.all(load[n_classes] + a[:, j] <= b):
+                maximal = False
+                break
+        if maximal:
+            out[m] = k
+            m += 1
+        c = n_classes - 2  # backtrack to the deepest class that can still give one up
+        while c >= 0 and k[c] == 0:
+            c -= 1
+        if c < 0:
+            break
+        k[c] -= 1
+    return out[:m], nodes
+
+
+def shared_classes(classes: np.ndarray) -> np.ndarray:
+    """``classes`` [P] renumbered ``0..K'-1`` over the classes of two pairs or more; a class
+    of one pair (a pipeline hop) gets -1: uniformity says nothing about it, and its circuits
+    are placed by the completion of the dark ports."""
+    wired = classes >= 0
+    size = np.bincount(classes[wired]) if wired.any() else np.zeros(0, dtype=np.int64)
+    keep = wired & (size[np.maximum(classes, 0)] >= 2) if size.size else wired
+    out = np.full(classes.size, -1, dtype=np.int64)
+    out[keep] = np.unique(classes[keep], return_inverse=True)[1]
+    return out
+
+
+MAX_VECTORS = 4096  # candidates kept from the enumeration, at most
+
+
+def wiring_cp(red: _Reduced, model: OcsModel, x: np.ndarray) -> float:
+    """Hard critical path (s) of the integer wiring ``x`` [P] on the reduced DAG: every
+    group's duration is its longest member's."""
+    dur = red.latency + red.bits / (model.rate_bps * x[red.pair] + model.fallback_bps)
+    return hard_cp(red, np.maximum.reduceat(dur[red.g_comm], red.g_ptr[:-1]))
+
+
+def best_class_uniform(
+    red: _Reduced, model: OcsModel, classes: np.ndarray, budget: int
+) -> tuple[np.ndarray | None, float, int]:
+    """The class-uniform wiring with the shortest hard critical path among the maximal ones
+    enumerated within ``budget`` work units (module doc): ``(x [P] or None when there is no
+    class or no budget, its hard critical path (s), work spent)``. Ties keep the first in
+    enumeration order."""
+    classes = shared_classes(classes)
+    if classes.size == 0 or classes.max() < 0:
+        return None, np.inf, 0
+    a, b, cap = pod_rows(model, classes)
+    per_eval = setup_work(red)
+    max_nodes = max(budget // a.shape[0], 1)
+    vectors, nodes = maximal_vectors(a, b, cap, MAX_VECTORS, max_nodes)
+    work = nodes * a.shape[0]
+    wired = classes >= 0
+    best, best_cp = None, np.inf
+    for k in vectors:
+        if work + per_eval > budget:
+            break
+        x = np.where(wired, k[np.maximum(classes, 0)], 0).astype(np.int64)
+        cp = wiring_cp(red, model, x)
+        work += per_eval
+        if cp < best_cp:
+            best, best_cp = x, cp
+    return best, best_cp, work
