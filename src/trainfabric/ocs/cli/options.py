@@ -48,7 +48,7 @@ EffortOpt = Annotated[
     str,
     typer.Option(
         help="Work budgets: fast (20 solver iterations per stage, a quarter of the search), "
-        "default (50), thorough (300, ten times the search); figures per level in the README."
+        "default (30), thorough (300, ten times the search); figures per level in the README."
     ),
 ]
 # Internal field names of the workloads and OCS APIs -> what the user typed.

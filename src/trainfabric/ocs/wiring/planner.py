@@ -30,13 +30,16 @@ are kept per pod shape for every plan (:func:`.baselines.mesh_candidates`).
 
 Effort (``plan(..., effort=...)``, ``trainfabric ocs plan --effort``): :data:`EFFORTS` sets
 the solver's iterations per annealing stage, the rounding's work budget and whether it tries
-the class moves (:func:`.rounding.round_wiring`: a whole pair class off the circuits, its ports
-re-spent): ``fast`` (20, a quarter of the default search, no class moves), ``default`` (50),
-``thorough`` (300, ten times the search). The class moves cost about a fifth more plan time on
-the moe job at 256 and 1,024 pods and shorten its plan by 10% and 5% there.
-Measured on the hard families against proven optima, 50 iterations per stage give the same
-median gap as 300 and a p95 as low (the rounding's search, not the fractional optimum's last
-digits, sets the plan), at a sixth of the solver's time where the stages run to their cap.
+the class steps (:func:`.rounding.round_wiring`: the class-uniform start of
+:mod:`.class_uniform`, and the class moves that take a whole pair class off the circuits and
+re-spend its ports): ``fast`` (20, a quarter of the default search, no class steps),
+``default`` (30), ``thorough`` (300, ten times the search). The class steps are what reach
+the proven optima of ``dp-ep`` and of the MoE job at 256 pods (every ring pair 5 circuits,
+no expert pair any), which the local moves miss by 1.7-2% and 0.3%.
+Measured on the 90 proven hard instances of ``benchmarks/ocs_vs_milp.py --quick`` with the
+class steps, 30 and 50 iterations per stage both give every plan at its optimum (the
+rounding's search, not the fractional optimum's last digits, sets the plan); 30 takes 40%
+less solver time where the stages run to their cap (pp-dp at 1,024 pods).
 
 A plan is never worse than a baseline it computes: the best near-uniform and the
 demand-proportional wiring are candidates next to the rounding's result (and the warm start's
@@ -221,7 +224,7 @@ WARM_SEARCH_SHARE = 10
 # rounding's search budget in work units per reference size, and its class moves.
 EFFORTS = {
     "fast": {"max_iter": 20, "round_max_moves": rounding.DEFAULT_MAX_MOVES // 4, "classes": False},
-    "default": {"max_iter": 50, "round_max_moves": rounding.DEFAULT_MAX_MOVES, "classes": True},
+    "default": {"max_iter": 30, "round_max_moves": rounding.DEFAULT_MAX_MOVES, "classes": True},
     "thorough": {
         "max_iter": 300,
         "round_max_moves": 10 * rounding.DEFAULT_MAX_MOVES,
