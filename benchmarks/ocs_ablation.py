@@ -22,9 +22,10 @@ What each figure compares (both sides always include the same things):
 * **start only** (``..._start_only``): both sides again without candidates, and with
   ``round_wiring``'s two iterative roundings (which build a wiring from the empty one by the
   marginals and never read ``x_frac``, so they are in every arm) replaced by the start's own
-  floor-and-fill rounding, so that every rounding searched comes from the start. There is no
-  hook for this in ``round_wiring``; :func:`start_only` swaps its private
-  ``_iterative_rounding`` for the duration of one call.
+  floor-and-fill rounding and its class-uniform start (which never reads ``x_frac`` either)
+  left out, so that every rounding searched comes from the start. There is no hook for this
+  in ``round_wiring``; :func:`start_only` swaps its private ``_iterative_rounding`` and its
+  ``best_class_uniform`` for the duration of one call.
 
 * **before the search** (``..._before_search``: the best of the roundings, no search) and
   **1% budget** (``..._low_budget``: ``round_max_moves / 100``): both sides without
@@ -86,22 +87,24 @@ TIE = 1e-9  # relative difference below which two critical paths count as equal
 def start_only(model: OcsModel, start: np.ndarray):
     """Within the block, ``round_wiring``'s iterative roundings from the empty wiring (the
     start-independent ones) return the start's floor-and-fill rounding instead, which
-    ``round_wiring`` then drops as a duplicate: every rounding it searches comes from the start
-    (module doc). Calls from a non-empty wiring (inside the search's moves) are untouched."""
+    ``round_wiring`` then drops as a duplicate, and its class-uniform start is skipped: every
+    rounding it searches comes from the start (module doc). Calls from a non-empty wiring
+    (inside the search's moves) are untouched; the class moves still run."""
     x0 = rounding._floor(model, start)
     fill = rounding._fill(model, x0, start - x0)
-    saved = rounding._iterative_rounding
+    saved = rounding._iterative_rounding, rounding.best_class_uniform
 
     def patched(red, model_, x_in, b2, *rest):
         if x_in.any():
-            return saved(red, model_, x_in, b2, *rest)
+            return saved[0](red, model_, x_in, b2, *rest)
         return fill.copy()
 
     rounding._iterative_rounding = patched
+    rounding.best_class_uniform = lambda *args: (None, np.inf, 0)
     try:
         yield
     finally:
-        rounding._iterative_rounding = saved
+        rounding._iterative_rounding, rounding.best_class_uniform = saved
 
 
 def checked(model: OcsModel, x: np.ndarray) -> int:

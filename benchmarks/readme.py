@@ -578,8 +578,9 @@ def ocs_ablation(r: _View) -> str:
             end with the best of their rounding and the planner's two baseline candidates
             (best near-uniform, demand-proportional), the headline
             `gain_vs_<start>_start_median`; "rounding only": no candidates on either side;
-            "start only": also without the rounding's two iterative roundings, which never read
-            the start; "before the search" and "1% budget": the best rounding before any search,
+            "start only": also without the rounding's two iterative roundings and its
+            class-uniform start, which never read the start; "before the search" and "1%
+            budget": the best rounding before any search,
             and the search with {count(ab["low_budget_max_moves"])} moves, both without
             candidates; "equal time": the arm restarts (perturbed or
             fresh starts) for as long as the full planner's solve and rounding took. Times are

@@ -21,9 +21,10 @@ rest identical (the same ``b2``, search ``seed`` and work budget ``max_moves``):
 
 Every start is a fractional point of ``W≤ = {x ≥ 0 : Σ_u x_uv ≤ d_v}`` in circuits, the kind
 of input the rounding gets from the solver (its cost-aware roundings read the Gibbs marginals
-at the start). Two of :func:`round_wiring`'s roundings (the iterative ones from the empty
-wiring) do not read ``x_frac`` at all, so they are part of every arm; the start decides the
-other three and, through the hard critical path of all five, where the search begins.
+at the start). Three of :func:`round_wiring`'s starts (the iterative roundings from the empty
+wiring and the class-uniform wiring) do not read ``x_frac`` at all, so they are part of every
+arm; the start decides the other three and, through the hard critical path of all six, where
+the search begins.
 
 :func:`round_from` is the rounding from a start; :func:`plan_candidates` and :func:`best_of`
 add :func:`plan`'s two baseline candidates, so that an arm can be compared with or without
