@@ -186,11 +186,11 @@ def test_reuse_changes_nothing_but_the_time(moe):
         fresh = dataclasses.replace(p.reuse, cost=PathCost(job, model), reduced=None)
         return dataclasses.replace(p, reuse=fresh)
 
-    warm1 = plan(first, model, warm_start=before)
+    warm1 = plan(first, model, warm_start=before)  # reuses the cold rounding's reduced DAG
     again1 = plan(first, model, warm_start=rebuilt(before, dag))
     warm2 = plan(second, model, warm_start=warm1)  # reuses warm1's reduced DAG
     again2 = plan(second, model, warm_start=rebuilt(warm1, first))
-    assert warm2.reuse.reduced is not None
+    assert before.reuse.reduced is not None and warm2.reuse.reduced is not None
     for a, b in ((warm1, again1), (warm2, again2)):
         np.testing.assert_array_equal(a.x, b.x)
         for key in ("hard_critical_path_s", "uniform_critical_path_s", "lower_bound_s", "b2"):

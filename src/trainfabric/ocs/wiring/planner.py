@@ -16,17 +16,18 @@ final ``b2`` stage runs, for at most ``WARM_MAX_ITER`` iterations (no annealing)
 is replaced by the rounding's local search (:func:`.search.polish`) started from the previous
 integer wiring (``Plan.x`` or the wiring given) with ``1 / WARM_SEARCH_SHARE`` of its work
 budget: a drift moves the optimum a few circuits, which the search's moves reach, while the
-rounding's five starts from scratch are most of a cold plan's rounding time. The previous
-wiring itself stays a candidate, so a warm plan is never worse than the wiring it started from
-on the new job. A previous :class:`Plan` of the same pods, ports, OCSes, rates and seed also
-hands over its :class:`Reuse`: the path cost's compression, kept when the DAG changed only in
-its bytes (:meth:`.cost.PathCost.with_bytes`), the search's reduced DAG (only its bits are
-new) and, for the same ``b1_rel`` and ``b2_rel``, the temperatures ``b1``, ``b2`` (knobs
-scaled by the job's uniform-mesh critical path, which a drift moves a little; the solver
-resumes at the optimum for those temperatures); when the new wiring equals the old one, its
-split onto the OCSes is kept. What is reused is what a cold plan would compute again (tests
-check a warm plan with and without it to the bit). The traffic-free near-uniform candidates
-are kept per pod shape for every plan (:func:`.baselines.mesh_candidates`).
+rounding's starts from scratch are most of a cold plan's rounding time. The previous wiring
+itself stays a candidate, so a warm plan is never worse than the wiring it started from on the
+new job. A previous :class:`Plan` of the same pods, ports, OCSes, rates and seed also hands over
+its :class:`Reuse`: the path cost's compression, kept when the DAG changed only in its bytes
+(:meth:`.cost.PathCost.with_bytes`), the search's reduced DAG (the rounding's on a cold plan,
+the warm search's on a warm one; only its bits are new) and, for the same ``b1_rel`` and
+``b2_rel``, the temperatures ``b1``, ``b2`` (knobs scaled by the job's uniform-mesh critical
+path, which a drift moves a little; the solver resumes at the optimum for those temperatures);
+when the new wiring equals the old one, its split onto the OCSes is kept. What is reused is what
+a cold plan would compute again (tests check a warm plan with and without it to the bit). The
+traffic-free near-uniform candidates are kept per pod shape for every plan
+(:func:`.baselines.mesh_candidates`).
 
 Effort (``plan(..., effort=...)``, ``trainfabric ocs plan --effort``): :data:`EFFORTS` sets
 the solver's iterations per annealing stage, the rounding's work budget and whether it tries
@@ -105,12 +106,13 @@ from trainfabric.workloads.traffic import PhaseTraffic, dag_from_traffic, traffi
 class Reuse:
     """What a re-plan of the same job can reuse (kept in memory, never written out): the path
     cost, whose compression holds while only bytes drift (:meth:`.PathCost.with_bytes`), the
-    seed and temperature knobs it was planned with, and the warm search's reduced DAG."""
+    seed and temperature knobs it was planned with, and the search's reduced DAG (the
+    rounding's on a cold plan, the warm search's on a warm one)."""
 
     cost: PathCost
     seed: int
     b_rel: tuple[float, float]
-    reduced: Any = None  # the warm search's reduced DAG (.search._Reduced) at ``reduced_b2``
+    reduced: Any = None  # the search's reduced DAG (.search._Reduced) at ``reduced_b2``
     reduced_b2: float = float("nan")
 
 
@@ -357,17 +359,16 @@ def plan(
     start = None if warm_start is None else _warm_wiring(model, warm_start)
     reduced = None
     if start is None:
-        ours = [
-            rounding.round_wiring(
-                cost,
-                model,
-                res.x,
-                b2=b2,
-                seed=seed,
-                max_moves=round_max_moves,
-                classes=budgets["classes"],
-            ).x
-        ]
+        rounded = rounding.round_wiring(
+            cost,
+            model,
+            res.x,
+            b2=b2,
+            seed=seed,
+            max_moves=round_max_moves,
+            classes=budgets["classes"],
+        )
+        ours, reduced = [rounded.x], rounded.reduced
     else:
         reduced = _reduced(cost, model, b2, reuse if drifted else None)
         ours = [_warm_search(reduced, model, start, b2, seed, round_max_moves), start]

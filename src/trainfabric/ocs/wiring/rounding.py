@@ -17,7 +17,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numba
 import numpy as np
@@ -374,8 +374,9 @@ class RoundResult:
     candidate moves evaluated; ``work``: work units spent (the budget's unit, see
     :func:`round_wiring`) by the search and the kicks, ``class_work`` by the class-uniform
     start and the class moves (a budget of their own); ``starts``: roundings searched from;
-    ``wall_s``. ``success``: the wiring's critical path is finite (always, the fallback rate
-    serving unwired pairs);
+    ``wall_s``; ``reduced``: the reduced DAG the search ran on (at ``b2``), which a warm
+    re-plan of the same job reuses. ``success``: the wiring's critical path is finite (always,
+    the fallback rate serving unwired pairs);
     ``message``: the critical path before and after the search.
     """
 
@@ -388,6 +389,7 @@ class RoundResult:
     starts: int
     wall_s: float
     class_work: int = 0
+    reduced: _Reduced | None = field(default=None, repr=False)
 
     @property
     def success(self) -> bool:
@@ -851,4 +853,5 @@ def round_wiring(
         starts=len(starts),
         wall_s=time.perf_counter() - t0,
         class_work=class_work,
+        reduced=red,
     )
