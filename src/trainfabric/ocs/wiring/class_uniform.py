@@ -17,9 +17,9 @@ Classes of a single pair (a pipeline hop) are left out (:func:`shared_classes`);
 ports the chosen vector leaves are completed by traffic. The vectors are enumerated depth
 first (class 0's count from the top down; the last class always takes all it can) over the
 distinct pod rows ``(n_{·v}, d_v)``, and each is scored exactly by its hard critical path on
-the reduced DAG. Work (the rounding's unit): a visited node of the enumeration costs the
-number of distinct rows, an evaluation :func:`.search.setup_work`; nothing starts once the
-budget is spent.
+the reduced DAG. Work (the rounding's unit): the row entries the enumeration touches (each
+node's load update and fit, each leaf's maximality test), and :func:`.search.setup_work` per
+evaluation; nothing starts once the budget is spent.
 """
 
 from __future__ import annotations
@@ -58,19 +58,20 @@ def _fit(a, b, cap, load, c):  # pragma: no cover - compiled
 
 
 @numba.njit(cache=True)
-def maximal_vectors(a, b, cap, limit, max_nodes):  # pragma: no cover - compiled
+def maximal_vectors(a, b, cap, limit, max_work):  # pragma: no cover - compiled
     """Maximal ``k`` (module doc) with ``a k ≤ b``, ``0 ≤ k ≤ cap``, depth first, at most
-    ``limit`` of them and ``max_nodes`` enumeration nodes; returns ``(vectors [m, K], nodes)``."""
+    ``limit`` of them, stopping once ``max_work`` row entries were touched; returns
+    ``(vectors [m, K], work)``."""
     n_rows, n_classes = a.shape
     out = np.empty((limit, n_classes), dtype=np.int64)
     k = np.zeros(n_classes, dtype=np.int64)
     load = np.zeros((n_classes + 1, n_rows), dtype=np.int64)  # load[c]: classes < c
     m = 0
-    nodes = 0
+    work = n_rows
     c = 0
     k[0] = _fit(a, b, cap, load[0], 0)
-    while m < limit and nodes < max_nodes:
-        nodes += 1
+    while m < limit and work < max_work:
+        work += 2 * n_rows  # this node's load update and the next fit
         load[c + 1] = load[c] + k[c] * a[:, c]
         if c < n_classes - 1:  # descend: the next class takes all it can first
             c += 1
@@ -78,6 +79,7 @@ def maximal_vectors(a, b, cap, limit, max_nodes):  # pragma: no cover - compiled
             continue
         maximal = True
         for j in range(n_classes):
+            work += n_rows
             if k[j] < cap[j] and np.all(load[n_classes] + a[:, j] <= b):
                 maximal = False
                 break
@@ -90,7 +92,7 @@ def maximal_vectors(a, b, cap, limit, max_nodes):  # pragma: no cover - compiled
         if c < 0:
             break
         k[c] -= 1
-    return out[:m], nodes
+    return out[:m], work
 
 
 def shared_classes(classes: np.ndarray) -> np.ndarray:
@@ -127,9 +129,7 @@ def best_class_uniform(
         return None, np.inf, 0
     a, b, cap = pod_rows(model, classes)
     per_eval = setup_work(red)
-    max_nodes = max(budget // a.shape[0], 1)
-    vectors, nodes = maximal_vectors(a, b, cap, MAX_VECTORS, max_nodes)
-    work = nodes * a.shape[0]
+    vectors, work = maximal_vectors(a, b, cap, MAX_VECTORS, budget)
     wired = classes >= 0
     best, best_cp = None, np.inf
     for k in vectors:
