@@ -28,7 +28,7 @@ import numba
 import numpy as np
 
 from trainfabric.ocs.model import OcsModel
-from trainfabric.ocs.wiring.search import _Reduced, hard_cp, setup_work
+from trainfabric.ocs.wiring.search import _Reduced, comm_durations, hard_cp, setup_work
 
 
 def pod_rows(model: OcsModel, classes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -113,7 +113,7 @@ MAX_VECTORS = 4096  # candidates kept from the enumeration, at most
 def wiring_cp(red: _Reduced, model: OcsModel, x: np.ndarray) -> float:
     """Hard critical path (s) of the integer wiring ``x`` [P] on the reduced DAG: every
     group's duration is its longest member's."""
-    dur = red.latency + red.bits / (model.rate_bps * x[red.pair] + model.fallback_bps)
+    dur = comm_durations(red, model, x)
     return hard_cp(red, np.maximum.reduceat(dur[red.g_comm], red.g_ptr[:-1]))
 
 

@@ -193,7 +193,7 @@ def _contract(hard, soft, group, es, ed):
 def _polish_state(red: _Reduced, model: OcsModel, x: np.ndarray, b2: float) -> tuple:
     """Mutable arrays of the polishing kernel: comm durations (s), group members sorted by
     decreasing duration, group maxima (s) and group log-sum-exps (scaled by ``b2``)."""
-    dur = red.latency + red.bits / (model.rate_bps * x[red.pair] + model.fallback_bps)
+    dur = comm_durations(red, model, x)
     g_sorted, gval, glse = _group_state(red.g_ptr, red.g_comm, dur, b2)
     return dur, g_sorted, gval, glse
 
@@ -730,6 +730,12 @@ def _polish(
                 return True, accepted, evals, work
             idle[:] = False
     return False, accepted, evals, work
+
+
+def comm_durations(red: _Reduced, model: OcsModel, x: np.ndarray) -> np.ndarray:
+    """Duration (s) of every comm node under the integer wiring ``x`` [P]:
+    ``latency + bits / (B x_e + B0)``."""
+    return red.latency + red.bits / (model.rate_bps * x[red.pair] + model.fallback_bps)
 
 
 def hard_cp(red: _Reduced, gval: np.ndarray) -> float:
