@@ -32,12 +32,12 @@ from trainfabric.ocs.wiring.search import (
     _pair_id,
     _polish_state,
     _Reduced,
-    _soft_sweeps,
     hard_cp,
     kick,
     pair_classes,
     polish,
     setup_work,
+    unit_gains,
 )
 
 _INT_TOL = 1e-9
@@ -457,17 +457,13 @@ def _iterative_rounding(
     iu, iv = model.pairs
     allowed = np.ones(model.n_pairs, dtype=bool) if forbid is None else ~forbid
     x = x0.copy()
-    rate, b0 = model.rate_bps, model.fallback_bps
     gain = np.zeros(model.n_pairs)
     for _ in range(_ROUNDS_MAX):
         left = model.free_ports(x)
         cand = np.flatnonzero((left[iu] > 0) & (left[iv] > 0) & allowed)
         if cand.size == 0:
             break
-        gain = _unit_gains(
-            x, red.pair, red.bits, red.latency, red.g_ptr, red.g_comm, red.g_rnode, b2, rate,
-            b0, red.fixed_soft, red.group, red.pindptr, red.pindices, red.sindptr, red.sindices,
-        )  # fmt: skip
+        gain = unit_gains(red, model, x, b2)
         cand = cand[gain[cand] > 0]
         if cand.size == 0:
             break
@@ -475,37 +471,6 @@ def _iterative_rounding(
         quota = max(1, int(min(left.sum() // 2, model.max_circuits - x.sum())) // 2)
         _take_once(order, iu, iv, x, left, quota)
     return _fill(model, x, gain, forbid)
-
-
-@numba.njit(cache=True)
-def _unit_gains(
-    x, pair, bits, lat, g_ptr, g_comm, g_rnode, b2, rate, b0,
-    fixed_soft, group, pindptr, pindices, sindptr, sindices,
-):  # fmt: skip  # pragma: no cover - compiled
-    """``g_e = Σ_{c∈e} μ_c · 8 b_c (f(x_e) − f(x_e + 1))`` for every pair (s): comm durations,
-    every group's LSE (scaled by ``b2``), the soft sweeps' marginals ``μ_r`` of the reduced
-    DAG and the members' shares ``μ_c = μ_r exp(b2 t_c − LSE_g)``, in one O(|comm|) pass."""
-    n_groups = g_ptr.size - 1
-    dur = lat + bits / (rate * x[pair] + b0)
-    glse = np.empty(n_groups)
-    for g in range(n_groups):
-        top = -np.inf
-        for idx in range(g_ptr[g], g_ptr[g + 1]):
-            top = max(top, dur[g_comm[idx]])
-        acc = 0.0
-        for idx in range(g_ptr[g], g_ptr[g + 1]):
-            acc += np.exp(b2 * (dur[g_comm[idx]] - top))
-        glse[g] = b2 * top + np.log(acc)
-    mu = _soft_sweeps(fixed_soft, group, glse, pindptr, pindices, sindptr, sindices)[3]
-    gain = np.zeros(x.size)
-    for g in range(n_groups):
-        mg = mu[g_rnode[g]]
-        for idx in range(g_ptr[g], g_ptr[g + 1]):
-            c = g_comm[idx]
-            y = x[pair[c]]
-            save = bits[c] * (1.0 / (rate * y + b0) - 1.0 / (rate * (y + 1) + b0))
-            gain[pair[c]] += mg * np.exp(b2 * dur[c] - glse[g]) * save
-    return gain
 
 
 @numba.njit(cache=True)
@@ -788,7 +753,7 @@ def round_wiring(
     class_work = 0
     if classes:  # the class steps share a budget of their own (half the search's)
         uniform, _, class_work = best_class_uniform(
-            red, model, pair_classes(red, model.n_pairs), max_work // 2
+            red, model, pair_classes(red, model.n_pairs), max_work // 2, b2
         )
         if uniform is not None:
             uniform = _fill(model, uniform, np.bincount(red.pair, red.bits, model.n_pairs))

@@ -744,6 +744,48 @@ def hard_cp(red: _Reduced, gval: np.ndarray) -> float:
     return float(_hard_sweeps(red.fixed, red.group, gval, *args)[2][-1])
 
 
+def unit_gains(red: _Reduced, model: OcsModel, x: np.ndarray, b2: float) -> np.ndarray:
+    """Linearised saving (s) of one more circuit on every pair [P] at the integer wiring ``x``:
+    ``g_e = Σ_{c∈e} μ_c · 8 b_c (f(x_e) − f(x_e + 1))`` with ``μ_c`` the Gibbs marginals at
+    ``b2`` (1/s) and ``f(y) = 1/(B y + B0)``."""
+    return _unit_gains(
+        x, red.pair, red.bits, red.latency, red.g_ptr, red.g_comm, red.g_rnode, b2,
+        model.rate_bps, model.fallback_bps, red.fixed_soft, red.group, red.pindptr,
+        red.pindices, red.sindptr, red.sindices,
+    )  # fmt: skip
+
+
+@numba.njit(cache=True)
+def _unit_gains(
+    x, pair, bits, lat, g_ptr, g_comm, g_rnode, b2, rate, b0,
+    fixed_soft, group, pindptr, pindices, sindptr, sindices,
+):  # fmt: skip  # pragma: no cover - compiled
+    """``g_e = Σ_{c∈e} μ_c · 8 b_c (f(x_e) − f(x_e + 1))`` for every pair (s): comm durations,
+    every group's LSE (scaled by ``b2``), the soft sweeps' marginals ``μ_r`` of the reduced
+    DAG and the members' shares ``μ_c = μ_r exp(b2 t_c − LSE_g)``, in one O(|comm|) pass."""
+    n_groups = g_ptr.size - 1
+    dur = lat + bits / (rate * x[pair] + b0)
+    glse = np.empty(n_groups)
+    for g in range(n_groups):
+        top = -np.inf
+        for idx in range(g_ptr[g], g_ptr[g + 1]):
+            top = max(top, dur[g_comm[idx]])
+        acc = 0.0
+        for idx in range(g_ptr[g], g_ptr[g + 1]):
+            acc += np.exp(b2 * (dur[g_comm[idx]] - top))
+        glse[g] = b2 * top + np.log(acc)
+    mu = _soft_sweeps(fixed_soft, group, glse, pindptr, pindices, sindptr, sindices)[3]
+    gain = np.zeros(x.size)
+    for g in range(n_groups):
+        mg = mu[g_rnode[g]]
+        for idx in range(g_ptr[g], g_ptr[g + 1]):
+            c = g_comm[idx]
+            y = x[pair[c]]
+            save = bits[c] * (1.0 / (rate * y + b0) - 1.0 / (rate * (y + 1) + b0))
+            gain[pair[c]] += mg * np.exp(b2 * dur[c] - glse[g]) * save
+    return gain
+
+
 def setup_work(red: _Reduced) -> int:
     """Work units (:func:`_polish`'s) charged for building the search state of a wiring
     (comm durations, sorted groups, sweeps): comm nodes + merged nodes + edges."""
