@@ -15,6 +15,8 @@ from trainfabric.ocs.model import OcsModel
 from trainfabric.ocs.online.drift import drift_traffic
 from trainfabric.ocs.wiring import class_uniform
 from trainfabric.ocs.wiring.class_uniform import (
+    ASCENT_SHARE,
+    _ascend,
     _grow,
     best_class_uniform,
     class_search,
@@ -200,3 +202,36 @@ def test_a_cold_plan_after_drift_is_no_worse_than_the_old_plan():
     drifted = drift_traffic(dag, 0.1, seed=3)
     before = plan(dag, model).x
     assert plan(drifted, model).hard_critical_path_s <= PathCost(drifted, model).hard(before)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(2, 4), st.integers(0, 2**31))
+def test_ascent_steps_follow_the_savings_down_to_their_share(n_classes, seed):
+    """Under fixed weights, each step grows the fitting class of largest saving ``W_c (f(k_c) −
+    f(k_c + 1))`` (brute force over the classes), and the steps stop below ``ASCENT_SHARE`` of
+    the first saving or when nothing fits."""
+    rng = np.random.default_rng(seed)
+    model = OcsModel.uniform(4, 8, 4)
+    a = rng.integers(1, 3, (2, n_classes)).astype(np.int64)
+    b, cap = np.array([12, 9], np.int64), rng.integers(1, 7, n_classes).astype(np.int64)
+    weight = rng.uniform(0.1, 1.0, n_classes)
+    k = np.zeros(n_classes, np.int64)
+    moved = _ascend(a, b, cap, k, weight, model)
+
+    def saving(j, kk):
+        return weight[j] * (f(kk) - f(kk + 1))
+
+    def f(y):
+        return 1.0 / (model.rate_bps * y + model.fallback_bps)
+
+    want, first = np.zeros(n_classes, np.int64), None
+    while True:
+        fits = [j for j in range(n_classes) if want[j] < cap[j] and (a @ want + a[:, j] <= b).all()]
+        if not fits:
+            break
+        j = max(fits, key=lambda c: saving(c, want[c]))
+        if first is not None and saving(j, want[j]) < ASCENT_SHARE * first:
+            break
+        first = saving(j, want[j]) if first is None else first
+        want[j] += 1
+    assert moved and np.array_equal(k, want)

@@ -22,22 +22,25 @@ the reduced DAG.
 The number of maximal vectors grows fast with ``K``: a pipeline-plus-data-parallel job has
 one class per pipeline hop and per stage's ring (15 at 8 stages); at 256 pods the depth-first
 enumeration meets 81 maximal vectors in 5.7 M work units, all with class 0 at its maximum.
-So a search in class space (:func:`class_search`) runs first, the enumeration gets what is
-left, and its answer replaces the search's only when it is complete and every vector could
-be scored (the answer is then exact):
+So the enumeration first runs within an eighth of the budget; its answer is taken when it is
+complete and every vector can be scored (it is then exact). Otherwise a search in class
+space runs (:func:`class_search`), then the enumeration again within what is left:
 
-* **ascent** from ``k = 0``: one soft sweep gives every class's linearised saving of one
-  more circuit on each of its pairs, ``G_c = Σ_{e∈c} g_e`` (:func:`.search.unit_gains`), and
-  the class with the largest ``G_c`` that still fits grows by one, until none fits or no
-  saving is positive;
+* **ascent** from ``k = 0``: one soft sweep gives every class's weight ``W_c = Σ_{m∈c} μ_m
+  8 b_m`` (the Gibbs marginals ``μ`` at ``b2``, :func:`.search.unit_gains`), so one more
+  circuit on each pair of ``c`` saves ``W_c (f(k_c) − f(k_c + 1))`` to first order; the
+  fitting class of largest saving grows by one, again under the same marginals while the
+  largest saving is at least a quarter of the sweep's first, then the next sweep; until no
+  class fits or no saving is positive;
 * **descent** by exchanges: ``k_i − 1, k_j + 1``, then every class grown while it fits
   (``j`` first, then by index), scored exactly by ``(hard critical path, b2·U)``
   lexicographically; the first strict improvement is taken, until no exchange improves.
 
-Measured on the 8-stage pipeline-parallel job of ``benchmarks/ocs_scale.py`` at 256 pods
-with ±10% drifted bytes: the truncated enumeration left the rounding's best start at 4.43 s
-and the plan at 3.96 s (70% above the certified bound); the class search gives 2.61 s, the
-cold plan's critical path on the undrifted job being 2.46 s.
+Measured on the 8-stage pipeline-parallel job of ``benchmarks/ocs_scale.py`` with ±10%
+drifted bytes: at 256 pods the cut enumeration left the rounding's best start at 4.43 s and
+the plan at 3.96 s (70% above its certified bound), and the class search gives 2.60 s; at
+1,024 pods 3.98 s becomes 2.64 s (26 sweeps and 12 M work units; growing one class per sweep
+took 64 sweeps and ended at 2.65 s).
 
 Work (the rounding's unit): the row entries the enumeration touches (each node's load update
 and fit, each leaf's maximality test), and :func:`.search.setup_work` per evaluation or
@@ -143,6 +146,8 @@ def shared_classes(classes: np.ndarray) -> np.ndarray:
 
 
 MAX_VECTORS = 4096  # candidates kept from the enumeration, at most
+PROBE_SHARE = 8  # the first enumeration stops at 1/8 of the budget
+ASCENT_SHARE = 0.25  # an ascent sweep's steps go on down to 1/4 of its first saving
 
 
 def wiring_cp(red: _Reduced, model: OcsModel, x: np.ndarray) -> float:
@@ -155,25 +160,31 @@ def wiring_cp(red: _Reduced, model: OcsModel, x: np.ndarray) -> float:
 def best_class_uniform(
     red: _Reduced, model: OcsModel, classes: np.ndarray, budget: int, b2: float
 ) -> tuple[np.ndarray | None, float, int]:
-    """The best class-uniform wiring found within ``budget`` work units (module doc):
-    :func:`class_search` first (it ends at its local optimum), then the enumeration within
-    what is left. When the enumeration is complete and every vector's evaluation fits: the
-    best maximal vector by hard critical path (exact; ties keep the first in enumeration
-    order). Otherwise the class search's vector, replaced by an enumerated one (scored in
-    order while the budget lasts) only when strictly shorter. ``b2`` (1/s) is the temperature
-    of ``red``'s soft constants. Returns ``(x [P] or None when there is no class or no budget,
+    """The best class-uniform wiring found within ``budget`` work units (module doc). The
+    enumeration runs first within ``1/PROBE_SHARE`` of the budget; when it is complete and
+    every vector's evaluation fits, its answer is exact: the best maximal vector by hard
+    critical path, ties keeping the first in enumeration order. Otherwise
+    :func:`class_search` runs (it ends at its local optimum), a cut enumeration runs again
+    within what is left, and the search's vector is replaced by the enumeration's exact
+    answer where that became possible, else by an enumerated vector (scored in order while
+    the budget lasts) only when strictly shorter. ``b2`` (1/s) is the temperature of
+    ``red``'s soft constants. Returns ``(x [P] or None when there is no class or no budget,
     its hard critical path (s), work spent)``."""
     classes = shared_classes(classes)
     if classes.size == 0 or classes.max() < 0:
         return None, np.inf, 0
     rows = a, b, cap = pod_rows(model, classes)
     per_eval = setup_work(red)
-    k, best_cp, work = class_search(red, model, classes, rows, budget, b2)
-    best = None if k is None else _uniform(classes, k)
-    vectors, spent, complete = maximal_vectors(a, b, cap, MAX_VECTORS, budget - work)
-    work += spent
-    if complete and work + len(vectors) * per_eval <= budget:  # exact: the search adds nothing
-        best, best_cp = None, np.inf
+    vectors, work, complete = maximal_vectors(a, b, cap, MAX_VECTORS, budget // PROBE_SHARE)
+    best, best_cp = None, np.inf
+    if not (complete and work + len(vectors) * per_eval <= budget):
+        k, best_cp, spent = class_search(red, model, classes, rows, budget - work, b2)
+        best, work = (None if k is None else _uniform(classes, k)), work + spent
+        if not complete:
+            vectors, spent, complete = maximal_vectors(a, b, cap, MAX_VECTORS, budget - work)
+            work += spent
+        if complete and work + len(vectors) * per_eval <= budget:  # exact after all
+            best, best_cp = None, np.inf
     for k in vectors:
         if work + per_eval > budget:
             break
@@ -206,6 +217,27 @@ def _grow(a, b, cap, k: np.ndarray, order) -> np.ndarray:
     return k
 
 
+def _saving(model: OcsModel, k: np.ndarray) -> np.ndarray:
+    """``f(k) − f(k + 1)`` (s/bit), ``f(y) = 1/(B y + B0)``: one more circuit's saving per bit."""
+    rate, b0 = model.rate_bps, model.fallback_bps
+    return 1.0 / (rate * k + b0) - 1.0 / (rate * (k + 1) + b0)
+
+
+def _ascend(a, b, cap, k: np.ndarray, weight: np.ndarray, model: OcsModel) -> bool:
+    """The ascent's steps under one sweep's marginals (in place): grow the fitting class of
+    largest saving ``weight_c (f(k_c) − f(k_c + 1))`` by one while that saving is at least
+    ``ASCENT_SHARE`` of the first step's; False when no class fits with a positive saving."""
+    first = None
+    while True:
+        fits = (k < cap) & ((a @ k)[:, None] + a <= b[:, None]).all(axis=0)
+        gain = np.where(fits, weight * _saving(model, k), 0.0)
+        top = gain.max(initial=0.0)
+        if not top > 0 or (first is not None and top < ASCENT_SHARE * first):
+            return first is not None
+        first = top if first is None else first
+        k[int(np.argmax(gain))] += 1
+
+
 def class_search(
     red: _Reduced, model: OcsModel, classes: np.ndarray, rows: tuple, budget: int, b2: float
 ) -> tuple[np.ndarray | None, float, int]:
@@ -223,12 +255,9 @@ def class_search(
     while work + 2 * per_eval <= budget:  # ascent, leaving room for one exact score
         work += per_eval
         unit = unit_gains(red, model, _uniform(classes, k), b2)
-        gain = np.bincount(classes[wired], unit[wired], minlength=n_classes)
-        fits = (k < cap) & ((a @ k)[:, None] + a <= b[:, None]).all(axis=0)
-        gain = np.where(fits, gain, 0.0)
-        if not gain.max(initial=0.0) > 0:
+        weight = np.bincount(classes[wired], unit[wired], minlength=n_classes) / _saving(model, k)
+        if not _ascend(a, b, cap, k, weight, model):
             break
-        k[int(np.argmax(gain))] += 1
     if work + per_eval > budget:
         return None, np.inf, work
     work += per_eval
