@@ -691,7 +691,8 @@ def ocs_online(r: _View) -> str:
             f"{pct(on['threshold_beats_always_and_never_share'], 0)}; "
             f"{pct(on['threshold_beats_both_share'], 0)} "
             f"({pct(on['threshold_matches_or_beats_both_share'], 0)} counting ties); "
-            f"{pct(on['oracle_beats_always_and_never_share'], 0)}",
+            f"{pct(on['oracle_beats_always_and_never_share'], 0)} "
+            f"({pct(on['oracle_matches_or_beats_both_share'], 0)} counting ties)",
             ">= 80%",
         ],
         [
@@ -782,8 +783,10 @@ def ocs_online_weak(r: _View) -> str:
         beats both always- and never-switch in only
         {pct(on["threshold_beats_always_and_never_share"], 0)} of the compare cells, the oracle θ
         in {pct(on["oracle_beats_always_and_never_share"], 0)}), so the bound holds with room
-        while the policy it tunes is not the best threshold. On drift concentrated in a few jumps
-        the regret is flat in T (slope
+        while the policy it tunes is not the best threshold. In
+        {on["never_at_or_below_oracle_cells"]} of the {on["cells"]} cells never-rewire is at or
+        below the hindsight-best θ, so no threshold on the oracle's grid beats it there. On
+        drift concentrated in a few jumps the regret is flat in T (slope
         {fixed(abs(on["regret_loglog_slope_by_generator"]["jumps"]))}), which the O(sqrt T) bound
         allows but the headline slope counts. The GLR detector's non-asymptotic threshold is
         conservative (false-alarm rate {pct(fa[loosest]["pooled_rate"])} in
