@@ -35,10 +35,14 @@ from trainfabric.workloads.presets import GPT3
 
 
 def _brute_maximal(a, b, cap) -> set[tuple]:
-    box = [range(int(c) + 1) for c in cap]
-    feasible = {k for k in itertools.product(*box) if (a @ np.array(k) <= b).all()}
-    unit = np.eye(len(cap), dtype=np.int64)
-    return {k for k in feasible if not any(tuple(np.array(k) + u) in feasible for u in unit)}
+    """Every vector of the box ``0..cap`` that fits ``a k <= b`` and cannot grow by one in any
+    class: the whole box, filtered (vectorised)."""
+    grid = np.stack(np.meshgrid(*[np.arange(int(c) + 1) for c in cap], indexing="ij"), -1)
+    k = grid.reshape(-1, len(cap))
+    load = k @ a.T
+    k, load = k[(load <= b).all(axis=1)], load[(load <= b).all(axis=1)]
+    grows = (k < cap) & (load[:, :, None] + a[None] <= b[None, :, None]).all(axis=1)
+    return {tuple(int(v) for v in row) for row in k[~grows.any(axis=1)]}
 
 
 @settings(max_examples=60, deadline=None)
