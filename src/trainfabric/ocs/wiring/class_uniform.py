@@ -56,7 +56,7 @@ import numpy as np
 
 from trainfabric.ocs.model import OcsModel
 from trainfabric.ocs.wiring.search import (
-    _group_state,
+    _polish_state,
     _Reduced,
     _soft_sweeps,
     comm_durations,
@@ -204,7 +204,7 @@ def _uniform(classes: np.ndarray, k: np.ndarray) -> np.ndarray:
 def _score(red: _Reduced, model: OcsModel, x: np.ndarray, b2: float) -> tuple[float, float]:
     """``(hard critical path (s), b2·U)`` of the integer wiring ``x`` on the reduced DAG, ``U``
     the smoothed critical path at ``b2`` (s)."""
-    _, gval, glse = _group_state(red.g_ptr, red.g_comm, comm_durations(red, model, x), b2)
+    _, _, gval, glse = _polish_state(red, model, x, b2)
     args = (red.group, glse, red.pindptr, red.pindices, red.sindptr, red.sindices)
     return hard_cp(red, gval), float(_soft_sweeps(red.fixed_soft, *args)[2][-1])
 
