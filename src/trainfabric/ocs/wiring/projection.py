@@ -37,6 +37,18 @@ than the float64 range are fine: only ``w`` itself may underflow, ``log w`` is e
 Convergence: the relative degree residual ``max_v |S_v − r_v| / r_v ≤ tol`` of the returned
 ``w``. For ``n = 2`` there is one pair and ``W = {1}``.
 
+**Sparse support** (``split``). Where ``ℓ_e = α_u + α_v`` on every pair outside a support
+``T`` (pairs without traffic keep the prior's and the duals' product form through the
+solver's steps), the row sums split as
+
+    S_u = Σ_{v ∈ T(u)} w_uv + c_u (Σ_v c_v − c_u − Σ_{v ∈ T(u)} c_v),   c = e^{α − λ},
+
+so a sweep costs ``O(n + |T|)`` instead of ``O(P)`` (at 1,024 pods and a sparse job,
+~500x fewer terms). ``log w = ℓ − λ_u − λ_v`` is still materialised on every pair, ``w`` as
+``e^{log w}`` on ``T`` and as ``c_u c_v`` elsewhere (no exponential per pair); the residual
+is that of the returned ``w``. The result equals the dense kernel's to the rounding of the
+product form (``tests/ocs/test_projection.py``).
+
 **Inequality version** (``inequality=True``, dark ports): the projection onto
 ``W≤ = {w ≥ 0 : Σ_u w_uv ≤ r_v}``. Same form ``w_uv = y_uv e^{−λ_u−λ_v}``, now with ``λ ≥ 0``
 (``a_v ≤ 1``): the dual is ``min_{λ ≥ 0} ψ(λ)`` and the KKT conditions are ``S_v ≤ r_v``,
@@ -121,6 +133,17 @@ class ProjectionResult:
         return np.exp(-self.duals)
 
 
+@dataclass(frozen=True)
+class Split:
+    """The structure of ``ℓ = log y`` that :func:`project` may use (module doc, sparse
+    support): ``support`` (int64, pair indices) and ``alpha`` [n] with ``ℓ_e = α_u + α_v``
+    on every other pair, to rounding. The caller guarantees it (the solver checks it once
+    and keeps it by construction, :func:`.solver.solve`)."""
+
+    support: np.ndarray
+    alpha: np.ndarray
+
+
 # -- compiled kernels over the pairs in triu order (row u holds v = u+1..n-1) -----------------
 
 
@@ -128,6 +151,55 @@ class ProjectionResult:
 def _rowsums_product(y, a):  # pragma: no cover - compiled
     """``S = a ⊙ (Y a)``: the row sums of ``w_uv = y_uv a_u a_v`` without forming ``w``."""
     return a * _pair_matvec(y, a)
+
+
+@numba.njit(cache=True)
+def _rowsums_split(su, sv, y_t, a, c):  # pragma: no cover - compiled
+    """Row sums of ``w`` from the support pairs ``(su, sv)`` with weights ``y_t a_u a_v`` and
+    the product part ``c_u c_v`` on every other pair (module doc; clipped at 0 where rounding
+    leaves a row with no product part slightly negative)."""
+    n = a.size
+    s = np.zeros(n)
+    near = np.zeros(n)
+    for k in range(su.size):
+        u, v = su[k], sv[k]
+        x = y_t[k] * a[u] * a[v]
+        s[u] += x
+        s[v] += x
+        near[u] += c[v]
+        near[v] += c[u]
+    total = c.sum()
+    for u in range(n):
+        s[u] += c[u] * max(total - c[u] - near[u], 0.0)
+    return s
+
+
+@numba.njit(cache=True)
+def _fill_split(logy, lam, support, c, log_w, w):  # pragma: no cover - compiled
+    """``log_w = ℓ_uv − λ_u − λ_v`` on every pair; ``w = exp(log_w)`` on the (sorted) support
+    and the product ``c_u c_v`` elsewhere (no exponential there); returns the row sums."""
+    n = lam.size
+    s = np.zeros(n)
+    e = 0
+    k = 0
+    for u in range(n - 1):
+        lu = lam[u]
+        cu = c[u]
+        acc = 0.0
+        for v in range(u + 1, n):
+            z = logy[e] - lu - lam[v]
+            log_w[e] = z
+            if k < support.size and support[k] == e:
+                x = np.exp(z)
+                k += 1
+            else:
+                x = cu * c[v]
+            w[e] = x
+            acc += x
+            s[v] += x
+            e += 1
+        s[u] += acc
+    return s
 
 
 @numba.njit(cache=True)
@@ -284,38 +356,70 @@ class _Kernel:
     computed as ``ℓ − λ_u − λ_v`` (exact).
     """
 
-    def __init__(self, logy: np.ndarray, model: OcsModel, lam: np.ndarray):
+    def __init__(
+        self, logy: np.ndarray, model: OcsModel, lam: np.ndarray, split: Split | None = None
+    ):
         """Absorb at the start duals ``lam``, first shifting them in place by a constant if
-        ``w(lam)`` would overflow."""
+        ``w(lam)`` would overflow. With ``split`` the absorbed kernel is kept on the support
+        pairs and as the pod factors ``e^{α − μ}`` (module doc), not over every pair."""
         self.n = model.n
         self.logy = logy
         self.r = model.r
         self.log_r = np.log(self.r)
         self.log_w = np.empty_like(logy)
         self.w = np.empty_like(logy)
-        self.y = np.empty_like(logy)
-        zmax = _log_weights(logy, lam, self.y)
+        self.split = split
+        if split is None:
+            self.y = np.empty_like(logy)
+            zmax = _log_weights(logy, lam, self.y)
+            if zmax > _SAFE_EXP:
+                lam += 0.5 * zmax
+                self.y -= zmax
+            np.exp(self.y, out=self.y)
+            self.mu = lam.copy()
+            return
+        iu, iv = model.pairs
+        self.su, self.sv = iu[split.support], iv[split.support]
+        self.logy_t = logy[split.support]
+        z = self.logy_t - lam[self.su] - lam[self.sv]
+        zmax = max(z.max(initial=-np.inf), 2.0 * float((split.alpha - lam).max()))
         if zmax > _SAFE_EXP:
             lam += 0.5 * zmax
-            self.y -= zmax
-        np.exp(self.y, out=self.y)
+        self._absorb(lam)
+
+    def _absorb(self, lam: np.ndarray) -> None:
+        """``μ ← λ``: the kernel ``exp(ℓ − μ_u − μ_v)`` (one pass with exponentials)."""
         self.mu = lam.copy()
+        if self.split is None:
+            _log_weights(self.logy, lam, self.y)
+            np.exp(self.y, out=self.y)
+        else:
+            self.y_t = np.exp(self.logy_t - lam[self.su] - lam[self.sv])
+            self.c_mu = np.exp(self.split.alpha - lam)
 
     def _scaling(self, lam: np.ndarray) -> np.ndarray:
         """``a = exp(μ − λ)``, absorbing ``λ`` into the kernel first if it is far from ``μ``."""
         if np.abs(lam - self.mu).max() > _ABSORB:
-            _log_weights(self.logy, lam, self.y)
-            np.exp(self.y, out=self.y)
-            self.mu = lam.copy()
+            self._absorb(lam)
         return np.exp(self.mu - lam)
 
     def rowsums(self, lam: np.ndarray) -> np.ndarray:
         """``S(λ)`` (the buffer ``w`` is left as it was)."""
-        return _rowsums_product(self.y, self._scaling(lam))
+        a = self._scaling(lam)
+        if self.split is None:
+            return _rowsums_product(self.y, a)
+        return _rowsums_split(self.su, self.sv, self.y_t, a, self.c_mu * a)
 
     def fill(self, lam: np.ndarray) -> np.ndarray:
         """Write ``w(λ)`` and return its row sums."""
-        return _fill_product(self.y, self._scaling(lam), self.w)
+        if self.split is None:
+            return _fill_product(self.y, self._scaling(lam), self.w)
+        return self._fill_split(lam)
+
+    def _fill_split(self, lam: np.ndarray) -> np.ndarray:
+        """``w`` and ``log w`` at ``λ`` with the split (:func:`_fill_split`); row sums."""
+        c = np.exp(self.split.alpha - lam)
+        return _fill_split(self.logy, lam, self.split.support, c, self.log_w, self.w)
 
     def psi(self, lam: np.ndarray) -> float:
         """Dual objective ``ψ(λ) = Σ_e w_e + r·λ`` at a trial point, in the log form (no
@@ -325,8 +429,11 @@ class _Kernel:
 
     def finish(self, lam: np.ndarray, inequality: bool = False) -> float:
         """Materialise ``w`` and ``log w`` at ``λ``; return the residual of that ``w``."""
-        a = self._scaling(lam)
-        s = _fill_both_product(self.y, a, self.logy, lam, self.log_w, self.w)
+        if self.split is None:
+            a = self._scaling(lam)
+            s = _fill_both_product(self.y, a, self.logy, lam, self.log_w, self.w)
+        else:
+            s = self._fill_split(lam)
         return self.box_residual(s, lam) if inequality else self.residual(s)
 
     def log_rowsums(self, s: np.ndarray, lam: np.ndarray) -> np.ndarray:
@@ -561,6 +668,7 @@ def project(
     max_iter: int | None = None,
     log: bool = False,
     inequality: bool = False,
+    split: Split | None = None,
 ) -> ProjectionResult:
     """KL projection of ``y > 0`` [P] onto ``W = {w ≥ 0 : Σ_u w_uv = r_v}`` (see module doc),
     or with ``inequality`` onto ``W≤ = {w ≥ 0 : Σ_u w_uv ≤ r_v}`` (duals ``λ ≥ 0``; dark ports).
@@ -571,7 +679,8 @@ def project(
     residual; ``max_iter``, sweeps (Sinkhorn, auto) or steps (Newton), default 10,000 / 100.
     The result may have ``converged = False`` when ``max_iter`` runs out. With
     ``inequality`` the start (``warm`` or the default) is clipped to ``λ ≥ 0`` and ``tol``
-    bounds the KKT residual of the module doc.
+    bounds the KKT residual of the module doc. ``split``: the sparse structure of ``log y``
+    (:class:`Split`, module doc), used by the sweeps when given.
     """
     if method not in METHODS:
         raise ConfigError("method", f"must be one of {METHODS}, got {method!r}")
@@ -606,7 +715,7 @@ def project(
             raise ConfigError("warm", f"must be finite duals of shape ({model.n},)")
     if inequality:
         lam = np.maximum(lam, 0.0)
-    k = _Kernel(logy, model, lam)  # shifts an overflowing start up in place: still λ ≥ 0
+    k = _Kernel(logy, model, lam, split)  # shifts an overflowing start up: still λ ≥ 0
     return _solve(k, lam, method, tol, max_iter, inequality)
 
 
