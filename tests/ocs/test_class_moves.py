@@ -81,15 +81,16 @@ def _fractional(dag, model):
 
 
 def test_class_move_leaves_the_local_optimum_of_the_moe_job():
-    """At 64 pods the local search keeps every expert pair's circuit (17.8% above the optimum,
-    measured 2026-12-06); emptying that class and re-spending its ports on the rings does not."""
+    """At 64 pods the local search alone stops 6.4% above the optimum (measured 2026-12-07;
+    17.8% before its donor pruning let the same budget reach further); emptying the expert
+    pairs' class and re-spending its ports on the rings reaches it (1.2698 s)."""
     dag, model = _moe_dp(64)
     cost, x_frac, b2 = _fractional(dag, model)
     local = round_wiring(cost, model, x_frac, b2=b2, classes=False)
     moved = round_wiring(cost, model, x_frac, b2=b2)
     model.check_wiring(moved.x)
     assert moved.hard_cp_s == pytest.approx(cost.hard(moved.x), rel=1e-12)
-    assert moved.hard_cp_s < 0.9 * local.hard_cp_s
+    assert moved.hard_cp_s < 0.95 * local.hard_cp_s
     assert moved.class_work > 0
 
 

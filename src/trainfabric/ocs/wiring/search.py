@@ -439,6 +439,42 @@ def _resort(g, g_ptr, g_sorted, dur, pair, ch, buf):  # pragma: no cover - compi
 
 
 @numba.njit(cache=True)
+def _drop_bounds(gval, g_ptr, g_sorted, dur, pair, most, stamp, scan):  # pragma: no cover
+    """Per pair ``q``, ``most[q] = Σ_g (gval_g − t3_g)`` over the groups whose first two
+    distinct pairs (in decreasing duration) include ``q``, with ``t3_g`` the longest member on
+    any other pair (0 if none): a move that shortens the members of two pairs ``p``, ``z``
+    and lengthens others lowers the group maxima by at most ``most[p] + most[z]`` in total
+    (a group's maximum drops only when every member at its top is on ``p`` or ``z``, and then
+    not below ``t3_g``). Entries are valid where ``stamp == scan``; returns the work."""
+    work = 0
+    for g in range(gval.size):
+        p1 = -1
+        p2 = -1
+        t3 = 0.0
+        for idx in range(g_ptr[g], g_ptr[g + 1]):
+            c = g_sorted[idx]
+            q = pair[c]
+            work += 1
+            if q in (p1, p2):
+                continue
+            if p1 < 0:
+                p1 = q
+            elif p2 < 0:
+                p2 = q
+            else:
+                t3 = dur[c]
+                break
+        for q in (p1, p2):
+            if q < 0:
+                continue
+            if stamp[q] != scan:
+                stamp[q] = scan
+                most[q] = 0.0
+            most[q] += gval[g] - t3
+    return work
+
+
+@numba.njit(cache=True)
 def _polish(
     x, iu, iv, n, perm, rate, fallback, b2,
     fixed, fixed_soft, group, pindptr, pindices, sindptr, sindices,
@@ -486,6 +522,8 @@ def _polish(
     gains = np.empty(n_pairs)
     pen = np.empty(n_pairs)
     pen_scan = np.zeros(n_pairs, dtype=np.int64)
+    drop_most = np.zeros(n_pairs)  # per pair, a bound on the drop its +1 can cause (s)
+    drop_scan = np.zeros(n_pairs, dtype=np.int64)
     scan = 0
     # "don't look" bits: a target whose every swap failed is skipped until a swap touches one
     # of its pods; a scan that skipped targets is repeated without the bits before stopping
@@ -541,6 +579,9 @@ def _polish(
         # donor penalties (how far one circuit less would push a pair's longest path above the
         # critical path, s) are computed on demand, once per scan: pen_scan marks the fresh ones
         scan += 1
+        work += _drop_bounds(
+            gval, g_ptr, g_sorted, dur, pair, drop_most, drop_scan, scan
+        )  # fmt: skip
         found = False
         skipped = False
         for t in order:
@@ -578,6 +619,14 @@ def _polish(
                         return False, accepted, evals, work
                     evals += 1
                     work += 1
+                    # a donor whose longest path rises by more than the move can remove from
+                    # the groups it shortens fails the lower-bound test below: skip the walk
+                    most = drop_most[p] if drop_scan[p] == scan else 0.0
+                    if close >= 0 and drop_scan[close] == scan:
+                        most += drop_most[close]
+                    most += 2.0 * tol
+                    if (a >= 0 and pen[pa] > most) or (b >= 0 and pen[pb] > most):
+                        continue
                     # new maxima of the groups holding the four changed pairs
                     n_ch = _changed_comms(
                         ch, dx, x, rate, fallback, pair_ptr, pair_comm, lat, bits, cbuf, dbuf
