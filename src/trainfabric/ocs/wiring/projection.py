@@ -587,11 +587,52 @@ def _clipped_sweep(k: _Kernel, s: np.ndarray, lam: np.ndarray) -> np.ndarray:
     return np.maximum(0.0, lam + 0.5 * (k.log_rowsums(s, lam) - k.log_r))
 
 
+_DONE, _STALL, _ABSORB_NOW, _UNDERFLOW, _OUT = range(5)
+
+
+@numba.njit(cache=True)
+def _box_sweeps_split(
+    su, sv, y_t, c_mu, mu, lam, r, log_r, tol, it, max_iter, hist, n_hist, stall, newton_cost
+):  # pragma: no cover - compiled
+    """Clipped Sinkhorn sweeps on the split kernel (module doc) from sweep ``it``, updating
+    ``lam`` in place and the residual history ``hist[:n_hist]``, until one needs Python:
+    returns ``(status, it, n_hist)`` with status ``_DONE`` (residual ≤ ``tol``), ``_STALL``
+    (:func:`_stalled`'s rule), ``_ABSORB_NOW`` (``|λ − μ|_∞ > _ABSORB``), ``_UNDERFLOW``
+    (a row sum ≤ 1e-250: the exact log row sums are dense) or ``_OUT`` (``max_iter``)."""
+    while it < max_iter:
+        if np.abs(lam - mu).max() > _ABSORB:
+            return _ABSORB_NOW, it, n_hist
+        a = np.exp(mu - lam)
+        s = _rowsums_split(su, sv, y_t, a, c_mu * a)
+        res = 0.0
+        for v in range(lam.size):
+            g = (r[v] - s[v]) / r[v]
+            res = max(res, abs(lam[v] - max(0.0, lam[v] - g)))
+        if res <= tol:
+            return _DONE, it, n_hist
+        hist[n_hist] = res
+        n_hist += 1
+        if stall and n_hist > _STALL_WINDOW:
+            rate = (res / hist[n_hist - 1 - _STALL_WINDOW]) ** (1.0 / _STALL_WINDOW)
+            if rate >= 1.0 or np.log(res / tol) > -np.log(rate) * newton_cost:
+                return _STALL, it, n_hist
+        if s.min() <= 1e-250:
+            return _UNDERFLOW, it, n_hist
+        for v in range(lam.size):
+            lam[v] = max(0.0, lam[v] + 0.5 * (np.log(s[v]) - log_r[v]))
+        it += 1
+    return _OUT, it, n_hist
+
+
 def _sinkhorn_box(k: _Kernel, lam, tol, max_iter, stall: bool):
     """Clipped symmetric Sinkhorn on ``λ ≥ 0`` (monotone in ``ψ``, module doc). Returns
-    ``(λ, sweeps, stalled)`` with the stall rule of :func:`_sinkhorn`."""
-    history: list[float] = []
+    ``(λ, sweeps, stalled)`` with the stall rule of :func:`_sinkhorn`. On a split kernel the
+    sweeps run compiled (:func:`_box_sweeps_split`), back in Python only to absorb the duals
+    or for a sweep whose row sums underflow."""
     newton_cost = _newton_cost_in_sweeps(k.n)
+    if k.split is not None:
+        return _sinkhorn_box_split(k, lam, tol, max_iter, stall, newton_cost)
+    history: list[float] = []
     for it in range(max_iter):
         s = k.rowsums(lam)
         res = k.box_residual(s, lam)
@@ -602,6 +643,25 @@ def _sinkhorn_box(k: _Kernel, lam, tol, max_iter, stall: bool):
             return lam, it, True
         lam = _clipped_sweep(k, s, lam)
     return lam, max_iter, False
+
+
+def _sinkhorn_box_split(k: _Kernel, lam, tol, max_iter, stall: bool, newton_cost: float):
+    """:func:`_sinkhorn_box` on a split kernel (same sweeps, same stall rule)."""
+    lam = np.array(lam, dtype=float)
+    hist = np.empty(max_iter + 1)
+    it = n_hist = 0
+    while True:
+        status, it, n_hist = _box_sweeps_split(
+            k.su, k.sv, k.y_t, k.c_mu, k.mu, lam, k.r, k.log_r, tol, it, max_iter, hist,
+            n_hist, stall, newton_cost,
+        )  # fmt: skip
+        if status == _ABSORB_NOW:
+            k._absorb(lam)
+        elif status == _UNDERFLOW:
+            lam = _clipped_sweep(k, k.rowsums(lam), lam)
+            it += 1
+        else:
+            return lam, it, status == _STALL
 
 
 def _newton_box(k: _Kernel, lam, tol, max_iter):
