@@ -390,3 +390,14 @@ def test_sparse_support_sweeps_equal_the_dense_projection(case, inequality):
         assert (model.pod_degrees(fast.w) <= model.r * (1 + RESIDUAL)).all()
     else:
         assert degree_residual(model, fast.w) <= RESIDUAL
+
+
+@pytest.mark.parametrize(
+    "support, alpha",
+    [([3, 1], np.zeros(5)), ([0, 10], np.zeros(5)), ([1.0, 2.0], np.zeros(5)), ([1], np.zeros(4))],
+)
+def test_bad_split_names_the_field(support, alpha):
+    model = OcsModel.uniform(5, 4, 2)
+    with pytest.raises(ConfigError) as err:
+        project(np.zeros(model.n_pairs), model, log=True, split=Split(np.asarray(support), alpha))
+    assert err.value.field == "split"

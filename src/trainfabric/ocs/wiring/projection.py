@@ -775,8 +775,22 @@ def project(
             raise ConfigError("warm", f"must be finite duals of shape ({model.n},)")
     if inequality:
         lam = np.maximum(lam, 0.0)
+    if split is not None:
+        _check_split(split, model)
     k = _Kernel(logy, model, lam, split)  # shifts an overflowing start up: still λ ≥ 0
     return _solve(k, lam, method, tol, max_iter, inequality)
+
+
+def _check_split(split: Split, model: OcsModel) -> None:
+    """ConfigError naming ``split`` unless its support is strictly increasing pair indices
+    and ``alpha`` holds ``n`` finite values (the sweeps walk the support in order)."""
+    sup, alpha = np.asarray(split.support), np.asarray(split.alpha)
+    if sup.ndim != 1 or not np.issubdtype(sup.dtype, np.integer):
+        raise ConfigError("split", "support must be a 1-d array of pair indices")
+    if sup.size and (sup[0] < 0 or sup[-1] >= model.n_pairs or (np.diff(sup) <= 0).any()):
+        raise ConfigError("split", f"support must increase strictly within 0..{model.n_pairs - 1}")
+    if alpha.shape != (model.n,) or not np.isfinite(alpha).all():
+        raise ConfigError("split", f"alpha must hold {model.n} finite values")
 
 
 def _solve(

@@ -265,7 +265,7 @@ def _product_form(log_v: np.ndarray, on: np.ndarray, n: int) -> np.ndarray | Non
 class _Sparse:
     """The sparse-support sweeps of :func:`solve` (module doc): the pairs the cost depends on
     (``cost.comm_pair``) and the product forms ``α`` of ``log w`` and ``β`` of ``log q`` off
-    them, carried through every step. ``split(θ)`` gives the projection its structure, or
+    them, carried through every step. ``split(g, θ)`` gives the projection its structure, or
     None when the sweeps run dense (too many pairs, no product form, or a gradient seen off
     the support: then dense for the rest of the solve)."""
 
