@@ -450,15 +450,12 @@ def certify(
        the integer plan); at each step, mix in (weight ``2/(k+3)``) the Gibbs marginals at
        ``b2`` under ``φ`` at the inner minimiser ``x*(μ)`` — a Frank–Wolfe step on the
        concave ``LB(μ)`` with a smoothed linear oracle. Every flow met is kept as an atom.
-       Half the rounds; all of them when the LPs have more than ``LP_COLUMNS`` columns or
-       the budget is a single round.
+       Half the rounds; all of them when the LPs have more than ``LP_COLUMNS`` columns.
     2. **Restricted master** (:class:`_Master`, up to ``LP_COLUMNS`` columns: above, one
-       master solve costs seconds; and only with two rounds or more: one master solve over
-       the two start atoms barely moves the bound, measured 2026-12-07 on MoE at 256 pods,
-       11,840 columns: +0.07% for 3x the bound's time) over the atoms, then column
-       generation: the master's wiring prices two new atoms (Gibbs marginals and one longest
-       path under ``φ``) until ``CP_φ(x) ≤ (1 + rtol)·bound`` or the budget is spent. The
-       master's optimum dominates every atom and every mixture of them.
+       master solve costs seconds) over the atoms, then column generation: the master's
+       wiring prices two new atoms (Gibbs marginals and one longest path under ``φ``) until
+       ``CP_φ(x) ≤ (1 + rtol)·bound`` or the budget is spent. The master's optimum dominates
+       every atom and every mixture of them.
 
     The LPs keep the segments ``k < 2·ceil(max_start x_e) + 2`` of each pair (their prices
     are re-evaluated over every ``k ≤ K_e``, so the limit costs tightness, never validity).
@@ -499,7 +496,7 @@ def _bound(rel: Relaxation, starts, b2, rounds, rtol):
     cost = rel.cost
     columns = rel.seg_pair.size
     rounds = default_rounds(columns) if rounds is None else rounds
-    use_master = columns <= LP_COLUMNS and rounds >= 2
+    use_master = columns <= LP_COLUMNS
     fw_steps = rounds // 2 if use_master else rounds
     atoms, best, upper, x_up = [], -np.inf, np.inf, starts[0]
 
