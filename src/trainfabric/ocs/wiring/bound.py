@@ -46,7 +46,7 @@ lower_bound_s − 1``. Only pairs with ``W_e > 0`` enter the LP (``h_e = 0`` oth
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import highspy
 import numba
@@ -84,7 +84,6 @@ class Certificate:
     tolerance: float
     rounds: int
     relaxation_bound_s: float = np.nan
-    relaxation: Relaxation | None = field(default=None, repr=False, compare=False)
 
     @property
     def success(self) -> bool:
@@ -139,27 +138,12 @@ class Relaxation:
         traffic = np.bincount(self.pair, self.bits, model.n_pairs) > 0
         self.active = np.flatnonzero(traffic | (self.lower > 0))
         lim = self.cap if limit is None else np.minimum(self.cap, np.asarray(limit, np.int64))
-        self.limit = lim
         caps = np.maximum(lim, self.lower)[self.active]
         self.seg_local = np.repeat(np.arange(self.active.size), caps)
         self.seg_pair = self.active[self.seg_local]
         self.seg_k = np.arange(self.seg_pair.size) - np.repeat(np.cumsum(caps) - caps, caps)
         self.seg_lo = (self.seg_k < self.lower[self.seg_pair]).astype(float)
         self._inner_lp = None
-
-    def adopt(self, other: Relaxation) -> None:
-        """Take ``other``'s segment LP (one HiGHS instance, solved last for ``other``'s
-        weights) when it has the same columns and rows, so that this relaxation's LPs restart
-        from its basis: a re-plan after the bytes drifted changes only the column costs."""
-        same = (
-            other._inner_lp is not None
-            and np.array_equal(other.model.degrees, self.model.degrees)
-            and np.array_equal(other.seg_pair, self.seg_pair)
-            and np.array_equal(other.seg_k, self.seg_k)
-            and np.array_equal(other.seg_lo, self.seg_lo)
-        )
-        if same:
-            self._inner_lp = other._inner_lp
 
     # -- durations ---------------------------------------------------------------------------
 
@@ -454,7 +438,6 @@ def certify(
     rounds: int | None = None,
     rtol: float = 1e-3,
     disjunction: bool = True,
-    reuse: Relaxation | None = None,
 ) -> Certificate:
     """A :class:`Certificate` for ``cost`` (a PathCost) on ``model``.
 
@@ -476,9 +459,6 @@ def certify(
 
     The LPs keep the segments ``k < 2·ceil(max_start x_e) + 2`` of each pair (their prices
     are re-evaluated over every ``k ≤ K_e``, so the limit costs tightness, never validity).
-    ``reuse``: the :attr:`Certificate.relaxation` of an earlier certificate of the same job
-    (a warm re-plan after its bytes drifted): its limits are kept and, where the segment LP
-    is the same, its HiGHS instance restarts from the last basis (:meth:`Relaxation.adopt`).
     The relaxation upper bound is the least ``CP_φ`` over the feasible fractional wirings
     met (the starts, the inner minimisers, their running average, the master's wirings).
 
@@ -494,10 +474,8 @@ def certify(
         raise ConfigError("workload", "the critical path is zero on every start: nothing to bound")
     if rounds is not None and (int(rounds) != rounds or rounds < 1):
         raise ConfigError("rounds", f"must be a positive integer, got {rounds}")
-    limit = 2 * np.ceil(np.max(starts, axis=0)) + 2 if reuse is None else reuse.limit
+    limit = 2 * np.ceil(np.max(starts, axis=0)) + 2
     rel = Relaxation(cost, model, limit=limit)
-    if reuse is not None:
-        rel.adopt(reuse)
     best, upper, done, x_up = _bound(rel, starts, b2, rounds, rtol)
     lower = best * (1.0 - _SAFETY)
     split = -np.inf
@@ -509,7 +487,6 @@ def certify(
         upper / lower - 1.0,
         done,
         relaxation_bound_s=lower,
-        relaxation=rel,
     )
 
 

@@ -106,16 +106,14 @@ from trainfabric.workloads.traffic import PhaseTraffic, dag_from_traffic, traffi
 class Reuse:
     """What a re-plan of the same job can reuse (kept in memory, never written out): the path
     cost, whose compression holds while only bytes drift (:meth:`.PathCost.with_bytes`), the
-    seed and temperature knobs it was planned with, the search's reduced DAG (the
-    rounding's on a cold plan, the warm search's on a warm one) and the certificate's
-    relaxation, whose segment LP a re-plan restarts from its last basis."""
+    seed and temperature knobs it was planned with, and the search's reduced DAG (the
+    rounding's on a cold plan, the warm search's on a warm one)."""
 
     cost: PathCost
     seed: int
     b_rel: tuple[float, float]
     reduced: Any = None  # the search's reduced DAG (.search._Reduced) at ``reduced_b2``
     reduced_b2: float = float("nan")
-    relaxation: Any = None  # the certificate's relaxation (.bound.Relaxation), its LP solved
 
 
 @dataclass
@@ -385,8 +383,7 @@ def plan(
         dec = decompose.decompose(model, x)
         tables = decompose.cross_connects(model, dec)
     t5 = time.perf_counter()
-    bound_reuse = reuse.relaxation if drifted else None
-    cert = certify(cost, model, [res.x, x], b2, rounds=bound_rounds, reuse=bound_reuse)
+    cert = certify(cost, model, [res.x, x], b2, rounds=bound_rounds)
     t6 = time.perf_counter()
     return Plan(
         x=x,
@@ -415,7 +412,7 @@ def plan(
         eta=res.eta,
         lower_bound_s=cert.lower_bound_s,
         certificate_tolerance=cert.tolerance,
-        reuse=Reuse(cost, seed, (b1_rel, b2_rel), reduced, b2, cert.relaxation),
+        reuse=Reuse(cost, seed, (b1_rel, b2_rel), reduced, b2),
     )
 
 
