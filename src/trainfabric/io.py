@@ -131,7 +131,7 @@ def write_json(path: str | Path, obj: Any) -> Path:
 
 def write_parquet(path: str | Path, table: Any, metadata: Mapping | None = None) -> Path:
     """Atomically write a pandas DataFrame (no index), or a mapping of column name -> 1-D
-    numeric numpy array, as Parquet. The mapping is written by pyarrow alone, from the
+    numeric or string numpy array, as Parquet. The mapping is written by pyarrow alone, from the
     arrays' buffers: ``pyarrow.array`` would import pandas (0.3-0.4 s of a CLI's start-up).
     ``metadata`` (mapping only): key -> JSON-able value, stored as strict JSON text in the
     file's schema metadata (the table's header: ``pyarrow.parquet.read_schema(p).metadata``)."""
@@ -151,11 +151,19 @@ def write_parquet(path: str | Path, table: Any, metadata: Mapping | None = None)
 
 
 def _arrow_column(values: np.ndarray) -> Any:
-    """A pyarrow array viewing the buffer of a 1-D int/float numpy array (no copy, no nulls)."""
+    """A pyarrow array from a 1-D numpy array: int/float columns view its buffer (no copy),
+    strings are packed as UTF-8 with int32 offsets; no nulls."""
+    import numpy as np
     import pyarrow as pa
 
+    if values.ndim == 1 and values.dtype.kind == "U":
+        data = [str(v).encode() for v in values]
+        offsets = np.zeros(len(data) + 1, dtype=np.int32)
+        np.cumsum([len(b) for b in data], out=offsets[1:])
+        buffers = [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))]
+        return pa.Array.from_buffers(pa.string(), len(data), buffers)
     if values.ndim != 1 or values.dtype.kind not in "iuf":
-        raise TypeError(f"expected a 1-D numeric array, got {values.dtype} of shape {values.shape}")
+        raise TypeError(f"expected a 1-D numeric or str array, got {values.dtype} of shape {values.shape}")
     kind = pa.from_numpy_dtype(values.dtype)
     return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
 

@@ -130,7 +130,6 @@ def _write_run(out_dir: Path, name: str, model, result, report: bool) -> dict:
     """The plan's summary with its findings, written as tables, ``plan.json``,
     ``summary.json`` and (``report``) ``report.html`` into ``out_dir``."""
     from trainfabric.ocs.wiring.planner import CROSS_CONNECTS, WIRING, plan_findings, write_plan
-    from trainfabric.runs import render_report
 
     summary = {"workload": name, **result.summary(model)}
     summary = {"findings": plan_findings(summary), **summary}
@@ -140,31 +139,31 @@ def _write_run(out_dir: Path, name: str, model, result, report: bool) -> dict:
     write_parquet(out_dir / "critical_paths.parquet", _critical_paths(summary))
     write_json(out_dir / "summary.json", {k: v for k, v in summary.items() if k != "ocs_configs"})
     if report:
+        from trainfabric.runs import render_report
+
         summary["report"] = str(render_report(out_dir))
     return summary
 
 
-def _critical_paths(s: dict):
-    """The plan beside both baselines and the certified lower bound (seconds), as a
-    DataFrame: the table whose ``method`` comparison the report draws."""
-    import pandas as pd
+def _critical_paths(s: dict) -> dict:
+    """The plan beside both baselines and the certified lower bound (seconds), as columns:
+    the table whose ``method`` comparison the report draws."""
+    import numpy as np
 
-    return pd.DataFrame(
-        {
-            "method": [
-                "our plan",
-                "best near-uniform wiring",
-                "uniform mesh",
-                "lower bound, any wiring",
-            ],
-            "critical_path_s": [
+    return {
+        "method": np.array(
+            ["our plan", "best near-uniform wiring", "uniform mesh", "lower bound, any wiring"]
+        ),
+        "critical_path_s": np.array(
+            [
                 s["hard_critical_path_s"],
                 s["best_near_uniform_critical_path_s"],
                 s["uniform_mesh_critical_path_s"],
                 s["lower_bound_s"],
             ],
-        }
-    )
+            dtype=float,
+        ),
+    }
 
 
 def _instance(name: str, model, ports: int, ocs: int) -> str:
