@@ -163,7 +163,9 @@ def _arrow_column(values: np.ndarray) -> Any:
         buffers = [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))]
         return pa.Array.from_buffers(pa.string(), len(data), buffers)
     if values.ndim != 1 or values.dtype.kind not in "iuf":
-        raise TypeError(f"expected a 1-D numeric or str array, got {values.dtype} of shape {values.shape}")
+        raise TypeError(
+            f"expected a 1-D numeric or str array, got {values.dtype} of shape {values.shape}"
+        )
     kind = pa.from_numpy_dtype(values.dtype)
     return pa.Array.from_buffers(kind, len(values), [None, pa.py_buffer(values)])
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from trainfabric.ocs.model import OcsModel
 from trainfabric.ocs.wiring.cost import PathCost
@@ -96,3 +98,27 @@ def test_planner_reaches_the_one_hop_optimum_on_meta_matrices():
     instances = load_instances(META)[::20]
     gaps = evaluate_planner(instances, lambda dag, model: plan(dag, model).x)
     assert gaps.max() <= 1e-9
+
+
+@pytest.fixture(scope="module")
+def moe16():
+    dag, model = build_dag(get_preset("moe", pods=16)), OcsModel.uniform(16, 8, 4)
+    cost = PathCost(dag, model)
+    return cost, model, _Reduced(cost, model, 1.0)
+
+
+@given(st.integers(0, 2**32 - 1))
+@settings(max_examples=25, deadline=None)
+def test_group_maxima_and_wiring_cp_equal_the_full_dag_bit_for_bit(moe16, seed):
+    """The compiled group maxima are the longest member of every phase group exactly (the
+    same float expression as the comm durations), and the class-uniform score built on them
+    is the hard critical path of the full DAG (``PathCost.hard``), on random wirings."""
+    from trainfabric.ocs.wiring.class_uniform import wiring_cp
+    from trainfabric.ocs.wiring.search import comm_durations, group_maxima
+
+    cost, model, red = moe16
+    x = np.random.default_rng(seed).integers(0, 4, model.n_pairs)
+    dur = comm_durations(red, model, x)
+    expect = np.maximum.reduceat(dur[red.g_comm], red.g_ptr[:-1])
+    np.testing.assert_array_equal(group_maxima(red, model, x), expect)
+    assert wiring_cp(red, model, x) == pytest.approx(cost.hard(x), rel=1e-12)

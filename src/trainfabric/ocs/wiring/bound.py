@@ -56,7 +56,6 @@ import scipy.sparse as sp
 from trainfabric.errors import ConfigError
 from trainfabric.ocs.highs import quiet_highs
 from trainfabric.ocs.model import OcsModel
-from trainfabric.ocs.wiring.compress import phase_bundles
 from trainfabric.ocs.wiring.search import classes_of
 from trainfabric.workloads.dag import COMM
 
@@ -555,7 +554,7 @@ def _class_disjunction(cost, model, starts, b2, rounds, rtol, limit, x_rel) -> f
     met); -∞ (no bound) when no class has any."""
     dag = cost.dag
     comm = np.asarray(cost.comm_nodes, dtype=np.int64)
-    group = phase_bundles(dag, comm)[5]
+    group = cost.compressed.comm_bundle
     pair = np.asarray(cost.comm_pair, dtype=np.int64)
     classes = classes_of(pair, group, model.n_pairs)
     below = np.where(x_rel < 1, x_rel, 0.0)

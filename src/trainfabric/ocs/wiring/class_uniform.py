@@ -59,7 +59,7 @@ from trainfabric.ocs.wiring.search import (
     _polish_state,
     _Reduced,
     _soft_sweeps,
-    comm_durations,
+    group_maxima,
     hard_cp,
     setup_work,
     unit_gains,
@@ -153,8 +153,7 @@ ASCENT_SHARE = 0.25  # an ascent sweep's steps go on down to 1/4 of its first sa
 def wiring_cp(red: _Reduced, model: OcsModel, x: np.ndarray) -> float:
     """Hard critical path (s) of the integer wiring ``x`` [P] on the reduced DAG: every
     group's duration is its longest member's."""
-    dur = comm_durations(red, model, x)
-    return hard_cp(red, np.maximum.reduceat(dur[red.g_comm], red.g_ptr[:-1]))
+    return hard_cp(red, group_maxima(red, model, x))
 
 
 def best_class_uniform(

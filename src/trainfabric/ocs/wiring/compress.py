@@ -46,8 +46,7 @@ def phase_bundles(dag: TaskDAG, comm_nodes: np.ndarray) -> tuple[np.ndarray, ...
     every other comm node has its own; ids ``0..B-1`` in the order of the keys
     ``(pred, succ)`` (non-plain nodes first, by decreasing node id)."""
     n = dag.n_nodes
-    src = np.repeat(np.arange(n, dtype=np.int64), np.diff(dag.indptr))
-    dst = dag.indices.astype(np.int64)
+    src, dst = edge_list(dag)
     indeg = np.bincount(dst, minlength=n)
     outdeg = np.diff(dag.indptr)
     pred = np.full(n, -1, dtype=np.int64)
@@ -60,6 +59,12 @@ def phase_bundles(dag: TaskDAG, comm_nodes: np.ndarray) -> tuple[np.ndarray, ...
     return src, dst, pred, succ, plain, bundle
 
 
+def edge_list(dag: TaskDAG) -> tuple[np.ndarray, np.ndarray]:
+    """``(src, dst)`` [E] (int64): the DAG's edges in CSR order."""
+    src = np.repeat(np.arange(dag.n_nodes, dtype=np.int64), np.diff(dag.indptr))
+    return src, dag.indices.astype(np.int64)
+
+
 class CompressedDag:
     """The compressed DAG and bundle types of a TaskDAG (see module doc).
 
@@ -69,13 +74,15 @@ class CompressedDag:
     ``T = 0..n_types-1``: member CSR ``t_ptr`` [n_types+1] over ``m_pair``, ``m_bits``,
     ``m_latency`` (the members of each type, stored once). Maps back to the original DAG:
     ``node_r`` [N] compressed node of every node, ``comm_member`` [n_comm] (in the order of
-    ``comm_nodes``) the type member that stands for each comm node.
+    ``comm_nodes``) the type member that stands for each comm node, ``comm_bundle``
+    [n_comm] its bundle (:func:`phase_bundles`: the phase of a plain comm node).
     """
 
     def __init__(self, dag: TaskDAG, comm_nodes: np.ndarray, comm_pair: np.ndarray):
         n = dag.n_nodes
         src, dst, pred, succ, plain, bundle = phase_bundles(dag, comm_nodes)
         n_bundles = int(bundle.max()) + 1 if comm_nodes.size else 0
+        self.comm_bundle = bundle
         bits = 8.0 * dag.bytes[comm_nodes].astype(float)
         lat = dag.latency_s[comm_nodes].astype(float)
         order = np.lexsort((lat, bits, comm_pair, bundle))

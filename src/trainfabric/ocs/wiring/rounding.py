@@ -30,8 +30,8 @@ from trainfabric.ocs.wiring.class_uniform import best_class_uniform
 from trainfabric.ocs.wiring.search import (
     _at,
     _pair_id,
-    _polish_state,
     _Reduced,
+    group_maxima,
     hard_cp,
     kick,
     pair_classes,
@@ -619,7 +619,7 @@ def _class_moves(
             forbid = classes == c
             y = _iterative_rounding(red, model, np.where(forbid, 0, x), b2, forbid)
             work += respend
-            y_cp = hard_cp(red, _polish_state(red, model, y, b2)[2])
+            y_cp = hard_cp(red, group_maxima(red, model, y))
             if y_cp < cp * (1 + CLASS_SLACK):
                 cands.append((y_cp, c, y))
         for y_cp, _, y in sorted(cands, key=lambda t: t[:2]):

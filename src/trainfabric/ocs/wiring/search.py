@@ -22,7 +22,7 @@ import numba
 import numpy as np
 
 from trainfabric.ocs.model import OcsModel
-from trainfabric.ocs.wiring.compress import phase_bundles
+from trainfabric.ocs.wiring.compress import edge_list
 
 
 @numba.njit(cache=True)
@@ -55,7 +55,8 @@ class _Reduced:
         dag = cost.dag
         n = dag.n_nodes
         comm = np.asarray(cost.comm_nodes, dtype=np.int64)
-        src, dst, _, _, _, comm_group = phase_bundles(dag, comm)
+        src, dst = edge_list(dag)
+        comm_group = cost.compressed.comm_bundle
         n_groups = int(comm_group.max()) + 1 if comm.size else 0
         # representative (first member) of every group orders the merged DAG topologically
         rep = np.full(n_groups, n, dtype=np.int64)
@@ -785,6 +786,27 @@ def comm_durations(red: _Reduced, model: OcsModel, x: np.ndarray) -> np.ndarray:
     """Duration (s) of every comm node under the integer wiring ``x`` [P]:
     ``latency + bits / (B x_e + B0)``."""
     return red.latency + red.bits / (model.rate_bps * x[red.pair] + model.fallback_bps)
+
+
+def group_maxima(red: _Reduced, model: OcsModel, x: np.ndarray) -> np.ndarray:
+    """Every group's longest member (s) under the integer wiring ``x`` [P], in one compiled
+    pass (the durations of :func:`comm_durations`, bit for bit, with no array of them)."""
+    return _group_maxima(
+        x, red.pair, red.bits, red.latency, red.g_ptr, red.g_comm, model.rate_bps,
+        model.fallback_bps,
+    )  # fmt: skip
+
+
+@numba.njit(cache=True)
+def _group_maxima(x, pair, bits, lat, g_ptr, g_comm, rate, b0):  # pragma: no cover - compiled
+    gval = np.empty(g_ptr.size - 1)
+    for g in range(gval.size):
+        top = -np.inf
+        for idx in range(g_ptr[g], g_ptr[g + 1]):
+            c = g_comm[idx]
+            top = max(top, lat[c] + bits[c] / (rate * x[pair[c]] + b0))
+        gval[g] = top
+    return gval
 
 
 def hard_cp(red: _Reduced, gval: np.ndarray) -> float:
