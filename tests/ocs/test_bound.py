@@ -11,7 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainfabric.ocs.model import OcsModel
-from trainfabric.ocs.wiring.bound import Relaxation, _h, _longest_path_nodes, certify
+from trainfabric.ocs.wiring.bound import (
+    LP_COLUMNS,
+    Relaxation,
+    _h,
+    _longest_path_nodes,
+    certify,
+)
 from trainfabric.ocs.wiring.cost import PathCost
 from trainfabric.ocs.wiring.families import FAMILIES, family
 from trainfabric.ocs.wiring.milp import solve_milp
@@ -220,12 +226,14 @@ def test_class_disjunction_bounds_every_integer_wiring_for_every_class(seed):
     cost = PathCost(dag, model)
     opt = _brute_optimum(cost, model)
     group = phase_bundles(dag, np.asarray(cost.comm_nodes))[5]
+    np.testing.assert_array_equal(cost.compressed.comm_bundle, group)  # what the bound reads
     classes = classes_of(np.asarray(cost.comm_pair), group, model.n_pairs)
     starts = [np.full(model.n_pairs, 2.0 / 3.0)]
     limit = np.full(model.n_pairs, 4.0)
     for k in range(classes.max() + 1):
         x_rel = np.where(classes == k, 0.5, 0.0)
-        lb = _class_disjunction(cost, model, starts, 1e3 / opt, 6, 1e-6, limit, x_rel)
+        budget = (6, 1e-6, LP_COLUMNS)
+        lb = _class_disjunction(cost, model, starts, 1e3 / opt, budget, limit, x_rel)
         assert lb <= opt * (1 + 1e-9)
 
 
@@ -246,3 +254,41 @@ def test_class_disjunction_lifts_the_bound_above_the_relaxation():
     assert split.lower_bound_s > lp.objective_s * 1.05
     assert split.lower_bound_s <= opt.objective_s * (1 + 1e-9)
     assert split.relaxation_bound_s == pytest.approx(plain.lower_bound_s, rel=1e-12)
+
+
+def test_master_columns_is_the_size_budget_of_the_master_and_the_disjunction(monkeypatch):
+    """``master_columns`` below the LP's segment columns runs neither the restricted master
+    nor the class disjunction (the dp-ep instance above: no lift over the LP relaxation, no
+    master built); at the LP's size both run; ``plan`` passes its effort's budget; a bad
+    budget is refused by name."""
+    from trainfabric.errors import ConfigError
+    from trainfabric.ocs.wiring import bound, planner
+
+    dag, model = family("dp-ep", 16, 8, 0)
+    cost = PathCost(dag, model)
+    p = plan(dag, model)
+    starts = [p.x_frac, p.x]
+    columns = Relaxation(cost, model, limit=2 * np.ceil(np.max(starts, axis=0)) + 2).seg_pair.size
+    built = []
+    real_master = bound._Master
+    monkeypatch.setattr(bound, "_Master", lambda *a: built.append(1) or real_master(*a))
+    lp = solve_milp(dag, model, relax=True, time_limit_s=60).objective_s
+    small = certify(cost, model, starts, p.b2, master_columns=columns - 1)
+    assert built == [] and small.lower_bound_s <= lp * (1 + 1e-7)
+    full = certify(cost, model, starts, p.b2, master_columns=columns)
+    assert built and full.lower_bound_s > lp * 1.05
+    for bad in (-1, 1.5, None):
+        with pytest.raises(ConfigError) as err:
+            certify(cost, model, starts, p.b2, master_columns=bad)
+        assert err.value.field == "master_columns"
+
+    seen = []
+    real_certify = planner.certify
+    monkeypatch.setattr(
+        planner,
+        "certify",
+        lambda *a, **k: seen.append(k["master_columns"]) or real_certify(*a, **k),
+    )
+    for effort in ("fast", "default"):
+        plan(dag, model, effort=effort)
+    assert seen == [planner.EFFORTS["fast"]["master_columns"], LP_COLUMNS] and seen[0] < LP_COLUMNS

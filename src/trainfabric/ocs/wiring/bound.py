@@ -59,7 +59,7 @@ from trainfabric.ocs.model import OcsModel
 from trainfabric.ocs.wiring.search import classes_of
 from trainfabric.workloads.dag import COMM
 
-LP_COLUMNS = 20_000  # no restricted master above this many segment columns
+LP_COLUMNS = 20_000  # default size budget of the restricted master (segment columns)
 LP_WORK = 200_000_000  # default budget: segment columns² x rounds
 _SAFETY = 1e-9  # relative allowance for float rounding in the flow μ (conservation to ~1e-15)
 
@@ -437,20 +437,24 @@ def certify(
     rounds: int | None = None,
     rtol: float = 1e-3,
     disjunction: bool = True,
+    master_columns: int = LP_COLUMNS,
 ) -> Certificate:
     """A :class:`Certificate` for ``cost`` (a PathCost) on ``model``.
 
     ``rounds`` is the work budget: LP solves after the starts (each with one Gibbs sweep and
     one longest-path sweep); by default :func:`default_rounds` of the LP's segment columns
-    (64 on small instances, 1 at 256 and 1,024 pods).
+    (64 on small instances, 1 at 256 and 1,024 pods). ``master_columns`` (``LP_COLUMNS`` by
+    default) is the size budget of steps 2 and 3: they run only where the LPs have at most
+    that many segment columns (a master solve costs about quadratically in them: 0.5 s at
+    10,000 columns, 3 s with step 3 at 20,000, measured at 512 and 1,024 pods).
 
     1. **Flows by smoothed best response**: start from the best of the Gibbs marginals at
        ``b2`` (1/s) of the feasible wirings in ``starts`` (e.g. the fractional solution and
        the integer plan); at each step, mix in (weight ``2/(k+3)``) the Gibbs marginals at
        ``b2`` under ``φ`` at the inner minimiser ``x*(μ)`` — a Frank–Wolfe step on the
        concave ``LB(μ)`` with a smoothed linear oracle. Every flow met is kept as an atom.
-       Half the rounds; all of them when the LPs have more than ``LP_COLUMNS`` columns.
-    2. **Restricted master** (:class:`_Master`, up to ``LP_COLUMNS`` columns: above, one
+       Half the rounds; all of them when the LPs have more than ``master_columns`` columns.
+    2. **Restricted master** (:class:`_Master`, up to ``master_columns`` columns: above, one
        master solve costs seconds) over the atoms, then column generation: the master's
        wiring prices two new atoms (Gibbs marginals and one longest path under ``φ``) until
        ``CP_φ(x) ≤ (1 + rtol)·bound`` or the budget is spent. The master's optimum dominates
@@ -462,7 +466,7 @@ def certify(
     met (the starts, the inner minimisers, their running average, the master's wirings).
 
     3. **Class disjunction** (``disjunction``, only where the LPs have at most
-       ``LP_COLUMNS`` columns: it costs two more runs of steps 1-2):
+       ``master_columns`` columns: it costs two more runs of steps 1-2):
        :func:`_class_disjunction` splits the integer wirings on the pair class that the
        relaxation's best wiring gives the most fractions of a circuit; the bound is the larger
        of the relaxation's and the split's (measured 2026-12-06 on the hard families at 16
@@ -473,13 +477,17 @@ def certify(
         raise ConfigError("workload", "the critical path is zero on every start: nothing to bound")
     if rounds is not None and (int(rounds) != rounds or rounds < 1):
         raise ConfigError("rounds", f"must be a positive integer, got {rounds}")
+    if not (isinstance(master_columns, (int, np.integer)) and master_columns >= 0):
+        raise ConfigError("master_columns", f"must be an integer >= 0, got {master_columns!r}")
     limit = 2 * np.ceil(np.max(starts, axis=0)) + 2
     rel = Relaxation(cost, model, limit=limit)
-    best, upper, done, x_up = _bound(rel, starts, b2, rounds, rtol)
+    best, upper, done, x_up = _bound(rel, starts, b2, rounds, rtol, master_columns)
     lower = best * (1.0 - _SAFETY)
     split = -np.inf
-    if disjunction and rel.seg_pair.size <= LP_COLUMNS:  # two more bounds: small LPs only
-        split = _class_disjunction(cost, model, starts, b2, rounds, rtol, limit, x_up)
+    if disjunction and rel.seg_pair.size <= master_columns:  # two more bounds: small LPs only
+        split = _class_disjunction(
+            cost, model, starts, b2, (rounds, rtol, master_columns), limit, x_up
+        )
     return Certificate(
         max(lower, split * (1.0 - _SAFETY)),
         upper,
@@ -489,13 +497,13 @@ def certify(
     )
 
 
-def _bound(rel: Relaxation, starts, b2, rounds, rtol):
+def _bound(rel: Relaxation, starts, b2, rounds, rtol, master_columns):
     """Steps 1-2 of :func:`certify` on ``rel``: ``(best bound, relaxation upper bound, rounds
     done, the fractional wiring of that upper bound)``."""
     cost = rel.cost
     columns = rel.seg_pair.size
     rounds = default_rounds(columns) if rounds is None else rounds
-    use_master = columns <= LP_COLUMNS
+    use_master = columns <= master_columns
     fw_steps = rounds // 2 if use_master else rounds
     atoms, best, upper, x_up = [], -np.inf, np.inf, starts[0]
 
@@ -533,7 +541,7 @@ def _bound(rel: Relaxation, starts, b2, rounds, rtol):
     return best, upper, done, x_up
 
 
-def _class_disjunction(cost, model, starts, b2, rounds, rtol, limit, x_rel) -> float:
+def _class_disjunction(cost, model, starts, b2, budget, limit, x_rel) -> float:
     """A lower bound from splitting the integer wirings on one pair class ``K`` (the traffic
     roles of :func:`.search.pair_classes`: pairs whose transfers run in the same phases).
 
@@ -567,14 +575,14 @@ def _class_disjunction(cost, model, starts, b2, rounds, rtol, limit, x_rel) -> f
     lb_a = np.inf
     if (model.pod_degrees(lower) <= model.degrees).all():
         rel_a = Relaxation(cost, model, limit=limit, lower=lower)
-        lb_a = _bound(rel_a, starts, b2, rounds, rtol)[0]
+        lb_a = _bound(rel_a, starts, b2, *budget)[0]
     members = np.flatnonzero(in_k[pair])
     fall = dag.latency_s[comm[members]] + 8.0 * dag.bytes[comm[members]] / model.fallback_bps
     order = np.lexsort((fall, group[members]))
     first = np.r_[True, np.diff(group[members][order]) != 0]
     pinned = np.zeros(dag.n_nodes, dtype=bool)
     pinned[comm[members[order[first]]]] = True
-    lb_b = _bound(Relaxation(cost, model, limit=limit, pinned=pinned), starts, b2, rounds, rtol)[0]
+    lb_b = _bound(Relaxation(cost, model, limit=limit, pinned=pinned), starts, b2, *budget)[0]
     return min(lb_a, lb_b)
 
 

@@ -33,9 +33,14 @@ Effort (``plan(..., effort=...)``, ``trainfabric ocs plan --effort``): :data:`EF
 the solver's iterations per annealing stage, the rounding's work budget and whether it tries
 the class steps (:func:`.rounding.round_wiring`: the class-uniform start of
 :mod:`.class_uniform`, and the class moves that take a whole pair class off the circuits and
-re-spend its ports): ``fast`` (20, a quarter of the default search, no class steps),
-``default`` (30), ``thorough`` (300, ten times the search). The class steps are what reach
-the proven optima of ``dp-ep`` and of the MoE job at 256 pods (every ring pair 5 circuits,
+re-spend its ports) and the size budget of the certificate's restricted master
+(:func:`.bound.certify`'s ``master_columns``): ``fast`` (20, a quarter of the default search,
+no class steps, a master only up to ``LP_COLUMNS / 2`` columns), ``default`` (30, up to
+``LP_COLUMNS``), ``thorough`` (300, ten times the search, up to ``LP_COLUMNS``). With
+``LP_COLUMNS`` at every level, ``fast`` was the slower one on pp-dp at 1,024 pods: 19,968
+segment columns at ``fast`` (a master and a class disjunction, 3.0 s of a 5.4 s plan) against
+20,096 at ``default`` (neither, 0.3 s of 3.6 s). The class steps are what reach the proven
+optima of ``dp-ep`` and of the MoE job at 256 pods (every ring pair 5 circuits,
 no expert pair any), which the local moves miss by 1.7-2% and 0.3%.
 Measured on the 90 proven hard instances of ``benchmarks/ocs_vs_milp.py --quick`` with the
 class steps, 30 and 50 iterations per stage both give every plan at its optimum (the
@@ -93,7 +98,7 @@ from trainfabric.io import write_json, write_parquet, write_text
 from trainfabric.limits import check_memory, memory_limit_bytes
 from trainfabric.ocs.model import OcsModel
 from trainfabric.ocs.wiring import baselines, decompose, rounding, search, solver
-from trainfabric.ocs.wiring.bound import certify
+from trainfabric.ocs.wiring.bound import LP_COLUMNS, certify
 from trainfabric.ocs.wiring.cost import PathCost, temperatures
 from trainfabric.ocs.wiring.onehop import least_bottleneck
 from trainfabric.ocs.wiring.prior import kl, uniform_prior
@@ -225,12 +230,23 @@ WARM_SEARCH_SHARE = 10
 # Work budgets per effort level (module doc): solver iterations per annealing stage, the
 # rounding's search budget in work units per reference size, and its class moves.
 EFFORTS = {
-    "fast": {"max_iter": 20, "round_max_moves": rounding.DEFAULT_MAX_MOVES // 4, "classes": False},
-    "default": {"max_iter": 30, "round_max_moves": rounding.DEFAULT_MAX_MOVES, "classes": True},
+    "fast": {
+        "max_iter": 20,
+        "round_max_moves": rounding.DEFAULT_MAX_MOVES // 4,
+        "classes": False,
+        "master_columns": LP_COLUMNS // 2,
+    },
+    "default": {
+        "max_iter": 30,
+        "round_max_moves": rounding.DEFAULT_MAX_MOVES,
+        "classes": True,
+        "master_columns": LP_COLUMNS,
+    },
     "thorough": {
         "max_iter": 300,
         "round_max_moves": 10 * rounding.DEFAULT_MAX_MOVES,
         "classes": True,
+        "master_columns": LP_COLUMNS,
     },
 }
 
@@ -383,7 +399,9 @@ def plan(
         dec = decompose.decompose(model, x)
         tables = decompose.cross_connects(model, dec)
     t5 = time.perf_counter()
-    cert = certify(cost, model, [res.x, x], b2, rounds=bound_rounds)
+    cert = certify(
+        cost, model, [res.x, x], b2, rounds=bound_rounds, master_columns=budgets["master_columns"]
+    )
     t6 = time.perf_counter()
     return Plan(
         x=x,
