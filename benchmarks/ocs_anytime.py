@@ -65,11 +65,13 @@ def instance(family: str, n: int):
 
 
 def plan_settings() -> dict:
-    """``ocs_scale``'s planner settings: its ``MAX_ITER`` / ``ROUND_MAX_MOVES`` where defined."""
+    """``ocs_scale``'s planner settings (its ``MAX_ITER`` / ``ROUND_MAX_MOVES`` where defined)
+    on one thread, as the exact solvers run (``threads=1``)."""
     import ocs_scale
 
     names = {"MAX_ITER": "max_iter", "ROUND_MAX_MOVES": "round_max_moves"}
-    return {kw: getattr(ocs_scale, c) for c, kw in names.items() if hasattr(ocs_scale, c)}
+    settings = {kw: getattr(ocs_scale, c) for c, kw in names.items() if hasattr(ocs_scale, c)}
+    return settings | {"threads": 1}  # one thread, as HiGHS gets
 
 
 def run_ours(family: str, n: int) -> dict:

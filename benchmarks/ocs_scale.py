@@ -7,7 +7,8 @@ setting), 100 Gb/s circuits, 5 Gb/s fallback:
   parallel over all pods with EP groups of 16 pods (all-to-all inside each group);
 * ``pp-dp``: GPT-3 175B as 8 pipeline stages x n/8 data-parallel replicas, 4 micro-batches.
 
-Every headline figure is ``plan()`` with its defaults (what a user gets: ``effort="default"``).
+Every headline figure is ``plan()`` with its defaults (what a user gets: ``effort="default"``,
+``threads=2``: the rounding's preparation and the baselines beside the solver).
 Beside them, under their own names, the same sizes at the other effort levels
 (:data:`trainfabric.ocs.wiring.planner.EFFORTS`): ``by_effort["fast"]`` and
 ``by_effort["thorough"]`` hold their times, certified gaps and critical paths over the default

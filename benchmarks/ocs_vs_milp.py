@@ -8,9 +8,10 @@ Instance sets, fixed before measuring (CLARIFICATIONS, issue 12 §2):
   n in {8, 16, 32}, d = 8; seed 0 (MoE and hybrid also 1, 2 without ``--quick``).
 
 Per instance, in one worker process and one after the other (so that the speed-up is a ratio
-measured side by side under the same load): our planner (``plan``, default settings, as the
-first plan on its cluster: the traffic-free wirings it keeps per pod shape are forgotten
-first, :func:`~trainfabric.ocs.wiring.baselines.clear_cache`; then at the other effort
+measured side by side under the same load): our planner (``plan``, default settings on one
+thread, ``threads=1``, as the exact solvers get; as the first plan on its cluster: the
+traffic-free wirings it keeps per pod shape are forgotten first,
+:func:`~trainfabric.ocs.wiring.baselines.clear_cache`; then at the other effort
 levels, each also as a first plan), the
 project MILP (``solve_milp``: reduced model, highspy, one thread, 300 s limit, relative gap
 1e-6), and scipy's HiGHS (``scipy.optimize.milp``) on the literal secant-cut MILP
@@ -106,13 +107,13 @@ def run_one(spec: tuple, scipy_full: bool = False) -> dict:
     cost = PathCost(dag, model)
     baselines.clear_cache()  # every instance is planned as a first plan on its cluster
     t0 = time.perf_counter()
-    ours = plan(dag, model, seed=seed)
+    ours = plan(dag, model, seed=seed, threads=1)  # one thread, as HiGHS gets
     ours_s = time.perf_counter() - t0
     levels = {}
     for effort in OTHER_EFFORTS:
         baselines.clear_cache()
         t1 = time.perf_counter()
-        p = plan(dag, model, seed=seed, effort=effort)
+        p = plan(dag, model, seed=seed, effort=effort, threads=1)
         levels[effort] = {
             "s": time.perf_counter() - t1,
             "cp_s": cost.hard(p.x),

@@ -179,3 +179,40 @@ def test_same_seed_same_plan_on_a_cold_and_a_warm_compile_cache(tmp_path):
     ]
     assert all(r.returncode == 0 for r in runs), runs[0].stderr[-2000:]
     assert runs[0].stdout == runs[1].stdout
+
+
+@pytest.mark.parametrize("preset", ["moe", "hybrid", "pipeline"])
+def test_a_second_thread_changes_nothing_but_the_time(preset):
+    """``threads=2`` runs the rounding's preparation and the baselines beside the solver: the
+    wiring, every critical path and the certificate equal ``threads=1``'s to the bit, and the
+    timings still cover every stage; a bad ``threads`` is refused by name."""
+    from trainfabric.errors import ConfigError
+
+    dag, model = build_dag(get_preset(preset, pods=16)), OcsModel.uniform(16, 8, 4)
+    one, two = (plan(dag, model, threads=t) for t in (1, 2))
+    np.testing.assert_array_equal(one.x, two.x)
+    np.testing.assert_array_equal(one.x_frac, two.x_frac)
+    for key in ("hard_critical_path_s", "uniform_critical_path_s", "lower_bound_s"):
+        assert getattr(one, key) == getattr(two, key)
+    assert one.timings_s.keys() == two.timings_s.keys()
+    with pytest.raises(ConfigError) as err:
+        plan(dag, model, threads=3)
+    assert err.value.field == "threads"
+
+
+def test_rounding_with_its_preparation_given_or_computed_is_the_same(moe8):
+    """:func:`.rounding.prepare` passed to ``round_wiring`` gives the rounding it computes
+    itself; one prepared for another ``b2`` is refused by name."""
+    from trainfabric.errors import ConfigError
+    from trainfabric.ocs.wiring.rounding import prepare, round_wiring
+
+    dag, model = moe8
+    p = plan(dag, model)
+    cost = PathCost(dag, model)
+    own = round_wiring(cost, model, p.x_frac, b2=p.b2)
+    given = round_wiring(cost, model, p.x_frac, b2=p.b2, prepared=prepare(cost, model, p.b2))
+    np.testing.assert_array_equal(own.x, given.x)
+    assert (own.hard_cp_s, own.work, own.starts) == (given.hard_cp_s, given.work, given.starts)
+    with pytest.raises(ConfigError) as err:
+        round_wiring(cost, model, p.x_frac, b2=p.b2, prepared=prepare(cost, model, 2 * p.b2))
+    assert err.value.field == "prepared"

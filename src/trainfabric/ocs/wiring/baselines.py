@@ -128,7 +128,7 @@ def proportional_fill(model: OcsModel, demand: np.ndarray) -> np.ndarray:
     return _fill_rounds(model.n, demand, model.degrees.astype(float))
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _fill_rounds(n, demand, degrees):  # pragma: no cover - compiled
     """Progressive filling on the complete graph of ``n`` pods (pairs in ``triu`` order).
 

@@ -277,7 +277,7 @@ def _optimal(h: highspy.Highs) -> tuple[np.ndarray, np.ndarray] | None:
     return np.asarray(sol.col_value), np.asarray(sol.row_dual)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _longest_path_nodes(indptr, indices, dur):  # pragma: no cover - compiled
     """Indicator (0/1 floats) of one longest root-to-leaf path under durations ``dur``."""
     n = dur.size

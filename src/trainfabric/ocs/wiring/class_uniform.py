@@ -82,7 +82,7 @@ def pod_rows(model: OcsModel, classes: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return rows[:, :-1], rows[:, -1], cap
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _fit(a, b, cap, load, c):  # pragma: no cover - compiled
     """Largest ``k`` with ``load + k a[:, c] ≤ b`` on every row, at most ``cap[c]``."""
     top = cap[c]
@@ -92,7 +92,7 @@ def _fit(a, b, cap, load, c):  # pragma: no cover - compiled
     return max(top, 0)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def maximal_vectors(a, b, cap, limit, max_work):  # pragma: no cover - compiled
     """Maximal ``k`` (module doc) with ``a k ≤ b``, ``0 ≤ k ≤ cap``, depth first, at most
     ``limit`` of them, stopping once ``max_work`` row entries were touched; returns

@@ -289,7 +289,7 @@ def temperatures(
 # -- compiled sweeps (all arguments in scaled units bt = b2 · t) ------------------------------
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _forward(pindptr, pindices, bt):  # pragma: no cover - compiled
     """``β_i = b2 α_i = bt_i + LSE_{j∈pred(i)} β_j`` (roots: ``β_i = bt_i``) by a running-max
     LSE. Also returns each node's shift ``m_i = max_{j∈pred(i)} β_j`` and partition sum
@@ -319,7 +319,7 @@ def _forward(pindptr, pindices, bt):  # pragma: no cover - compiled
     return beta, shift, total
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _type_lse(
     t_ptr, pair, bits, lat, x, rate_bps, fallback_bps, b2, rate, expo, z
 ):  # pragma: no cover - compiled
@@ -347,7 +347,7 @@ def _type_lse(
     return val
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _type_max(t_ptr, pair, bits, lat, x, rate_bps, fallback_bps):  # pragma: no cover - compiled
     """Per type: ``max_{k∈T} (lat_k + bits_k / (B x_{pair_k} + B0))`` (s)."""
     n_t = t_ptr.size - 1
@@ -360,7 +360,7 @@ def _type_max(t_ptr, pair, bits, lat, x, rate_bps, fallback_bps):  # pragma: no 
     return out
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _scatter_grad(
     t_ptr, pair, bits, rate, expo, weight, rate_bps, grad
 ):  # pragma: no cover - compiled
@@ -375,7 +375,7 @@ def _scatter_grad(
             grad[pair[k]] -= w * expo[k] * bits[k] * rate_bps / (r * r)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _lse_at(values, idx):  # pragma: no cover - compiled
     """``(LSE_k values[idx_k], max, Σ exp(values[idx] − max))``."""
     m = -np.inf
@@ -387,13 +387,13 @@ def _lse_at(values, idx):  # pragma: no cover - compiled
     return m + np.log(z), m, z
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _forward_value(pindptr, pindices, leaves, bt):  # pragma: no cover - compiled
     """``b2 U = LSE_{i leaf} β_i``."""
     return _lse_at(_forward(pindptr, pindices, bt)[0], leaves)[0]
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _forward_backward(pindptr, pindices, leaves, bt):  # pragma: no cover - compiled
     """``(b2 U, μ)`` with ``μ = ∂(b2 U)/∂(bt)`` by one reverse sweep (the adjoint of the
     forward one): the super-sink picks leaf ``i`` with probability ``exp(β_i − b2 U)`` and node
@@ -423,7 +423,7 @@ def _forward_backward(pindptr, pindices, leaves, bt):  # pragma: no cover - comp
     return u, mu
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _longest_tail(indptr, indices, dur):  # pragma: no cover - compiled
     """``τ_i = max_{k∈succ(i)} (t_k + τ_k)``, leaves 0: the longest path after node ``i``."""
     n = dur.size

@@ -89,7 +89,7 @@ def _check(model: OcsModel, x) -> np.ndarray:
 # -- even p_v: Euler orientation + s perfect matchings --------------------------------------
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _orient(n, eu, ev):  # pragma: no cover - compiled
     """Orient a multigraph with all degrees even so that in = out at every vertex: follow
     unused edges from a vertex until stuck (only possible back at the start, as every degree
@@ -186,7 +186,7 @@ def _split_even(model: OcsModel, x: np.ndarray) -> list[np.ndarray]:
     return configs
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _first_alive(order, lo, key_sorted, want, alive):  # pragma: no cover - compiled
     out = np.empty(want.size, dtype=np.int64)
     for i in range(want.size):

@@ -86,6 +86,8 @@ model's pair structures plus ``NODE_BYTES`` per DAG node for the path cost's swe
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -320,6 +322,7 @@ def plan(
     bound_rounds: int | None = None,
     exact_one_hop: bool = True,
     effort: str = "default",
+    threads: int = 2,
 ) -> Plan:
     """Plan the wiring of ``dag`` on ``model`` (see module doc); timings per stage in seconds.
 
@@ -332,8 +335,16 @@ def plan(
     no annealing then). ``bound_rounds``: work budget of the certified lower bound
     (:func:`.bound.certify`; default by size). ``exact_one_hop``: take the exact fast path
     on single-bundle DAGs (module doc); False forces the general path. Refuses an instance
-    over the memory limit first (:func:`check_plan_size`, field ``pods``).
+    over the memory limit first (:func:`check_plan_size`, field ``pods``). ``threads=2`` runs
+    what reads no fractional solution (:func:`.rounding.prepare`: the rounding's reduced DAG,
+    iterative roundings and class-uniform start; the near-uniform and demand-proportional
+    baselines) in a second thread while the solver runs, ``threads=1`` in the calling thread
+    when it is needed; the plan is the same (each step is deterministic and none reads
+    another's output). Timings are the calling thread's wall time per stage, so with
+    ``threads=2`` the rounding and baselines stages hold only the wait for that thread.
     """
+    if threads not in (1, 2):
+        raise ConfigError("threads", f"must be 1 or 2, got {threads!r}")
     budgets = effort_budgets(effort)
     max_iter = budgets["max_iter"] if max_iter is None else max_iter
     round_max_moves = budgets["round_max_moves"] if round_max_moves is None else round_max_moves
@@ -358,40 +369,45 @@ def plan(
         w0, duals0, eta0 = warm_point(warm_start, model, q)
         anneal = False
         max_iter = min(max_iter, WARM_MAX_ITER)
-    res = solver.solve(
-        cost,
-        model,
-        b1,
-        b2,
-        prior=q,
-        anneal=anneal,
-        max_iter=max_iter,
-        w0=w0,
-        duals0=duals0,
-        eta0=eta0,
-        inequality=True,
-    )
-    t2 = time.perf_counter()
     start = None if warm_start is None else _warm_wiring(model, warm_start)
-    reduced = None
-    if start is None:
-        rounded = rounding.round_wiring(
+    classes = budgets["classes"]
+    with _aside(threads) as submit:
+        if start is None:
+            prepared = submit(rounding.prepare, cost, model, b2, round_max_moves, classes)
+        others = submit(_other_baselines, cost, model, seed)
+        res = solver.solve(
             cost,
             model,
-            res.x,
-            b2=b2,
-            seed=seed,
-            max_moves=round_max_moves,
-            classes=budgets["classes"],
+            b1,
+            b2,
+            prior=q,
+            anneal=anneal,
+            max_iter=max_iter,
+            w0=w0,
+            duals0=duals0,
+            eta0=eta0,
+            inequality=True,
         )
-        ours, reduced = [rounded.x], rounded.reduced
-    else:
-        reduced = _reduced(cost, model, b2, reuse if drifted else None)
-        ours = [_warm_search(reduced, model, start, b2, seed, round_max_moves), start]
-    t3 = time.perf_counter()
+        t2 = time.perf_counter()
+        if start is None:
+            rounded = rounding.round_wiring(
+                cost,
+                model,
+                res.x,
+                b2=b2,
+                seed=seed,
+                max_moves=round_max_moves,
+                classes=classes,
+                prepared=prepared.result(),
+            )
+            ours, reduced = [rounded.x], rounded.reduced
+        else:
+            reduced = _reduced(cost, model, b2, reuse if drifted else None)
+            ours = [_warm_search(reduced, model, start, b2, seed, round_max_moves), start]
+        t3 = time.perf_counter()
+        near_uniform, demand = others.result()
     uniform = baselines.uniform_mesh(model)
-    near_uniform = baselines.best_near_uniform(cost, model, seed=seed)
-    x = _best_wiring(cost, ours, [near_uniform, baselines.demand_proportional(dag, model)])
+    x = _best_wiring(cost, ours, [near_uniform, demand])
     t4 = time.perf_counter()
     if reuse is not None and np.array_equal(x, warm_start.x):
         dec, tables = warm_start.decomposition, warm_start.tables  # same wiring, same OCSes
@@ -432,6 +448,33 @@ def plan(
         certificate_tolerance=cert.tolerance,
         reuse=Reuse(cost, seed, (b1_rel, b2_rel), reduced, b2),
     )
+
+
+def _other_baselines(cost: PathCost, model: OcsModel, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The best near-uniform and the demand-proportional wiring (:mod:`.baselines`)."""
+    near = baselines.best_near_uniform(cost, model, seed=seed)
+    return near, baselines.demand_proportional(cost.dag, model)
+
+
+class _Deferred:
+    """``fn(*args)``, run in the calling thread when its result is asked for."""
+
+    def __init__(self, fn, *args):
+        self._fn, self._args = fn, args
+
+    def result(self):
+        return self._fn(*self._args)
+
+
+@contextmanager
+def _aside(threads: int):
+    """``submit(fn, *args)`` giving an object whose ``result()`` is ``fn(*args)``: started at
+    once in one worker thread (``threads=2``), or run when asked for (``threads=1``)."""
+    if threads == 1:
+        yield _Deferred
+        return
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ocs-plan") as pool:
+        yield pool.submit
 
 
 def effort_budgets(effort: str) -> dict[str, int]:

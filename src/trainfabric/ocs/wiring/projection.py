@@ -147,13 +147,13 @@ class Split:
 # -- compiled kernels over the pairs in triu order (row u holds v = u+1..n-1) -----------------
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _rowsums_product(y, a):  # pragma: no cover - compiled
     """``S = a ⊙ (Y a)``: the row sums of ``w_uv = y_uv a_u a_v`` without forming ``w``."""
     return a * _pair_matvec(y, a)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _rowsums_split(su, sv, y_t, a, c):  # pragma: no cover - compiled
     """Row sums of ``w`` from the support pairs ``(su, sv)`` with weights ``y_t a_u a_v`` and
     the product part ``c_u c_v`` on every other pair (module doc; clipped at 0 where rounding
@@ -174,7 +174,7 @@ def _rowsums_split(su, sv, y_t, a, c):  # pragma: no cover - compiled
     return s
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _fill_split(logy, lam, support, c, log_w, w):  # pragma: no cover - compiled
     """``log_w = ℓ_uv − λ_u − λ_v`` on every pair; ``w = exp(log_w)`` on the (sorted) support
     and the product ``c_u c_v`` elsewhere (no exponential there); returns the row sums."""
@@ -202,7 +202,7 @@ def _fill_split(logy, lam, support, c, log_w, w):  # pragma: no cover - compiled
     return s
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _fill_product(y, a, w):  # pragma: no cover - compiled
     """``w_uv = y_uv a_u a_v``; returns the row sums."""
     n = a.size
@@ -221,7 +221,7 @@ def _fill_product(y, a, w):  # pragma: no cover - compiled
     return s
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _fill_both_product(y, a, logy, lam, log_w, w):  # pragma: no cover - compiled
     """``w_uv = y_uv a_u a_v`` and ``log_w = ℓ_uv − λ_u − λ_v``; returns the row sums of ``w``."""
     n = a.size
@@ -242,7 +242,7 @@ def _fill_both_product(y, a, logy, lam, log_w, w):  # pragma: no cover - compile
     return s
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _fill_log(logy, lam, log_w, w):  # pragma: no cover - compiled
     """``log_w = ℓ_uv − λ_u − λ_v``, ``w = exp(log_w)``; returns the row sums and
     ``max log_w``."""
@@ -266,7 +266,7 @@ def _fill_log(logy, lam, log_w, w):  # pragma: no cover - compiled
     return s, zmax
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _log_weights(logy, lam, out):  # pragma: no cover - compiled
     """``out = ℓ_uv − λ_u − λ_v``; returns its maximum."""
     n = lam.size
@@ -282,7 +282,7 @@ def _log_weights(logy, lam, out):  # pragma: no cover - compiled
     return zmax
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _log_rowsums(log_w, n):  # pragma: no cover - compiled
     """``log S_v = LSE_u log w_uv`` without underflow (two passes: per-pod max, then sum)."""
     m = np.full(n, -np.inf)
@@ -304,7 +304,7 @@ def _log_rowsums(log_w, n):  # pragma: no cover - compiled
     return m + np.log(s)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _pair_matvec(w, x):  # pragma: no cover - compiled
     """``(W x)_v = Σ_u w_uv x_u`` for the symmetric matrix ``W`` given by its pairs."""
     n = x.size
@@ -321,7 +321,7 @@ def _pair_matvec(w, x):  # pragma: no cover - compiled
     return out
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _scaled_hessian(w, s, ridge):  # pragma: no cover - compiled
     """``D^{-1/2} (diag(S) + W) D^{-1/2} + ridge·I`` with ``D = diag(S)``, dense [n, n]."""
     n = s.size
@@ -590,7 +590,7 @@ def _clipped_sweep(k: _Kernel, s: np.ndarray, lam: np.ndarray) -> np.ndarray:
 _DONE, _STALL, _ABSORB_NOW, _UNDERFLOW, _OUT = range(5)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _box_sweeps_split(
     su, sv, y_t, c_mu, mu, lam, r, log_r, tol, it, max_iter, hist, n_hist, stall, newton_cost
 ):  # pragma: no cover - compiled

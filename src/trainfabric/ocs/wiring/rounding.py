@@ -109,7 +109,7 @@ def _havel_hakimi(rho: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.minimum(a, b), np.maximum(a, b)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _hh_kernel(rho):  # pragma: no cover - compiled
     # One circuit at a time between the two largest residuals keeps "max <= sum/2" true:
     # r1 - 1 <= (S - 2)/2 and r3 <= (S - 2)/2 because r1 + r2 - r3 + rest >= 2.
@@ -202,7 +202,7 @@ def _residual_greedy(
     return np.concatenate([z, t])
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _greedy_augment(a, b, pos_of, n, w, cap, order, left):  # pragma: no cover - compiled
     z = np.zeros(a.size, dtype=np.int64)
     for k in order:
@@ -473,7 +473,7 @@ def _iterative_rounding(
     return _fill(model, x, gain, forbid)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _take_once(order, iu, iv, x, left, quota):  # pragma: no cover - compiled
     """One circuit on each pair of ``order`` whose pods both have dark ports ``left``, until
     ``quota`` circuits are placed."""
@@ -523,7 +523,7 @@ def _marginal_rounding(
 _UNITS_PER_PAIR = 8  # circuits per pair the unit-greedy considers beyond floor(x_frac)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _take_units(unit_pair, unit_k, iu, iv, x, x0, left):  # pragma: no cover - compiled
     for i in range(unit_pair.size):
         e = unit_pair[i]
@@ -653,6 +653,62 @@ KICK_MOVES = 2_000  # candidate moves of the short search after a kick
 _WORK_MAX = 2**62  # the compiled kernels count work in int64
 
 
+@dataclass
+class Prepared:
+    """The part of :func:`round_wiring` that reads no fractional wiring (:func:`prepare`):
+    the reduced DAG at ``b2`` (soft constants also at ``b2 / SOFTER``), the work budget, the two
+    iterative roundings from the empty wiring and, with the class steps, the class-uniform
+    start and the class budget it spent. ``key``: the ``(b2, max_moves, classes)`` it is for."""
+
+    key: tuple[float, int, bool]
+    red: _Reduced
+    max_work: int
+    iterative: tuple[np.ndarray, np.ndarray]
+    uniform: np.ndarray | None
+    class_work: int
+
+
+def prepare(
+    cost, model: OcsModel, b2: float, max_moves: int = DEFAULT_MAX_MOVES, classes: bool = True
+) -> Prepared:
+    """The steps of :func:`round_wiring` that need no fractional wiring: the reduced DAG and
+    budget, the iterative roundings at ``b2`` and ``b2 / SOFTER`` and (``classes``) the best
+    class-uniform wiring, completed; a caller may run them while the solver runs
+    (:func:`.planner.plan`) and pass the result on as ``prepared``."""
+    _check_moves(max_moves)
+    b2 = _check_b2(b2)
+    soft = b2 / SOFTER
+    red = _Reduced(cost, model, b2, (soft,))
+    size = setup_work(red)
+    max_work = min(_WORK_MAX, int(max_moves) + int(max_moves) * size // WORK_REF_SIZE)
+    empty = np.zeros(model.n_pairs, dtype=np.int64)
+    iterative = (
+        _iterative_rounding(red, model, empty, b2),
+        _iterative_rounding(_at(red, soft), model, empty, soft),
+    )
+    uniform, class_work = None, 0
+    if classes:  # the class steps share a budget of their own (half the search's)
+        uniform, _, class_work = best_class_uniform(
+            red, model, pair_classes(red, model.n_pairs), max_work // 2, b2
+        )
+        if uniform is not None:
+            uniform = _fill(model, uniform, np.bincount(red.pair, red.bits, model.n_pairs))
+    return Prepared(
+        (b2, int(max_moves), bool(classes)), red, max_work, iterative, uniform, class_work
+    )
+
+
+def _check_moves(max_moves) -> None:
+    if not (isinstance(max_moves, (int, np.integer)) and max_moves >= 1):
+        raise ConfigError("max_moves", "must be an integer >= 1")
+
+
+def _check_b2(b2) -> float:
+    if not (b2 > 0 and np.isfinite(b2)):
+        raise ConfigError("b2", "must be finite and > 0")
+    return float(b2)
+
+
 def round_wiring(
     cost,
     model: OcsModel,
@@ -662,6 +718,7 @@ def round_wiring(
     seed: int = 0,
     kicks: int = DEFAULT_KICKS,
     classes: bool = True,
+    prepared: Prepared | None = None,
 ) -> RoundResult:
     """Integer wiring (degrees ``≤ d``) from a fractional one, searched on the hard critical path.
 
@@ -719,46 +776,38 @@ def round_wiring(
     must fit the ports); ``b2`` (1/s), default ``50·max(log|Π|, 1) / CP(x_frac)``;
     ``max_moves`` ≥ 1 (work units per reference size, above); ``kicks`` ≥ 0; ``seed`` orders
     ties; ``classes``: start from the class-uniform wiring (step 1) and run the class moves
-    of step 3, both within the class budget (``max_work / 2``).
+    of step 3, both within the class budget (``max_work / 2``); ``prepared``: what
+    :func:`prepare` computed for the same ``cost``, ``model``, ``b2``, ``max_moves`` and
+    ``classes`` (computed here when None; the result is the same either way).
     """
     t0 = time.perf_counter()
     x = _check_frac(model, x_frac)
-    if not (isinstance(max_moves, (int, np.integer)) and max_moves >= 1):
-        raise ConfigError("max_moves", "must be an integer >= 1")
+    _check_moves(max_moves)
     if not (isinstance(kicks, (int, np.integer)) and kicks >= 0):
         raise ConfigError("kicks", "must be an integer >= 0")
     if b2 is None:
         cp = cost.hard(x)
         b2 = 50.0 * max(cost.log_paths(), 1.0) / cp if cp > 0 else 1.0
-    elif not (b2 > 0 and np.isfinite(b2)):
-        raise ConfigError("b2", "must be finite and > 0")
-    b2 = float(b2)
+    b2 = _check_b2(b2)
+    if prepared is None:
+        prepared = prepare(cost, model, b2, max_moves, classes)
+    elif prepared.key != (b2, int(max_moves), bool(classes)):
+        raise ConfigError("prepared", "was prepared for another b2, max_moves or classes")
+    red, max_work, class_work = prepared.red, prepared.max_work, prepared.class_work
     x0 = _floor(model, x)
     soft = b2 / SOFTER
-    red = _Reduced(cost, model, b2, (soft,))
     red_soft = _at(red, soft)
     size = setup_work(red)
-    max_work = min(_WORK_MAX, int(max_moves) + int(max_moves) * size // WORK_REF_SIZE)
-    empty = np.zeros(model.n_pairs, dtype=np.int64)
     starts: list[np.ndarray] = []
     for start in (
-        _iterative_rounding(red, model, empty, b2),
-        _iterative_rounding(red_soft, model, empty, soft),
+        *prepared.iterative,
         _marginal_rounding(cost, model, x, x0, b2),
         _marginal_rounding(cost, model, x, x0, soft),
         _fill(model, x0, x - x0),
+        *([] if prepared.uniform is None else [prepared.uniform]),
     ):
         if not any(np.array_equal(start, other) for other in starts):
             starts.append(start)
-    class_work = 0
-    if classes:  # the class steps share a budget of their own (half the search's)
-        uniform, _, class_work = best_class_uniform(
-            red, model, pair_classes(red, model.n_pairs), max_work // 2, b2
-        )
-        if uniform is not None:
-            uniform = _fill(model, uniform, np.bincount(red.pair, red.bits, model.n_pairs))
-            if not any(np.array_equal(uniform, other) for other in starts):
-                starts.append(uniform)
     start_cp = [cost.hard(s) for s in starts]
     perm = np.random.default_rng(seed).permutation(model.n).astype(np.int64)
     best, best_cp = starts[int(np.argmin(start_cp))], float(min(start_cp))

@@ -25,7 +25,7 @@ from trainfabric.ocs.model import OcsModel
 from trainfabric.ocs.wiring.compress import edge_list
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _pair_id(n, u, v):  # pragma: no cover - compiled
     a, b = min(u, v), max(u, v)
     return a * n - a * (a + 1) // 2 + (b - a - 1)
@@ -199,7 +199,7 @@ def _polish_state(red: _Reduced, model: OcsModel, x: np.ndarray, b2: float) -> t
     return dur, g_sorted, gval, glse
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _group_state(g_ptr, g_comm, dur, b2):  # pragma: no cover - compiled
     n_groups = g_ptr.size - 1
     g_sorted = g_comm.copy()
@@ -221,7 +221,7 @@ def _group_state(g_ptr, g_comm, dur, b2):  # pragma: no cover - compiled
 _NEGLIGIBLE = 1e-18  # terms below this fraction of a group's largest are dropped from its LSE
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _group_sum(g, g_ptr, g_sorted, dur, pair, ch, top, b2):  # pragma: no cover - compiled
     """``Σ exp(b2 (t_c − top))`` over the members of group ``g`` whose pair is not in ``ch``,
     walking the members by decreasing duration and stopping once a term is negligible (every
@@ -241,7 +241,7 @@ def _group_sum(g, g_ptr, g_sorted, dur, pair, ch, top, b2):  # pragma: no cover 
     return s, walked
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _lae(a, b):  # pragma: no cover - compiled
     """``log(exp(a) + exp(b))``."""
     if a < b:
@@ -251,7 +251,7 @@ def _lae(a, b):  # pragma: no cover - compiled
     return a + np.log1p(np.exp(b - a))
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _lse_preds(r, pindptr, pindices, beta, beta2, rmin):  # pragma: no cover - compiled
     """``LSE_{j ∈ pred(r)} β_j`` (0 for a root), ``β_j`` from ``beta2`` for ``j ≥ rmin``."""
     lo, hi = pindptr[r], pindptr[r + 1]
@@ -271,7 +271,7 @@ def _lse_preds(r, pindptr, pindices, beta, beta2, rmin):  # pragma: no cover - c
     return m + np.log(acc)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _hard_sweeps(fixed, group, gval, pindptr, pindices, sindptr, sindices):  # pragma: no cover
     """Hard sweeps of the merged DAG: durations ``rdur`` (s), earliest finishes, prefix maxima
     of the finishes (the hard CP is the last) and longest tails."""
@@ -300,7 +300,7 @@ def _hard_sweeps(fixed, group, gval, pindptr, pindices, sindptr, sindices):  # p
     return rdur, finish, pmax, tail
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _soft_sweeps(
     fixed_soft, group, glse, pindptr, pindices, sindptr, sindices
 ):  # pragma: no cover - compiled
@@ -329,7 +329,7 @@ def _soft_sweeps(
     return soft, beta, pleaf, mu
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _penalty(q, xq, pen_args):  # pragma: no cover - compiled
     """Donor penalty of pair ``q`` holding ``xq ≥ 1`` circuits: the most any path through one
     of its comm nodes would exceed the critical path (s) with one circuit less (old head + the
@@ -345,7 +345,7 @@ def _penalty(q, xq, pen_args):  # pragma: no cover - compiled
     return worst
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _donors(x, perm, n, u, skip, dark, frozen, pen, pen_scan, scan, pen_args):  # pragma: no cover
     """Pods ``a ∉ {u, skip}`` with a circuit on ``(u, a)`` not ``frozen``, by increasing
     donor penalty (:func:`_penalty`, cached in ``pen`` for the scan ``scan``; ties in the
@@ -373,7 +373,7 @@ def _donors(x, perm, n, u, skip, dark, frozen, pen, pen_scan, scan, pen_args):  
     return pods[:k][np.argsort(key[:k], kind="mergesort")], work
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _closer(free, perm, n, lone, spent):  # pragma: no cover - compiled
     """The pod ``w ≠ lone`` with the most dark ports (``spent`` has one fewer: the move uses
     it), ties in the seeded order ``perm``; −1 when no other pod has a dark port."""
@@ -387,7 +387,7 @@ def _closer(free, perm, n, lone, spent):  # pragma: no cover - compiled
     return best
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _changed_comms(
     ch, dx, x, rate, fallback, pair_ptr, pair_comm, lat, bits, cbuf, dbuf
 ):  # pragma: no cover - compiled
@@ -409,7 +409,7 @@ def _changed_comms(
     return m
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _resort(g, g_ptr, g_sorted, dur, pair, ch, buf):  # pragma: no cover - compiled
     """Restore decreasing-duration order of group ``g`` after its members on the pairs ``ch``
     changed: merge the (re-sorted) moved members into the unmoved ones, O(group size)."""
@@ -439,7 +439,7 @@ def _resort(g, g_ptr, g_sorted, dur, pair, ch, buf):  # pragma: no cover - compi
             j -= 1
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _drop_bounds(gval, g_ptr, g_sorted, dur, pair, most, stamp, scan):  # pragma: no cover
     """Per pair ``q``, ``most[q] = Σ_g (gval_g − t3_g)`` over the groups whose first two
     distinct pairs (in decreasing duration) include ``q``, with ``t3_g`` the longest member on
@@ -475,7 +475,7 @@ def _drop_bounds(gval, g_ptr, g_sorted, dur, pair, most, stamp, scan):  # pragma
     return work
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _polish(
     x, iu, iv, n, perm, rate, fallback, b2,
     fixed, fixed_soft, group, pindptr, pindices, sindptr, sindices,
@@ -797,7 +797,7 @@ def group_maxima(red: _Reduced, model: OcsModel, x: np.ndarray) -> np.ndarray:
     )  # fmt: skip
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _group_maxima(x, pair, bits, lat, g_ptr, g_comm, rate, b0):  # pragma: no cover - compiled
     gval = np.empty(g_ptr.size - 1)
     for g in range(gval.size):
@@ -826,7 +826,7 @@ def unit_gains(red: _Reduced, model: OcsModel, x: np.ndarray, b2: float) -> np.n
     )  # fmt: skip
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _unit_gains(
     x, pair, bits, lat, g_ptr, g_comm, g_rnode, b2, rate, b0,
     fixed_soft, group, pindptr, pindices, sindptr, sindices,

@@ -137,7 +137,7 @@ class SolveResult:
         return f"stopped after {self.iterations} iterations: max_iter or no step size passed"
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _logits(log_w, log_q, g, theta, eta, out):  # pragma: no cover - compiled
     """``log y = θ log w + (1−θ) log q − θ η g``."""
     c = theta * eta
@@ -145,7 +145,7 @@ def _logits(log_w, log_q, g, theta, eta, out):  # pragma: no cover - compiled
         out[e] = theta * log_w[e] + (1.0 - theta) * log_q[e] - c * g[e]
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _step_stats(w_new, log_w_new, w, log_w, g):  # pragma: no cover - compiled
     """``(KL(w_new||w), <g, w_new − w>, <|g|, w>)`` (the last sizes the rounding slack of the
     descent test). Compiled rather than ``np.abs(g) @ w``: a BLAS dot spawns threads, which
@@ -170,7 +170,7 @@ def _step_stats(w_new, log_w_new, w, log_w, g):  # pragma: no cover - compiled
     return kl, lin, mag
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _kl_logs(w, log_w, q, log_q):  # pragma: no cover - compiled
     """``KL(w||q) = Σ w (log w − log q) − w + q``."""
     s = 0.0
@@ -179,7 +179,7 @@ def _kl_logs(w, log_w, q, log_q):  # pragma: no cover - compiled
     return s
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _pod_fit(z, n):  # pragma: no cover - compiled
     """Least-squares pod potentials ``c = argmin ||z − (c_u + c_v)||²`` for ``n ≥ 3`` pods.
 
@@ -198,7 +198,7 @@ def _pod_fit(z, n):  # pragma: no cover - compiled
     return (s - s.sum() / (2.0 * n - 2.0)) / (n - 2.0)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _centred(g, n):  # pragma: no cover - compiled
     """``g − (c_u + c_v)`` with ``c = _pod_fit(g)``.
 
@@ -234,7 +234,7 @@ def _project(logy: np.ndarray, model: OcsModel, method: str, warm, inequality: b
     return project(logy, model, warm=pr.duals, inequality=True, **kw)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _any_off(g, on):  # pragma: no cover - compiled
     """True when ``g`` is non-zero on some pair outside the support mask ``on``."""
     for e in range(g.size):  # noqa: SIM110 (a compiled loop that stops at the first hit)
