@@ -292,3 +292,16 @@ def test_master_columns_is_the_size_budget_of_the_master_and_the_disjunction(mon
     for effort in ("fast", "default"):
         plan(dag, model, effort=effort)
     assert seen == [planner.EFFORTS["fast"]["master_columns"], LP_COLUMNS] and seen[0] < LP_COLUMNS
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 2**31))
+def test_durations_under_phi_equal_phi_over_every_pair(seed):
+    """``Relaxation.durations`` evaluates ``φ`` on the pairs with traffic only; the node
+    durations equal ``φ`` taken over every pair and gathered, bit for bit."""
+    dag, model = _instance("moe", 8)
+    rel = Relaxation(PathCost(dag, model), model)
+    x = np.random.default_rng(seed).uniform(0.0, 4.0, model.n_pairs)
+    full = rel.fixed.copy()
+    full[rel.comm] += rel.bits * rel.phi(x)[rel.pair]
+    np.testing.assert_array_equal(rel.durations(x), full)

@@ -136,6 +136,7 @@ class Relaxation:
         self.lower = np.zeros(model.n_pairs, np.int64) if lower is None else lower.astype(np.int64)
         traffic = np.bincount(self.pair, self.bits, model.n_pairs) > 0
         self.active = np.flatnonzero(traffic | (self.lower > 0))
+        self.comm_active = np.searchsorted(self.active, self.pair)  # pair's index in active
         lim = self.cap if limit is None else np.minimum(self.cap, np.asarray(limit, np.int64))
         caps = np.maximum(lim, self.lower)[self.active]
         self.seg_local = np.repeat(np.arange(self.active.size), caps)
@@ -157,9 +158,11 @@ class Relaxation:
         return (1.0 - frac) * self.f(lo) + frac * self.f(lo + 1.0)
 
     def durations(self, x: np.ndarray) -> np.ndarray:
-        """Node durations (s) under ``φ`` at the fractional wiring ``x``."""
+        """Node durations (s) under ``φ`` at the fractional wiring ``x`` (``φ`` evaluated on
+        the pairs with traffic only: ``O(active + comm)``, not ``O(P)``)."""
         t = self.fixed.copy()
-        t[self.comm] += self.bits * self.phi(np.asarray(x, dtype=float))[self.pair]
+        phi = self.phi(np.asarray(x, dtype=float)[self.active])
+        t[self.comm] += self.bits * phi[self.comm_active]
         return t
 
     def critical_path(self, x: np.ndarray) -> float:
