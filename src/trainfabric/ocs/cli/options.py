@@ -47,8 +47,9 @@ B2Opt = Annotated[
 EffortOpt = Annotated[
     str,
     typer.Option(
-        help="Work budgets: fast (20 solver iterations per stage, a quarter of the search), "
-        "default (30), thorough (300, ten times the search); figures per level in the README."
+        help="Work budgets: fast (20 solver iterations per stage, a quarter of the search, "
+        "no class steps, a smaller certificate LP), default (30), thorough (300, ten times the "
+        "search); figures per level in the README."
     ),
 ]
 # Internal field names of the workloads and OCS APIs -> what the user typed.

@@ -230,7 +230,8 @@ WARM_MIX = 0.05
 WARM_MAX_ITER = 10
 WARM_SEARCH_SHARE = 10
 # Work budgets per effort level (module doc): solver iterations per annealing stage, the
-# rounding's search budget in work units per reference size, and its class moves.
+# rounding's search budget in work units per reference size, its class steps, and the segment
+# columns up to which the certificate runs its restricted master and class disjunction.
 EFFORTS = {
     "fast": {
         "max_iter": 20,
@@ -326,8 +327,8 @@ def plan(
 ) -> Plan:
     """Plan the wiring of ``dag`` on ``model`` (see module doc); timings per stage in seconds.
 
-    ``effort`` (``fast``, ``default``, ``thorough``) sets the two work budgets of
-    :data:`EFFORTS`; ``max_iter`` or ``round_max_moves``, when given, override its value.
+    ``effort`` (``fast``, ``default``, ``thorough``) sets the budgets of :data:`EFFORTS`;
+    ``max_iter`` or ``round_max_moves``, when given, override its values.
     ``max_iter`` bounds the solver's iterations per annealing stage; ``round_max_moves`` bounds
     the rounding's search in work units per reference size (:func:`.rounding.round_wiring`;
     work, not seconds: small instances reach a local optimum long before it).
