@@ -136,7 +136,9 @@ class Relaxation:
         self.lower = np.zeros(model.n_pairs, np.int64) if lower is None else lower.astype(np.int64)
         traffic = np.bincount(self.pair, self.bits, model.n_pairs) > 0
         self.active = np.flatnonzero(traffic | (self.lower > 0))
-        self.comm_active = np.searchsorted(self.active, self.pair)  # pair's index in active
+        position = np.zeros(model.n_pairs, dtype=np.int64)
+        position[self.active] = np.arange(self.active.size)
+        self.comm_active = position[self.pair]  # every comm node's pair, indexed in ``active``
         lim = self.cap if limit is None else np.minimum(self.cap, np.asarray(limit, np.int64))
         caps = np.maximum(lim, self.lower)[self.active]
         self.seg_local = np.repeat(np.arange(self.active.size), caps)
