@@ -62,16 +62,11 @@ FAST = {
     "fabric collective --cluster configs/clusters/spectrum-x-32k.toml"
     " --op all_reduce --sizes 8:8G --gpus 1024": 1.7,
     "fabric job --workload llama3-70b --pods 64 --cluster configs/clusters/spectrum-x-8k.toml": 3.9,
-    "fabric run configs/fabric-line-rate.toml"
-    " --cluster tests/data/astra/network/switch_switch.yml": 4.5,
     "fabric cluster show tests/data/astra/network/switch_switch.yml": 1.0,
     "diloco sim --policy wa_forecast --regime bursty --seed 0 --json": 3.8,
     "diloco sim --trace src/trainfabric/diloco/data/azure_llm_code_2023.csv"
     " --rate-scale 2 --json": 2.2,
-    "experiments run sync-over-ocs --quick --json": 5.3,
-    "experiments run rewire-or-defer --quick --json": 6.4,
     "experiments list": 3.0,
-    "experiments run moe_skew -p gini=0.3 --seeds 5": 4.9,
 }
 
 SLOW = {
@@ -81,6 +76,11 @@ SLOW = {
     "experiments run ocs-e5 --quick": 5.7,  # in this test: 9.8
     "sweep configs/critical-path.toml": 6.7,  # in this test: 16.8
     "report runs/critical-path": 2.4,  # after the sweep; in this test: 12.3
+    "fabric run configs/fabric-line-rate.toml"
+    " --cluster tests/data/astra/network/switch_switch.yml": 4.5,  # in this test: 7.7
+    "experiments run sync-over-ocs --quick --json": 5.3,  # in this test: 12.3
+    "experiments run rewire-or-defer --quick --json": 6.4,  # in this test: 13.0
+    "experiments run moe_skew -p gini=0.3 --seeds 5": 4.9,  # in this test: 9.3
     # over 10 s alone
     "fabric eval --quick --json": 81.3,
     "fabric run configs/fabric-failures.toml": 11.8,

@@ -10,12 +10,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import _htsim as H  # noqa: E402
 
 
+@pytest.mark.slow  # 2 s or more in the default run (make test-all runs it)
 def test_our_process_prints_the_engines_completions(tmp_path):
     """A chained ring (dependencies: the 8-host warm-up is the ring shape too) run as a
     process: exit 0, one line per flow with the in-process

@@ -195,6 +195,7 @@ def test_real_full_disk_under_ocs_plan_is_one_line(cli, tmp_path):
         assert {p.name for p in disk.iterdir()} == {".lock"}
 
 
+@pytest.mark.slow  # 2 s or more in the default run (make test-all runs it)
 def test_failing_sweep_off_a_terminal_prints_one_line(tmp_path):
     """The real process, stderr a pipe, a file-size limit as the full disk (EFBIG; Python
     ignores SIGXFSZ): no progress bar before the error, exit 1."""

@@ -83,6 +83,7 @@ def test_a_dag_file_keeps_its_pods(cli, tmp_path):
     assert code == 2 and stderr.startswith("error: --job-pods: "), stderr
 
 
+@pytest.mark.slow  # 2 s or more in the default run (make test-all runs it)
 def test_alpha_check_runs_by_default_only_on_small_fabrics(cli, monkeypatch):
     """Default: the dense α-fair check runs up to ALPHA_CHECK_PAIRS pod pairs; above, it is
     skipped (JSON says so) unless --alpha-check forces it."""

@@ -28,7 +28,8 @@ def test_threshold_json_reports_regret_below_its_bound(cli, strict_loads):
 
 @pytest.mark.parametrize(
     "policy",
-    ["always", "never", "oracle", "glr", "online-balance", "online-learned", "glr-calibrated"],
+    ["always", "never", "oracle", "glr", "online-balance", "online-learned"]
+    + [pytest.param("glr-calibrated", marks=pytest.mark.slow)],  # 8-10 s: it calibrates
 )
 def test_every_policy_runs(cli, strict_loads, policy):
     code, out, _ = cli(

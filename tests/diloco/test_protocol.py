@@ -310,6 +310,7 @@ def check_protocol(res: dict, run_dir) -> None:
             assert plan["sufficient"] == (plan["n_required"] <= n)
 
 
+@pytest.mark.slow  # 2 s or more in the default run (make test-all runs it)
 def test_cli_protocol_statistics_are_recomputed(cli, tmp_path, monkeypatch):
     """``diloco protocol --quick --seeds 6 --windows 1400 --json`` on the sync-heavy regime
     alone (every policy; about 4 s): 6 seeds are the fewest the design accepts, 1,400

@@ -38,6 +38,7 @@ def _need() -> int:
     return max(min_windows(get_regime(n), FleetConfig()) for n in SMALL["regimes"])
 
 
+@pytest.mark.slow  # 2 s or more in the default run (make test-all runs it)
 def test_refusal_names_a_rate_scale_that_then_runs(cli, small_quick, tmp_path):
     """At the trace's own rate 6 segments are 572 s, under the 1,332 windows sync_heavy
     needs: one line naming --rate-scale, the largest at 3 significant digits that fits
@@ -186,6 +187,7 @@ def test_every_verdict_names_its_reason(row, verdict, reason):
     assert said == verdict and reason in why
 
 
+@pytest.mark.slow  # 2 s or more in the default run (make test-all runs it)
 def test_protocol_text_findings_first_and_fits_80_columns(cli, monkeypatch, tmp_path):
     """Text at 80 columns: the findings (sentences with numbers) before any table, every
     policy named in full (adaptive_tokens and adaptive_load both), no cut header, no line

@@ -50,6 +50,7 @@ def test_sweep_figure_has_one_line_per_workload(tmp_path):
     assert critical_path_figures(res.results[res.results.rate_gbps == 50.0]) == []
 
 
+@pytest.mark.slow  # over 5 s in the default run (make test-all runs it)
 def test_demo_writes_a_report_and_resumes(demo_run, capsys):
     from trainfabric.cli import main
 

@@ -129,6 +129,7 @@ def test_a_knob_with_a_cluster_file_is_refused(cli, tmp_path):
     assert err.count("\n") == 1 and "cluster" in err
 
 
+@pytest.mark.slow  # 2 s or more in the default run (make test-all runs it)
 def test_out_writes_a_run_directory_with_findings(cli, tmp_path):
     run = tmp_path / "job"
     res = _json(cli, *SPREAD, "--mode", "ecmp,adaptive", "--failures", "0.1", "--draws", "2",
@@ -232,6 +233,7 @@ def test_scenario_findings_name_the_best_and_the_worst_mode():
     assert tie == "All modes: iteration time 2.000 s."
 
 
+@pytest.mark.slow  # 2 s or more in the default run (make test-all runs it)
 def test_failure_draws_on_two_workers_equal_the_serial_draws(cli):
     one = _json(cli, *SPREAD, "--failures", "0.1", "--draws", "2")
     two = _json(cli, *SPREAD, "--failures", "0.1", "--draws", "2", "--workers", "2")

@@ -396,6 +396,7 @@ class SparseCost(SeparableCost):
         self.comm_pair = pairs
 
 
+@pytest.mark.slow  # 2 s or more in the default run (make test-all runs it)
 @pytest.mark.parametrize("declared", ["all", "some"])
 def test_sparse_support_reaches_the_dense_optimum(declared, monkeypatch):
     """On W≤ with a cost on 5% of the pairs, the solver's sparse-support sweeps (module doc of

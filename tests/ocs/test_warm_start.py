@@ -78,6 +78,7 @@ def test_solver_resumes_at_its_optimum(moe):
     assert pytest.approx(ref.F, rel=1e-12) == again.F
 
 
+@pytest.mark.slow  # 2 s or more in the default run (make test-all runs it)
 def test_warm_solve_after_drift_reaches_the_cold_free_energy(moe):
     dag, model = moe
     q = uniform_prior(model)

@@ -148,6 +148,7 @@ DISMISSED = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # 2 s or more in the default run (make test-all runs it)
 def test_a_dismissed_watchdog_kills_nothing():
     parent = subprocess.Popen([sys.executable, "-c", DISMISSED], stdout=subprocess.PIPE, text=True)
     try:
@@ -207,6 +208,7 @@ RAY_DRIVER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # over 5 s in the default run (make test-all runs it)
 def test_local_ray_dies_with_a_killed_driver():
     driver = subprocess.Popen([sys.executable, "-c", RAY_DRIVER], stdout=subprocess.PIPE, text=True)
     try:
@@ -233,11 +235,12 @@ RAY_SWEEP = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # 2 s or more in the default run (make test-all runs it)
 @pytest.mark.parametrize(
     ("signum", "code"),
     [
         (signal.SIGTERM, 143),  # SystemExit(128 + SIGTERM) after cleanup
-        pytest.param(signal.SIGINT, -signal.SIGINT, marks=pytest.mark.slow),  # KeyboardInterrupt
+        (signal.SIGINT, -signal.SIGINT),  # KeyboardInterrupt
     ],
 )
 def test_a_signal_shuts_a_local_ray_down(signum, code):

@@ -16,6 +16,7 @@ import textwrap
 import time
 
 import pandas as pd
+import pytest
 from proctable import Proc, alive, children, cmdline, sigint_default
 
 from trainfabric.runs import RunDir, SweepSpec, expand, run_sweep
@@ -58,6 +59,7 @@ def _first_cell_and_workers(proc: subprocess.Popen, run: RunDir) -> set[tuple[in
     return workers | children(proc.pid)
 
 
+@pytest.mark.slow  # over 5 s in the default run (make test-all runs it)
 def test_sigkill_leaves_no_worker_and_resume_recomputes_nothing(tmp_path):
     run = RunDir(tmp_path / "run")
     proc = subprocess.Popen(
@@ -81,6 +83,7 @@ def test_sigkill_leaves_no_worker_and_resume_recomputes_nothing(tmp_path):
     assert (manifest["computed"], manifest["skipped"]) == (4 - len(finished), len(finished))
 
 
+@pytest.mark.slow  # 2 s or more in the default run (make test-all runs it)
 def test_sigint_exits_130_with_one_line_and_stops_workers(tmp_path):
     sweep = tmp_path / "kill.toml"
     sweep.write_text(SWEEP_TOML)

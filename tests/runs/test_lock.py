@@ -41,6 +41,7 @@ def test_second_writer_in_process_is_refused_before_computing(tmp_path, small_sp
     assert len(result.computed) == 8
 
 
+@pytest.mark.slow  # 2 s or more in the default run (make test-all runs it)
 def test_second_writer_process_exits_2_naming_the_pid(tmp_path):
     run_dir = tmp_path / "run"
     sweep = tmp_path / "s.toml"

@@ -106,6 +106,7 @@ def test_interrupted_sweep_keeps_finished_cells(tmp_path, step_experiment):
     assert again.results["y"].tolist() == [0.0, 10.0, 20.0, 30.0]
 
 
+@pytest.mark.slow  # 2 s or more in the default run (make test-all runs it)
 def test_failure_while_storing_keeps_earlier_cells_with_process_pool(
     tmp_path, small_spec, monkeypatch
 ):

@@ -205,6 +205,7 @@ def run_cli(argv: list[str]) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+@pytest.mark.slow  # 2 s or more in the default run (make test-all runs it)
 @settings(max_examples=25)
 @given(mutations(CONFIG) | RANDOM.map(lambda data: (data, None)))
 def test_mutated_cli_config_files(tmp, case):

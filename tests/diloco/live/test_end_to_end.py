@@ -12,7 +12,7 @@ import pytest
 from trainfabric.diloco import live as L
 from trainfabric.diloco import live_analysis as LA
 
-DURATION_S = 15.0
+DURATION_S = 20.0  # room after the sync: on a loaded 2-core runner it took ~11 s, not ~3 s
 
 
 def _loaded_seed(cfg) -> int:
@@ -41,8 +41,13 @@ def test_vllm_replay_sidecar_and_one_real_sync(vllm_server, tmp_path):
     assert np.all(ok["ttft_s"] > 0) and np.all(ok["finish_s"] >= ok["first_s"])
 
     # the sidecar scraped vLLM's /metrics and fed the controller (not the fallback)
+    # (one decision per window the learners reach outside the sync, so the count depends on
+    # how fast the learners step beside vLLM on the runner's cores: 3 on a loaded 2-core one)
     log = rec.decisions
-    assert len(log) >= 5 and (log["health"] == "ok").any() and (~log["fallback"]).any()
+    assert log["window"].is_unique and log["window"].is_monotonic_increasing
+    sync_w = int(log.loc[log["sync"], "window"].iloc[0])
+    assert sync_w >= 3 and (log["window"] < sync_w).any() and (log["window"] > sync_w).any()
+    assert (log["health"] == "ok").any() and (~log["fallback"]).any()
     # the learners' link: idle between syncs, busy across the interval holding the sync
     assert log["network"].max() > 0.2 and log["network"].min() < 0.05
     # one real sync inside the replay: bytes of the 0.83 M-parameter model, over a shaped link

@@ -36,6 +36,7 @@ def test_replay_with_no_server_names_url(cli, tmp_path):
     assert code == 2 and "--url" in err
 
 
+@pytest.mark.slow  # 2 s or more in the default run (make test-all runs it)
 def test_replay_and_sidecar_against_the_emulator(cli, tmp_path):
     with Emulator() as emu:
         code, out, _ = cli("diloco", "replay", "azure", "--url", emu.url, "--max-requests", "4",

@@ -31,6 +31,7 @@ def test_emulator_subprocess_starts_and_stops_without_orphans():
     assert not _group_alive(pgid)
 
 
+@pytest.mark.slow  # 2 s or more in the default run (make test-all runs it)
 def test_a_server_that_exits_while_starting_is_an_error(tmp_path):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -102,6 +103,7 @@ def test_present_model_is_not_rebuilt(tmp_path, monkeypatch):
     assert tiny_model(tmp_path) == tmp_path
 
 
+@pytest.mark.slow  # 2 s or more in the default run (make test-all runs it)
 def test_a_killed_parent_leaves_no_server():
     """SIGKILL the process that started a server: the watchdog kills the server's group."""
     import subprocess

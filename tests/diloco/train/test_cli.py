@@ -27,6 +27,7 @@ def test_bad_input_is_one_line_exit_2(args, field, tmp_path):
     assert len(lines) == 1 and field in lines[0] and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow  # over 5 s in the default run (make test-all runs it)
 def test_json_summary_unshaped(tmp_path, strict_loads):
     args = ["--learners", "2", "--steps", "6", "--H", "3", "--unshaped", "--json"]
     proc = subprocess.run([*CLI, *args, "--out", str(tmp_path)], capture_output=True, text=True)

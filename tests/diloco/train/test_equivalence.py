@@ -63,6 +63,7 @@ def test_h1_sgd_equals_data_parallel_sgd(tmp_path, dtype, tol):
     assert _max_diff(tmp_path, ref) <= tol
 
 
+@pytest.mark.slow  # over 5 s in the default run (make test-all runs it)
 def test_h1_adamw_is_not_data_parallel_adamw(tmp_path):
     """Each learner's AdamW normalises its own gradient: averaging the resulting moves is not
     AdamW on the averaged gradient (differences far above float64 rounding)."""

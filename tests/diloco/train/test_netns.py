@@ -31,6 +31,7 @@ def _sockets(ns=None):
     return {line.split()[3].rsplit(":", 1)[0].strip("[]") for line in out.splitlines()}
 
 
+@pytest.mark.slow  # over 5 s in the default run (make test-all runs it)
 @needs_root
 def test_shaped_sync_takes_bytes_over_rate(tmp_path):
     """Each of 2 learners sends the S-byte bucket once per all-reduce (ring: S/2 in the
@@ -141,6 +142,7 @@ class Boom:
         raise RuntimeError("controller failed")
 
 
+@pytest.mark.slow  # 2 s or more in the default run (make test-all runs it)
 @needs_root
 def test_failed_run_removes_its_network(tmp_path):
     cfg = tiny_config(steps=5, shaping=ShapingConfig(), unshaped_ok=False)

@@ -33,6 +33,7 @@ class KillOnce(FixedH):
 CFG = dict(steps=40, H=4, checkpoint_every=5, inner="adamw", max_restarts=2)
 
 
+@pytest.mark.slow  # over 5 s in the default run (make test-all runs it)
 def test_killed_learner_resumes_from_checkpoint(tmp_path):
     cfg = tiny_config(**CFG)
     ctl = KillOnce(cfg.H, at=23)

@@ -3,12 +3,15 @@ final sync (the learners' last inner steps reach the global model) and the final
 
 import time
 
+import pytest
+
 from trainfabric.diloco.train.controller import Never
 from trainfabric.diloco.train.launch import start
 
 from .conftest import tiny_config
 
 
+@pytest.mark.slow  # 2 s or more in the default run (make test-all runs it)
 def test_stop_from_outside_with_final_sync(tmp_path):
     cfg = tiny_config(steps=10**6, H=10**6, control_window_s=0.0)
     run = start(cfg, tmp_path, Never())
