@@ -313,7 +313,7 @@ def main(argv: list[str] | None = None) -> None:
 def run() -> None:
     """The ``trainfabric`` console script: :func:`main`, then the end of the process without
     the interpreter's teardown (freeing every object and module one by one: 0.3-0.4 s after
-    an ``ocs plan``, most of it numba's compiled code). What a normal exit does that matters
+    an ``ocs plan``, 0.1-0.2 s after importing numba alone). What a normal exit does that matters
     still happens: the exit handlers run (worker pools, Ray, logging) and both streams are
     flushed. The normal exit is kept where the teardown can matter or differ: a thread still
     running, an exit status that is not a number, a stream that fails to flush; and any
