@@ -7,6 +7,7 @@ from trainfabric.fabric.scenarios import parse_scenario
 from trainfabric.warmup import _MODES, _TOPOLOGY, JOB_COMMANDS, OCS_COMMANDS, SCENARIOS, run
 
 
+@pytest.mark.slow  # 1.5 s or more in the default run (make test-all runs it)
 @pytest.mark.parametrize("argv", OCS_COMMANDS + JOB_COMMANDS, ids=lambda a: " ".join(a[:2]))
 def test_every_warm_up_command_exits_0(argv):
     assert run(argv) == 0

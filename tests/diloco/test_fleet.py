@@ -102,6 +102,7 @@ def test_every_policy_runs_and_unknown_names_are_errors():
         make_policy("wa_diloco", H=3)
 
 
+@pytest.mark.slow  # 1.5 s or more in the default run (make test-all runs it)
 @pytest.mark.parametrize("W,B,lo,hi", [(9, 2, 2, 4), (12, 3, 2, 5), (8, 1, 3, 6)])
 def test_matched_schedule_is_uniform_over_all_valid_schedules(W, B, lo, hi):
     valid = []

@@ -393,6 +393,7 @@ def test_fabric_job_iteration_holds_its_bounds(cli):
     assert f["failure_slowdown_worst"] > 1
 
 
+@pytest.mark.slow  # 1.5 s or more in the default run (make test-all runs it)
 def test_fabric_job_subprocess_exit_code():
     """The real exit path: a pod count whose GPUs the preset's degrees do not divide."""
     import subprocess

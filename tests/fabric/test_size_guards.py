@@ -171,6 +171,7 @@ print((hwm() - before) / (LP_BYTES_PER_NONZERO * nnz + LP_BYTES_PER_VARIABLE * n
 """
 
 
+@pytest.mark.slow  # 1.5 s or more in the default run (make test-all runs it)
 def test_lp_estimate_within_a_factor_of_the_measured_peak():
     """VmHWM growth of a fresh process solving a 512-host permutation LP (16k variables)."""
     out = subprocess.run(

@@ -163,6 +163,7 @@ def test_terminal_output_fits_80_columns_findings_first(cli, narrow, tmp_path, r
     assert "uniform mesh" in out and "best near-uniform wiring" in out
 
 
+@pytest.mark.slow  # 1.5 s or more in the default run (make test-all runs it)
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [

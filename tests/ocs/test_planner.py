@@ -123,6 +123,7 @@ def test_cli_plan_is_a_valid_wiring_with_the_figures_it_reports(cli, tmp_path):
     assert paths["critical_path_s"].tolist()[::3] == [cp, lb]
 
 
+@pytest.mark.slow  # 1.5 s or more in the default run (make test-all runs it)
 def test_cli_plan_without_report_does_not_import_pandas(tmp_path):
     """pandas is 0.3-0.4 s of a CLI start-up: the plan's tables are written by pyarrow alone
     and the report (which reads them with pandas) is rendered only with --report."""

@@ -36,6 +36,7 @@ def test_planner_refuses_a_dag_too_large_for_the_limit(allocates_at_most):
     assert "planning a 18,652-node task DAG on 32 pods needs about 0.00486 GB" in exc.value.message
 
 
+@pytest.mark.slow  # 1.5 s or more in the default run (make test-all runs it)
 @pytest.mark.parametrize(("name", "pods"), [("moe", 32), ("pipeline", 64)])
 def test_estimate_within_a_factor_of_the_measured_peak(traced, name, pods):
     """Measured: moe 32 pods 4.6 MB (estimate 4.9), pipeline 64 pods 1.6 MB (estimate 1.3)."""

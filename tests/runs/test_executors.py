@@ -119,6 +119,7 @@ WATCHED = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # 1.5 s or more in the default run (make test-all runs it)
 def test_watchdog_kills_the_descendants_of_a_killed_parent():
     parent = subprocess.Popen([sys.executable, "-c", WATCHED], stdout=subprocess.PIPE, text=True)
     try:

@@ -55,6 +55,7 @@ def test_replay_and_sidecar_against_the_emulator(cli, tmp_path):
         assert got["metrics_url"].startswith("http://127.0.0.1:")
 
 
+@pytest.mark.slow  # 1.5 s or more in the default run (make test-all runs it)
 def test_serve_emulator_command(cli):
     code, out, _ = cli("diloco", "serve", "--kind", "emulator", "--duration", "0.2", "--json")
     from trainfabric.io import loads
