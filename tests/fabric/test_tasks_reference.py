@@ -461,6 +461,16 @@ def test_every_widening_limit_gives_the_same_run(mode):
         np.testing.assert_allclose(r.finish_s, runs[0].finish_s, rtol=1e-9)
         np.testing.assert_allclose(r.link_bits, runs[0].link_bits, rtol=1e-9, atol=1e-3)
     assert len({r.n_flows_solved for r in runs}) > 1
+    # only the departures' work differs: the joins solve the same whole components
+    assert len({(r.n_component_solves, r.n_component_flows_solved) for r in runs}) == 1
+    assert 0 < runs[0].n_component_flows_solved < min(r.n_flows_solved for r in runs)
+
+
+def test_routes_over_several_links_solve_no_components_locally():
+    """Spray's routes split over links, so every solve is global: no component counts."""
+    topo = T.multiplane(128, 2, 16, 800e9)
+    r = run_tasks(topo, pipeline_with_rings(8, steps=4, seed=1), Router(topo, "spray"))
+    assert r.n_rate_solves > 0 and r.n_component_solves == r.n_component_flows_solved == 0
 
 
 @pytest.mark.parametrize("bad", [-1, 2.5])

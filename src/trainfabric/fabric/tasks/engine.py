@@ -142,6 +142,11 @@ class TaskResult(EngineResult):
     n_events: int
     n_rate_solves: int
     n_flows_solved: int  # flows whose rates were solved, summed over solves
+    # of those, with component-local solving: the solves of whole connected components (after
+    # flows joined, or a call's first solve) and the flows they solved; the rest re-solved
+    # departures (certified by the bottleneck test)
+    n_component_solves: int
+    n_component_flows_solved: int
     n_epochs: int
     n_routed: int
     peak_flows: int
@@ -860,6 +865,8 @@ class TaskSim:
             n_events=int(s["ic"][L.EVENTS]),
             n_rate_solves=int(s["ic"][L.SOLVES]),
             n_flows_solved=int(s["ic"][L.SOLVED]),
+            n_component_solves=int(s["ic"][L.COMP_SOLVES]),
+            n_component_flows_solved=int(s["ic"][L.COMP_SOLVED]),
             n_epochs=self.n_epochs,
             n_routed=self.n_routed,
             peak_flows=int(s["ic"][L.PEAK]),

@@ -84,7 +84,10 @@ M, NFREE, HSIZE, HSEQ, EVENTS, SOLVES, PEAK, NEED, FLOWS_DONE, RP, RP_LEFT, RP_S
 LOCAL = 12  # 1 + whether the last call solved component-locally (0: no call yet)
 SOLVED = 13  # flows whose rates were solved, summed over solves (the solves' work)
 VTASK = 14  # the comm task of a set-level replay (``ic[RP] == 2``; it started at ``fc[1]``)
-N_COUNTERS = 15
+# component-local solving: the solves of whole connected components (after flows joined, or a
+# call's first solve) and the flows they solved (part of SOLVED; the rest are departures')
+COMP_SOLVES, COMP_SOLVED = 15, 16
+N_COUNTERS = 17
 # widening a departure's re-solve stops (the departure rule then solves it once) past
 WIDEN_ROUNDS = 32  # rounds, or ``widen_flows`` flows (a parameter; default WIDEN_FLOWS)
 WIDEN_FLOWS = 1024
@@ -893,6 +896,9 @@ def run_loop(
                                 fwi,
                             )
                         ic[SOLVED] += nf
+                        if whole:
+                            ic[COMP_SOLVES] += 1
+                            ic[COMP_SOLVED] += nf
                         if bad or whole or rounds < 0:  # components: none next to them held
                             break
                         nv = _violators(
