@@ -176,6 +176,7 @@ CASES = [
     ("sweep {sweep_ok} --out {file}", "--out"),
     ("demo --out {file}", "--out"),
     ("diloco protocol --quick --out {other_run}", "--out", "holds run 'fabric-eval-quick'"),
+    ("ocs plan --pods 4 --out {other_run}", "--out", "not an earlier ocs plan"),
     ("workloads export moe {dir}", "FILE"),
     ("workloads export moe {file}/x.json", "FILE"),
     ("experiments run nosuch", "NAME"),

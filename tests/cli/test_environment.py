@@ -365,3 +365,23 @@ def test_ocs_plan_refused_workload_leaves_no_out_dir(cli, tmp_path, refused):
     field = "model.hidden" if refused == "job" else "--workload"
     assert _one_line(err).startswith(f"error: {field}: ")
     assert not (tmp_path / "plans").exists()
+
+
+def test_ocs_plan_keeps_files_it_did_not_write(cli, tmp_path):
+    """``--out`` holding the user's own files is refused before planning, untouched; an
+    earlier plan's directory is planned into again."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "summary.json").write_text('{"mine": true}')
+    argv = ("ocs", "plan", "--workload", "dp-ring", "--pods", "4", "--out")
+    code, out, err = cli(*argv, str(mine))
+    assert code == 2 and out == ""
+    assert _one_line(err) == (
+        f"error: --out: {mine} holds files that are not an earlier ocs plan; use another --out"
+    )
+    assert (mine / "summary.json").read_text() == '{"mine": true}'
+    assert sorted(p.name for p in mine.iterdir()) == [".lock", "summary.json"]
+    plans = tmp_path / "plans"
+    for _ in range(2):
+        code, _, err = cli(*argv, str(plans), "--json")
+        assert code == 0, err

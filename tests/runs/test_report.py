@@ -522,3 +522,6 @@ def test_report_errors(tmp_path):
     (tmp_path / "summary.json").write_text("[1, 2]")
     with pytest.raises(ConfigError, match="not a JSON object"):
         render_report(tmp_path)
+    (tmp_path / "summary.json").write_bytes(bytes(range(128, 228)))  # not UTF-8 text
+    with pytest.raises(ConfigError, match="cannot read .*summary.json"):
+        render_report(tmp_path)

@@ -57,7 +57,7 @@ def read_summary(path: Path) -> dict[str, Any] | None:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
-    except OSError as exc:
+    except (OSError, UnicodeDecodeError) as exc:  # the latter: not text at all
         raise ConfigError("run_dir", f"cannot read {path}: {exc}") from None
     try:
         summary = io.loads(text)

@@ -30,6 +30,7 @@ from trainfabric.clikit import (
     out,
     progress,
 )
+from trainfabric.errors import ConfigError
 from trainfabric.io import prepare_dir, write_json, write_parquet
 from trainfabric.ocs.cli.options import (
     NAMES,
@@ -108,9 +109,11 @@ def ocs_plan(
             workload, pods, ports, ocs, rate_gbps, fallback_gbps, seed, gpus_per_pod
         )
         prepare_dir(out_dir, "--out")
-        with RunDir(out_dir).single_run(None), options(**NAMES):
-            result = plan(w.dag, model, b1_rel=b1, b2_rel=b2, seed=seed, effort=effort)
-        summary = _write_run(out_dir, w.name, model, result, report)
+        with RunDir(out_dir).single_run(None):
+            _check_out(out_dir)
+            with options(**NAMES):
+                result = plan(w.dag, model, b1_rel=b1, b2_rel=b2, seed=seed, effort=effort)
+            summary = _write_run(out_dir, w.name, model, result, report)
     if json_out:
         return emit_json(summary)
     _print_findings(f"OCS plan: {_instance(w.name, model, ports, ocs)}", summary["findings"])
@@ -124,6 +127,19 @@ def ocs_plan(
             else f"; its report: trainfabric report {escape(str(out_dir))}"
         )
     )
+
+
+def _check_out(out_dir: Path) -> None:
+    """Refuse an ``--out`` directory that holds anything but an earlier ``ocs plan``
+    (its ``plan.json``, no run manifest): another run's tables or the user's own files are
+    never overwritten."""
+    from trainfabric.runs.store import LOCK_NAME
+
+    names = {p.name for p in out_dir.iterdir()} - {LOCK_NAME}
+    if names and ("manifest.json" in names or "plan.json" not in names):
+        raise ConfigError(
+            "--out", f"{out_dir} holds files that are not an earlier ocs plan; use another --out"
+        )
 
 
 def _write_run(out_dir: Path, name: str, model, result, report: bool) -> dict:
