@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -325,6 +326,11 @@ def test_export_command_writes_a_trace(cli, tmp_path):
     assert (
         cli("workloads", "export", "dp-ring", str(out), "--format", "chakra", "--traffic")[0] == 2
     )
+    # the same trace again overwrites it; another one (or fewer ranks) would mix two traces
+    assert cli("workloads", "export", "dp-ring", str(out), "--format", "chakra")[0] == 0
+    code, _, err = cli("workloads", "export", "pipeline", str(out), "--format", "chakra")
+    assert code == 2 and "FILE: " in err and "not of this 16-rank trace pipeline" in err
+    assert sorted(f.name for f in out.glob("*.et")) == sorted(f"dp-ring.{r}.et" for r in range(16))
 
 
 # -- malformed traces ---------------------------------------------------------------------------
@@ -591,6 +597,17 @@ def test_bad_trace_names_field_file_rank_and_node(case, tmp_path):
     assert "\n" not in text
     for part in named:
         assert part in text, text
+
+
+def test_one_rank_file_of_a_collective_trace_is_refused(tmp_path):
+    """Rank 0's file alone of astra-sim's 8-rank all-reduce: the missing ranks are named,
+    not read as a one-rank job that moves nothing."""
+    src = DATA / "chakra" / "all_reduce" / "8npus_1MB"
+    first = next(f for f in src.glob("*.et") if f.name.endswith(".0.et"))
+    shutil.copy(first, tmp_path / first.name)
+    with pytest.raises(FormatError, match="other ranks' files are missing") as exc:
+        read_trace(tmp_path)
+    assert exc.value.field == "ranks"
 
 
 def test_the_base_of_the_bad_table_is_good(tmp_path):

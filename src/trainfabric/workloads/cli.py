@@ -243,6 +243,19 @@ def workloads_export(
     err.print(f"wrote {info['format']} v{interchange.VERSION} to {path}")
 
 
+def _check_trace_folder(folder: Path, name: str, n_ranks: int) -> None:
+    """Refuse a folder holding trace files that this export would not overwrite (another
+    trace, or more ranks of this one): the folder would read as a mix of two traces."""
+    ours = {f"{name}.{r}.et" for r in range(n_ranks)}
+    other = sorted(f.name for f in folder.glob("*.et") if f.name not in ours)
+    if other:
+        raise ConfigError(
+            "FILE",
+            f"{folder} holds {other[0]}, not of this {n_ranks}-rank trace {name}; "
+            "export into another folder",
+        )
+
+
 def _export_chakra(workload, folder: Path, pods, seed, gpus_per_pod, show_progress, json_out):
     """``workloads export --format chakra``: the trace's files are named after the workload;
     a job's collectives are written for its own algorithm (``dp_collective``)."""
@@ -253,6 +266,7 @@ def _export_chakra(workload, folder: Path, pods, seed, gpus_per_pod, show_progre
     with progress(json_out, "workloads export", show_progress), options(**NAMES):
         w = load_workload(workload, pods, seed, gpus_per_pod)
         name = re.sub(r"[^A-Za-z0-9._-]", "_", w.name)
+        _check_trace_folder(folder, name, w.dag.n_pods)
         algorithm = w.job.parallelism.dp_collective if w.job is not None else "ring"
         written = write_trace(w.dag, folder, name, algorithm)
     info = {

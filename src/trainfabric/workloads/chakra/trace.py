@@ -220,10 +220,27 @@ def read_trace(path: str | Path) -> ChakraTrace:
         )
     for rt in ranks:
         _check_rank(rt)
+    _check_not_partial(ranks)
     colls = _match_collectives(ranks)
     messages = _match_messages(ranks)
     order = _order(ranks, colls, messages)
     return ChakraTrace(name, ranks, colls, messages, order)
+
+
+def _check_not_partial(ranks: tuple[RankTrace, ...]) -> None:
+    """A single rank's file holding collectives is the first file of a trace whose other
+    ranks are missing (a collective over one rank moves nothing): a FormatError naming
+    ``ranks``, not a job without communication."""
+    if len(ranks) > 1:
+        return
+    rt = ranks[0]
+    coll = next((n for n in rt.nodes if n.type == NodeType.COMM_COLL_NODE), None)
+    if coll is not None:
+        raise FormatError(
+            "ranks",
+            f"{rt.where(coll)}: a collective in a trace of one rank file: "
+            "the other ranks' files are missing",
+        )
 
 
 def _read_rank(path: Path, rank: int, n_ranks: int) -> RankTrace:
