@@ -457,3 +457,16 @@ def test_generated_files_read_back_equal(tmp_path_factory, f):
     counts = simai_counts(w)
     assert {k: counts[k] for k in recount(path)} == recount(path)
     assert counts["p2p_messages"] == 2 * (f["pp"] - 1) * f["ga"] * f["all_gpus"] // f["pp"]
+
+
+@pytest.mark.parametrize("text", ["", "garbage line\n", "HYBRID_TRANSFORMER\n"])
+def test_a_txt_workload_that_is_not_simai_says_so(tmp_path, text):
+    """A ``.txt`` workload without SimAI's first word: named as not a SimAI file, not as
+    invalid JSON (the interchange formats)."""
+    from trainfabric.workloads import load_workload
+
+    path = tmp_path / "job.txt"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match="not a SimAI workload file") as exc:
+        load_workload(str(path))
+    assert exc.value.field == "workload"

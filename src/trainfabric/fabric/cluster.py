@@ -306,7 +306,9 @@ def read_astra_yaml(path: str | Path) -> dict[str, list]:
         if m is None:
             raise ConfigError("cluster", f"{path}: line {no}: not a 'key: value' line: {raw!r}")
         key, value = m.group(1), m.group(2).strip()
-        if value.startswith("[") and value.endswith("]"):
+        if value.startswith("[") != value.endswith("]"):
+            raise ConfigError("cluster", f"{path}: line {no}: an unclosed [ ] list: {raw!r}")
+        if value.startswith("["):
             doc[key] = [_scalar(v) for v in value[1:-1].split(",") if v.strip()]
         else:
             doc[key] = [_scalar(value)] if value else []

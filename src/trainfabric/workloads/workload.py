@@ -101,6 +101,10 @@ def load_workload(
             return Workload(base.name, build_dag(base, seed), base)
         job = remap_onto_pods(base, pods)
         return Workload(job.name, build_dag(job, seed), job, base_job=base)
+    if path.suffix == ".txt":  # not a SimAI file (is_imported): say so, not "invalid JSON"
+        from trainfabric.workloads.simai import POLICY
+
+        raise ConfigError("workload", f"{path}: not a SimAI workload file (first word {POLICY})")
     obj = interchange.load(path, field="workload")
     n = obj.n_pods
     if pods is not None and pods != n:
