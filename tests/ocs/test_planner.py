@@ -217,3 +217,18 @@ def test_rounding_with_its_preparation_given_or_computed_is_the_same(moe8):
     with pytest.raises(ConfigError) as err:
         round_wiring(cost, model, p.x_frac, b2=p.b2, prepared=prepare(cost, model, 2 * p.b2))
     assert err.value.field == "prepared"
+
+
+def test_compare_a_job_without_traffic_between_pods(tmp_path):
+    """One compute node, no transfer: every method's critical path is that node's 1 s (the
+    traffic-matrix-only plan has an empty matrix: the uniform mesh), not an error."""
+    from trainfabric.workloads import load_workload
+
+    path = tmp_path / "compute.json"
+    path.write_text(
+        '{"format": "trainfabric.taskdag", "version": 1, "pods": 3, "phases": [], "nodes": '
+        '[{"id": 0, "kind": "compute", "pod": 0, "duration_s": 1.0}], "edges": []}'
+    )
+    rows = compare(load_workload(str(path)).dag, OcsModel.uniform(3, 2, 1))
+    assert {r["method"] for r in rows} >= {"entropic", "traffic-only", "milp"}
+    assert all(r["hard_critical_path_s"] == 1.0 for r in rows)

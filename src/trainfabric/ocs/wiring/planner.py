@@ -826,8 +826,13 @@ def plan_traffic_only(
     dag: TaskDAG, model: OcsModel, b2_rel: float = 50.0, b1_rel: float = 1.0, seed: int = 0
 ) -> np.ndarray:
     """Ablation E11: the same solver, rounding and polishing on :func:`aggregated_dag` (the
-    traffic matrix alone) instead of the job's DAG; returns the integer wiring."""
-    return plan(aggregated_dag(dag), model, b1_rel, b2_rel, seed).x
+    traffic matrix alone) instead of the job's DAG; returns the integer wiring. A job that
+    moves no bytes between pods has an empty matrix: the wiring is the prior's, the uniform
+    mesh."""
+    agg = aggregated_dag(dag)
+    if not (agg.bytes > 0).any():
+        return baselines.uniform_mesh(model)
+    return plan(agg, model, b1_rel, b2_rel, seed).x
 
 
 def compare(
