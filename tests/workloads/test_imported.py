@@ -101,6 +101,16 @@ def test_diloco_refuses_a_trace_without_gradients(cli):
     assert code == 2 and "--workload" in err and len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize("command", ["plan", "compare"])
+def test_a_trace_on_one_pod_names_gpus_per_pod(cli, tmp_path, command):
+    """8 ranks in pods of 8 GPUs: one pod, so the option that placed it is named, not the
+    --pods the user never gave."""
+    argv = ["ocs", command, "--workload", str(ALL_REDUCE_8), "--gpus-per-pod", "8"]
+    code, out, err = cli(*argv, *(["--out", str(tmp_path / "p")] if command == "plan" else []))
+    assert code == 2 and out == ""
+    assert err.startswith("error: --gpus-per-pod: ") and "places 1 pod" in err
+
+
 def test_a_truncated_trace_is_one_line_naming_file_and_rank(cli, tmp_path):
     for src in ALL_REDUCE_8.glob("*.et"):
         (tmp_path / src.name).write_bytes(src.read_bytes())

@@ -55,6 +55,9 @@ def _ocs_instance(workload, pods, ports, ocs, rate_gbps, fallback_gbps, seed, gp
 
     with options(**NAMES):
         w = load_workload(workload, pods, seed, gpus_per_pod)
+        if pods is None and w.dag.n_pods < 2:  # the file placed one pod: say which option did
+            field = "--gpus-per-pod" if gpus_per_pod is not None else "--workload"
+            raise ConfigError(field, f"{workload} places 1 pod; an OCS connects at least 2")
         model = OcsModel.uniform(
             w.dag.n_pods, ports, ocs, rate_bps=rate_gbps * 1e9, fallback_bps=fallback_gbps * 1e9
         )
