@@ -7,6 +7,7 @@ import contextlib
 import os
 import pickle
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -83,6 +84,19 @@ def test_missing_ray_is_a_config_error(monkeypatch, small_spec):
         execute("ray", expand(small_spec), lambda cell, table: None)
     assert info.value.field == "executor"
     assert "pip install 'trainfabric[distributed]'" in str(info.value)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "no-such-host.invalid"])
+def test_a_ray_address_where_nothing_listens_is_refused_at_once(small_spec, host):
+    """A closed port or an unknown host: a one-line error naming ``address`` within the
+    probe's 5 s, where Ray itself keeps retrying its GCS."""
+    pytest.importorskip("ray")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again below: nothing listens there
+    with pytest.raises(ConfigError, match="nothing accepts connections") as info:
+        execute("ray", expand(small_spec), lambda cell, table: None, address=f"{host}:{port}")
+    assert info.value.field == "address"
 
 
 def test_experiment_config_error_keeps_its_field(step_experiment):

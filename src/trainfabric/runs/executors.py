@@ -39,6 +39,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -477,7 +478,22 @@ def _import_ray() -> ModuleType:
 
 
 def _connect_ray(ray: ModuleType, address: str) -> None:
+    _probe(address)
     try:
         ray.init(address=address, logging_level=logging.WARNING)
     except (ConnectionError, ValueError) as exc:
         raise ConfigError("address", f"cannot connect to Ray at {address!r}: {exc}") from None
+
+
+def _probe(address: str, timeout_s: float = 5.0) -> None:
+    """Refuse at once a ``host:port`` where nothing accepts a TCP connection within
+    ``timeout_s`` (Ray itself retries its GCS for a minute and more); ``auto`` and ``ray://``
+    addresses are Ray's to resolve."""
+    host, sep, port = address.rpartition(":")
+    if "://" in address or not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except (OSError, OverflowError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise ConfigError("address", f"nothing accepts connections at {address}: {why}") from None
