@@ -124,6 +124,7 @@ def test_flap_stalls_follow_the_reaction_time():
         (tiny("flaps", flaps=[{"link": "host", "duration_s": 1, "iteration": 9}]), "iteration"),
         (tiny("isolation", victim={"kind": "all_reduce", "ranks": 15}), "victim.ranks"),
         (tiny("line_rate", typo=1), "typo"),
+        (tiny("iteration", bin_s=1e-15), "bin_s"),  # its bins would not fit in memory
     ],
 )
 def test_bad_scenarios_name_the_field(data, field):

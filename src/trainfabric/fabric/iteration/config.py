@@ -54,5 +54,9 @@ class IterationScenario(ScenarioConfig):
     workload: WorkloadConfig = WorkloadConfig()
     tenants: TenantsConfig = TenantsConfig()
     faults: FaultsConfig | None = None
-    bin_s: float | None = Field(None, gt=0, description="utilisation bin (default: 1/100 of it)")
+    bin_s: float | None = Field(
+        None,
+        ge=1e-6,  # one time bin per microsecond at most: an iteration's bins stay in memory
+        description="utilisation bin (default: 1/100 of it), at least 1 us",
+    )
     top_links: int = Field(10, ge=1, le=1000, description="most loaded links reported")
