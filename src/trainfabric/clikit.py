@@ -41,6 +41,7 @@ def load_config(ctx: typer.Context, _param: typer.CallbackParam, value: str | No
     if value is None:
         return value
     by_key = _option_keys(ctx)
+    flags = {p.name for p in ctx.command.params if getattr(p, "is_flag", False)}
     defaults = {}
     with options(config="--config"):
         data = read_toml(value)
@@ -49,6 +50,8 @@ def load_config(ctx: typer.Context, _param: typer.CallbackParam, value: str | No
         if name is None:
             known = ", ".join(sorted(by_key))
             raise ConfigError("--config", f"unknown option {key!r} in {value}; known: {known}")
+        if isinstance(item, bool) and name not in flags:  # Click reads true as 1
+            raise ConfigError("--config", f"{key} = {str(item).lower()} in {value}: not a switch")
         defaults[name] = item
     ctx.default_map = {**(ctx.default_map or {}), **defaults}
     return value

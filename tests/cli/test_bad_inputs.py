@@ -29,6 +29,7 @@ def files(tmp_path_factory) -> dict[str, Path | int]:
         "bad_toml": d / "bad.toml",
         "unknown_key": d / "unknown.toml",
         "option_names": d / "options.toml",
+        "bool_number": d / "bool.toml",
         "escape": d / "escape.toml",
         "sweep_bad": d / "sweep.toml",
     }
@@ -39,6 +40,7 @@ def files(tmp_path_factory) -> dict[str, Path | int]:
     paths["bad_toml"].write_text("pods = [\n")
     paths["unknown_key"].write_text("podz = 4\n")
     paths["option_names"].write_text("rate-gbps = -1.0\n")
+    paths["bool_number"].write_text("ports = true\n")  # Click would read it as 1
     paths["escape"].write_text('kind = "line_rate"\nname = "../../escaped"\n')
     paths["sweep_bad"].write_text('experiment = "moe_skew"\nseeds = 2\n[grid]\ngini = [0.1, 2.0]\n')
     paths["sweep_ok"] = d / "sweep-ok.toml"
@@ -157,6 +159,7 @@ CASES = [
     ("ocs plan --config {binary_toml}", "--config"),
     ("ocs plan --config {bad_toml}", "--config"),
     ("ocs plan --config {unknown_key}", "--config", "unknown option 'podz'"),
+    ("ocs plan --config {bool_number}", "--config", "ports = true", "not a switch"),
     ("ocs plan --config {option_names}", "--rate-gbps"),
     ("sweep {dir}", "FILE"),
     ("sweep {binary_toml}", "FILE"),
