@@ -125,6 +125,10 @@ def test_flap_stalls_follow_the_reaction_time():
         (tiny("isolation", victim={"kind": "all_reduce", "ranks": 15}), "victim.ranks"),
         (tiny("line_rate", typo=1), "typo"),
         (tiny("iteration", bin_s=1e-15), "bin_s"),  # its bins would not fit in memory
+        (
+            tiny("flaps", flaps=[{"link": "host", "duration_s": 1, "at_s": 0.1, "iteration": 3}]),
+            "flaps.0",
+        ),
     ],
 )
 def test_bad_scenarios_name_the_field(data, field):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from trainfabric.config import Config, read_toml, validate
 from trainfabric.errors import ConfigError
@@ -97,6 +97,12 @@ class FlapConfig(Config):
         2, ge=0, le=10_000, description="iteration hit when at_s is not given (<= 10,000)"
     )
     duration_s: float = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _one_time(self) -> FlapConfig:
+        if self.at_s is not None and "iteration" in self.model_fields_set:
+            raise ValueError("give at_s or iteration, not both (at_s sets the time itself)")
+        return self
 
 
 class FlapsScenario(ScenarioConfig):
