@@ -217,6 +217,11 @@ def test_astra_switch_switch_is_a_domain_and_rails():
         ),
         ("topology: { a: 1 }\n  nested: 2\n", "--cluster"),
         ("topology: [ Switch\nnpus_count: [ 8 ]\nbandwidth: [ 50 ]\nlatency: [ 5 ]\n", "--cluster"),
+        (
+            "topology: [ Switch ]\nnpus_count: [ 8 ]\nbandwidth: [ 50 ]\n"
+            "latency: [ 5 ]\nlatency: [ 9 ]\n",
+            "--cluster",
+        ),
     ],
 )
 def test_astra_files_we_do_not_model_are_refused(cli, tmp_path, text, key):

@@ -306,6 +306,8 @@ def read_astra_yaml(path: str | Path) -> dict[str, list]:
         if m is None:
             raise ConfigError("cluster", f"{path}: line {no}: not a 'key: value' line: {raw!r}")
         key, value = m.group(1), m.group(2).strip()
+        if key in doc:
+            raise ConfigError("cluster", f"{path}: line {no}: {key} is given twice")
         if value.startswith("[") != value.endswith("]"):
             raise ConfigError("cluster", f"{path}: line {no}: an unclosed [ ] list: {raw!r}")
         if value.startswith("["):
