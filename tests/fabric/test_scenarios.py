@@ -117,6 +117,8 @@ def test_flap_stalls_follow_the_reaction_time():
         ({}, "kind"),
         ({"kind": "latency"}, "kind"),
         (tiny("line_rate", sizes_bytes=[0]), "sizes_bytes.0"),
+        (tiny("line_rate", sizes_bytes=[1e-30]), "sizes_bytes.0"),
+        (tiny("line_rate", sizes_bytes=[1e30]), "sizes_bytes.0"),
         (tiny("line_rate", modes=["magic"]), "modes.0"),
         (tiny("line_rate", topology=SMALL | {"gpus": 1000}), "topology.gpus"),
         (tiny("failures", fractions=[1.5]), "fractions.0"),

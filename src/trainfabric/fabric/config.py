@@ -23,6 +23,7 @@ ALL_MODES: tuple[str, ...] = ("ecmp", "flowlet", "pinning", "spray", "adaptive")
 
 
 MiB = 1024**2
+MAX_MESSAGE_BYTES = 2**40  # a collective's largest buffer: 1 TiB, past any GPU's memory
 
 
 Fraction = Annotated[float, Field(ge=0, lt=1)]

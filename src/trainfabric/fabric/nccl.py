@@ -61,6 +61,7 @@ import numpy as np
 
 from trainfabric.errors import ConfigError, InfeasibleError
 from trainfabric.fabric.cluster import ClusterConfig, build_cluster
+from trainfabric.fabric.config import MAX_MESSAGE_BYTES
 from trainfabric.fabric.flow.collectives import (
     bus_factor,
     check_collective_size,
@@ -78,7 +79,6 @@ RING_OPS = ("all_reduce", "reduce_scatter", "all_gather")
 PER_RANK_OPS = ("all_gather", "reduce_scatter", "all_to_all")
 FLOAT_BYTES = 4
 UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30}
-MAX_SIZE = 2**40  # 1 TiB, past any GPU's memory
 _SIZE = re.compile(r"^(\d+)([KMG]?)$", re.IGNORECASE)
 
 
@@ -90,7 +90,7 @@ def parse_size(text: str, field: str = "sizes") -> int:
     if m is None:
         raise ConfigError(field, f"{text!r} is not a size: an integer with K, M or G (e.g. 8M)")
     size = int(m.group(1)) * UNITS[m.group(2).upper()]
-    if not 1 <= size <= MAX_SIZE:
+    if not 1 <= size <= MAX_MESSAGE_BYTES:
         raise ConfigError(field, f"{text!r}: sizes run from 1 byte to 1024G (2^40), got {size:,}")
     return size
 

@@ -11,8 +11,17 @@ from pydantic import Field, model_validator
 
 from trainfabric.config import Config, read_toml, validate
 from trainfabric.errors import ConfigError
-from trainfabric.fabric.config import MAX_GPUS, Fraction, MiB, Positive, ScenarioConfig
+from trainfabric.fabric.config import (
+    MAX_GPUS,
+    MAX_MESSAGE_BYTES,
+    Fraction,
+    MiB,
+    ScenarioConfig,
+)
 from trainfabric.fabric.iteration.config import IterationScenario
+
+# a collective's buffer: 1 byte to 1 TiB, the range of `fabric collective`'s sizes
+MessageBytes = Annotated[float, Field(ge=1, le=MAX_MESSAGE_BYTES)]
 
 
 class CollectiveConfig(Config):
@@ -25,7 +34,7 @@ class CollectiveConfig(Config):
     ranks: int | None = Field(
         None, ge=2, le=MAX_GPUS, description="ranks (default: all hosts; <= 1,048,576)"
     )
-    size_bytes: float = Field(256 * MiB, gt=0, description="per-rank buffer S (NCCL-tests)")
+    size_bytes: MessageBytes = Field(256 * MiB, description="per-rank buffer S (NCCL-tests)")
     placement: Literal["packed", "scattered", "random"] = "random"
     step_latency_s: float = Field(2e-6, ge=0, description="software latency per step")
     sync: Literal["rank", "step"] = "rank"
@@ -48,7 +57,7 @@ class LineRateScenario(ScenarioConfig):
         ],
         min_length=1,
     )
-    sizes_bytes: list[Positive] = Field(
+    sizes_bytes: list[MessageBytes] = Field(
         default_factory=lambda: [1.0 * MiB, 16.0 * MiB, 256.0 * MiB, 4096.0 * MiB], min_length=1
     )
 
