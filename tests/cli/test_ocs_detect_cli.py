@@ -107,3 +107,61 @@ def test_real_exit_path():
     assert proc.returncode == 2, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "--delta" in proc.stderr
     assert proc.stdout == ""
+
+
+def test_huge_slot_in_a_csv_names_the_line(cli, tmp_path):
+    f = tmp_path / "seq.csv"
+    rows = [f"{t},{i},{(i + 1) % 3},100" for t in range(8) for i in range(3)]
+    f.write_text("\n".join(["slot,src,dst,bytes", *rows, "10000000000000000000,0,2,7"]) + "\n")
+    code, _, err = cli("ocs", "detect", "--traffic", str(f), "--reference-slots", "5")
+    assert code == 2 and err.startswith("error: --traffic: ") and "line 26" in err, err
+
+
+@pytest.mark.parametrize("what", ["--traffic", "--gradient"])
+@pytest.mark.parametrize("content", [b"", b"\x93NUMPY\x01"])  # empty; truncated header
+def test_empty_or_truncated_npy_is_named_not_an_interrupt(cli, sequence, tmp_path, what, content):
+    bad = tmp_path / "bad.npy"
+    bad.write_bytes(content)
+    args = ["--traffic", str(bad)] if what == "--traffic" else [
+        "--traffic", str(sequence / "seq.npy"), "--statistic", "gradient", "--gradient", str(bad)
+    ]  # fmt: skip
+    code, _, err = cli("ocs", "detect", *args, "--json")
+    assert code == 2 and err.startswith(f"error: {what}: ") and "not a NumPy array" in err, err
+
+
+def test_per_slot_beyond_the_count_limit_names_the_option(cli):
+    code, _, err = cli(
+        "ocs", "detect", "--synthetic", "--pods", "4", "--slots", "40", "--change-at", "20",
+        "--per-slot", "1e300",
+    )  # fmt: skip
+    assert code == 2 and err.startswith("error: --per-slot: "), err
+
+
+def test_counts_that_would_overflow_are_refused_not_nan(cli, sequence, tmp_path):
+    import warnings
+
+    huge = tmp_path / "huge.npy"
+    np.save(huge, np.load(sequence / "seq.npy") * 1e300)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no RuntimeWarning on the way
+        code, out, err = cli("ocs", "detect", "--traffic", str(huge), "--json")
+        assert code == 2 and out == "" and err.startswith("error: --traffic: "), err
+        code, out, err = cli(
+            "ocs", "detect", "--traffic", str(sequence / "seq.npy"), "--chunk-bytes", "1e-300"
+        )
+        assert code == 2 and out == "" and err.startswith("error: --chunk-bytes: "), err
+
+
+def test_default_top_r_adapts_to_few_pods(cli, strict_loads, tmp_path):
+    f = tmp_path / "two.csv"
+    rows = [f"{t},{i},{1 - i},{100 + 10 * t}" for t in range(20) for i in range(2)]
+    f.write_text("\n".join(["slot,src,dst,bytes", *rows]) + "\n")
+    code, out, err = cli("ocs", "detect", "--traffic", str(f), "--reference-slots", "5", "--json")
+    assert code == 0, err
+    assert strict_loads(out)["slots"] == 15
+    code, _, err = cli("ocs", "detect", "--synthetic", "--pods", "3", "--slots", "40",
+                       "--change-at", "20", "--statistic", "topr", "--json")  # fmt: skip
+    assert code == 0, err
+    # given explicitly, an r too large for the pods is the user's error
+    code, _, err = cli("ocs", "detect", "--synthetic", "--pods", "3", "--top-r", "8")
+    assert code == 2 and err.startswith("error: --top-r: "), err

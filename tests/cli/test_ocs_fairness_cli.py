@@ -41,6 +41,8 @@ BAD = [
     (["--p", "nan"], "--p"),
     (["--p", "two"], "--p"),
     (["--p", "1,,2"], "--p"),
+    (["--p", "1e9"], "--p"),  # beyond 1e8: inf to solver tolerance
+    (["--p", "1e308"], "--p"),
     (["--weights", "1,-1"], "--weights"),
     (["--weights", "1,x"], "--weights"),
     (["--weights", "1"], "--weights"),

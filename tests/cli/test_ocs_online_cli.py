@@ -125,3 +125,40 @@ def test_churn_report_splits_reconfigurations_onto_the_ocses(cli, strict_loads):
 def test_directory_as_traffic_is_named_a_directory(cli, tmp_path):
     code, _, stderr = cli("ocs", "online", "--traffic", str(tmp_path), "--json")
     assert code == 2 and stderr.strip().endswith("is a directory, not a file"), stderr
+
+
+def _csv_with_row(tmp_path, row: str):
+    """A valid 2-slot, 3-pod slot,src,dst,bytes CSV with ``row`` appended (line 6)."""
+    f = tmp_path / "seq.csv"
+    f.write_text("slot,src,dst,bytes\n0,0,1,5\n0,1,2,5\n1,0,1,7\n1,2,0,3\n" + row + "\n")
+    return f
+
+
+@pytest.mark.parametrize(
+    ("row", "what"),
+    [
+        ("10000000000000000000,0,2,7", "slot must be below 2^53"),
+        ("0,1e30,2,7", "src must be below 2^53"),
+        ("0,0,2,1e308", "bytes must be at most 1e+30"),  # used to blame --switch-cost-s
+    ],
+)
+def test_huge_ids_and_bytes_in_a_csv_name_the_traffic_line(cli, tmp_path, row, what):
+    f = _csv_with_row(tmp_path, row)
+    code, out, err = cli("ocs", "online", "--traffic", str(f), "--ports", "2", "--ocs", "1")
+    assert code == 2 and out == "", err
+    assert err.startswith("error: --traffic: ") and "line 6" in err and what in err, err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_empty_npy_is_named_not_an_interrupt(cli, tmp_path):
+    f = tmp_path / "empty.npy"
+    f.write_bytes(b"")
+    code, _, err = cli("ocs", "online", "--traffic", str(f), "--ports", "2", "--ocs", "1")
+    assert code == 2 and err.startswith("error: --traffic: ") and "not a NumPy array" in err, err
+
+
+def test_moe_phases_on_two_pods_names_the_pods_not_the_default_v1(cli):
+    code, _, err = cli("ocs", "online", "--traffic", "moe-phases", "--pods", "2", "--slots", "50")
+    assert code == 2 and err.startswith("error: --pods: ") and "--v1" not in err, err
+    code, _, err = cli("ocs", "online", "--traffic", "moe-phases", "--pods", "3", "--slots", "50")
+    assert code == 0, err

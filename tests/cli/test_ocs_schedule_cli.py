@@ -56,6 +56,10 @@ def bad_files(tmp_path):
     np.save(files["strings"], np.array([["0", "1"], ["1", "0"]]))
     files["empty"] = tmp_path / "empty.csv"
     files["empty"].write_text("")
+    files["empty_npy"] = tmp_path / "empty.npy"
+    files["empty_npy"].write_bytes(b"")
+    files["tiny"] = tmp_path / "tiny.npy"  # bytes scaled by 1e-300: the duration LP failed
+    np.save(files["tiny"], 1e-300 * np.array([[0.0, 9.0, 1.0], [3.0, 0.0, 8.0], [5.0, 2.0, 0.0]]))
     return files
 
 
@@ -76,6 +80,8 @@ BAD = [
     (["--demand", "@missing"], "--demand"),
     (["--demand", "@strings"], "--demand"),
     (["--demand", "@empty"], "--demand"),
+    (["--demand", "@empty_npy"], "--demand"),
+    (["--demand", "@tiny", "--ocs", "2"], "--demand"),
     (["--demand", "@negative", "--pods", "3"], "--demand"),
     (["--pods", "513"], "--pods"),
     (["--pods", "500", "--max-memory-gb", "0.1"], "--pods"),

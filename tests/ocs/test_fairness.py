@@ -177,6 +177,25 @@ def test_power_mean_and_alpha_fair_optima_agree(specs, pods, job_pods, seed, p):
     assert wrong["rel_wiring"] > 1e-3 and not wrong["agree"]
 
 
+@pytest.mark.parametrize("p", [1000.0, 1e8])
+def test_alpha_fair_check_holds_at_large_p(p):
+    """y^(1−α) underflows from α of a few hundred on (p = 1000 raised LinAlgError from a NaN
+    objective); the log form keeps the check finite up to the largest p, where it agrees."""
+    model = OcsModel.uniform(4, 2, 1)
+    cost = F.FairnessCost(F.place_jobs(["moe", "pipeline"], 4, None, seed=0), model, p)
+    b2 = F.temperatures_for(cost)[1]
+    loss, grad = F.alpha_fair_log_loss(cost, np.full(model.n_pairs, 0.5), b2, p + 1)
+    assert math.isfinite(loss) and np.isfinite(grad).all()
+    check = F.alpha_fair_check(cost, b2)
+    assert check["agree"] and check["rel_objective"] <= 1e-6
+
+
+def test_p_beyond_the_largest_finite_is_refused():
+    with pytest.raises(ConfigError, match="^p: must be at most 1e"):
+        F.check_p(1e9)
+    assert F.check_p(1e8) == 1e8 and F.check_p("inf") == math.inf
+
+
 def test_fractional_max_non_increasing_in_p(two_jobs):
     """J = 2: the unregularised optimum's largest job value is non-increasing in p (a theorem
     for two jobs, proved in the module doc of :mod:`trainfabric.ocs.fairness`), including the

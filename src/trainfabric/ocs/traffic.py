@@ -39,8 +39,9 @@ The base matrix ``m`` (``base=None``): lognormal entries (σ = 1, seeded), zero 
 ``pair_bytes`` per ordered pair.
 
 :func:`read_sequence` reads ``.npy`` (``[T, n, n]``) or CSV (``slot,src,dst,bytes``; slots and
-pods from 0, absent entries are 0). Errors are ConfigErrors naming the file and the line or
-index; intra-pod entries (the diagonal) never reach the OCS and are dropped.
+pods from 0, absent entries are 0; ids below 2^53, entries at most :data:`MAX_BYTES`). Errors
+are ConfigErrors naming the file and the line or index; intra-pod entries (the diagonal) never
+reach the OCS and are dropped.
 """
 
 from __future__ import annotations
@@ -60,6 +61,12 @@ WALK_LEVELS = 8  # lattice levels of the reflected walk: Y ∈ {−1, −1 + 2/K
 WALK_TARGET_AMPLITUDE = 0.5  # the number of macro steps is chosen to give a ≈ this
 BLOCK = 4096  # slots per block when a generator scans its own shape
 BLOCK_ENTRIES = 1 << 24  # at most this many matrix entries per block (128 MiB of float64)
+# Largest entry a file may hold: a quettabyte, beyond any real traffic. The online costs and
+# bounds multiply byte totals (gamma C V1 T); with at most ~1e10 entries in memory every such
+# product stays far inside float64, where a 1e308 entry made them inf (and NaN).
+MAX_BYTES = 1e30
+# Slot and pod ids of a CSV are parsed as float64, exact up to 2^53.
+MAX_ID = 2.0**53
 
 
 def block_slots(n: int, size: int = BLOCK) -> int:
@@ -276,6 +283,10 @@ def _rotated(share: np.ndarray, phi: np.ndarray) -> np.ndarray:
 
 
 def _moe_phases(slots, v1, pods, rng, total, gini):
+    if pods < 3 and v1 > 0:
+        raise ConfigError(
+            "pods", "moe-phases needs at least 3 pods to vary (with 2, each sends all to the other)"
+        )
     share = shard_share(expert_popularity(4 * pods, gini, rng), pods)
     per = total / pods  # bytes each pod sends per slot
     off = 1.0 - np.eye(pods)
@@ -334,7 +345,8 @@ def _validated(d: np.ndarray, field: str, where: str = "") -> np.ndarray:
     if d.ndim != 3 or d.shape[1] != d.shape[2] or d.shape[1] < 2 or d.shape[0] < 1:
         raise ConfigError(field, f"{where}must have shape [slots, n, n] with n >= 2, got {d.shape}")
     d = d.astype(float)
-    for bad, what in ((~np.isfinite(d), "not finite"), (d < 0, "negative")):
+    too_large = (d > MAX_BYTES, f"above {MAX_BYTES:.0e} bytes")
+    for bad, what in ((~np.isfinite(d), "not finite"), (d < 0, "negative"), too_large):
         if bad.any():
             idx = tuple(int(i) for i in np.argwhere(bad)[0])
             raise ConfigError(field, f"{where}entry [slot, src, dst] = {list(idx)} is {what}")
@@ -351,12 +363,26 @@ def read_sequence(path: str | Path, pods: int | None = None) -> np.ndarray:
         what = "is a directory, not a file" if p.is_dir() else "no such file"
         raise ConfigError("traffic", f"{p}: {what}")
     if p.suffix.lower() == ".npy":
-        try:
-            d = np.load(p, allow_pickle=False)
-        except (OSError, ValueError) as err:
-            raise ConfigError("traffic", f"{p}: not a NumPy array file ({err})") from None
-        return _validated(d, "traffic", str(p))
+        return _validated(load_npy(p, "traffic"), "traffic", str(p))
     return _read_csv(p, pods)
+
+
+def load_npy(path: str | Path, field: str) -> np.ndarray:
+    """The one array of a ``.npy`` file (no pickles). An empty, truncated or corrupt file, or
+    an ``.npz`` archive, is a ConfigError naming ``field`` and the file (numpy's ``EOFError``
+    on an empty file would otherwise read as an interrupt)."""
+    try:
+        d = np.load(path, allow_pickle=False)
+    except EOFError:
+        raise ConfigError(field, f"{path}: not a NumPy array file (empty or truncated)") from None
+    except ValueError as err:
+        raise ConfigError(field, f"{path}: not a NumPy array file ({err})") from None
+    except OSError as err:
+        raise ConfigError(field, f"cannot read {path}: {err}") from None
+    if not isinstance(d, np.ndarray):
+        d.close()
+        raise ConfigError(field, f"{path}: an .npz archive, not a NumPy array file")
+    return d
 
 
 def _read_csv(p: Path, pods: int | None) -> np.ndarray:
@@ -380,15 +406,19 @@ def _read_csv(p: Path, pods: int | None) -> np.ndarray:
         v = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=float)
         bad = ~np.isfinite(v) | (v < 0) | (v != np.round(v))
         _refuse(where, bad, f"{col} must be a non-negative integer", df[col])
+        _refuse(where, v >= MAX_ID, f"{col} must be below 2^53", df[col])
         ints[col] = v.astype(np.int64)
     b = pd.to_numeric(df["bytes"], errors="coerce").to_numpy(dtype=float)
     _refuse(where, ~np.isfinite(b), "bytes must be a finite number", df["bytes"])
     _refuse(where, b < 0, "bytes must be >= 0", df["bytes"])
+    _refuse(where, b > MAX_BYTES, f"bytes must be at most {MAX_BYTES:.0e}", df["bytes"])
     n = int(max(ints["src"].max(), ints["dst"].max())) + 1 if pods is None else int(pods)
     if n < 2:
         raise ConfigError("traffic", f"{where}: needs at least 2 pods")
     _refuse(where, (ints["src"] >= n) | (ints["dst"] >= n), f"pod >= pods ({n})", df["src"])
-    key = (ints["slot"] * n + ints["src"]) * n + ints["dst"]
+    slots = int(ints["slot"].max()) + 1
+    check_memory("traffic", 8.0 * slots * n * n, f"{slots:,} traffic matrices of {n} pods")
+    key = (ints["slot"] * n + ints["src"]) * n + ints["dst"]  # below slots n², which fits
     _, first, counts = np.unique(key, return_index=True, return_counts=True)
     dup = np.zeros(key.size, dtype=bool)
     if (counts > 1).any():
@@ -396,8 +426,6 @@ def _read_csv(p: Path, pods: int | None) -> np.ndarray:
         seen[first] = True
         dup = ~seen
     _refuse(where, dup, "duplicate (slot, src, dst)", df["slot"])
-    slots = int(ints["slot"].max()) + 1
-    check_memory("traffic", 8.0 * slots * n * n, f"{slots:,} traffic matrices of {n} pods")
     d = np.zeros((slots, n, n))
     d[ints["slot"], ints["src"], ints["dst"]] = b
     return _validated(d, "traffic", where)

@@ -8,6 +8,13 @@ per slot, a planted change of ``KL = --kl`` after ``--change-at`` slots; see
 ``--reference-slots`` slots form the reference window: the CUSUM's ``p0`` (their pooled
 frequencies plus 1/2 per category, so a category absent from the reference does not alarm at
 once), the frozen top-r pairs and the default gradient; detection runs on the slots after it.
+
+The statistics subtract terms of size ``N log N`` (``N`` the counts since the last restart;
+:class:`trainfabric.ocs.detect.detectors.SplitStore`), so their float64 rounding is about
+``1e-16 N log N`` nats: 3.5 nats at :data:`MAX_COUNTS`, a few percent of the smallest threshold
+there (two categories: about 90 nats), and more beyond (at ``N ~ 1e305`` they overflow to
+NaN). A stream of more counts in all is refused: a file naming ``--chunk-bytes`` (or
+``--traffic`` when even 1-byte chunks are too many), a synthetic stream naming ``--per-slot``.
 """
 
 from __future__ import annotations
@@ -31,6 +38,8 @@ from trainfabric.clikit import (
 from trainfabric.errors import ConfigError
 
 DETECTORS = ("glr", "cusum")
+DEFAULT_TOP_R = 8  # clipped to n(n - 1) - 1 on fewer than 4 pods
+MAX_COUNTS = 1e15  # counts in the whole stream (module doc)
 STATISTICS = ("pairs", "marginals", "topr", "gradient")
 NAMES = {
     "traffic": "--traffic",
@@ -68,8 +77,13 @@ def ocs_detect(
         int, typer.Option(min=0, max=16, help="Candidate splits per octave = 2^density.")
     ] = 2,
     top_r: Annotated[
-        int, typer.Option(min=1, max=4096 * 4095, help="r of the topr statistic.")
-    ] = 8,
+        int | None,
+        typer.Option(
+            min=1,
+            max=4096 * 4095,
+            help=f"r of the topr statistic \\[default: {DEFAULT_TOP_R}, at most n(n-1) - 1].",
+        ),
+    ] = None,
     gradient: Annotated[
         Path | None,
         typer.Option(help="Circuit gradient dF/dx, .npy [n, n] (default: reference proxy)."),
@@ -112,6 +126,12 @@ def ocs_detect(
         if synthetic:
             if change_at >= slots:
                 raise ConfigError("--change-at", f"must be < --slots ({slots}), got {change_at}")
+            if per_slot * slots > MAX_COUNTS:
+                raise ConfigError(
+                    "--per-slot",
+                    f"{per_slot:g} flows x {slots:,} slots exceeds {MAX_COUNTS:.0e} counts, "
+                    "beyond which the statistics are rounding noise",
+                )
             inst, counts = _synthetic(pods, slots, change_at, kl, change, per_slot, top_r, seed)
             offset, p0_matrix = 0, inst.p0
         else:
@@ -151,6 +171,12 @@ def _choice(option: str, value: str, known: tuple[str, ...]) -> None:
         raise ConfigError(option, f"unknown value {value!r}; known: {', '.join(known)}")
 
 
+def _top_r(top_r: int | None, n: int) -> int:
+    """``--top-r`` as given, else :data:`DEFAULT_TOP_R` clipped to the ``n(n-1) - 1`` pairs
+    that leave an "other" category (a default never fails on few pods)."""
+    return min(DEFAULT_TOP_R, n * (n - 1) - 1) if top_r is None else top_r
+
+
 def _synthetic(pods, slots, change_at, kl, change, per_slot, top_r, seed):
     """(instance, ``[slots, n, n]`` counts) of a synthetic stream with a planted change."""
     import numpy as np
@@ -160,7 +186,7 @@ def _synthetic(pods, slots, change_at, kl, change, per_slot, top_r, seed):
 
     check_memory("pods", 8.0 * slots * pods * pods, f"{slots:,} slots of {pods} pods")
     rng = np.random.default_rng(seed)
-    inst = synthetic_change(pods, kl, rng, change, top_r, n_per_slot=per_slot)
+    inst = synthetic_change(pods, kl, rng, change, _top_r(top_r, pods), n_per_slot=per_slot)
     off = ~np.eye(pods, dtype=bool)
     pairs = multinomial_stream(inst.p0[off], inst.p1[off], change_at, per_slot, slots, rng)
     return inst, np.stack([pair_matrix(row, pods) for row in pairs])
@@ -173,7 +199,9 @@ def _from_file(path, chunk_bytes, reference_slots, top_r):
     from trainfabric.ocs.detect.streams import SyntheticChange, top_pairs
     from trainfabric.ocs.traffic import read_sequence
 
-    counts = np.floor(read_sequence(path) / chunk_bytes)
+    seq = read_sequence(path)
+    _check_counts(path, float(seq.sum()), chunk_bytes)
+    counts = np.floor(seq / chunk_bytes)
     if counts.shape[0] <= reference_slots:
         raise ConfigError(
             "--reference-slots",
@@ -186,8 +214,23 @@ def _from_file(path, chunk_bytes, reference_slots, top_r):
     p0 = (reference + 0.5) * off
     p0 /= p0.sum()
     gradient = (reference[off].mean() - reference) * off
-    inst = SyntheticChange(p0, p0, reference, gradient, top_pairs(reference, top_r))
+    inst = SyntheticChange(p0, p0, reference, gradient, top_pairs(reference, _top_r(top_r, n)))
     return inst, counts[reference_slots:], p0
+
+
+def _check_counts(path, total_bytes: float, chunk_bytes: float) -> None:
+    """Refuse a file of more than :data:`MAX_COUNTS` chunks in all (module doc): naming
+    ``--traffic`` when its bytes alone are that many, else ``--chunk-bytes``."""
+    if total_bytes <= MAX_COUNTS * chunk_bytes:
+        return
+    why = f"over {MAX_COUNTS:.0e} counts, beyond which the statistics are rounding noise"
+    if total_bytes > MAX_COUNTS:
+        raise ConfigError(
+            "--traffic", f"{path}: {total_bytes:.3g} bytes in all is {why}; raise --chunk-bytes"
+        )
+    raise ConfigError(
+        "--chunk-bytes", f"{total_bytes / chunk_bytes:.3g} chunks of {chunk_bytes:g} bytes is {why}"
+    )
 
 
 def _with_gradient(inst, path: Path):
@@ -197,11 +240,9 @@ def _with_gradient(inst, path: Path):
     import numpy as np
 
     from trainfabric.clikit import input_file
+    from trainfabric.ocs.traffic import load_npy
 
-    try:
-        g = np.load(input_file(path, "--gradient"), allow_pickle=False)
-    except (OSError, ValueError) as err:
-        raise ConfigError("--gradient", f"{path}: not a NumPy array file ({err})") from None
+    g = load_npy(input_file(path, "--gradient"), "--gradient")
     n = inst.p0.shape[0]
     if g.shape != (n, n) or not np.issubdtype(g.dtype, np.number) or not np.isfinite(g).all():
         raise ConfigError("--gradient", f"expected a finite [{n}, {n}] array, got {g.shape}")

@@ -86,7 +86,8 @@ def ocs_fairness(
     ports: PortsOpt = 4,
     ocs: OcsOpt = 2,
     p: Annotated[
-        str, typer.Option("--p", help="Comma-separated powers p >= 1 of the mean, or inf.")
+        str,
+        typer.Option("--p", help="Comma-separated powers p in [1, 1e8] of the mean, or inf."),
     ] = "1,2,4,8,inf",
     normalise: Annotated[
         bool,

@@ -47,13 +47,14 @@ a strictly increasing function of ``Φ_{α−1}``, so the two *unregularised* pr
 same minimisers. The solver's regularised problem ``Φ + KL(w||q)/b1`` is not invariant under a
 monotone transform, so the check compares the unregularised optima (at the same ``b2``), each
 found from its own objective — ``Φ_p`` by :func:`power_mean_optimum`, the utility, written
-from the per-job throughputs, by :func:`alpha_fair_optimum` — by SLSQP and then Newton on
-that objective's own KKT conditions (:func:`kkt_polish`: SLSQP stops on changes of the
-objective, which leaves flat directions undetermined to ~1e-4), over the pairs that carry
-traffic (the others enter neither objective). Were ``p ≠ α − 1`` the two KKT points would
-differ (a test shows they do). On those pairs ``Φ_p∘U`` is strictly convex in exact arithmetic
-(every transfer's duration is strictly convex in its pair's circuits and has Gibbs mass
-``> 0``), but a transfer far off every near-critical path has a mass that underflows
+from the per-job throughputs (in log form, :func:`alpha_fair_log_loss`, so that no power
+``y^(1−α)`` under- or overflows at large ``p``), by :func:`alpha_fair_optimum` — by SLSQP and
+then Newton on that objective's own KKT conditions (:func:`kkt_polish`: SLSQP stops on
+changes of the objective, which leaves flat directions undetermined to ~1e-4), over the pairs
+that carry traffic (the others enter neither objective). Were ``p ≠ α − 1`` the two KKT
+points would differ (a test shows they do). On those pairs ``Φ_p∘U`` is strictly convex in
+exact arithmetic (every transfer's duration is strictly convex in its pair's circuits and has
+Gibbs mass ``> 0``), but a transfer far off every near-critical path has a mass that underflows
 (measured: gradients of 1e-42 beside 1e-1); such pairs are counted and left out of the
 wiring comparison (:func:`alpha_fair_check`).
 
@@ -97,6 +98,7 @@ _EXPORTS = {
     "power_mean_optimum": "alpha",
     "kkt_polish": "alpha",
     "alpha_fair_utility": "alpha",
+    "alpha_fair_log_loss": "alpha",
     "alpha_fair_optimum": "alpha",
     "alpha_fair_check": "alpha",
     "FairnessCost": "cost",

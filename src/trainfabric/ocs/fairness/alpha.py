@@ -203,24 +203,39 @@ def alpha_fair_utility(cost: FairnessCost, x, b2: float, alpha: float) -> tuple[
     return util, (w * y ** (-alpha)) @ dy
 
 
+def alpha_fair_log_loss(cost: FairnessCost, x, b2: float, alpha: float) -> tuple[float, np.ndarray]:
+    """``log(Σ_j ω_j y_j^(1−α)) / (α−1) = log((α−1)·(−utility)) / (α−1)``, a strictly
+    increasing function of minus the α-fair utility (so the same minimisers), and its
+    gradient [P] ``Σ_j s_j ∇v_j / v_j`` (``s`` the softmax of ``log ω_j − (α−1) log y_j``).
+    Written from the log-throughputs by log-sum-exp around the smallest, so that no power
+    ``y^(1−α)`` is formed: those under- or overflow from ``α`` of a few hundred on, where
+    :func:`alpha_fair_utility` turns to 0, inf or NaN."""
+    v, g = cost.job_values(x, b2)
+    log_y = -np.log(v)
+    low = float(log_y.min())
+    with np.errstate(over="ignore"):  # far above the lowest throughput: exp(-inf) = 0
+        e = cost.weights * np.exp(-(alpha - 1.0) * (log_y - low))
+    total = float(e.sum())
+    return -low + math.log(total) / (alpha - 1.0), (e / (total * v)) @ g
+
+
 def alpha_fair_optimum(
     cost: FairnessCost, b2: float, alpha: float, x0=None
 ) -> tuple[np.ndarray, dict]:
     """Unregularised ``argmax`` of the α-fair utility (``α > 1``) over ``{x ≥ 0: A x ≤ d}`` on
-    the pairs with traffic: SLSQP on ``−utility`` (written from the throughputs by
-    :func:`alpha_fair_utility`, never through :func:`power_mean`), then :func:`kkt_polish`
-    on the utility's own gradient. Returns the full pair vector [P] and the polish's
-    ``info``."""
+    the pairs with traffic: SLSQP on its log form :func:`alpha_fair_log_loss` (written from
+    the throughputs, never through :func:`power_mean`; finite for any ``α``), then
+    :func:`kkt_polish` on that function's own gradient. Returns the full pair vector [P] and
+    the polish's ``info``."""
     from scipy.optimize import minimize
 
     idx, a, start = _polytope(cost)
     z0 = start if x0 is None else np.asarray(x0, dtype=float)[idx]
-    ref = abs(alpha_fair_utility(cost, _full(cost, idx, z0), b2, alpha)[0])
     d = cost.model.degrees.astype(float)
 
     def f(z):
-        u, g = alpha_fair_utility(cost, _full(cost, idx, z), b2, alpha)
-        return -u / ref, -g[idx] / ref
+        loss, g = alpha_fair_log_loss(cost, _full(cost, idx, z), b2, alpha)
+        return loss, g[idx]
 
     res = minimize(
         f,

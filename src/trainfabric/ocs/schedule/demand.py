@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from trainfabric.errors import ConfigError
+from trainfabric.ocs.traffic import load_npy
 from trainfabric.workloads.moe import expert_popularity, shard_share
 
 FAMILIES = ("gpt", "pp", "moe", "random")
@@ -138,7 +139,7 @@ def read_demand(path: str | Path, field: str = "demand") -> np.ndarray:
     p = Path(path)
     try:
         if p.suffix == ".npy":
-            d = np.load(p, allow_pickle=False)
+            d = load_npy(p, field)
         elif p.suffix == ".csv":
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)

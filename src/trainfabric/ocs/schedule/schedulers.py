@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from trainfabric.errors import ConfigError
 from trainfabric.ocs.schedule import decompositions as dec
 from trainfabric.ocs.schedule.model import Schedule, sequential
 
@@ -56,6 +57,11 @@ RESIDUAL_QUANTILES = (0.5, 0.9)
 OUR_POOLS = ("colouring", "solstice", "eclipse") + tuple(
     f"colouring@{q:g}" for q in RESIDUAL_QUANTILES
 )
+# Largest ratio of one delay's bytes at the rate (δ·B) to the largest demand entry. The duration
+# LP's right-hand sides span this ratio (HiGHS takes 1e20 as infinite), and beyond 1e15 every
+# transfer is below the float64 resolution of a makespan of whole delays: the schedulers could
+# not be told apart.
+MAX_DELAY_RATIO = 1e15
 
 
 @dataclass(frozen=True)
@@ -335,6 +341,7 @@ def run_schedulers(inst: Instance, pools: Pools | None = None) -> dict[str, Resu
     """Every scheduler on ``inst``; ``pools`` (from :func:`decompose_all`) may be shared
     across instances with the same demand and δ. Each wall time counts the decompositions the
     scheduler uses plus its own assignment and LP work."""
+    check_scale(inst)
     if pools is None:
         pools = decompose_all(inst.demand, inst.delay_s, inst.rate_Bps)
     out: dict[str, Result] = {}
@@ -352,6 +359,20 @@ def run_schedulers(inst: Instance, pools: Pools | None = None) -> dict[str, Resu
     out["spectra-like"] = _result("spectra-like", _schedule(inst, spectra), wall)
     out["ours"] = _ours(inst, pools, spectra)
     return out
+
+
+def check_scale(inst: Instance) -> None:
+    """Refuse a demand whose largest entry is below 1/:data:`MAX_DELAY_RATIO` of the bytes one
+    delay costs at the rate (ConfigError naming ``demand``)."""
+    delay_bytes = inst.delay_s * inst.rate_Bps
+    top = float(inst.demand.max())
+    if not top * MAX_DELAY_RATIO >= delay_bytes:
+        raise ConfigError(
+            "demand",
+            f"largest entry {top:.3g} bytes is below {1 / MAX_DELAY_RATIO:.0e} of the "
+            f"{delay_bytes:.3g} bytes one reconfiguration delay lasts at the rate: the transfers "
+            "would vanish beside the delays (is the demand in bytes?)",
+        )
 
 
 def _ours(inst: Instance, pools: Pools, spectra: Assignment) -> Result:
