@@ -152,6 +152,19 @@ def test_counts_that_would_overflow_are_refused_not_nan(cli, sequence, tmp_path)
         assert code == 2 and out == "" and err.startswith("error: --chunk-bytes: "), err
 
 
+def test_a_stream_without_counts_is_refused_not_quiet(cli, sequence, tmp_path):
+    """All-zero traffic, or chunks larger than any slot's bytes: no alarm would mean
+    nothing, so the field at fault is named."""
+    zeros = tmp_path / "zeros.npy"
+    np.save(zeros, np.zeros_like(np.load(sequence / "seq.npy")))
+    code, out, err = cli("ocs", "detect", "--traffic", str(zeros), "--json")
+    assert code == 2 and out == "" and err.startswith("error: --traffic: "), err
+    assert "no traffic between pods" in err
+    argv = ("--traffic", str(sequence / "seq.npy"), "--chunk-bytes", "1e300", "--json")
+    code, out, err = cli("ocs", "detect", *argv)
+    assert code == 2 and out == "" and err.startswith("error: --chunk-bytes: "), err
+
+
 def test_default_top_r_adapts_to_few_pods(cli, strict_loads, tmp_path):
     f = tmp_path / "two.csv"
     rows = [f"{t},{i},{1 - i},{100 + 10 * t}" for t in range(20) for i in range(2)]

@@ -210,6 +210,10 @@ def _from_file(path, chunk_bytes, reference_slots, top_r):
         )
     n = counts.shape[1]
     off = ~np.eye(n, dtype=bool)
+    if not seq[:, off].any():  # nothing to count: "no alarm" would mean nothing
+        raise ConfigError("--traffic", f"{path}: holds no traffic between pods")
+    if not counts[:, off].any():
+        raise ConfigError("--chunk-bytes", f"no slot of {path} holds a chunk of {chunk_bytes:g} B")
     reference = counts[:reference_slots].sum(0) * off
     p0 = (reference + 0.5) * off
     p0 /= p0.sum()
