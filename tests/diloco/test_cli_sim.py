@@ -75,3 +75,8 @@ def test_sim_on_a_trace_says_which_windows_it_chose(cli):
     assert code == 0, err
     assert loads(text)["windows"] == 4409  # 8,819 s cut in 2
     assert "windows: 4,409 of 1 s, the trace's segment length for seeds 0..1" in err
+
+
+def test_rate_scale_without_trace_is_refused(cli):
+    code, out, err = cli("diloco", "sim", "--windows", "20", "--rate-scale", "2")
+    assert code == 2 and out == "" and err.startswith("error: --rate-scale:") and "--trace" in err

@@ -208,3 +208,10 @@ def test_protocol_text_findings_first_and_fits_80_columns(cli, monkeypatch, tmp_
     assert "policy: adaptive_tokens" in text and "policy: adaptive_load" in text
     assert "…" not in text and max(map(len, text.splitlines())) <= 80
     assert text.count("  why ") == len(policies)
+
+
+def test_rate_scale_without_trace_is_refused(cli, tmp_path):
+    code, out, err = cli("diloco", "protocol", "--quick", "--rate-scale", "2",
+                         "--out", str(tmp_path / "p"))  # fmt: skip
+    assert code == 2 and out == "" and err.startswith("error: --rate-scale:") and "--trace" in err
+    assert not (tmp_path / "p").exists()

@@ -5,7 +5,11 @@ request: ``arrival_s``, ``ttft_s``, ``tpot_s``, ``finish_s``, ``prompt_tokens``,
 ``output_tokens``), ``syncs.parquet`` (per outer sync: ``start_s``, ``end_s``, ``steps`` = inner
 steps of the interval it closed), ``evals.parquet`` (eval loss of the global model after each
 sync: ``wall_s``, ``tokens``, ``eval_loss``) and ``steps.parquet`` (``wall_s``, ``step``,
-``tokens`` cumulative over learners). Times are seconds since the run's start. Fitted:
+``tokens`` cumulative over learners). Times are seconds since the run's start. Each table is
+checked as it is read (:func:`check_table`): a file that is not Parquet, a missing or
+non-numeric column, an infinite value, a NaN (but a request's unfinished ``ttft_s``,
+``tpot_s``, ``finish_s``), a negative count or duration, a sync ending before it starts is a
+one-line ConfigError naming the file, the column and the row. Fitted:
 
 **Progress** (the simulator's :class:`~.learners.ProgressModel`): ``steps_per_s`` = inner steps
 per second of non-syncing time, ``tokens_per_step`` = tokens per inner step over all learners,
@@ -63,9 +67,22 @@ from trainfabric.errors import ConfigError
 
 TABLES = ("requests", "syncs", "evals", "steps")
 
+#: Per table, the columns the fits read: ``(column, may be NaN, must be >= 0)``; NaN marks an
+#: unfinished request (no first token, no finish), infinities are refused everywhere.
+COLUMNS = {
+    "requests": (("arrival_s", False, False), ("ttft_s", True, True), ("tpot_s", True, True),
+                 ("finish_s", True, False), ("prompt_tokens", False, True)),
+    "syncs": (("start_s", False, False), ("end_s", False, False), ("steps", False, True)),
+    "evals": (("eval_loss", False, False),),
+    "steps": (("wall_s", False, False), ("step", False, True), ("tokens", False, True)),
+}  # fmt: skip
+
 
 def read_run(run_dir: str | Path) -> dict[str, pd.DataFrame]:
-    """The four tables of a live run directory (ConfigError naming the missing file)."""
+    """The four tables of a live run directory, each checked by :func:`check_table`
+    (ConfigError naming the missing or unreadable file)."""
+    import pyarrow as pa
+
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise ConfigError("RUN_DIRS", f"{run_dir} is not a directory")
@@ -74,8 +91,43 @@ def read_run(run_dir: str | Path) -> dict[str, pd.DataFrame]:
         path = run_dir / f"{name}.parquet"
         if not path.is_file():
             raise ConfigError("RUN_DIRS", f"{run_dir}: no {name}.parquet (not a live run?)")
-        out[name] = pd.read_parquet(path)
+        try:
+            table = pd.read_parquet(path)
+        except (OSError, ValueError, pa.ArrowException) as exc:
+            raise ConfigError("RUN_DIRS", f"{path}: not a readable Parquet file ({exc})") from None
+        out[name] = check_table(table, name, path)
     return out
+
+
+def check_table(table: pd.DataFrame, name: str, path: Path) -> pd.DataFrame:
+    """``table`` (the ``name`` table read from ``path``) if it has the columns of
+    :data:`COLUMNS`, numeric, with no value that no run records (ConfigError naming the file,
+    the column and the first bad row)."""
+    for column, may_be_nan, nonnegative in COLUMNS[name]:
+        if column not in table:
+            raise ConfigError("RUN_DIRS", f"{path}: no column {column}")
+        values = table[column]
+        if len(values) and not pd.api.types.is_numeric_dtype(values):
+            raise ConfigError("RUN_DIRS", f"{path}: column {column} is not numeric")
+        problem = _first_bad(values.to_numpy(float), may_be_nan, nonnegative)
+        if problem:
+            raise ConfigError("RUN_DIRS", f"{path}: column {column}, {problem}")
+    if name == "syncs" and (before := table["end_s"] < table["start_s"]).any():
+        row = int(np.argmax(before))
+        raise ConfigError("RUN_DIRS", f"{path}: row {row}: end_s is before start_s")
+    return table
+
+
+def _first_bad(values: np.ndarray, may_be_nan: bool, nonnegative: bool) -> str | None:
+    """``"row I is WHY"`` for the first value that is infinite, NaN (unless ``may_be_nan``)
+    or negative (if ``nonnegative``), else None."""
+    rules = [(np.isinf(values), "infinite")]
+    if not may_be_nan:
+        rules.append((np.isnan(values), "NaN"))
+    if nonnegative:
+        rules.append((values < 0, "negative"))
+    bad = [(int(np.argmax(mask)), why) for mask, why in rules if mask.any()]
+    return "row {} is {}".format(*min(bad)) if bad else None
 
 
 # -- exact time integrals of step functions ------------------------------------------------------
@@ -120,16 +172,18 @@ def effective_tokens(h, tokens_per_step: float, drift_steps: float) -> np.ndarra
 
 
 def fit_progress(runs: list[dict], tokens_per_step: float) -> dict:
-    """Fit ``E, B, β, drift_steps`` over the eval points after each sync of every run."""
-    hs, losses, run_of = [], [], []
-    for r, run in enumerate(runs):
+    """Fit ``E, B, β, drift_steps`` over the eval points after each sync of every run (but
+    those before any inner step: the curve is infinite at ``D = 0``)."""
+    hs, losses = [], []
+    for run in runs:
         syncs, evals = run["syncs"], run["evals"]
         k = min(len(syncs), len(evals))
-        if k == 0:
+        h = syncs["steps"].to_numpy(float)[:k]
+        trained = np.cumsum(h) > 0  # leading zeros only: the sums after them are unchanged
+        if not trained.any():
             continue
-        hs.append(syncs["steps"].to_numpy(float)[:k])
-        losses.append(evals["eval_loss"].to_numpy(float)[:k])
-        run_of.append(np.full(k, r))
+        hs.append(h[trained])
+        losses.append(evals["eval_loss"].to_numpy(float)[:k][trained])
     if not hs or sum(map(len, hs)) < 4:
         raise ConfigError("RUN_DIRS", "need at least 4 evals after syncs to fit the loss curve")
     y = np.concatenate(losses)
@@ -263,7 +317,6 @@ def calibrate(run_dirs: list[str | Path], link: bool = False) -> dict:
     if not run_dirs:
         raise ConfigError("RUN_DIRS", "give at least one live run directory")
     runs = [read_run(d) for d in run_dirs]
-    steps = pd.concat([r["steps"] for r in runs if len(r["steps"])], ignore_index=True)
     syncs_all = pd.concat([r["syncs"] for r in runs], ignore_index=True)
     sync_s = (syncs_all["end_s"] - syncs_all["start_s"]).to_numpy(float)
     tokens_per_step, steps_per_s = _throughput(runs)
@@ -298,7 +351,7 @@ def calibrate(run_dirs: list[str | Path], link: bool = False) -> dict:
         "fit": fits,
         "runs": [str(d) for d in run_dirs],
         "requests": int(len(reqs)),
-        "inner_steps": int(len(steps)),
+        "inner_steps": sum(len(r["steps"]) for r in runs),
     }
 
 
@@ -315,7 +368,7 @@ def _throughput(runs: list[dict]) -> tuple[float, float]:
         inside = occupancy_integral(sy["start_s"].to_numpy(float), sy["end_s"].to_numpy(float))
         train_s += (t1 - t0) - float(inside(t1) - inside(t0))
     if steps <= 0 or train_s <= 0:
-        raise ConfigError("RUN_DIRS", "no inner steps recorded")
+        raise ConfigError("RUN_DIRS", "no inner steps recorded in any steps.parquet")
     return tokens / steps, steps / train_s
 
 

@@ -337,6 +337,7 @@ def protocol_cmd(
         update["segment_horizon"] = False
     if allow_overlap:
         update["allow_overlap"] = True
+    _check_rate_scale(trace, rate_scale)
     if trace is not None:
         update |= {"trace": str(input_file(trace, "--trace")), "rate_scale": rate_scale}
     if update:
@@ -429,10 +430,17 @@ def _regime(name: str, trace: Path | None, rate_scale: float, allow_overlap: boo
     ``allow_overlap``: a trace regime's seeds draw random, overlapping offsets."""
     from trainfabric.diloco.fleet import get_regime, trace_regime
 
+    _check_rate_scale(trace, rate_scale)
     reg = get_regime(name)
     if trace is not None:
         reg = trace_regime(input_file(trace, "--trace"), rate_scale, reg)
     return reg.model_copy(update={"overlap": True}) if allow_overlap else reg
+
+
+def _check_rate_scale(trace: Path | None, rate_scale: float) -> None:
+    """Refuse a ``--rate-scale`` other than 1 without ``--trace``: it scales a trace."""
+    if trace is None and rate_scale != 1.0:
+        raise ConfigError("--rate-scale", "scales a trace's request rate: give --trace too")
 
 
 def _sized_by(reg, workload: str, gpus_per_pod: int | None):

@@ -164,3 +164,64 @@ def test_fit_decode_reports_a_speed_up_during_syncs_and_floors_it():
     fit = C.fit_decode(req, syncs)
     assert fit["interference_raw"] == pytest.approx(-0.3, abs=0.03)
     assert fit["interference"] == 0.0
+
+
+def _spoil(path, name, change):
+    """Rewrite table ``name`` of the run at ``path`` as ``change(table)``."""
+    from trainfabric.io import write_parquet
+
+    write_parquet(path / f"{name}.parquet", change(pd.read_parquet(path / f"{name}.parquet")))
+
+
+def _nan_at(column, row):
+    def change(table):
+        table.loc[row, column] = np.nan
+        return table
+
+    return change
+
+
+@pytest.mark.parametrize(
+    "name, change, message",
+    [
+        ("requests", lambda t: t.drop(columns="ttft_s"), "requests.parquet: no column ttft_s"),
+        ("syncs", lambda t: t.drop(columns="end_s"), "syncs.parquet: no column end_s"),
+        ("evals", _nan_at("eval_loss", 1), "evals.parquet: column eval_loss, row 1 is NaN"),
+        (
+            "syncs",
+            lambda t: t.assign(steps=-t["steps"]),
+            "syncs.parquet: column steps, row 0 is neg",
+        ),
+        ("requests", lambda t: t.assign(ttft_s=t["ttft_s"].astype(str)), "ttft_s is not numeric"),
+        ("syncs", lambda t: t.assign(end_s=t["start_s"] - 1), "syncs.parquet: row 0: end_s is bef"),
+    ],
+)
+def test_calibrate_names_the_table_and_column_of_a_bad_value(tmp_path, name, change, message):
+    _write_run(tmp_path / "a", np.random.default_rng(7), np.array([8.0, 16, 24]))
+    _spoil(tmp_path / "a", name, change)
+    with pytest.raises(ConfigError, match=f"RUN_DIRS: .*{message}"):
+        C.calibrate([tmp_path / "a"])
+
+
+def test_calibrate_refuses_a_corrupt_table(tmp_path):
+    _write_run(tmp_path / "a", np.random.default_rng(7), np.array([8.0, 16, 24]))
+    (tmp_path / "a" / "syncs.parquet").write_bytes(b"PAR1 truncated")
+    with pytest.raises(ConfigError, match="syncs.parquet: not a readable Parquet file"):
+        C.calibrate([tmp_path / "a"])
+
+
+def test_calibrate_refuses_a_run_with_empty_tables(tmp_path):
+    _write_run(tmp_path / "a", np.random.default_rng(7), np.array([8.0, 16, 24]))
+    for name in C.TABLES:
+        _spoil(tmp_path / "a", name, lambda t: t.iloc[:0])
+    with pytest.raises(ConfigError, match="no inner steps recorded in any steps.parquet"):
+        C.calibrate([tmp_path / "a"])
+
+
+def test_fit_progress_skips_evals_before_the_first_inner_step():
+    runs = _progress_runs(np.random.default_rng(0))
+    for run in runs:
+        run["syncs"] = pd.DataFrame({"steps": np.r_[0.0, run["syncs"]["steps"]]})
+        run["evals"] = pd.DataFrame({"eval_loss": np.r_[9.0, run["evals"]["eval_loss"]]})
+    fit = C.fit_progress(runs, TPS)
+    assert fit["points"] == 12 + 6 + 3 + 8 and fit["rmse"] < 0.004

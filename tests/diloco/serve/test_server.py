@@ -9,7 +9,7 @@ import pytest
 
 from trainfabric.diloco.serve.env import ServeError
 from trainfabric.diloco.serve.model import FILES, tiny_model
-from trainfabric.diloco.serve.server import command, serve
+from trainfabric.diloco.serve.server import command, free_port, serve
 
 
 def _group_alive(pgid: int) -> bool:
@@ -126,3 +126,21 @@ def test_a_killed_parent_leaves_no_server():
     while _group_alive(pgid) and time.monotonic() < end:
         time.sleep(0.1)
     assert not _group_alive(pgid)
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback here")
+def test_emulator_on_ipv6_loopback():
+    """``--host ::1``: a free port of the IPv6 loopback, and a URL with the host in brackets."""
+    assert free_port("::1") > 0
+    with serve("emulator", host="::1", start_timeout_s=60) as srv:
+        assert srv.url.startswith("http://[::1]:")
+        assert httpx.get(f"{srv.url}/health").status_code == 200

@@ -37,3 +37,23 @@ def test_json_summary_unshaped(tmp_path, strict_loads):
     assert row["final_loss"] > 0 and row["mean_sync_s"] > 0
     assert row["shaping"]["shaped"] is False
     assert json.loads((tmp_path / "manifest.json").read_text())["config"]["unshaped_ok"] is True
+
+
+@pytest.mark.parametrize(
+    "args, field",
+    [(["--qdisc", "htb"], "--qdisc"), (["--rate-mbit", "5"], "--rate-mbit"),
+     (["--burst-kb", "8"], "--burst-kb")],
+)  # fmt: skip
+def test_unshaped_refuses_shaping_options(cli, tmp_path, args, field):
+    code, out, err = cli("diloco", "train", "--steps", "2", "--unshaped", *args,
+                         "--out", str(tmp_path))  # fmt: skip
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert err.startswith(f"error: {field}:") and "--unshaped" in err
+
+
+def test_out_holding_another_run_is_refused(cli, tmp_path):
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text('{"experiment": "fabric-eval"}')
+    code, _, err = cli("diloco", "train", "--steps", "2", "--unshaped", "--out", str(tmp_path))
+    assert code == 2 and err.startswith("error: --out:") and "holds run 'fabric-eval'" in err
+    assert manifest.read_text() == '{"experiment": "fabric-eval"}'

@@ -37,7 +37,7 @@ DurationOpt = Annotated[
 NAMES = {
     "url": "--url", "period_s": "--period", "timeout_s": "--timeout", "port": "--port",
     "rate_scale": "--rate-scale", "max_requests": "--max-requests", "max_seconds": "--max-seconds",
-    "drain_s": "--drain", "context": "--context", "ttft_slo_s": "--ttft-slo",
+    "drain_s": "--drain", "host": "--host", "context": "--context", "ttft_slo_s": "--ttft-slo",
     "tpot_slo_s": "--tpot-slo", "window_s": "--window", "seed": "--seed", "model": "--model",
 }  # fmt: skip
 
@@ -79,12 +79,15 @@ def serve_cmd(
     json_out: JsonOpt = False,
 ) -> None:
     """Start the vLLM OpenAI server (or the emulator) on loopback until Ctrl-C."""
+    from trainfabric.diloco.serve.address import check_host
     from trainfabric.diloco.serve.server import KINDS, serve
 
     if kind not in KINDS:
         raise ConfigError("--kind", f"{kind!r} is not one of {', '.join(KINDS)}")
     if model is not None and not (model / "config.json").is_file():
         raise ConfigError("--model", f"{model} is not a model directory (no config.json)")
+    with options(host="--host"):
+        check_host(host)
     start = time.monotonic()
     try:
         with (
@@ -130,16 +133,31 @@ def sidecar_cmd(
     with options(**NAMES):
         cfg = validate(SidecarConfig, {"url": url, "period_s": period, "timeout_s": timeout,
                                        "port": port, "host": host})  # fmt: skip
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        err.print(f"sidecar: its /metrics listens on {host}, reachable beyond this machine")
-    with _sigterm_as_interrupt(), Sidecar(cfg) as sc:
-        err.print(f"sidecar scraping {url}/metrics every {period:g} s; own metrics at "
-                  f"{sc.metrics_url}")  # fmt: skip
-        with contextlib.suppress(KeyboardInterrupt):
-            _watch(sc, period, duration, json_out)
-        r = sc.latest()
+        with _sigterm_as_interrupt(), Sidecar(cfg) as sc:
+            if host not in ("127.0.0.1", "localhost", "::1"):
+                err.print(f"sidecar: its /metrics listens on {host}, reachable beyond this machine")
+            err.print(f"sidecar scraping {url}/metrics every {period:g} s; own metrics at "
+                      f"{sc.metrics_url}")  # fmt: skip
+            try:
+                _watch(sc, period, duration, json_out)
+                stopped = False
+            except KeyboardInterrupt:
+                stopped = True
+            r = sc.latest()
+        _check_reading(r, url, stopped)
     if json_out:
         emit_json(_reading_json(r, sc.metrics_url))
+
+
+def _check_reading(r, url: str, stopped: bool) -> None:
+    """Fail a sidecar run that hit a bug of its own (exit 1; the tracebacks were logged) or
+    that ran its ``--duration`` without reaching the server (ConfigError naming ``url``; one
+    ``stopped`` by Ctrl-C or SIGTERM exits 0 then)."""
+    if r.unexpected_errors:
+        err.print(f"sidecar: {r.unexpected_errors} unexpected errors (tracebacks above)")
+        raise typer.Exit(1)
+    if not stopped and r.scrapes_failed and not r.scrapes_ok:
+        raise ConfigError("url", f"no scrape of {url}/metrics succeeded ({r.last_error})")
 
 
 def _watch(sc, period: float, duration: float | None, quiet: bool) -> None:

@@ -58,6 +58,7 @@ from pydantic import Field
 
 from trainfabric.config import MAX_SEED, Config
 from trainfabric.diloco.requests import Requests
+from trainfabric.diloco.serve.address import BaseUrl
 from trainfabric.diloco.telemetry import MAX_SLO_S
 from trainfabric.errors import ConfigError
 
@@ -78,7 +79,7 @@ class ReplayConfig(Config):
     ``context`` <= 67,108,864 (2^26), the SLOs and ``window_s`` <= 3,600,
     ``read_timeout_s`` <= 86,400, ``seed`` <= 2^63 - 1, ``token_ids`` within 0..2^24."""
 
-    url: str = Field(pattern=r"^https?://[^\s/]+(:\d+)?$")
+    url: BaseUrl
     model: str | None = None
     rate_scale: float = Field(1.0, gt=0, le=1e6)
     max_requests: int = Field(1000, ge=1, le=10_000_000)

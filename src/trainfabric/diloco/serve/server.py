@@ -42,6 +42,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainfabric.diloco.serve.address import url_host
 from trainfabric.diloco.serve.env import ServeError, serve_python
 from trainfabric.diloco.serving import ServingModel
 
@@ -63,9 +64,11 @@ class Server:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free on ``host`` a moment ago (the OS's choice for port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
+    """A port that was free on ``host`` (IPv4 or IPv6) a moment ago (the OS's choice for
+    port 0)."""
+    family, kind, proto, _, addr = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0]
+    with socket.socket(family, kind, proto) as s:
+        s.bind(addr)
         return s.getsockname()[1]
 
 
@@ -159,7 +162,7 @@ def serve(
             env=os.environ | extra_env,
             start_new_session=True,
         )
-    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', 'localhost') else host}:{port}"
+    url = f"http://{'127.0.0.1' if host in ('0.0.0.0', 'localhost') else url_host(host)}:{port}"
     try:
         inside(wait_healthy, url, proc, start_timeout_s, log)
         yield Server(url=url, kind=kind, model=SERVED_NAME, pid=proc.pid, log=log)

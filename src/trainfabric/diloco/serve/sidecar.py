@@ -50,6 +50,7 @@ import numpy as np
 from pydantic import Field
 
 from trainfabric.config import Config
+from trainfabric.diloco.serve.address import BaseUrl, bind_refusal, url_host
 from trainfabric.diloco.telemetry import (
     METRICS,
     Histogram,
@@ -70,7 +71,7 @@ class MetricsError(ValueError):
 class SidecarConfig(Config):
     """Sidecar settings (module doc); times in seconds."""
 
-    url: str = Field(pattern=r"^https?://[^\s/]+(:\d+)?$")
+    url: BaseUrl
     period_s: float = Field(1.0, ge=0.01, le=3600)
     timeout_s: float = Field(2.0, gt=0, le=600)
     unknown_after: int = Field(3, ge=1, le=1000)
@@ -144,7 +145,9 @@ class Reading:
     """The sidecar's current view: ``health`` (starting: no scrape yet; ok, degraded, unknown),
     ``inference`` pressure in [0, 1] (None while starting or unknown), ``fallback`` (use the
     fixed-H schedule), the last good ``sample`` and ``window``, when it was taken (``time_s``,
-    monotonic), the scrape and failure counts, the last error and the decisions recorded."""
+    monotonic), the scrape and failure counts, the last error, the failures that were bugs of
+    the sidecar (``unexpected_errors``, logged with their traceback) and the decisions
+    recorded."""
 
     health: str = "starting"
     inference: float | None = None
@@ -156,6 +159,7 @@ class Reading:
     scrapes_ok: int = 0
     scrapes_failed: int = 0
     last_error: str | None = None
+    unexpected_errors: int = 0
     decisions: dict[str, int] = field(default_factory=dict)
 
 
@@ -181,13 +185,18 @@ class Sidecar:
 
     # -- public --------------------------------------------------------------------------------
     def start(self) -> Sidecar:
+        """Serve the own metrics (when a port is given) and start scraping; a host or port
+        that cannot be listened on is a ConfigError naming ``host`` or ``port``."""
         if self.cfg.port is not None:
             from prometheus_client import start_http_server
 
-            self._httpd, _ = start_http_server(
-                self.cfg.port, addr=self.cfg.host, registry=self._metrics.registry
-            )
-            self.metrics_url = f"http://{self.cfg.host}:{self._httpd.server_port}/metrics"
+            try:
+                self._httpd, _ = start_http_server(
+                    self.cfg.port, addr=self.cfg.host, registry=self._metrics.registry
+                )
+            except (OSError, UnicodeError) as exc:
+                raise bind_refusal(self.cfg.host, self.cfg.port, exc) from None
+            self.metrics_url = f"http://{url_host(self.cfg.host)}:{self._httpd.server_port}/metrics"
             if self.cfg.host not in ("127.0.0.1", "localhost", "::1"):
                 log.warning("sidecar: its metrics listen on %s, reachable beyond this machine",
                             self.metrics_url)  # fmt: skip
@@ -249,7 +258,7 @@ class Sidecar:
                 delay = self.scrape_once()
             except Exception as exc:  # a bug must not kill the training that reads us
                 log.exception("sidecar: unexpected error")
-                delay = self._failed(f"{type(exc).__name__}: {exc}")
+                delay = self._failed(f"{type(exc).__name__}: {exc}", unexpected=True)
             self._stop.wait(delay)
 
     def _succeeded(self, sample: ServerSample) -> float:
@@ -274,7 +283,8 @@ class Sidecar:
         self._metrics.update(self._reading, 0.0)
         return self.cfg.period_s
 
-    def _failed(self, error: str) -> float:
+    def _failed(self, error: str, unexpected: bool = False) -> float:
+        """Record a failed scrape (``unexpected``: a bug, not the server); the next delay."""
         with self._lock:
             old = self._reading
             k = old.consecutive_failures + 1
@@ -287,6 +297,7 @@ class Sidecar:
                 old, health=health, consecutive_failures=k, scrapes_failed=old.scrapes_failed + 1,
                 last_error=error, fallback=unknown,
                 inference=None if unknown else old.inference,
+                unexpected_errors=old.unexpected_errors + unexpected,
             )  # fmt: skip
         if unknown:
             self._prev = None  # the next good sample starts afresh

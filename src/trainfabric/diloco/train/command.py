@@ -9,13 +9,15 @@ from typing import Annotated
 import typer
 
 from trainfabric.clikit import ConfigOpt, JsonOpt, SeedOpt, emit_json, finite, options, out
-from trainfabric.diloco.train.config import MAX_SECONDS, MAX_STEPS
+from trainfabric.diloco.train.config import EXPERIMENT, MAX_SECONDS, MAX_STEPS
 from trainfabric.errors import ConfigError
 
 SUMMARY = ("final_loss", "eval_loss", "tokens", "syncs", "mean_sync_s", "mean_step_s", "params")
+SHAPING = {"rate_mbit": "--rate-mbit", "burst_kb": "--burst-kb", "qdisc": "--qdisc"}
 
 
 def train_cmd(
+    ctx: typer.Context,
     learners: Annotated[int, typer.Option(min=1, max=64, help="Learner processes M.")] = 2,
     steps: Annotated[int, typer.Option(min=1, max=MAX_STEPS, help="Inner steps each.")] = 300,
     h: Annotated[
@@ -40,12 +42,16 @@ def train_cmd(
     ] = 32.0,
     qdisc: Annotated[str, typer.Option(help="tbf or htb.")] = "tbf",
     unshaped: Annotated[
-        bool, typer.Option(help="No namespaces/shaping: learners on 127.0.0.1 (recorded).")
+        bool,
+        typer.Option(
+            help="No namespaces/shaping: learners on 127.0.0.1 (recorded); "
+            "refuses the shaping options."
+        ),
     ] = False,
     seed: SeedOpt = 0,
-    out_dir: Annotated[Path, typer.Option("--out", help="Run directory.")] = Path(
-        "runs/diloco-train"
-    ),
+    out_dir: Annotated[
+        Path, typer.Option("--out", help="Run directory (not another command's).")
+    ] = Path("runs/diloco-train"),
     config: ConfigOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
@@ -54,6 +60,8 @@ def train_cmd(
     from trainfabric.config import validate
     from trainfabric.diloco.train.config import TrainConfig
 
+    if unshaped:
+        _refuse_shaping(ctx)
     data = dict(
         learners=learners,
         steps=steps,
@@ -84,13 +92,26 @@ def train_cmd(
             from trainfabric.diloco.train.netns import require_tools
 
             require_tools()
-    from trainfabric.diloco.train.launch import train
     from trainfabric.io import prepare_dir
+    from trainfabric.runs.store import RunDir
 
-    res = train(cfg, prepare_dir(out_dir))
+    out_dir = prepare_dir(out_dir)
+    with RunDir(out_dir).single_run(EXPERIMENT):  # another command's run directory: refused
+        from trainfabric.diloco.train.launch import train  # torch: once the checks passed
+
+        res = train(cfg, out_dir)
     row = {k: getattr(res, k) for k in SUMMARY} | {"run_dir": res.run_dir, "shaping": res.shaping}
     if json_out:
         return emit_json(row)
     for k in SUMMARY:
         out.print(f"{k}: {row[k]}")
     out.print(f"run directory: {res.run_dir}")
+
+
+def _refuse_shaping(ctx: typer.Context) -> None:
+    """Refuse a shaping option given (on the command line or in ``--config``) with
+    ``--unshaped``, which would ignore it."""
+    for name, flag in SHAPING.items():
+        source = ctx.get_parameter_source(name)  # an enum of Typer's own copy of Click
+        if source is not None and source.name != "DEFAULT":
+            raise ConfigError(flag, "shapes the learners' link; --unshaped runs without shaping")

@@ -31,6 +31,7 @@ from trainfabric.config import MAX_SEED, Config
 
 MAX_STEPS = 10_000_000  # inner steps (and H, checkpoint_every): weeks at the fastest steps
 MAX_SECONDS = 1e7  # wall clock of a run: ~116 days
+EXPERIMENT = "diloco-train"  # a training run's name in its manifest (``experiment``)
 
 
 class ModelConfig(Config):

@@ -12,7 +12,8 @@ learner thus loses at most the steps since its last checkpoint. A write the mach
 checkpoints already written stay whole. :meth:`TrainingRun.wait` returns a
 :class:`TrainResult` and writes the run directory:
 
-* ``manifest.json`` (config, shaping with the measured mean sync time, versions, restarts),
+* ``manifest.json`` (``experiment`` ``diloco-train``, config, shaping with the measured mean
+  sync time, versions, restarts),
 * ``steps.parquet`` (rank, step, t, loss, perplexity, tokens, tokens_all, attempt; a step
   redone after a restart keeps its last attempt), ``syncs.parquet`` (sync, step, t_start,
   t_end, duration_s, h, tokens_all, bytes all-reduced per learner, link_bytes: the bytes all

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from trainfabric.diloco.train.config import TrainConfig
+from trainfabric.diloco.train.config import EXPERIMENT, TrainConfig
 from trainfabric.diloco.train.model import GPT, n_params
 from trainfabric.io import write_json, write_parquet
 
@@ -97,6 +97,7 @@ def finish(run) -> TrainResult:
     write_json(
         d / "manifest.json",
         {
+            "experiment": EXPERIMENT,
             "config": cfg.model_dump(),
             "shaping": shaping,
             "restarts": res.restarts,
