@@ -20,7 +20,7 @@ from proctable import alive, descendants
 
 from trainfabric.errors import ConfigError, FormatError
 from trainfabric.runs import Cell, SweepSpec, expand, run_sweep
-from trainfabric.runs.executors import execute, run_ray
+from trainfabric.runs.executors import _connect_ray, execute, run_ray
 
 
 def _sorted(frame: pd.DataFrame) -> pd.DataFrame:
@@ -86,17 +86,34 @@ def test_missing_ray_is_a_config_error(monkeypatch, small_spec):
     assert "pip install 'trainfabric[distributed]'" in str(info.value)
 
 
+class _RecordingRay:
+    """Stands in for the ``ray`` module: records ``init`` calls."""
+
+    def __init__(self):
+        self.inits = []
+
+    def init(self, **kwargs):
+        self.inits.append(kwargs)
+
+
 @pytest.mark.parametrize("host", ["127.0.0.1", "no-such-host.invalid"])
-def test_a_ray_address_where_nothing_listens_is_refused_at_once(small_spec, host):
+def test_a_ray_address_where_nothing_listens_is_refused_at_once(host):
     """A closed port or an unknown host: a one-line error naming ``address`` within the
-    probe's 5 s, where Ray itself keeps retrying its GCS."""
-    pytest.importorskip("ray")
+    probe's 5 s, before Ray (which keeps retrying its GCS) is asked; a port that listens is
+    handed to Ray."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again below: nothing listens there
+    ray = _RecordingRay()
     with pytest.raises(ConfigError, match="nothing accepts connections") as info:
-        execute("ray", expand(small_spec), lambda cell, table: None, address=f"{host}:{port}")
-    assert info.value.field == "address"
+        _connect_ray(ray, f"{host}:{port}")
+    assert info.value.field == "address" and ray.inits == []
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+        _connect_ray(ray, address)
+    assert [call["address"] for call in ray.inits] == [address]
 
 
 def test_experiment_config_error_keeps_its_field(step_experiment):
