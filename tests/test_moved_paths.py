@@ -38,6 +38,7 @@ def report():
     return json.loads(res.stdout.splitlines()[-1])
 
 
+@pytest.mark.slow  # 1.5 s or more in the default run (make test-all runs it)
 def test_every_old_name_still_imports(report):
     assert {p: r["missing"] for p, r in report.items() if r["missing"]} == {}
 

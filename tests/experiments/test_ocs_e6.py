@@ -27,6 +27,7 @@ def tiny() -> tuple[OneHopConfig, pd.DataFrame]:
     return config, get("ocs-e6").function(config, SEED)
 
 
+@pytest.mark.slow  # 1.5 s or more in the default run (make test-all runs it)
 def test_no_wiring_beats_the_optimum_and_rows_agree_with_evaluate_planner(tiny):
     config, table = tiny
     assert list(table.source) == ["meta"] * 3 + ["gravity"] * 2 + ["sparse"] * 2

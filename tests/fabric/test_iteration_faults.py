@@ -143,6 +143,7 @@ def fabric():
     return T.leaf_spine(8, switch_radix=4, nic_rate_bps=RATE, hop_latency_s=0.0)
 
 
+@pytest.mark.slow  # 1.5 s or more in the default run (make test-all runs it)
 def test_failed_cable_off_the_routes_costs_nothing_and_on_them_what_a_hand_count_says():
     """Hosts 0, 1 (leaf 0) each send 1 GB to hosts 2, 3 (leaf 1) after 10 ms of compute:
     leaf 0's two uplinks carry both flows at line rate. With one uplink of leaf 0 down,

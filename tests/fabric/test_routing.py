@@ -167,6 +167,7 @@ def test_ecmp_hashes_are_uniform_and_independent_per_hop():
     assert np.all(routes.lost == 0) and np.all(routes.hops == 4)
 
 
+@pytest.mark.slow  # 1.5 s or more in the default run (make test-all runs it)
 def test_ecmp_routes_are_deterministic_across_processes():
     """Routes depend only on the entropy and the seed (mix64), not on Python's salted hash()."""
     script = textwrap.dedent(

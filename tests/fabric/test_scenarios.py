@@ -302,6 +302,7 @@ def small_eval(tmp_path_factory):
     return loads(stdout.getvalue()), run_dir
 
 
+@pytest.mark.slow  # 1.5 s or more in the default run (make test-all runs it)
 def test_eval_figures_hold_their_bounds(small_eval):
     res, run_dir = small_eval
     assert res["quick"] and res["engine"] == "flow" and res["run_dir"] == str(run_dir)

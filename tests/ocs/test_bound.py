@@ -237,6 +237,7 @@ def test_class_disjunction_bounds_every_integer_wiring_for_every_class(seed):
         assert lb <= opt * (1 + 1e-9)
 
 
+@pytest.mark.slow  # 1.5 s or more in the default run (make test-all runs it)
 def test_class_disjunction_lifts_the_bound_above_the_relaxation():
     """On the dp-ep family (16 pods, 8 ports) the relaxation spreads fractions of a circuit
     over a pair class that the integer optimum wires all or nothing: the disjunction's bound
@@ -256,6 +257,7 @@ def test_class_disjunction_lifts_the_bound_above_the_relaxation():
     assert split.relaxation_bound_s == pytest.approx(plain.lower_bound_s, rel=1e-12)
 
 
+@pytest.mark.slow  # 1.5 s or more in the default run (make test-all runs it)
 def test_master_columns_is_the_size_budget_of_the_master_and_the_disjunction(monkeypatch):
     """``master_columns`` below the LP's segment columns runs neither the restricted master
     nor the class disjunction (the dp-ep instance above: no lift over the LP relaxation, no

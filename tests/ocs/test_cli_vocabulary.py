@@ -55,6 +55,7 @@ def _words(text: str) -> str:
     return " ".join(text.split())
 
 
+@pytest.mark.slow  # 1.5 s or more in the default run (make test-all runs it)
 def test_plan_and_compare_name_the_baselines_alike(runs):
     plan, comp, _ = runs
     by = {r["method"]: r for r in comp["methods"]}

@@ -156,6 +156,7 @@ def test_reductions_keep_milp_and_lp_optima(seed, n_pods, steps):
     assert lp_red.objective_s <= red.best_bound_s * (1 + 1e-7)
 
 
+@pytest.mark.slow  # 1.5 s or more in the default run (make test-all runs it)
 def test_reductions_on_a_preset():
     dag = build_dag(get_preset("hybrid", pods=8))
     model = OcsModel.uniform(8, 8, 4)

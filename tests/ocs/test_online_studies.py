@@ -33,6 +33,7 @@ def test_e7_table_and_figure():
     assert len(ocs_e7_figures(table)) == 1
 
 
+@pytest.mark.slow  # 1.5 s or more in the default run (make test-all runs it)
 def test_e10_table_and_figure():
     table = ocs_e10(ChurnConfig(generators=["moe-phases"], slots=400), seed=0)
     assert len(table) >= 1

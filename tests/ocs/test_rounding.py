@@ -298,6 +298,7 @@ def test_dark_ports_beat_every_exact_degree_wiring():
     assert res.hard_cp_s < 0.1 * cost.hard(exact)
 
 
+@pytest.mark.slow  # 1.5 s or more in the default run (make test-all runs it)
 @given(st.integers(0, 2**31), st.sampled_from(["moe", "pipeline", "hybrid", "dp-ring"]))
 def test_round_wiring_dark_ports_and_no_worse_than_its_start(seed, name):
     """Degrees ``<= d`` with at most one pod dark, and exact degrees wherever the pods' dark

@@ -212,6 +212,7 @@ def test_first_order_test_decides_optimality_of_the_mesh():
 # -- T6: monotonicity in b1 ----------------------------------------------------------------------
 
 
+@pytest.mark.slow  # 1.5 s or more in the default run (make test-all runs it)
 def test_monotone_in_b1():
     rng = np.random.default_rng(2)
     n = 5

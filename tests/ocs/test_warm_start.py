@@ -108,6 +108,7 @@ def test_warm_solve_after_drift_reaches_the_cold_free_energy(moe):
     assert {h["b2"] for h in warm.history} == {b2}
 
 
+@pytest.mark.slow  # 1.5 s or more in the default run (make test-all runs it)
 def test_warm_plan_after_a_10pct_drift_matches_the_cold_plan(moe):
     dag, model = moe
     before = plan(dag, model)
