@@ -3,8 +3,9 @@
 Each is refused before anything starts, with a :class:`~trainfabric.errors.ConfigError` naming
 the field: :data:`BaseUrl` (a config field) is ``http(s)://HOST[:PORT]`` as the HTTP client
 parses it (an IPv4 address has octets up to 255, a bracketed IPv6 address is closed, the port
-is within 1..65535); :func:`check_host` binds the host once; :func:`bind_refusal` words a bind
-that failed; :func:`url_host` writes a host into a URL.
+is within 1..65535); :func:`free_port` asks the OS for a free port; :func:`check_host` binds
+the host once; :func:`bind_refusal` words a bind that failed; :func:`url_host` writes a host
+into a URL.
 """
 
 from __future__ import annotations
@@ -44,13 +45,20 @@ def url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that was free on ``host`` (IPv4 or IPv6) a moment ago (the OS's choice for
+    port 0)."""
+    family, kind, proto, _, addr = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0]
+    with socket.socket(family, kind, proto) as s:
+        s.bind(addr)
+        return s.getsockname()[1]
+
+
 def check_host(host: str) -> None:
     """Refuse a ``host`` this machine cannot listen on: not a name or address, or not one of
     its own (ConfigError naming ``host``)."""
     try:
-        family, kind, proto, _, addr = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0]
-        with socket.socket(family, kind, proto) as probe:
-            probe.bind(addr)
+        free_port(host)
     except (OSError, UnicodeError) as exc:
         raise bind_refusal(host, 0, exc) from None
 

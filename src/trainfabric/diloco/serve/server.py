@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -42,7 +41,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainfabric.diloco.serve.address import url_host
+from trainfabric.diloco.serve.address import free_port, url_host
 from trainfabric.diloco.serve.env import ServeError, serve_python
 from trainfabric.diloco.serving import ServingModel
 
@@ -61,15 +60,6 @@ class Server:
     model: str
     pid: int
     log: Path
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free on ``host`` (IPv4 or IPv6) a moment ago (the OS's choice for
-    port 0)."""
-    family, kind, proto, _, addr = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0]
-    with socket.socket(family, kind, proto) as s:
-        s.bind(addr)
-        return s.getsockname()[1]
 
 
 def command(
