@@ -89,7 +89,7 @@ def measure(family: str, n: int, setting: str = "default") -> dict:
         paths.add(result.hard_critical_path_s)
     if len(paths) > 1:
         raise SystemExit(f"{family} at {n} pods: repeated plans differ ({sorted(paths)})")
-    wall, timings = sorted(runs, key=lambda run: run[0])[len(runs) // 2]
+    wall, timings = _median(runs, key=lambda run: run[0])
     warm = warm_start(dag, model, result) if n in WARM_SIZES and setting == "default" else {}
     return {
         "family": family,
@@ -111,6 +111,11 @@ def measure(family: str, n: int, setting: str = "default") -> dict:
     }
 
 
+def _median(items: list, key):
+    """The item whose ``key`` is the median (the middle one of an odd count)."""
+    return sorted(items, key=key)[len(items) // 2]
+
+
 def warm_start(dag, model, before) -> dict:
     """Re-plan after a ``DRIFT`` l1 drift of the traffic: cold, then warm from ``before``,
     ``REPEATS`` pairs in turn; ``warm_over_cold`` is the median of the pairs' ratios
@@ -123,7 +128,7 @@ def warm_start(dag, model, before) -> dict:
     if len(quality) > 1:
         raise SystemExit(f"repeated warm starts differ ({sorted(quality)})")
     return {
-        **sorted(pairs, key=lambda pair: pair["warm_over_cold"])[len(pairs) // 2],
+        **_median(pairs, key=lambda pair: pair["warm_over_cold"]),
         "drift_cold_s": statistics.median(pair["drift_cold_s"] for pair in pairs),
         "drift_warm_s": statistics.median(pair["drift_warm_s"] for pair in pairs),
         "warm_over_cold_runs": [pair["warm_over_cold"] for pair in pairs],
