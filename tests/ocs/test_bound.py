@@ -307,3 +307,26 @@ def test_durations_under_phi_equal_phi_over_every_pair(seed):
     full = rel.fixed.copy()
     full[rel.comm] += rel.bits * rel.phi(x)[rel.pair]
     np.testing.assert_array_equal(rel.durations(x), full)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 2**31), st.sampled_from(["moe", "hybrid", "pp-dp"]))
+def test_compressed_sweeps_under_phi_equal_the_full_dag_sweeps(seed, name):
+    """``Relaxation.critical_path`` and ``.gibbs_weights`` run the cost's compressed sweeps
+    (at the equivalent wiring ``x̃``, ``f(x̃) = φ(x)``, under ``φ``); they equal the sweeps over
+    the full DAG under the durations ``φ`` (or ``f``) gives, with integer, fractional and zero
+    circuit counts mixed."""
+    dag, model = _instance(name, 8)
+    rel = Relaxation(PathCost(dag, model), model)
+    rng = np.random.default_rng(seed)
+    x = rng.uniform(0.0, 4.0, model.n_pairs)
+    x[rng.random(model.n_pairs) < 0.4] = rng.integers(0, 4)
+    t = rel.durations(x)
+    assert rel.critical_path(x) == pytest.approx(dag.critical_path(t), rel=1e-12)
+    for phi, mu in ((True, rel.cost.gibbs(t, 40.0)), (False, rel.cost.marginals(x, 40.0))):
+        const, w = rel.gibbs_weights(x, 40.0, phi=phi)
+        want_const, want_w = rel.weights(mu)
+        assert const == pytest.approx(want_const, rel=1e-12)
+        np.testing.assert_allclose(w, want_w, rtol=1e-9, atol=1e-9 * want_w.max())
+    whole = np.floor(x)
+    np.testing.assert_array_equal(rel.equivalent(whole), whole)

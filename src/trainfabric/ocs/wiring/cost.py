@@ -241,6 +241,22 @@ class PathCost:
         mu[self.comm_nodes] *= expo[k] / z[self._member_type[k]]
         return mu
 
+    def flow_weights(self, x, b2: float) -> tuple[float, np.ndarray]:
+        """``(C, W)`` of the Gibbs marginals ``μ`` of :meth:`marginals`: ``C = Σ_i μ_i p_i +
+        Σ_m μ_m a_m`` (s, compute durations and comm latencies) and ``W_e = Σ_{m on e} μ_m ·
+        8 b_m`` [P] (bits), the two linear functionals the certified bound of :mod:`.bound`
+        prices a flow by. Summed over the compressed nodes and the type members (a type
+        member carries ``(Σ_{bundles of its type} μ_b)·exp(bt_k − bt_type)``) without
+        expanding ``μ`` to the ``N`` nodes: ``O(K + R)``."""
+        b2 = check_b2(b2)
+        c = self.compressed
+        bt, (_, expo, z) = self._scaled(x, b2)
+        mu_r = _forward_backward(c.pindptr, c.pindices, c.leaves, bt)[1]
+        weight = np.bincount(self._bundle_type, mu_r[self._bundles], c.n_types) / z
+        mass = weight[self._member_type] * expo
+        w = np.bincount(c.m_pair, mass * c.m_bits, minlength=self.model.n_pairs)
+        return float(mu_r @ c.fixed + mass @ c.m_latency), w
+
     def value_and_grad(self, x, b2: float) -> tuple[float, np.ndarray]:
         """``U(x)`` (s) and ``∂U/∂x`` [P] (s per circuit) by the forward-backward sweeps on
         the compressed DAG (module doc)."""
