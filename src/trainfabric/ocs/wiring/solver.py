@@ -274,7 +274,10 @@ class _Sparse:
         pairs = getattr(cost, "comm_pair", None)
         if not inequality or pairs is None or model.n < 3:
             return  # on W the centred gradient is not zero off the support
-        support = np.unique(np.asarray(pairs, dtype=np.int64))
+        # the sorted distinct pairs, by counting (np.unique sorts or hashes all comm nodes)
+        support = np.flatnonzero(
+            np.bincount(np.asarray(pairs, dtype=np.int64), minlength=model.n_pairs)
+        )
         if support.size > _SPLIT_MAX_SHARE * model.n_pairs:
             return
         self.on = np.zeros(model.n_pairs, dtype=bool)
