@@ -73,8 +73,12 @@ def measure(family: str, n: int, setting: str = "default") -> dict:
     from trainfabric.ocs.wiring.planner import plan
     from trainfabric.workloads import build_dag
 
-    for w in WARMUP_SIZES:  # compile or load every kernel the timed plan calls, not timed
-        plan(build_dag(job(family, w)), OcsModel.uniform(w, 16, 4))
+    from trainfabric.ocs.online.drift import drift_traffic
+
+    for w in WARMUP_SIZES:  # compile or load every kernel the timed plans call, not timed
+        small, cluster = build_dag(job(family, w)), OcsModel.uniform(w, 16, 4)
+        first = plan(small, cluster)  # and a warm start's (on pp-dp: 4 kernels, 24 ms)
+        plan(drift_traffic(small, DRIFT, seed=1), cluster, warm_start=first)
     t0 = time.perf_counter()
     dag = build_dag(job(family, n))
     build_s = time.perf_counter() - t0

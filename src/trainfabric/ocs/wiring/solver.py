@@ -250,16 +250,34 @@ def _product_form(log_v: np.ndarray, on: np.ndarray, n: int) -> np.ndarray | Non
     Least squares over all pairs (:func:`_pod_fit`) with the support's entries imputed from
     the current ``α`` and refitted (the EM fixed point of the fit with those entries missing;
     exact in one round when ``log_v`` is itself a product form, e.g. the uniform prior)."""
-    iu, iv = np.triu_indices(n, 1)
     z = log_v.copy()
     alpha = _pod_fit(z, n)
     for _ in range(_FIT_ROUNDS):
-        fit = alpha[iu] + alpha[iv]
-        if np.abs(np.where(on, 0.0, log_v - fit)).max() <= _FIT_TOL:
+        if _impute(z, log_v, on, alpha, n) <= _FIT_TOL:
             return alpha
-        z[on] = fit[on]
         alpha = _pod_fit(z, n)
     return None
+
+
+@numba.njit(cache=True, nogil=True)
+def _impute(z, log_v, on, alpha, n):  # pragma: no cover - compiled
+    """One pass over the pairs (``u < v`` in row order, as ``np.triu_indices``): ``z_e =
+    α_u + α_v`` on the support ``on``; returns ``max |log_v_e − (α_u + α_v)|`` off it (∞ if
+    any is NaN)."""
+    worst = 0.0
+    e = 0
+    for u in range(n - 1):
+        for v in range(u + 1, n):
+            fit = alpha[u] + alpha[v]
+            if on[e]:
+                z[e] = fit
+            else:
+                d = abs(log_v[e] - fit)
+                if d != d:
+                    return np.inf
+                worst = max(worst, d)
+            e += 1
+    return worst
 
 
 class _Sparse:
