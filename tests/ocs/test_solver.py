@@ -444,3 +444,21 @@ def test_product_form_fit_recovers_the_pod_terms_off_the_support():
     np.testing.assert_allclose(fit, alpha, atol=1e-11)
     log_w[np.flatnonzero(~on)[0]] += 1e-6
     assert solver._product_form(log_w, on, n) is None
+
+
+def test_one_imputation_pass_is_the_array_expression():
+    """``_impute`` (compiled, one pass in ``np.triu_indices`` order) sets the support's entries
+    to ``α_u + α_v`` and returns the largest misfit off it, exactly as the array expression;
+    a NaN off the support is infinitely far."""
+    rng = np.random.default_rng(11)
+    n = 23
+    iu, iv = np.triu_indices(n, 1)
+    alpha, log_v = rng.normal(0.0, 3.0, n), rng.normal(0.0, 3.0, iu.size)
+    on = rng.random(iu.size) < 0.3
+    z = rng.normal(size=iu.size)
+    want_z = np.where(on, alpha[iu] + alpha[iv], z)
+    worst = solver._impute(z, log_v, on, alpha, n)
+    assert worst == np.abs(np.where(on, 0.0, log_v - (alpha[iu] + alpha[iv]))).max()
+    np.testing.assert_array_equal(z, want_z)
+    log_v[np.flatnonzero(~on)[3]] = np.nan
+    assert solver._impute(z, log_v, on, alpha, n) == np.inf

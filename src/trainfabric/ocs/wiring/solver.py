@@ -273,9 +273,8 @@ def _impute(z, log_v, on, alpha, n):  # pragma: no cover - compiled
                 z[e] = fit
             else:
                 d = abs(log_v[e] - fit)
-                if d != d:
-                    return np.inf
-                worst = max(worst, d)
+                if not d <= worst:  # a NaN counts as infinitely far
+                    worst = d if d == d else np.inf
             e += 1
     return worst
 
