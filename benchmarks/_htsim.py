@@ -926,22 +926,31 @@ def pin(exe: Path, out_dir: Path, scenarios: dict[str, Scenario] | None = None) 
     """Capture htsim on the pinned scenarios into ``out_dir``: per scenario its ``.cm`` and, per
     strategy, the lines of htsim's stdout the parser reads (``NAME.MODE.out``, from the run to
     ``-end`` just past its last completion); ``htsim.json`` names htsim's commit, build flags
-    and every command line."""
+    and every command line; under ECMP also the spines htsim's flows crossed
+    (``NAME.ecmp.paths``, :mod:`_htsim_paths`)."""
     import json
+
+    import _htsim_paths as HP
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     meta = {"htsim": htsim_build(exe), "matched": matched(), "scenarios": {}}
-    for name, sc in (scenarios or pinned_scenarios()).items():
-        cm = write_cm(sc, out_dir / f"{name}.cm")
-        entry = {"cm": cm.name, "generator": PIN_GENERATORS.get(name), "runs": {}}
-        for mode in OUR_MODES:
-            run = calibrated_run(exe, sc, mode)
-            out = out_dir / f"{name}.{mode}.out"
-            out.write_text(run.output)
-            cmd = run.command.replace(f"-tm {sc.name}.cm", f"-tm {cm.name}")
-            entry["runs"][mode] = {"output": out.name, "command": cmd, "end_us": run.end_us}
-        meta["scenarios"][name] = entry
+    with tempfile.TemporaryDirectory(prefix="htsim_log_") as work:
+        exe_log = HP.build_path_logger(Path(exe).resolve().parents[2], Path(work))
+        for name, sc in (scenarios or pinned_scenarios()).items():
+            cm = write_cm(sc, out_dir / f"{name}.cm")
+            entry = {"cm": cm.name, "generator": PIN_GENERATORS.get(name), "runs": {}}
+            for mode in OUR_MODES:
+                run = calibrated_run(exe, sc, mode)
+                out = out_dir / f"{name}.{mode}.out"
+                out.write_text(run.output)
+                cmd = run.command.replace(f"-tm {sc.name}.cm", f"-tm {cm.name}")
+                entry["runs"][mode] = {"output": out.name, "command": cmd, "end_us": run.end_us}
+                if mode == "ecmp":  # htsim's own paths, for replay (benchmarks/_htsim_paths.py)
+                    paths = out_dir / f"{name}.ecmp.paths"
+                    paths.write_text(HP.logged_run(exe_log, sc, 13, run))
+                    entry["runs"][mode]["paths"] = paths.name
+            meta["scenarios"][name] = entry
     (out_dir / "htsim.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     return meta
 

@@ -69,11 +69,10 @@ def measure(family: str, n: int, setting: str = "default") -> dict:
     """One size in this process: build, warm up numba on small instances, plan at the effort
     level ``setting``, report (the warm start only under the defaults)."""
     from trainfabric.ocs.model import OcsModel
+    from trainfabric.ocs.online.drift import drift_traffic
     from trainfabric.ocs.wiring import baselines
     from trainfabric.ocs.wiring.planner import plan
     from trainfabric.workloads import build_dag
-
-    from trainfabric.ocs.online.drift import drift_traffic
 
     for w in WARMUP_SIZES:  # compile or load every kernel the timed plans call, not timed
         small, cluster = build_dag(job(family, w)), OcsModel.uniform(w, 16, 4)

@@ -1,0 +1,156 @@
+"""Issue 33: the packet engine against htsim under ECMP, on htsim's own paths.
+
+The 512-host 2 MB permutation of :mod:`_htsim` (leaf-spine of radix 32, 100 Gb/s, NDP with
+trimming, htsim ``ecmp_host -paths 1`` against our ``ecmp``), ``draws`` hash draws (htsim
+``-seed 13, 14, ..``). Per draw:
+
+* **htsim**: the plain build, to ``-end`` just past its last completion
+  (:func:`_htsim.calibrated_run`);
+* **ours on htsim's paths**: the same run on the path-logging build of :mod:`_htsim_paths`
+  (its completions must equal the plain build's, bit for bit), the spine each flow's data
+  crossed and the one its first control packet crossed, and our packet engine with entropies
+  that hash onto those spines (:func:`_htsim_paths.entropy_for_paths`);
+* **ours on our own hash**: our engine with its own draw (seed ``k``), as
+  :func:`_htsim.side_by_side` runs it.
+
+Reported: FCT p50 / p99, completion (last finish) and retransmitted / new data packets on
+each side, the largest number of flows sharing a leaf uplink or spine downlink in each draw
+(``max_collision``), per-flow FCT ratios ours / htsim on the same paths (median, p5, p95,
+max, pooled over draws). Headlines (ratios of the means over draws, ours / htsim):
+``matched_p50_ratio``, ``matched_p99_ratio`` (with its per-draw ``_min`` / ``_max``),
+``matched_completion_ratio``, ``matched_retransmit_ratio``, and beside them
+``own_hash_p99_ratio`` and ``own_hash_retransmit_ratio``, the comparison of two independent
+draws that the side-by-side table makes.
+
+``--htsim DIR``: a csg-htsim checkout with its build (``sim/datacenter/htsim_ndp``); the
+logging build is made from its sources in a temporary folder. Without one this says so and
+exits 0. ``--quick``: 6 draws instead of 10.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _htsim as H  # noqa: E402
+import _htsim_paths as HP  # noqa: E402
+from _common import emit, parser, peak_rss_gb  # noqa: E402
+
+STATS = ("fct_p50_us", "fct_p99_us", "completion_us", "retransmit_fraction")
+
+
+def draw(exe: Path, exe_log: Path, sc: H.Scenario, topo, k: int) -> dict:
+    """One hash draw: htsim, ours on htsim's paths, ours on our own hash (module doc)."""
+    seed = 13 + k
+    plain = H.calibrated_run(exe, sc, "ecmp", seed=seed)
+    hrow = H.summary(
+        sc, plain.start_s, plain.finish_s, plain.wall_s, plain.rtx_packets, plain.new_packets
+    )
+    data, ctrl = HP.parse_paths(HP.logged_run(exe_log, sc, seed, plain), sc.n_flows)
+    leaf, U = topo.host_leaf[0], topo.tables["leaf_up"].shape[2]
+    mrow, mfct = HP.packet_on_paths(sc, data, ctrl, seed=k)
+    own_ent = H.flow_table(sc, k, ack_delay=False).entropy
+    orow, _ = H.run_packet(sc, "ecmp", seed=k)
+    own_data, _ = HP.ecmp_spines(leaf, sc.n, U, sc.src, sc.dst, own_ent)
+    per_flow = mfct / (plain.finish_s - plain.start_s)
+    return {
+        "htsim_seed": seed,
+        "own_seed": k,
+        "htsim": {s: hrow[s] for s in STATS},
+        "ours_on_htsim_paths": {s: mrow[s] for s in STATS},
+        "ours_own_hash": {s: orow[s] for s in STATS},
+        "max_collision_htsim": HP.max_collision(leaf, sc.src, sc.dst, data),
+        "max_collision_own_hash": HP.max_collision(leaf, sc.src, sc.dst, own_data),
+        "per_flow_ratio": per_flow,
+    }
+
+
+def digest(rows: list[dict]) -> dict:
+    """The headlines of the module doc over the draws."""
+
+    def mean(side, stat):
+        return float(np.mean([r[side][stat] for r in rows]))
+
+    def ratio(side, stat):
+        return mean(side, stat) / mean("htsim", stat)
+
+    p99 = [r["ours_on_htsim_paths"]["fct_p99_us"] / r["htsim"]["fct_p99_us"] for r in rows]
+    pooled = np.concatenate([r.pop("per_flow_ratio") for r in rows])
+    out = {
+        "draws": len(rows),
+        "matched_p50_ratio": ratio("ours_on_htsim_paths", "fct_p50_us"),
+        "matched_p99_ratio": ratio("ours_on_htsim_paths", "fct_p99_us"),
+        "matched_p99_ratio_min": float(min(p99)),
+        "matched_p99_ratio_max": float(max(p99)),
+        "matched_completion_ratio": ratio("ours_on_htsim_paths", "completion_us"),
+        "matched_retransmit_ratio": ratio("ours_on_htsim_paths", "retransmit_fraction"),
+        "per_flow_ratio_median": float(np.median(pooled)),
+        "per_flow_ratio_p5": float(np.percentile(pooled, 5)),
+        "per_flow_ratio_p95": float(np.percentile(pooled, 95)),
+        "per_flow_ratio_max": float(pooled.max()),
+        "own_hash_p50_ratio": ratio("ours_own_hash", "fct_p50_us"),
+        "own_hash_p99_ratio": ratio("ours_own_hash", "fct_p99_us"),
+        "own_hash_completion_ratio": ratio("ours_own_hash", "completion_us"),
+        "own_hash_retransmit_ratio": ratio("ours_own_hash", "retransmit_fraction"),
+        "max_collision_htsim": [r["max_collision_htsim"] for r in rows],
+        "max_collision_own_hash": [r["max_collision_own_hash"] for r in rows],
+    }
+    out["matched_within_10pct"] = all(
+        abs(out[k] - 1) <= 0.1 for k in ("matched_p50_ratio", "matched_p99_ratio")
+    )
+    return out
+
+
+def main() -> None:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument(
+        "--htsim",
+        type=Path,
+        default=os.environ.get("HTSIM_DIR") or None,
+        help="csg-htsim checkout with its build (module doc); default: $HTSIM_DIR",
+    )
+    p.add_argument("--draws", type=int, default=None, help="hash draws (default 10, --quick 6)")
+    args = p.parse_args()
+    exe = None if args.htsim is None else H.find_binary(args.htsim)
+    if exe is None:
+        print(f"no htsim_ndp build under {args.htsim}: nothing compared", file=sys.stderr)
+        return
+    n = args.draws or (6 if args.quick else 10)
+    sc = H.default_scenarios()["permutation"]
+    topo = H.topology(sc)
+    H.warm_up(("packet",))
+    with tempfile.TemporaryDirectory(prefix="htsim_log_") as work:
+        exe_log = HP.build_path_logger(exe.resolve().parent.parent.parent, Path(work))
+        rows = []
+        for k in range(n):
+            rows.append(draw(exe, exe_log, sc, topo, k))
+            r = rows[-1]
+            print(
+                f"draw {k}: p99 htsim {r['htsim']['fct_p99_us']:.0f} us, ours on its paths "
+                f"{r['ours_on_htsim_paths']['fct_p99_us']:.0f}, ours own hash "
+                f"{r['ours_own_hash']['fct_p99_us']:.0f}; max collision "
+                f"{r['max_collision_htsim']} / {r['max_collision_own_hash']}",
+                file=sys.stderr,
+                flush=True,
+            )
+    result = {
+        "scenario": "512-host 2 MB permutation, ECMP (htsim ecmp_host -paths 1), "
+        "leaf_spine(512, 32, 100G), MTU 4000+64, queue 140000 B, NDP trim, cwnd 50",
+        **digest(rows),
+        "per_draw": rows,
+        "matched": H.matched(),
+        "htsim_build": H.htsim_build(exe),
+        "path_log_patch": HP.PATCH,
+        "peak_rss_gb": peak_rss_gb(),
+    }
+    emit("packet_ecmp_paths", result, args.out)
+
+
+if __name__ == "__main__":
+    main()
