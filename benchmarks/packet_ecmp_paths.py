@@ -24,12 +24,19 @@ draws that the side-by-side table makes.
 
 ``--htsim DIR``: a csg-htsim checkout with its build (``sim/datacenter/htsim_ndp``); the
 logging build is made from its sources in a temporary folder. Without one this says so and
-exits 0. ``--quick``: 6 draws instead of 10.
+exits 0. ``--quick``: 6 draws instead of 10, a census of 100 instead of 300.
+
+``max_collision_census``: whether the two hashes collide alike, over many draws (the paired
+draws above are too few to say): the share of draws per largest number of flows on one link,
+htsim's (its paths logged in the first ``CENSUS_END_US`` of a run, seeds ``13 ..``), ours
+(seeds ``0 ..``) and independent uniform uplink choices (4,000 draws), with the share of 6 or
+more on each side.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -43,6 +50,7 @@ import _htsim_paths as HP  # noqa: E402
 from _common import emit, parser, peak_rss_gb  # noqa: E402
 
 STATS = ("fct_p50_us", "fct_p99_us", "completion_us", "retransmit_fraction")
+CENSUS_END_US = 20  # every flow's first packet has crossed its spine by then (checked)
 
 
 def draw(exe: Path, exe_log: Path, sc: H.Scenario, topo, k: int) -> dict:
@@ -68,6 +76,61 @@ def draw(exe: Path, exe_log: Path, sc: H.Scenario, topo, k: int) -> dict:
         "max_collision_htsim": HP.max_collision(leaf, sc.src, sc.dst, data),
         "max_collision_own_hash": HP.max_collision(leaf, sc.src, sc.dst, own_data),
         "per_flow_ratio": per_flow,
+    }
+
+
+def census(exe_log: Path, sc: H.Scenario, topo, n: int, uniform_n: int = 4000) -> dict:
+    """The largest number of flows on one link (:func:`_htsim_paths.max_collision`) over
+    ``n`` hash draws of each side: htsim's (seeds ``13 ..``, its paths logged in the first
+    ``CENSUS_END_US`` of a run), ours (seeds ``0 ..``), and ``uniform_n`` draws of independent
+    uniform uplinks: the share of draws per count."""
+    leaf, U = topo.host_leaf[0], topo.tables["leaf_up"].shape[2]
+    across = int((leaf[sc.src] != leaf[sc.dst]).sum())
+    theirs, ours = [], []
+    with tempfile.TemporaryDirectory(prefix="htsim_census_") as tmp:
+        cm = H.write_cm(sc, Path(tmp) / f"{sc.name}.cm")
+        for k in range(n):
+            cmd = H.htsim_command(exe_log, cm, sc, "ecmp", CENSUS_END_US, Path(tmp) / "l", 13 + k)
+            out = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=True).stdout
+            data, _ = HP.parse_paths(out, sc.n_flows)
+            if int((data >= 0).sum()) != across:
+                raise RuntimeError(f"htsim seed {13 + k}: not every flow crossed a spine by -end")
+            theirs.append(HP.max_collision(leaf, sc.src, sc.dst, data))
+            own = H.flow_table(sc, k, ack_delay=False).entropy
+            ours.append(
+                HP.max_collision(
+                    leaf, sc.src, sc.dst, HP.ecmp_spines(leaf, sc.n, U, sc.src, sc.dst, own)[0]
+                )
+            )
+    rng = np.random.default_rng(0)
+    uniform = [
+        HP.max_collision(
+            leaf,
+            sc.src,
+            sc.dst,
+            np.where(leaf[sc.src] != leaf[sc.dst], rng.integers(0, U, sc.n_flows), -1),
+        )
+        for _ in range(uniform_n)
+    ]
+
+    def shares(counts):
+        values, freq = np.unique(counts, return_counts=True)
+        return {str(int(v)): float(f / len(counts)) for v, f in zip(values, freq, strict=True)}
+
+    def at_least(counts, c):
+        return float(np.mean(np.asarray(counts) >= c))
+
+    return {
+        "draws": n,
+        "uniform_draws": uniform_n,
+        "htsim": shares(theirs),
+        "own_hash": shares(ours),
+        "uniform": shares(uniform),
+        "share_6_or_more": {
+            "htsim": at_least(theirs, 6),
+            "own_hash": at_least(ours, 6),
+            "uniform": at_least(uniform, 6),
+        },
     }
 
 
@@ -122,6 +185,7 @@ def main() -> None:
         print(f"no htsim_ndp build under {args.htsim}: nothing compared", file=sys.stderr)
         return
     n = args.draws or (6 if args.quick else 10)
+    n_census = 100 if args.quick else 300
     sc = H.default_scenarios()["permutation"]
     topo = H.topology(sc)
     H.warm_up(("packet",))
@@ -139,7 +203,10 @@ def main() -> None:
                 file=sys.stderr,
                 flush=True,
             )
+        print(f"max-collision census over {n_census} draws per side", file=sys.stderr, flush=True)
+        collisions = census(exe_log, sc, topo, n_census)
     result = {
+        "max_collision_census": collisions,
         "scenario": "512-host 2 MB permutation, ECMP (htsim ecmp_host -paths 1), "
         "leaf_spine(512, 32, 100G), MTU 4000+64, queue 140000 B, NDP trim, cwnd 50",
         **digest(rows),
