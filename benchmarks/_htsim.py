@@ -132,6 +132,15 @@ def permutation(n: int, size: int, seed: int = 13) -> Scenario:
     return _scenario("permutation", n, np.arange(n), dst, np.full(n, size))
 
 
+def mixed_permutation(n: int, lo: int, hi: int, seed: int = 13) -> Scenario:
+    """:func:`permutation`'s pairs (same ``seed``) with sizes drawn log-uniformly in
+    ``[lo, hi]`` bytes (seed ``seed + 1``)."""
+    pairs = permutation(n, lo, seed)
+    rng = np.random.default_rng(seed + 1)
+    size = np.exp(rng.uniform(np.log(lo), np.log(hi), n)).astype(np.int64)
+    return _scenario("mixed_permutation", n, pairs.src, pairs.dst, size)
+
+
 def all_to_all(n: int, size: int) -> Scenario:
     """All ``n (n-1)`` pairs at once, ``size`` bytes each (shift ``s = 1..n-1``, ``i -> i+s``)."""
     i = np.tile(np.arange(n), n - 1)

@@ -13,6 +13,10 @@ trimming, htsim ``ecmp_host -paths 1`` against our ``ecmp``), ``draws`` hash dra
 * **ours on our own hash**: our engine with its own draw (seed ``k``), as
   :func:`_htsim.side_by_side` runs it.
 
+The same draws are repeated on ``mixed``: the permutation's pairs with flow sizes drawn
+log-uniformly in ``MIXED_BYTES`` (an ECMP tail of mixed sizes; its own headlines under
+``mixed``).
+
 Reported: FCT p50 / p99, completion (last finish) and retransmitted / new data packets on
 each side, the largest number of flows sharing a leaf uplink or spine downlink in each draw
 (``max_collision``), per-flow FCT ratios ours / htsim on the same paths (median, p5, p95,
@@ -50,6 +54,8 @@ import _htsim_paths as HP  # noqa: E402
 from _common import emit, parser, peak_rss_gb  # noqa: E402
 
 STATS = ("fct_p50_us", "fct_p99_us", "completion_us", "retransmit_fraction")
+MIXED_BYTES = (100_000, 4_000_000)
+MIXED = H.mixed_permutation(512, *MIXED_BYTES, seed=13)
 CENSUS_END_US = 20  # every flow's first packet has crossed its spine by then (checked)
 
 
@@ -186,31 +192,38 @@ def main() -> None:
         return
     n = args.draws or (6 if args.quick else 10)
     n_census = 100 if args.quick else 300
-    sc = H.default_scenarios()["permutation"]
-    topo = H.topology(sc)
+    scenarios = {"permutation": H.default_scenarios()["permutation"], "mixed": MIXED}
+    topo = H.topology(scenarios["permutation"])
     H.warm_up(("packet",))
+    rows = {}
     with tempfile.TemporaryDirectory(prefix="htsim_log_") as work:
         exe_log = HP.build_path_logger(exe.resolve().parent.parent.parent, Path(work))
-        rows = []
-        for k in range(n):
-            rows.append(draw(exe, exe_log, sc, topo, k))
-            r = rows[-1]
-            print(
-                f"draw {k}: p99 htsim {r['htsim']['fct_p99_us']:.0f} us, ours on its paths "
-                f"{r['ours_on_htsim_paths']['fct_p99_us']:.0f}, ours own hash "
-                f"{r['ours_own_hash']['fct_p99_us']:.0f}; max collision "
-                f"{r['max_collision_htsim']} / {r['max_collision_own_hash']}",
-                file=sys.stderr,
-                flush=True,
-            )
+        for name, sc in scenarios.items():
+            rows[name] = []
+            for k in range(n):
+                r = draw(exe, exe_log, sc, topo, k)
+                rows[name].append(r)
+                print(
+                    f"{name} draw {k}: p99 htsim {r['htsim']['fct_p99_us']:.0f} us, ours on its "
+                    f"paths {r['ours_on_htsim_paths']['fct_p99_us']:.0f}, ours own hash "
+                    f"{r['ours_own_hash']['fct_p99_us']:.0f}; max collision "
+                    f"{r['max_collision_htsim']} / {r['max_collision_own_hash']}",
+                    file=sys.stderr,
+                    flush=True,
+                )
         print(f"max-collision census over {n_census} draws per side", file=sys.stderr, flush=True)
-        collisions = census(exe_log, sc, topo, n_census)
+        collisions = census(exe_log, scenarios["permutation"], topo, n_census)
     result = {
         "max_collision_census": collisions,
         "scenario": "512-host 2 MB permutation, ECMP (htsim ecmp_host -paths 1), "
         "leaf_spine(512, 32, 100G), MTU 4000+64, queue 140000 B, NDP trim, cwnd 50",
-        **digest(rows),
-        "per_draw": rows,
+        **digest(rows["permutation"]),
+        "per_draw": rows["permutation"],
+        "mixed": {
+            "scenario": f"the same pairs, sizes log-uniform in {MIXED_BYTES} bytes",
+            **digest(rows["mixed"]),
+            "per_draw": rows["mixed"],
+        },
         "matched": H.matched(),
         "htsim_build": H.htsim_build(exe),
         "path_log_patch": HP.PATCH,

@@ -1044,6 +1044,17 @@ def packet_ecmp_paths(r: _View) -> str:
     def collisions(key: str) -> str:
         return ", ".join(str(int(c)) for c in pe[key])
 
+    mx = pe["mixed"]
+    mixed_text = paragraph(
+        f"""
+        With mixed flow sizes ({mx["scenario"]}; {count(mx["draws"])} draws) on htsim's paths:
+        p50 {fixed(mx["matched_p50_ratio"], 3)}, p99 {fixed(mx["matched_p99_ratio"], 3)} (per
+        draw {fixed(mx["matched_p99_ratio_min"], 3)} to {fixed(mx["matched_p99_ratio_max"], 3)}),
+        completion {fixed(mx["matched_completion_ratio"], 3)}, retransmitted fraction
+        {fixed(mx["matched_retransmit_ratio"], 3)}; on our own hash p50
+        {fixed(mx["own_hash_p50_ratio"], 3)}, p99 {fixed(mx["own_hash_p99_ratio"], 3)}.
+        """
+    )
     cen = pe["max_collision_census"]
     six = cen["share_6_or_more"]
     alike = max(abs(six["htsim"] - six["uniform"]), abs(six["own_hash"] - six["uniform"])) <= 0.05
@@ -1079,7 +1090,7 @@ def packet_ecmp_paths(r: _View) -> str:
         {fixed(pe["own_hash_p99_ratio"], 3)} and retransmissions
         {fixed(pe["own_hash_retransmit_ratio"], 3)}; the most flows on one link per draw were
         {collisions("max_collision_htsim")} on htsim's paths and
-        {collisions("max_collision_own_hash")} on ours. {census_text}
+        {collisions("max_collision_own_hash")} on ours. {census_text} {mixed_text}
         """
     )
 
