@@ -213,6 +213,7 @@ def main() -> None:
                 )
         print(f"max-collision census over {n_census} draws per side", file=sys.stderr, flush=True)
         collisions = census(exe_log, scenarios["permutation"], topo, n_census)
+    lo, hi = MIXED_BYTES
     result = {
         "max_collision_census": collisions,
         "scenario": "512-host 2 MB permutation, ECMP (htsim ecmp_host -paths 1), "
@@ -220,7 +221,7 @@ def main() -> None:
         **digest(rows["permutation"]),
         "per_draw": rows["permutation"],
         "mixed": {
-            "scenario": f"the same pairs, sizes log-uniform in {MIXED_BYTES} bytes",
+            "scenario": f"the same pairs, sizes log-uniform from {lo:,} to {hi:,} bytes",
             **digest(rows["mixed"]),
             "per_draw": rows["mixed"],
         },
