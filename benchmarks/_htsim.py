@@ -258,6 +258,17 @@ def find_binary(htsim_dir: Path | str) -> Path | None:
     return None
 
 
+def add_htsim_argument(p, what: str) -> None:
+    """A benchmark's ``--htsim DIR`` option (default ``$HTSIM_DIR``), ``what`` saying what
+    ``DIR`` must hold."""
+    p.add_argument(
+        "--htsim",
+        type=Path,
+        default=os.environ.get("HTSIM_DIR") or None,
+        help=f"{what} (module doc); default: $HTSIM_DIR",
+    )
+
+
 class Unfinished(RuntimeError):
     """A run ended (htsim at its ``-end``, ours at its last event) with flows of the scenario
     not finished: an error, never a shorter run."""

@@ -39,7 +39,6 @@ more on each side.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import tempfile
@@ -178,12 +177,7 @@ def digest(rows: list[dict]) -> dict:
 
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
-    p.add_argument(
-        "--htsim",
-        type=Path,
-        default=os.environ.get("HTSIM_DIR") or None,
-        help="csg-htsim checkout with its build (module doc); default: $HTSIM_DIR",
-    )
+    H.add_htsim_argument(p, "csg-htsim checkout with its build")
     p.add_argument("--draws", type=int, default=None, help="hash draws (default 10, --quick 6)")
     args = p.parse_args()
     exe = None if args.htsim is None else H.find_binary(args.htsim)

@@ -43,7 +43,6 @@ than ``PAIRS`` timed pairs); ECMP rows are the mean over the draws
 from __future__ import annotations
 
 import math
-import os
 import sys
 import time
 from pathlib import Path
@@ -210,12 +209,7 @@ def digest(cmp_: dict) -> dict:
 
 def main() -> None:
     p = parser(__doc__.splitlines()[0])
-    p.add_argument(
-        "--htsim",
-        type=Path,
-        default=os.environ.get("HTSIM_DIR") or None,
-        help="htsim build (module doc); default: $HTSIM_DIR",
-    )
+    H.add_htsim_argument(p, "htsim build")
     p.add_argument("--no-sweep", action="store_true", help="skip the 1 ms largest-fabric sweep")
     args = p.parse_args()
     H.warm_up(("packet",))
