@@ -1044,7 +1044,7 @@ def packet_ecmp_paths(r: _View) -> str:
     def collisions(key: str) -> str:
         return ", ".join(str(int(c)) for c in pe[key])
 
-    mx = pe["mixed"]
+    mx, rg = pe["mixed"], pe["ring_allreduce"]
     mixed_text = paragraph(
         f"""
         With mixed flow sizes ({mx["scenario"]}; {count(mx["draws"])} draws) on htsim's paths:
@@ -1052,7 +1052,13 @@ def packet_ecmp_paths(r: _View) -> str:
         draw {fixed(mx["matched_p99_ratio_min"], 3)} to {fixed(mx["matched_p99_ratio_max"], 3)}),
         completion {fixed(mx["matched_completion_ratio"], 3)}, retransmitted fraction
         {fixed(mx["matched_retransmit_ratio"], 3)}; on our own hash p50
-        {fixed(mx["own_hash_p50_ratio"], 3)}, p99 {fixed(mx["own_hash_p99_ratio"], 3)}.
+        {fixed(mx["own_hash_p50_ratio"], 3)}, p99 {fixed(mx["own_hash_p99_ratio"], 3)}. On
+        the table's chained rings (its other ECMP miss; {count(rg["draws"])} draws) on htsim's
+        paths: hop FCT p50 {fixed(rg["matched_p50_ratio"], 3)}, p99
+        {fixed(rg["matched_p99_ratio"], 3)} (per draw {fixed(rg["matched_p99_ratio_min"], 3)}
+        to {fixed(rg["matched_p99_ratio_max"], 3)}), completion
+        {fixed(rg["matched_completion_ratio"], 3)}; on our own hash p99
+        {fixed(rg["own_hash_p99_ratio"], 3)}.
         """
     )
     cen = pe["max_collision_census"]
