@@ -61,6 +61,16 @@ MIXED = H.mixed_permutation(512, *MIXED_BYTES, seed=13)
 CENSUS_END_US = 20  # every flow's first packet has crossed its spine by then (checked)
 
 
+def own_collision(sc: H.Scenario, topo, k: int) -> int:
+    """The most flows on one link under our own hash, draw ``k`` (the entropies of
+    :func:`_htsim.flow_table` that :func:`_htsim.run_packet` uses with seed ``k``)."""
+    leaf, U = topo.host_leaf[0], topo.tables["leaf_up"].shape[2]
+    own = H.flow_table(sc, k, ack_delay=False).entropy
+    return HP.max_collision(
+        leaf, sc.src, sc.dst, HP.ecmp_spines(leaf, sc.n, U, sc.src, sc.dst, own)[0]
+    )
+
+
 def draw(exe: Path, exe_log: Path, sc: H.Scenario, k: int) -> dict:
     """One hash draw: htsim, ours on htsim's paths, ours on our own hash (module doc)."""
     seed = 13 + k
@@ -70,11 +80,8 @@ def draw(exe: Path, exe_log: Path, sc: H.Scenario, k: int) -> dict:
         sc, plain.start_s, plain.finish_s, plain.wall_s, plain.rtx_packets, plain.new_packets
     )
     data, ctrl = HP.parse_paths(HP.logged_run(exe_log, sc, seed, plain), sc.n_flows)
-    leaf, U = topo.host_leaf[0], topo.tables["leaf_up"].shape[2]
     mrow, mfct = HP.packet_on_paths(sc, data, ctrl, seed=k)
-    own_ent = H.flow_table(sc, k, ack_delay=False).entropy
     orow, _ = H.run_packet(sc, "ecmp", seed=k)
-    own_data, _ = HP.ecmp_spines(leaf, sc.n, U, sc.src, sc.dst, own_ent)
     per_flow = mfct / (plain.finish_s - plain.start_s)
     chained = bool(np.any(sc.pred >= 0))  # flows not all at once: a static count means nothing
     return {
@@ -83,10 +90,10 @@ def draw(exe: Path, exe_log: Path, sc: H.Scenario, k: int) -> dict:
         "htsim": {s: hrow[s] for s in STATS},
         "ours_on_htsim_paths": {s: mrow[s] for s in STATS},
         "ours_own_hash": {s: orow[s] for s in STATS},
-        "max_collision_htsim": None if chained else HP.max_collision(leaf, sc.src, sc.dst, data),
-        "max_collision_own_hash": (
-            None if chained else HP.max_collision(leaf, sc.src, sc.dst, own_data)
+        "max_collision_htsim": (
+            None if chained else HP.max_collision(topo.host_leaf[0], sc.src, sc.dst, data)
         ),
+        "max_collision_own_hash": None if chained else own_collision(sc, topo, k),
         "per_flow_ratio": per_flow,
     }
 
@@ -97,31 +104,21 @@ def census(exe_log: Path, sc: H.Scenario, topo, n: int, uniform_n: int = 4000) -
     ``CENSUS_END_US`` of a run), ours (seeds ``0 ..``), and ``uniform_n`` draws of independent
     uniform uplinks: the share of draws per count."""
     leaf, U = topo.host_leaf[0], topo.tables["leaf_up"].shape[2]
-    across = int((leaf[sc.src] != leaf[sc.dst]).sum())
-    theirs, ours = [], []
+    across = leaf[sc.src] != leaf[sc.dst]
+    theirs = []
     with tempfile.TemporaryDirectory(prefix="htsim_census_") as tmp:
         cm = H.write_cm(sc, Path(tmp) / f"{sc.name}.cm")
         for k in range(n):
             cmd = H.htsim_command(exe_log, cm, sc, "ecmp", CENSUS_END_US, Path(tmp) / "l", 13 + k)
             out = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, check=True).stdout
             data, _ = HP.parse_paths(out, sc.n_flows)
-            if int((data >= 0).sum()) != across:
+            if not np.array_equal(data >= 0, across):
                 raise RuntimeError(f"htsim seed {13 + k}: not every flow crossed a spine by -end")
             theirs.append(HP.max_collision(leaf, sc.src, sc.dst, data))
-            own = H.flow_table(sc, k, ack_delay=False).entropy
-            ours.append(
-                HP.max_collision(
-                    leaf, sc.src, sc.dst, HP.ecmp_spines(leaf, sc.n, U, sc.src, sc.dst, own)[0]
-                )
-            )
+    ours = [own_collision(sc, topo, k) for k in range(n)]
     rng = np.random.default_rng(0)
     uniform = [
-        HP.max_collision(
-            leaf,
-            sc.src,
-            sc.dst,
-            np.where(leaf[sc.src] != leaf[sc.dst], rng.integers(0, U, sc.n_flows), -1),
-        )
+        HP.max_collision(leaf, sc.src, sc.dst, np.where(across, rng.integers(0, U, sc.n_flows), -1))
         for _ in range(uniform_n)
     ]
 
